@@ -1,0 +1,3 @@
+from lumotree.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,19 @@
+"""Map the top-level layer folders onto the ``lumotree.*`` namespace.
+
+The package list is computed, never written out, so a new subpackage can not be silently dropped from the wheel.
+"""
+
+from setuptools import find_packages, setup
+
+LAYERS = ("reference", "optimized", "proofs", "expressivity")
+
+package_dir = {"lumotree": "lumotree"}
+packages = ["lumotree"]
+for layer in LAYERS:
+    package_dir[f"lumotree.{layer}"] = layer
+    packages.append(f"lumotree.{layer}")
+    for sub in find_packages(where=layer):
+        packages.append(f"lumotree.{layer}.{sub}")
+        package_dir[f"lumotree.{layer}.{sub}"] = f"{layer}/" + sub.replace(".", "/")
+
+setup(packages=packages, package_dir=package_dir)

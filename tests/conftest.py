@@ -1,0 +1,46 @@
+"""Test configuration: kernels run under the Triton interpreter when no GPU is present.
+
+``TRITON_INTERPRET`` must be set before any kernel module is imported, so it is set here, at collection start.
+GPU tests are marked ``gpu`` and skipped unless a CUDA device is present (run them with ``pytest -m gpu``).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # pragma: no cover - torch missing
+        return False
+
+
+HAS_CUDA = _cuda_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "ci", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], derandomize=True
+)
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (pytest -m gpu on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+import sys  # noqa: E402
+
+# Shared test helpers (tests/strategies.py, ...) import as top-level modules.
+sys.path.insert(0, os.path.dirname(__file__))

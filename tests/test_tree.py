@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+from hypothesis import given
+from strategies import trees
+
+from lumotree.reference import TokenTree
+from lumotree.reference.tree import ancestor_bits
+
+
+@given(trees(max_nodes=24))
+def test_mask_depth_path_agree(parents):
+    tree = TokenTree(parents)
+    n = tree.num_nodes
+    M = tree.ancestor_mask
+    assert M.shape == (n, n)
+    assert np.all(np.diag(M))
+    assert not np.any(np.triu(M, 1)), "ancestors precede: mask is lower triangular"
+    for i in range(n):
+        path = tree.path(i)
+        assert path[0] == 0 and path[-1] == i
+        assert len(path) == tree.depth[i] + 1
+        assert set(np.flatnonzero(M[i]).tolist()) == set(path)
+        for a, b in zip(path, path[1:]):
+            assert tree.parents[b] == a
+        for j in range(n):
+            assert tree.is_ancestor(j, i) == bool(M[i, j])
+            assert ((ancestor_bits(parents)[i] >> j) & 1) == M[i, j]
+    # children and leaves are consistent with parents
+    kids = [c for i in range(n) for c in tree.children(i)]
+    assert sorted(kids) == list(range(1, n))
+    assert set(tree.leaves) == {i for i in range(n) if not tree.children(i)}
+
+
+@pytest.mark.parametrize(
+    "parents, index",
+    [
+        ([], None),
+        ([0], 0),
+        ([-1, 1], 1),
+        ([-1, 0, 3, 1], 2),
+        ([-1, -1], 1),
+        ([-1, 0, 2], 2),
+    ],
+)
+def test_bad_parents_name_the_index(parents, index):
+    with pytest.raises(ValueError) as err:
+        TokenTree(parents)
+    if index is not None:
+        assert f"parents[{index}]" in str(err.value)
+
+
+def test_bad_parent_types():
+    with pytest.raises(ValueError, match=r"parents\[1\]"):
+        TokenTree([-1, 0.0])
+    with pytest.raises(ValueError, match=r"parents\[2\]"):
+        TokenTree([-1, 0, "0"])
+    with pytest.raises(ValueError, match="one-dimensional"):
+        TokenTree(np.zeros((2, 2), dtype=int))
+
+
+def test_from_sequences_builds_a_trie():
+    tree = TokenTree.from_sequences(7, [[1, 2, 3], [1, 2, 4], [5], [1, 6]])
+    assert tree.tokens[0] == 7
+    assert tree.num_nodes == 7  # 7 -> 1 -> 2 -> {3, 4}; 7 -> 5; 1 -> 6
+    paths = {tuple(tree.tokens[j] for j in tree.path(leaf)) for leaf in tree.leaves}
+    assert paths == {(7, 1, 2, 3), (7, 1, 2, 4), (7, 5), (7, 1, 6)}
+    assert tree.child_with_token(0, 1) is not None and tree.child_with_token(0, 9) is None
+
+
+def test_duplicate_siblings_rejected_when_given_directly():
+    with pytest.raises(ValueError, match=r"tokens\[2\]"):
+        TokenTree([-1, 0, 0], tokens=[3, 4, 4])
+    with pytest.raises(ValueError, match=r"tokens\[1\]"):
+        TokenTree([-1, 0], tokens=[3, -4])
+
+
+def test_render_shows_every_node():
+    tree = TokenTree([-1, 0, 0, 1])
+    text = tree.render()
+    assert all(str(i) in text for i in range(4))
