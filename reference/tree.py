@@ -15,7 +15,9 @@ from numbers import Integral
 
 import numpy as np
 
-__all__ = ["TokenTree", "ancestor_bits", "validate_parents"]
+__all__ = ["TokenTree", "ancestor_bits", "ancestor_words", "mask_bit", "validate_parents", "WORD_BITS"]
+
+WORD_BITS = 32
 
 
 def validate_parents(parents: Sequence[int] | np.ndarray, name: str = "parents") -> tuple[int, ...]:
@@ -60,6 +62,27 @@ def ancestor_bits(parents: Sequence[int]) -> list[int]:
     for i, p in enumerate(parents):
         bits.append((bits[p] if p >= 0 else 0) | (1 << i))
     return bits
+
+
+def ancestor_words(parents: Sequence[int], word_bits: int = WORD_BITS) -> list[list[int]]:
+    """The kernels' layout of :func:`ancestor_bits`: ``[N][ceil(N / word_bits)]`` unsigned words.
+
+    ``words[i] = words[parents[i]]`` with bit ``i % word_bits`` of word ``i // word_bits`` set. The GPU kernels build
+    and read exactly this (see :func:`mask_bit`); ``lumotree.proofs`` checks the arithmetic with Z3.
+    """
+    n = len(parents)
+    n_words = (n + word_bits - 1) // word_bits
+    words: list[list[int]] = []
+    for i, p in enumerate(parents):
+        row = list(words[p]) if p >= 0 else [0] * n_words
+        row[i // word_bits] |= 1 << (i % word_bits)
+        words.append(row)
+    return words
+
+
+def mask_bit(words: Sequence[Sequence[int]], i: int, j: int, word_bits: int = WORD_BITS) -> int:
+    """``M[i, j]`` read from the word layout: ``(words[i][j // word_bits] >> (j % word_bits)) & 1``."""
+    return (words[i][j // word_bits] >> (j % word_bits)) & 1
 
 
 class TokenTree:

@@ -4,7 +4,7 @@ from hypothesis import given
 from strategies import trees
 
 from lumotree.reference import TokenTree
-from lumotree.reference.tree import ancestor_bits
+from lumotree.reference.tree import ancestor_bits, ancestor_words, mask_bit
 
 
 @given(trees(max_nodes=24))
@@ -12,6 +12,8 @@ def test_mask_depth_path_agree(parents):
     tree = TokenTree(parents)
     n = tree.num_nodes
     M = tree.ancestor_mask
+    words, words8 = ancestor_words(parents), ancestor_words(parents, word_bits=8)
+    assert all(0 <= w < 2**32 for row in words for w in row)
     assert M.shape == (n, n)
     assert np.all(np.diag(M))
     assert not np.any(np.triu(M, 1)), "ancestors precede: mask is lower triangular"
@@ -25,6 +27,7 @@ def test_mask_depth_path_agree(parents):
         for j in range(n):
             assert tree.is_ancestor(j, i) == bool(M[i, j])
             assert ((ancestor_bits(parents)[i] >> j) & 1) == M[i, j]
+            assert mask_bit(words, i, j) == M[i, j] == mask_bit(words8, i, j, word_bits=8)
     # children and leaves are consistent with parents
     kids = [c for i in range(n) for c in tree.children(i)]
     assert sorted(kids) == list(range(1, n))
