@@ -15,7 +15,15 @@ from numbers import Integral
 
 import numpy as np
 
-__all__ = ["TokenTree", "ancestor_bits", "ancestor_words", "mask_bit", "validate_parents", "WORD_BITS"]
+__all__ = [
+    "TokenTree",
+    "ancestor_bits",
+    "ancestor_row",
+    "ancestor_words",
+    "mask_bit",
+    "validate_parents",
+    "WORD_BITS",
+]
 
 WORD_BITS = 32
 
@@ -74,10 +82,20 @@ def ancestor_words(parents: Sequence[int], word_bits: int = WORD_BITS) -> list[l
     n_words = (n + word_bits - 1) // word_bits
     words: list[list[int]] = []
     for i, p in enumerate(parents):
-        row = list(words[p]) if p >= 0 else [0] * n_words
-        row[i // word_bits] |= 1 << (i % word_bits)
-        words.append(row)
+        words.append(ancestor_row(words[p] if p >= 0 else [0] * n_words, i, word_bits))
     return words
+
+
+def ancestor_row(parent_row, node, word_bits: int = WORD_BITS):
+    """Row ``node`` of :func:`ancestor_words`: a copy of its parent's row (all zeros for the root) with bit
+    ``node % word_bits`` of word ``node // word_bits`` set.
+
+    Written with ``copy``, indexing and integer operators only, so ``lumotree.proofs`` runs this very function on Z3
+    bit-vector terms (symbolic node, symbolic parent row) to prove the kernels' word arithmetic.
+    """
+    row = parent_row.copy()
+    row[node // word_bits] |= 1 << (node % word_bits)
+    return row
 
 
 def mask_bit(words: Sequence[Sequence[int]], i: int, j: int, word_bits: int = WORD_BITS) -> int:
