@@ -59,6 +59,7 @@ __all__ = [
     "verify_greedy",
     "verify_sampling",
     "verify_sampling_lossy_unnormalised_residual",
+    "DraftBuilder",
     "draw_tree",
     "speculative_step",
     "step_distribution",
@@ -513,6 +514,87 @@ def _top_tokens(dist: Sequence[Prob]) -> list[int]:
     return [t for t in sorted(range(len(dist)), key=lambda t: (-dist[t], t)) if dist[t] != 0]
 
 
+class DraftBuilder:
+    """Grows a draft tree one draw at a time and records what :class:`DraftProposal` needs (proposals, draw order).
+
+    ``draw(node, Q, coins)`` draws one child token at ``node`` from ``Q`` (the drafter's distribution after the path
+    root..node) as the variant says:
+
+    - ``"iid"``: ``coins.categorical(Q)``; a token already drawn at ``node`` merges into that child (drawn twice);
+    - ``"without_replacement"``: from ``Q`` with the node's earlier draws removed and renormalised;
+    - ``"deterministic"``: the next most probable token of ``Q`` (ties to the lower id, positive mass only; no coins).
+
+    It returns the child's node index, or None when no token is left to draw (nothing is recorded then). Every draw at
+    one node must use the same ``Q``. Lossless verification needs the decision to draw to depend only on the drafter's
+    side (earlier draws, draft probabilities), never on the target, and a drawn child is never removed again.
+    """
+
+    def __init__(self, root_token: int, variant: str):
+        if variant not in VARIANTS:
+            raise ValueError(f"variant = {variant!r} is not one of {VARIANTS}")
+        self.variant = variant
+        self.parents: list[int] = [-1]
+        self.tokens: list[int] = [int(root_token)]
+        self.proposals: list[list[Prob] | None] = [None]
+        self.draws: list[list[int]] = [[]]
+        self.vocab_size: int | None = None
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.parents)
+
+    def path_tokens(self, node: int) -> tuple[int, ...]:
+        """Tokens from the root to ``node`` inclusive."""
+        out = []
+        while node >= 0:
+            out.append(self.tokens[node])
+            node = self.parents[node]
+        return tuple(out[::-1])
+
+    def draw(self, node: int, Q: Distribution, coins: Coins | None) -> int | None:
+        if not 0 <= node < self.num_nodes:
+            raise ValueError(f"node = {node} is not a node of the draft (0..{self.num_nodes - 1})")
+        if self.proposals[node] is None:
+            self.proposals[node] = check_distribution(f"Q at draft node {node}", Q, self.vocab_size)
+            self.vocab_size = len(self.proposals[node])
+        Q = self.proposals[node]
+        drawn = [self.tokens[c] for c in self.draws[node]]
+        if self.variant == "deterministic":
+            ranked = [t for t in _top_tokens(Q) if t not in drawn]
+            if not ranked:
+                return None
+            token = ranked[0]
+        else:
+            if coins is None:
+                raise ValueError(f"the {self.variant!r} variant draws with coins; coins is None")
+            if self.variant == "iid":
+                token = coins.categorical(Q)
+            else:
+                remaining = [0 * q if t in drawn else q for t, q in enumerate(Q)]
+                total = sum(remaining)
+                if total == 0:
+                    return None
+                token = coins.categorical([q / total for q in remaining])
+        child = next((c for c in self.draws[node] if self.tokens[c] == token), None)
+        if child is None:
+            child = self.num_nodes
+            self.parents.append(node)
+            self.tokens.append(int(token))
+            self.proposals.append(None)
+            self.draws.append([])
+        self.draws[node].append(child)
+        return child
+
+    def proposal(self) -> DraftProposal:
+        return DraftProposal(
+            tree=TokenTree(self.parents, self.tokens),
+            variant=self.variant,
+            proposals=tuple(None if q is None else tuple(q) for q in self.proposals),
+            draws=tuple(tuple(d) for d in self.draws),
+            vocab_size=self.vocab_size,
+        )
+
+
 def draw_tree(
     template: Sequence[int] | TokenTree,
     root_token: int,
@@ -520,71 +602,25 @@ def draw_tree(
     variant: str,
     coins: Coins,
 ) -> DraftProposal:
-    """Draw a draft tree of the given shape: the drafting side that matches :func:`verify_sampling`.
+    """Draw a draft tree of a fixed shape: the drafting side that matches :func:`verify_sampling`.
 
     ``template`` is the parent array of draw slots (node 0 = the pending ``root_token``). Slots are filled in index
-    order; slot s draws its token at its parent's node u from ``Q_u = proposal_at(path tokens root..u)``:
-
-    - ``"iid"``: ``coins.categorical(Q_u)``; a token already drawn at u merges into that child (drawn twice);
-    - ``"without_replacement"``: from ``Q_u`` with u's earlier draws removed and renormalised; a slot with no mass left
-      is dropped, with its sub-slots;
-    - ``"deterministic"``: the next most probable token of ``Q_u`` (ties to the lower id, positive mass only; no coins).
-
-    The shape never depends on anything but the template and the drafter, so verification stays lossless. Run under
-    :func:`enumerate_outcomes` it gives the exact probability of every draft.
+    order; slot s makes one :meth:`DraftBuilder.draw` at its parent slot's node u with
+    ``Q_u = proposal_at(path tokens root..u)``. A slot with nothing left to draw is dropped with its sub-slots; iid
+    duplicates merge (so the tree can be smaller than the template). Run under :func:`enumerate_outcomes` it gives the
+    exact probability of every draft.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant = {variant!r} is not one of {VARIANTS}")
     slot_parents = template.parents if isinstance(template, TokenTree) else validate_parents(template, "template")
-    parents: list[int] = [-1]
-    tokens: list[int] = [int(root_token)]
-    paths: list[tuple[int, ...]] = [(int(root_token),)]
-    proposals: list[list[Prob] | None] = [None]
-    draws: list[list[int]] = [[]]
+    builder = DraftBuilder(root_token, variant)
     slot_node: list[int | None] = [0]
-    vocab_size: int | None = None
     for s in range(1, len(slot_parents)):
         u = slot_node[slot_parents[s]]
         if u is None:  # the parent slot was dropped
             slot_node.append(None)
             continue
-        if proposals[u] is None:
-            proposals[u] = check_distribution(f"proposal_at({paths[u]})", proposal_at(paths[u]), vocab_size)
-            vocab_size = len(proposals[u])
-        Q = proposals[u]
-        drawn = [tokens[c] for c in draws[u]]
-        if variant == "iid":
-            token = coins.categorical(Q)
-        elif variant == "without_replacement":
-            remaining = [0 * q if t in drawn else q for t, q in enumerate(Q)]
-            total = sum(remaining)
-            if total == 0:
-                slot_node.append(None)
-                continue
-            token = coins.categorical([q / total for q in remaining])
-        else:
-            ranked = [t for t in _top_tokens(Q) if t not in drawn]
-            if not ranked:
-                slot_node.append(None)
-                continue
-            token = ranked[0]
-        existing = next((c for c in draws[u] if tokens[c] == token), None)
-        if existing is None:
-            existing = len(parents)
-            parents.append(u)
-            tokens.append(token)
-            paths.append(paths[u] + (token,))
-            proposals.append(None)
-            draws.append([])
-        draws[u].append(existing)
-        slot_node.append(existing)
-    return DraftProposal(
-        tree=TokenTree(parents, tokens),
-        variant=variant,
-        proposals=tuple(None if q is None else tuple(q) for q in proposals),
-        draws=tuple(tuple(d) for d in draws),
-        vocab_size=vocab_size,
-    )
+        Q = builder.proposals[u]
+        slot_node.append(builder.draw(u, proposal_at(builder.path_tokens(u)) if Q is None else Q, coins))
+    return builder.proposal()
 
 
 # ---------------------------------------------------------------------------------------------------- exact analysis
