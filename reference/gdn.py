@@ -214,3 +214,343 @@ def commit(S0, factors: GDNFactors, tree: TokenTree, node: int):
             acc = acc + np.outer(k[j, h // group], delta[j, h]) * (gamma[a, h] / gamma[j, h])
         S[h] = acc
     return S
+
+
+# ======================================================================================================================
+# The GDN layer (Qwen3-Next ``linear_attn``) around the core: projections, short convolution on a tree, gates, l2norm,
+# gated RMSNorm, output projection. Float64 except the tree-window convolution (``conv_window_index``, ``short_conv``,
+# ``conv_state_commit``), which is pure indexing plus products/sums and runs on object arrays too.
+# ======================================================================================================================
+
+from dataclasses import dataclass  # noqa: E402
+
+__all__ += [
+    "GDNLayerSpec",
+    "GDNWeights",
+    "GDNLayerCache",
+    "GDNTreeRecord",
+    "pack_qkvz",
+    "unpack_qkvz",
+    "pack_ba",
+    "unpack_ba",
+    "l2norm",
+    "silu",
+    "gates",
+    "gated_rmsnorm",
+    "conv_window_index",
+    "short_conv",
+    "conv_state_commit",
+    "gdn_layer_chain",
+    "gdn_layer_tree",
+    "gdn_layer_commit",
+]
+
+
+@dataclass(frozen=True)
+class GDNLayerSpec:
+    """Sizes and switches of one GDN layer (HF ``Qwen3NextConfig`` names in brackets).
+
+    ``hidden_size`` D, ``num_k_heads`` H [linear_num_key_heads], ``num_v_heads`` HV [linear_num_value_heads],
+    ``head_k_dim`` K [linear_key_head_dim], ``head_v_dim`` V [linear_value_head_dim], ``conv_kernel`` W
+    [linear_conv_kernel_dim], ``eps`` of the gated RMSNorm [rms_norm_eps], ``allow_neg_eigval``: ``beta = 2 sigmoid(b)``
+    instead of ``sigmoid(b)`` (a lumotree extension; HF has no such switch).
+    """
+
+    hidden_size: int
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    conv_kernel: int = 4
+    eps: float = 1e-6
+    allow_neg_eigval: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "conv_kernel"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"GDNLayerSpec.{name} = {value!r} must be a positive integer")
+        if self.num_v_heads % self.num_k_heads:
+            raise ValueError(
+                f"GDNLayerSpec.num_v_heads = {self.num_v_heads} is not a multiple of num_k_heads = {self.num_k_heads}"
+            )
+
+    @property
+    def group(self) -> int:
+        """Value heads per q/k head, ``HV // H``."""
+        return self.num_v_heads // self.num_k_heads
+
+    @property
+    def key_dim(self) -> int:
+        """``H * K``."""
+        return self.num_k_heads * self.head_k_dim
+
+    @property
+    def value_dim(self) -> int:
+        """``HV * V``."""
+        return self.num_v_heads * self.head_v_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the short convolution: ``C = 2 H K + HV V`` (q, then k, then v; each head-major)."""
+        return 2 * self.key_dim + self.value_dim
+
+    def weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Expected shape of every :class:`GDNWeights` field."""
+        D, HV, V = self.hidden_size, self.num_v_heads, self.head_v_dim
+        return {
+            "in_proj_qkvz": (2 * self.key_dim + 2 * self.value_dim, D),
+            "in_proj_ba": (2 * HV, D),
+            "conv1d": (self.conv_dim, self.conv_kernel),
+            "A_log": (HV,),
+            "dt_bias": (HV,),
+            "norm": (V,),
+            "out_proj": (D, self.value_dim),
+        }
+
+
+@dataclass
+class GDNWeights:
+    """Weights of one GDN layer, float64, laid out exactly as the HF tensors ``model.layers.{i}.linear_attn.*``.
+
+    - ``in_proj_qkvz: [2HK + 2HV V, D]`` rows grouped per key head g: ``q_g (K), k_g (K), v_g (r V), z_g (r V)`` with
+      ``r = HV // H`` (value heads ``g r .. g r + r - 1`` belong to key head g). Build it from plain per-part matrices
+      with :func:`pack_qkvz`.
+    - ``in_proj_ba: [2 HV, D]`` rows grouped per key head g: ``b_g (r), a_g (r)`` (:func:`pack_ba`).
+    - ``conv1d: [C, W]`` depthwise kernel over channels ``q (HK) | k (HK) | v (HV V)``, head-major; column ``W - 1``
+      multiplies the current token (HF stores ``[C, 1, W]``).
+    - ``A_log, dt_bias: [HV]``; ``norm: [V]`` the gated RMSNorm weight (not zero-centred); ``out_proj: [D, HV V]``.
+    """
+
+    in_proj_qkvz: np.ndarray
+    in_proj_ba: np.ndarray
+    conv1d: np.ndarray
+    A_log: np.ndarray
+    dt_bias: np.ndarray
+    norm: np.ndarray
+    out_proj: np.ndarray
+
+    def validate(self, spec: GDNLayerSpec, prefix: str = "GDNWeights") -> None:
+        """Raise ``ValueError`` naming the field on a wrong shape or a non-finite entry."""
+        for name, shape in spec.weight_shapes().items():
+            value = np.asarray(getattr(self, name), dtype=np.float64)
+            setattr(self, name, value)
+            check_shape(f"{prefix}.{name}", value, shape, ", ".join(str(s) for s in shape))
+            check_finite(f"{prefix}.{name}", value)
+
+
+@dataclass
+class GDNLayerCache:
+    """What a GDN layer carries between steps: ``conv_state: [W - 1, C]`` the last W - 1 conv inputs (oldest first,
+    zeros before the first token) and ``state: [HV, K, V]`` the recurrent state."""
+
+    conv_state: np.ndarray
+    state: np.ndarray
+
+    @classmethod
+    def empty(cls, spec: GDNLayerSpec) -> GDNLayerCache:
+        return cls(
+            conv_state=np.zeros((spec.conv_kernel - 1, spec.conv_dim)),
+            state=np.zeros((spec.num_v_heads, spec.head_k_dim, spec.head_v_dim)),
+        )
+
+    def copy(self) -> GDNLayerCache:
+        return GDNLayerCache(self.conv_state.copy(), self.state.copy())
+
+
+class GDNTreeRecord(NamedTuple):
+    """What a tree pass leaves for the commit: ``conv_inputs: [N, C]`` the pre-convolution inputs of the nodes and
+    the core's :class:`GDNFactors`."""
+
+    conv_inputs: np.ndarray
+    factors: GDNFactors
+
+
+def pack_qkvz(w_q, w_k, w_v, w_z, num_k_heads: int) -> np.ndarray:
+    """HF ``in_proj_qkvz`` from plain head-major parts ``w_q, w_k: [H K, D]``, ``w_v, w_z: [HV V, D]``."""
+    H = num_k_heads
+    parts = [np.asarray(w, dtype=np.float64) for w in (w_q, w_k, w_v, w_z)]
+    D = parts[0].shape[1]
+    grouped = [p.reshape(H, p.shape[0] // H, D) for p in parts]  # each [H, rows per key head, D]
+    return np.concatenate(grouped, axis=1).reshape(-1, D)  # [2HK + 2HV V, D]
+
+
+def unpack_qkvz(in_proj_qkvz: np.ndarray, spec: GDNLayerSpec):
+    """Inverse of :func:`pack_qkvz`: ``(w_q [HK, D], w_k [HK, D], w_v [HV V, D], w_z [HV V, D])``."""
+    H, K, rV = spec.num_k_heads, spec.head_k_dim, spec.group * spec.head_v_dim
+    grouped = in_proj_qkvz.reshape(H, 2 * K + 2 * rV, -1)  # [H, 2K + 2rV, D]
+    bounds = np.cumsum([0, K, K, rV, rV])
+    return tuple(grouped[:, lo:hi].reshape(-1, grouped.shape[-1]) for lo, hi in zip(bounds[:-1], bounds[1:]))
+
+
+def pack_ba(w_b, w_a, num_k_heads: int) -> np.ndarray:
+    """HF ``in_proj_ba`` from plain ``w_b, w_a: [HV, D]`` (value-head order)."""
+    w_b, w_a = np.asarray(w_b, dtype=np.float64), np.asarray(w_a, dtype=np.float64)
+    D = w_b.shape[1]
+    grouped = [w.reshape(num_k_heads, -1, D) for w in (w_b, w_a)]  # [H, r, D] each
+    return np.concatenate(grouped, axis=1).reshape(-1, D)  # [2HV, D]
+
+
+def unpack_ba(in_proj_ba: np.ndarray, spec: GDNLayerSpec):
+    """Inverse of :func:`pack_ba`: ``(w_b [HV, D], w_a [HV, D])``."""
+    r = spec.group
+    grouped = in_proj_ba.reshape(spec.num_k_heads, 2 * r, -1)  # [H, 2r, D]
+    return grouped[:, :r].reshape(-1, grouped.shape[-1]), grouped[:, r:].reshape(-1, grouped.shape[-1])
+
+
+def l2norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """``x * rsqrt(sum x^2 + eps)`` over the last axis (as flash-linear-attention and HF)."""
+    return x / np.sqrt((x * x).sum(axis=-1, keepdims=True) + eps)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """``x * sigmoid(x)``, float64."""
+    return x * (0.5 * (1.0 + np.tanh(0.5 * x)))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+def gates(a: np.ndarray, b: np.ndarray, A_log: np.ndarray, dt_bias: np.ndarray, allow_neg_eigval: bool = False):
+    """Decay and write strength from the projections ``a, b: [T, HV]``.
+
+    ``g = -exp(A_log) * softplus(a + dt_bias)``, ``alpha = exp(g)`` in ``(0, 1]``; ``beta = sigmoid(b)``, or
+    ``2 sigmoid(b)`` with ``allow_neg_eigval``. Returns ``(alpha [T, HV], beta [T, HV])``.
+    """
+    g = -np.exp(A_log) * np.logaddexp(0.0, a + dt_bias)  # [T, HV], softplus(x) = log(1 + e^x)
+    beta = _sigmoid(b)  # [T, HV]
+    return np.exp(g), (2.0 * beta if allow_neg_eigval else beta)
+
+
+def gated_rmsnorm(o: np.ndarray, z: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """``RMSNormGated(o, z) = weight * o * rsqrt(mean(o^2) + eps) * silu(z)`` over the last axis."""
+    return weight * (o / np.sqrt((o * o).mean(axis=-1, keepdims=True) + eps)) * silu(z)
+
+
+def conv_window_index(tree: TokenTree, kernel: int) -> np.ndarray:
+    """Where each node's convolution window comes from: ``[N, W]`` indices into ``concat(conv_state, inputs)``.
+
+    Rows ``0 .. W-2`` of the concatenation are the committed conv state (oldest first), row ``W - 1 + j`` is node j's
+    input. Row i lists node i's window oldest first: its ``W - 1`` nearest ancestors, then i itself; past the root the
+    window continues into the conv state (the root's parent is the last committed token).
+    """
+    if isinstance(kernel, bool) or not isinstance(kernel, int) or kernel < 1:
+        raise ValueError(f"kernel = {kernel!r} must be a positive integer")
+    N = tree.num_nodes
+    index = np.empty((N, kernel), dtype=np.int64)
+    for i in range(N):
+        lineage = []  # i, parent(i), ... newest first
+        node = i
+        while node >= 0 and len(lineage) < kernel:
+            lineage.append(kernel - 1 + node)
+            node = tree.parents[node]
+        missing = kernel - len(lineage)  # taken from the conv state's newest rows
+        index[i] = list(range(kernel - 1 - missing, kernel - 1)) + lineage[::-1]
+    return index
+
+
+def _conv_sources(inputs, conv_state, tree: TokenTree):
+    arrays = coerce_inputs(inputs=inputs, conv_state=conv_state)
+    inputs, conv_state = arrays["inputs"], arrays["conv_state"]
+    check_shape("inputs", inputs, (tree.num_nodes, None), "N, C")
+    check_shape("conv_state", conv_state, (None, inputs.shape[1]), "W - 1, C")
+    for name, a in arrays.items():
+        check_finite(name, a)
+    return inputs, conv_state
+
+
+def short_conv(inputs, conv_state, weight, tree: TokenTree) -> np.ndarray:
+    """Depthwise causal convolution on a tree, before the activation: ``[N, C]``.
+
+    ``y_i[c] = sum_j weight[c, j] * window_i[j, c]`` with node i's window from :func:`conv_window_index`
+    (``inputs: [N, C]``, ``conv_state: [W - 1, C]``, ``weight: [C, W]``). On a chain this is HF's causal conv1d with
+    the conv state as left context. Runs on float64 and object arrays (array on the left of every product).
+    """
+    inputs, conv_state = _conv_sources(inputs, conv_state, tree)
+    weight = coerce_inputs(weight=weight, like=inputs)["weight"]
+    C = inputs.shape[1]
+    kernel = conv_state.shape[0] + 1
+    check_shape("weight", weight, (C, kernel), "C, W")
+    check_finite("weight", weight)
+    sources = np.concatenate([conv_state, inputs], axis=0)  # [W - 1 + N, C]
+    windows = sources[conv_window_index(tree, kernel)]  # [N, W, C]
+    out = windows[:, 0, :] * weight[:, 0]  # [N, C]
+    for j in range(1, kernel):
+        out = out + windows[:, j, :] * weight[:, j]
+    return out
+
+
+def conv_state_commit(inputs, conv_state, tree: TokenTree, node: int) -> np.ndarray:
+    """The conv state after accepting ``node``: the last ``W - 1`` inputs along the path to it, ``[W - 1, C]``
+    (continuing into the old conv state when the path is shorter). Runs on float64 and object arrays."""
+    inputs, conv_state = _conv_sources(inputs, conv_state, tree)
+    kernel = conv_state.shape[0] + 1
+    node = tree.path(node)[-1]
+    sources = np.concatenate([conv_state, inputs], axis=0)  # [W - 1 + N, C]
+    return sources[conv_window_index(tree, kernel)[node, 1:]].copy()
+
+
+def _gdn_layer_inputs(x: np.ndarray, weights: GDNWeights, spec: GDNLayerSpec, conv_state: np.ndarray, tree: TokenTree):
+    """Projections, tree convolution + SiLU, split, l2norm and gates for the tokens ``x: [N, D]`` laid on ``tree``."""
+    x = np.asarray(x, dtype=np.float64)
+    check_shape("x", x, (tree.num_nodes, spec.hidden_size), "N, D")
+    check_finite("x", x)
+    N = x.shape[0]
+    H, HV, K, V, r = spec.num_k_heads, spec.num_v_heads, spec.head_k_dim, spec.head_v_dim, spec.group
+    qkvz = (x @ weights.in_proj_qkvz.T).reshape(N, H, 2 * K + 2 * r * V)  # [N, H, 2K + 2rV]
+    ba = (x @ weights.in_proj_ba.T).reshape(N, H, 2 * r)  # [N, H, 2r]
+    conv_inputs = np.concatenate(
+        [qkvz[:, :, :K].reshape(N, H * K), qkvz[:, :, K : 2 * K].reshape(N, H * K),
+         qkvz[:, :, 2 * K : 2 * K + r * V].reshape(N, HV * V)],
+        axis=1,
+    )  # [N, C]
+    z = qkvz[:, :, 2 * K + r * V :].reshape(N, HV, V)  # [N, HV, V]
+    b = ba[:, :, :r].reshape(N, HV)  # [N, HV]
+    a = ba[:, :, r:].reshape(N, HV)  # [N, HV]
+    mixed = silu(short_conv(conv_inputs, conv_state, weights.conv1d, tree))  # [N, C]
+    q = l2norm(mixed[:, : H * K].reshape(N, H, K))  # [N, H, K]
+    k = l2norm(mixed[:, H * K : 2 * H * K].reshape(N, H, K))  # [N, H, K]
+    v = mixed[:, 2 * H * K :].reshape(N, HV, V)  # [N, HV, V]
+    alpha, beta = gates(a, b, weights.A_log, weights.dt_bias, spec.allow_neg_eigval)  # [N, HV] each
+    return conv_inputs, q, k, v, z, alpha, beta
+
+
+def _gdn_layer_output(o: np.ndarray, z: np.ndarray, weights: GDNWeights, spec: GDNLayerSpec) -> np.ndarray:
+    normed = gated_rmsnorm(o, z, weights.norm, spec.eps)  # [N, HV, V]
+    return normed.reshape(o.shape[0], spec.value_dim) @ weights.out_proj.T  # [N, D]
+
+
+def gdn_layer_chain(x, weights: GDNWeights, spec: GDNLayerSpec, cache: GDNLayerCache):
+    """The layer over T tokens in order (prefill, or decode when T = 1), by the recurrence (:func:`chain`).
+
+    ``x: [T, D]`` (the normed hidden states). Returns ``(out [T, D], new GDNLayerCache)``; ``cache`` is not modified.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"x has shape {x.shape}, expected [T, D] with T >= 1")
+    path = TokenTree.chain(x.shape[0])
+    conv_inputs, q, k, v, z, alpha, beta = _gdn_layer_inputs(x, weights, spec, cache.conv_state, path)
+    o, state = chain(q, k, v, alpha, beta, cache.state, spec.head_k_dim**-0.5)  # [T, HV, V], [HV, K, V]
+    conv_state = conv_state_commit(conv_inputs, cache.conv_state, path, path.num_nodes - 1)  # [W - 1, C]
+    return _gdn_layer_output(o, z, weights, spec), GDNLayerCache(conv_state=conv_state, state=state)
+
+
+def gdn_layer_tree(x, weights: GDNWeights, spec: GDNLayerSpec, cache: GDNLayerCache, tree: TokenTree):
+    """The layer on every node of a draft tree at once (:func:`tree_closed_form`), without touching the cache.
+
+    ``x: [N, D]`` (normed hidden states of the nodes). Returns ``(out [N, D], GDNTreeRecord)``; the record is what
+    :func:`gdn_layer_commit` needs to advance the cache to an accepted node.
+    """
+    conv_inputs, q, k, v, z, alpha, beta = _gdn_layer_inputs(x, weights, spec, cache.conv_state, tree)
+    o, factors = tree_closed_form(q, k, v, alpha, beta, cache.state, tree, spec.head_k_dim**-0.5)  # o: [N, HV, V]
+    return _gdn_layer_output(o, z, weights, spec), GDNTreeRecord(conv_inputs=conv_inputs, factors=factors)
+
+
+def gdn_layer_commit(record: GDNTreeRecord, cache: GDNLayerCache, tree: TokenTree, node: int) -> GDNLayerCache:
+    """The layer cache after accepting ``node``: state rebuilt from factors (:func:`commit`), conv state from the path
+    inputs (:func:`conv_state_commit`). ``cache`` is not modified."""
+    return GDNLayerCache(
+        conv_state=conv_state_commit(record.conv_inputs, cache.conv_state, tree, node),
+        state=commit(cache.state, record.factors, tree, node),
+    )
