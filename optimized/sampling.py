@@ -1,0 +1,490 @@
+"""Sampling parameters, counter-based coins, and lossless tree verification batched over requests (torch).
+
+Everything here runs on whatever device its tensors live on (the GPU in the engine, the CPU in the tests) and is the
+batched counterpart of :mod:`lumotree.reference.verify` (DESIGN.md §5):
+
+- **Greedy**: node i is accepted iff its token is the argmax at its parent and its parent is accepted; the deepest
+  accepted node wins and the argmax there is the next pending token. All nodes of all requests are checked at once;
+  the "parent accepted" chain is resolved by pointer jumping (``ceil(log2 N)`` gathers).
+- **Lossless sampling** (recursive rejection sampling): at an accepted node u with target distribution ``P_u`` the
+  residual is ``R = P_u``; each child c (token ``x_c`` drawn from ``Q_c``) is accepted with probability
+  ``min(1, R(x_c) / Q_c(x_c))`` and the walk descends; on rejection ``R = norm(max(0, R - Q_c))``. When every child
+  is rejected, the next token is drawn from ``R``. The variants differ only in ``Q_c``:
+  ``iid`` (children drawn independently from the drafter's ``q_u``), ``without_replacement`` (``q_u`` renormalised
+  with the tokens of the earlier-tried siblings removed) and ``deterministic`` (children chosen without randomness:
+  ``Q_c`` is a point mass on ``x_c``). Variant names and rules are those of the reference. The walk is batched over
+  requests: one iteration tries one draw per request.
+
+Draws: the children of u are tried in draw order (default: index order; an ``iid`` token drawn twice is one node tried
+once per draw, as :class:`lumotree.reference.verify.DraftProposal` ``draws``). Coins are passed in (``[B, D + 1]``
+uniforms in [0, 1), D = number of draws, ``N - 1`` by default): ``coins[b, 1 + d]`` decides draw d (by default draw
+``d`` is node ``d + 1``, so ``coins[b, c]`` tests node c) and ``coins[b, 0]`` draws the next token from the final
+residual (inverse CDF). Each draw is tried at most once, so one coin per draw is enough. :func:`counter_uniforms` makes
+them from a per-request seed and step counter, so a request's output does not depend on what else is in its batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+
+import torch
+
+__all__ = [
+    "SamplingParams",
+    "VARIANTS",
+    "TreeBatch",
+    "VerifyOutcome",
+    "target_probs",
+    "counter_uniforms",
+    "sample_from",
+    "verify_greedy",
+    "verify_sampling",
+    "verify_batch",
+]
+
+VARIANTS = ("iid", "without_replacement", "deterministic")
+
+_MASK32 = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request samples.
+
+    ``temperature == 0`` is greedy (argmax). Otherwise logits are divided by ``temperature``, then only the
+    ``top_k`` largest (0 = all; ties at the k-th value are kept) and then the smallest set of most likely tokens whose
+    mass reaches ``top_p`` are kept (the order and tie rules of transformers' logits warpers). ``seed`` fixes the
+    request's coins (None: the engine draws one). Generation stops after ``max_new_tokens`` or at a token of
+    ``stop_token_ids`` (which is emitted).
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    max_new_tokens: int = 64
+    stop_token_ids: tuple[int, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, Real) or not math.isfinite(float(t)) or float(t) < 0:
+            raise ValueError(f"temperature = {t!r} must be a finite number >= 0 (0 means greedy)")
+        p = self.top_p
+        if isinstance(p, bool) or not isinstance(p, Real) or not (0.0 < float(p) <= 1.0):
+            raise ValueError(f"top_p = {p!r} must be in (0, 1]")
+        k = self.top_k
+        if isinstance(k, bool) or not isinstance(k, Integral) or int(k) < 0:
+            raise ValueError(f"top_k = {k!r} must be an integer >= 0 (0 disables top-k)")
+        s = self.seed
+        if s is not None and (isinstance(s, bool) or not isinstance(s, Integral) or not 0 <= int(s) < 2**63):
+            raise ValueError(f"seed = {s!r} must be None or an integer in [0, 2**63)")
+        m = self.max_new_tokens
+        if isinstance(m, bool) or not isinstance(m, Integral) or int(m) < 1:
+            raise ValueError(f"max_new_tokens = {m!r} must be an integer >= 1")
+        stops = tuple(self.stop_token_ids)
+        for i, tok in enumerate(stops):
+            if isinstance(tok, bool) or not isinstance(tok, Integral) or int(tok) < 0:
+                raise ValueError(f"stop_token_ids[{i}] = {tok!r} is not a non-negative token id")
+        object.__setattr__(self, "stop_token_ids", tuple(int(x) for x in stops))
+
+    @property
+    def greedy(self) -> bool:
+        return float(self.temperature) == 0.0
+
+
+# --------------------------------------------------------------------------------------------------- target P
+def target_probs(
+    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+) -> torch.Tensor:
+    """The distribution each node samples from: ``[B, N, V]`` (float32, or float64 for float64 logits).
+
+    ``logits: [B, N, V]``; per-request ``temperature: [B]`` (0 = greedy: a point mass on the first argmax),
+    ``top_k: [B]`` int (0 = off), ``top_p: [B]`` in (0, 1]. Rows are processed as in :class:`SamplingParams`.
+    """
+    if logits.ndim != 3:
+        raise ValueError(f"logits has shape {tuple(logits.shape)}, expected [B, N, V]")
+    B, N, V = logits.shape
+    for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)):
+        if t.shape != (B,):
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected [B] = ({B},)")
+    work_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    x = logits.to(work_dtype)  # [B, N, V]
+    greedy = temperature <= 0  # [B]
+    safe_t = torch.where(greedy, torch.ones_like(temperature), temperature).to(work_dtype)  # [B]
+    x = x / safe_t[:, None, None]  # [B, N, V]
+    neg_inf = torch.tensor(float("-inf"), dtype=work_dtype, device=x.device)
+    k_max = int(top_k.max().item()) if B else 0
+    if k_max > 0:
+        k_eff = torch.where(top_k > 0, top_k.clamp(max=V), torch.full_like(top_k, V))  # [B]
+        kk = min(k_max, V)
+        top_vals = torch.topk(x, kk, dim=-1).values  # [B, N, kk]
+        idx = (k_eff.clamp(max=kk) - 1).to(torch.long)[:, None, None].expand(B, N, 1)  # [B, N, 1]
+        kth = top_vals.gather(-1, idx)  # [B, N, 1]
+        use_k = (top_k > 0)[:, None, None]  # [B, 1, 1]
+        x = torch.where(use_k & (x < kth), neg_inf, x)
+    if bool((top_p < 1).any()):
+        sorted_x, order = torch.sort(x, dim=-1, descending=False)  # [B, N, V] ascending
+        cum = torch.softmax(sorted_x, dim=-1).cumsum(-1)  # [B, N, V]
+        remove_sorted = cum <= (1 - top_p.to(work_dtype))[:, None, None]  # [B, N, V]
+        remove_sorted[..., -1] = False  # always keep the most likely token
+        remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)  # [B, N, V]
+        x = torch.where(remove, neg_inf, x)
+    probs = torch.softmax(x, dim=-1)  # [B, N, V]
+    if bool(greedy.any()):
+        onehot = torch.zeros_like(probs).scatter(-1, logits.argmax(-1, keepdim=True), 1.0)  # [B, N, V]
+        probs = torch.where(greedy[:, None, None], onehot, probs)
+    return probs
+
+
+# --------------------------------------------------------------------------------------------------- coins
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """``(x * c) mod 2**32`` for ``0 <= x < 2**32`` in int64 without overflow (c split in 16-bit halves)."""
+    lo, hi = c & 0xFFFF, c >> 16
+    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _MASK32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash with full avalanche (Wellons' ``lowbias32`` structure), on int64 lanes."""
+    x = x & _MASK32
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x21F0AAAD)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x735A2D97)
+    x = x ^ (x >> 15)
+    return x
+
+
+def counter_uniforms(seed: torch.Tensor, counter: torch.Tensor, n: int, stream: int = 0) -> torch.Tensor:
+    """Uniforms in [0, 1) that depend only on ``(seed, counter, index, stream)``: ``[B, n]`` float64.
+
+    ``seed, counter: [B]`` int64 (seed in [0, 2**63)). A counter-based generator: the engine passes a request's step
+    counter, so a request draws the same coins whatever else shares its batch. 48 random bits per uniform.
+    """
+    if seed.shape != counter.shape or seed.ndim != 1:
+        raise ValueError(f"seed {tuple(seed.shape)} and counter {tuple(counter.shape)} must both be [B]")
+    seed = seed.to(torch.int64)
+    counter = counter.to(torch.int64)
+    idx = torch.arange(n, dtype=torch.int64, device=seed.device)[None, :]  # [1, n]
+    seed_lo = (seed & _MASK32)[:, None]  # [B, 1]
+    seed_hi = ((seed >> 32) & _MASK32)[:, None]  # [B, 1]
+    ctr_lo = (counter & _MASK32)[:, None]  # [B, 1]
+    ctr_hi = ((counter >> 32) & _MASK32)[:, None]  # [B, 1]
+    h = _mix32(idx ^ _mix32(ctr_lo ^ _mix32(ctr_hi ^ _mix32(seed_lo ^ _mix32(seed_hi + (stream & _MASK32))))))
+    h2 = _mix32(h ^ 0x9E3779B9)  # [B, n] a second, decorrelated word
+    bits48 = (h << 16) | (h2 & 0xFFFF)  # [B, n] in [0, 2**48)
+    return bits48.to(torch.float64) * (2.0**-48)
+
+
+def sample_from(probs: torch.Tensor, coins: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw: for each row of ``probs: [B, V]`` (unnormalised allowed), the first token whose cumulative
+    mass exceeds ``coin * total``. ``coins: [B]``. Zero-mass tokens are never drawn. Returns ``[B]`` int64."""
+    cdf = probs.cumsum(-1)  # [B, V]
+    target = (coins.to(cdf.dtype) * cdf[:, -1])[:, None]  # [B, 1]
+    tok = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # [B]
+    return tok.clamp(max=probs.shape[-1] - 1)
+
+
+# --------------------------------------------------------------------------------------------------- trees
+class TreeBatch:
+    """B padded draft trees on one device, with the order in which verification tries children.
+
+    ``tokens: [B, N]`` (node 0 = the pending token), ``parents: [B, N]`` (``parents[b, 0] == -1``, topological),
+    ``num_nodes: [B]`` (nodes at or past ``num_nodes[b]`` are padding and ignored). Derived by pointer jumping:
+    ``depth: [B, N]``, ``ancestor: [B, N, N]`` (inclusive ancestor mask), ``valid: [B, N]``. Draw lists (a linked list
+    per node): ``first_draw: [B, N]``, ``draw_child: [B, D]``, ``draw_next: [B, D]`` (-1 = none). By default the draws
+    are the children in index order and draw d is node d + 1 (D = N - 1); ``draws`` (per tree, per node, the children
+    in draw order, repeats allowed for ``iid``) overrides that, as the reference's ``DraftProposal.draws``.
+    """
+
+    def __init__(
+        self,
+        tokens: torch.Tensor,
+        parents: torch.Tensor,
+        num_nodes: torch.Tensor,
+        draws: list[list[list[int]] | None] | None = None,
+    ):
+        if tokens.ndim != 2 or parents.shape != tokens.shape:
+            raise ValueError(f"tokens {tuple(tokens.shape)} and parents {tuple(parents.shape)} must both be [B, N]")
+        B, N = tokens.shape
+        if num_nodes.shape != (B,):
+            raise ValueError(f"num_nodes has shape {tuple(num_nodes.shape)}, expected [B] = ({B},)")
+        self.tokens = tokens  # [B, N]
+        self.parents = parents  # [B, N]
+        self.num_nodes = num_nodes  # [B]
+        dev = tokens.device
+        node = torch.arange(N, device=dev)  # [N]
+        valid = node[None, :] < num_nodes[:, None]  # [B, N]
+        child_node = valid & (node[None, :] > 0)  # [B, N] valid non-root nodes
+        # padding nodes and the root point at the root: a fixed point for pointer jumping
+        par = torch.where(child_node, parents, torch.zeros_like(parents))  # [B, N]
+        depth = child_node.to(torch.int64)  # [B, N]
+        ancestor = torch.eye(N, dtype=torch.bool, device=dev).expand(B, N, N).clone()  # [B, N, N]
+        jump = par.clone()  # [B, N] ancestor at distance 2^k (clamped at the root)
+        for _ in range(max(1, math.ceil(math.log2(max(N, 2))))):
+            depth = depth + depth.gather(1, jump)
+            ancestor = ancestor | ancestor.gather(1, jump[:, :, None].expand(B, N, N))
+            jump = jump.gather(1, jump)
+        self.valid = valid  # [B, N]
+        self.depth = depth  # [B, N]
+        self.ancestor = ancestor & valid[:, :, None] & valid[:, None, :]  # [B, N, N]
+        if draws is None or all(d is None for d in draws):
+            self._default_draws(par, child_node)
+        else:
+            self._explicit_draws(draws)
+
+    def _default_draws(self, par: torch.Tensor, child_node: torch.Tensor) -> None:
+        """Children in index order; draw d = node d + 1. Sort non-root nodes by (parent, index): runs of equal
+        parents are sibling lists."""
+        B, N = par.shape
+        dev = par.device
+        node = torch.arange(N, device=dev)
+        big = N + 1
+        pad_key = big * big
+        key = torch.where(child_node, par * big + node[None, :], torch.full_like(par, pad_key))  # [B, N]
+        sorted_key, order = torch.sort(key, dim=1)  # [B, N]
+        live = sorted_key < pad_key  # [B, N]
+        sorted_par = sorted_key // big  # [B, N]
+        same_next = torch.zeros_like(live)
+        same_next[:, :-1] = (sorted_par[:, :-1] == sorted_par[:, 1:]) & live[:, 1:]
+        next_sorted = torch.full_like(order, -1)
+        next_sorted[:, :-1] = torch.where(same_next[:, :-1], order[:, 1:], torch.full_like(order[:, 1:], -1))
+        next_sibling = torch.full_like(order, -1).scatter(1, order, next_sorted)  # [B, N] in node space
+        is_first = torch.ones_like(live)
+        is_first[:, 1:] = sorted_par[:, 1:] != sorted_par[:, :-1]
+        is_first &= live
+        first = torch.full((B, N + 1), -1, dtype=torch.int64, device=dev)  # column N collects non-first entries
+        first.scatter_(
+            1,
+            torch.where(is_first, sorted_par, torch.full_like(sorted_par, N)),
+            torch.where(is_first, order, torch.full_like(order, -1)),
+        )
+        first_child = first[:, :N]  # [B, N] node space
+        self.first_draw = torch.where(first_child > 0, first_child - 1, first_child).contiguous()  # [B, N]
+        nxt = next_sibling[:, 1:]  # [B, N - 1] for nodes 1..N-1 = draws 0..N-2
+        self.draw_next = torch.where(nxt > 0, nxt - 1, torch.full_like(nxt, -1)).contiguous()  # [B, D]
+        self.draw_child = (torch.arange(1, N, device=dev)[None, :]).expand(B, N - 1).contiguous()  # [B, D]
+
+    def _explicit_draws(self, draws: list[list[list[int]] | None]) -> None:
+        """Draw lists built on the host from per-node child orders (``None`` for a tree: index order)."""
+        B, N = self.tokens.shape
+        if len(draws) != B:
+            raise ValueError(f"draws has {len(draws)} entries, expected one per tree (B = {B})")
+        parents = self.parents.cpu().tolist()
+        counts = self.num_nodes.cpu().tolist()
+        per_tree: list[list[list[int]]] = []
+        for b in range(B):
+            n = counts[b]
+            kids: list[list[int]] = [[] for _ in range(n)]
+            for c in range(1, n):
+                kids[parents[b][c]].append(c)
+            d = draws[b]
+            if d is None:
+                per_tree.append(kids)
+                continue
+            if len(d) != n:
+                raise ValueError(f"draws[{b}] has {len(d)} entries but tree {b} has {n} nodes")
+            for u in range(n):
+                if set(d[u]) != set(kids[u]):
+                    raise ValueError(f"draws[{b}][{u}] = {list(d[u])} must list exactly the children {kids[u]}")
+            per_tree.append([list(x) for x in d])
+        D = max(1, max(sum(len(x) for x in t) for t in per_tree))
+        first_draw = torch.full((B, N), -1, dtype=torch.int64)
+        draw_child = torch.zeros((B, D), dtype=torch.int64)
+        draw_next = torch.full((B, D), -1, dtype=torch.int64)
+        for b, lists in enumerate(per_tree):
+            d = 0
+            for u, kids_u in enumerate(lists):
+                for j, c in enumerate(kids_u):
+                    if j == 0:
+                        first_draw[b, u] = d
+                    draw_child[b, d] = c
+                    if j + 1 < len(kids_u):
+                        draw_next[b, d] = d + 1
+                    d += 1
+        dev = self.tokens.device
+        self.first_draw = first_draw.to(dev)  # [B, N]
+        self.draw_child = draw_child.to(dev)  # [B, D]
+        self.draw_next = draw_next.to(dev)  # [B, D]
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def width(self) -> int:
+        return int(self.tokens.shape[1])
+
+    @property
+    def num_coins(self) -> int:
+        """Coins per tree: one per draw plus one for the final token (``N`` with default draws)."""
+        return int(self.draw_child.shape[1]) + 1
+
+    @classmethod
+    def pack(
+        cls,
+        tokens: list[list[int]],
+        parents: list[list[int]],
+        width: int | None = None,
+        device: torch.device | str = "cpu",
+        draws: list[list[list[int]] | None] | None = None,
+    ) -> TreeBatch:
+        """Pad per-request trees (python lists) to a common width ``N`` (default: the largest) and move them."""
+        if len(tokens) != len(parents):
+            raise ValueError(f"tokens has {len(tokens)} trees but parents has {len(parents)}")
+        B = len(tokens)
+        N = max((len(t) for t in tokens), default=1) if width is None else int(width)
+        tok = torch.zeros((B, N), dtype=torch.int64)
+        par = torch.zeros((B, N), dtype=torch.int64)
+        num = torch.zeros((B,), dtype=torch.int64)
+        for b, (t, p) in enumerate(zip(tokens, parents)):
+            if len(t) != len(p):
+                raise ValueError(f"tree {b}: {len(t)} tokens but {len(p)} parents")
+            if not 1 <= len(t) <= N:
+                raise ValueError(f"tree {b} has {len(t)} nodes; expected 1..{N}")
+            if p[0] != -1 or any(not 0 <= p[i] < i for i in range(1, len(p))):
+                raise ValueError(f"tree {b}: parents {list(p)} are not a topological parent array")
+            tok[b, : len(t)] = torch.tensor(t, dtype=torch.int64)
+            par[b, : len(p)] = torch.tensor(p, dtype=torch.int64)
+            num[b] = len(t)
+        par[:, 0] = -1
+        return cls(tok.to(device), par.to(device), num.to(device), draws)
+
+
+@dataclass
+class VerifyOutcome:
+    """Result of verifying B trees: ``accepted_node: [B]`` (deepest accepted node, the commit target),
+    ``accepted_len: [B]`` (its depth = drafted tokens accepted), ``next_token: [B]`` (the new pending token),
+    ``on_path: [B, N]`` (nodes on the root-to-accepted path)."""
+
+    accepted_node: torch.Tensor
+    accepted_len: torch.Tensor
+    next_token: torch.Tensor
+    on_path: torch.Tensor
+
+    def emitted(self, trees: TreeBatch) -> list[list[int]]:
+        """Per request, the new tokens in order: the accepted drafted tokens (root excluded) then ``next_token``."""
+        on_path = self.on_path.cpu()
+        tokens = trees.tokens.cpu()
+        nxt = self.next_token.cpu().tolist()
+        out = []
+        for b in range(trees.batch_size):
+            path_nodes = torch.nonzero(on_path[b]).flatten()[1:]  # index order is root-to-node order
+            out.append(tokens[b, path_nodes].tolist() + [nxt[b]])
+        return out
+
+
+def verify_greedy(trees: TreeBatch, target_argmax: torch.Tensor) -> VerifyOutcome:
+    """Greedy tree verification. ``target_argmax: [B, N]`` = argmax of the target logits at every node."""
+    B, N = trees.tokens.shape
+    parent_pred = target_argmax.gather(1, trees.parents.clamp(min=0))  # [B, N] argmax at each node's parent
+    node = torch.arange(N, device=trees.tokens.device)
+    match = (trees.tokens == parent_pred) | (node[None, :] == 0)  # [B, N]
+    match &= trees.valid
+    # accepted[i] = AND of match over the inclusive ancestors of i
+    accepted = ~(trees.ancestor & ~match[:, None, :]).any(-1) & trees.valid  # [B, N]
+    score = torch.where(accepted, trees.depth, torch.full_like(trees.depth, -1))  # [B, N]
+    best = score.argmax(1)  # [B] (one accepted node per depth: siblings carry distinct tokens)
+    next_token = target_argmax.gather(1, best[:, None]).squeeze(1)  # [B]
+    on_path = trees.ancestor.gather(1, best[:, None, None].expand(B, 1, N)).squeeze(1)  # [B, N]
+    return VerifyOutcome(best, trees.depth.gather(1, best[:, None]).squeeze(1), next_token, on_path)
+
+
+def residual_after_rejection(residual: torch.Tensor, proposal: torch.Tensor) -> torch.Tensor:
+    """``norm(max(0, R - Q))`` row-wise (``[B, V]``); a row whose mass vanishes (only by rounding when R == Q, where
+    rejection has probability 0) keeps R."""
+    r = (residual - proposal).clamp(min=0)  # [B, V]
+    total = r.sum(-1, keepdim=True)  # [B, 1]
+    return torch.where(total > 0, r / torch.where(total > 0, total, torch.ones_like(total)), residual)
+
+
+def verify_sampling(
+    trees: TreeBatch,
+    probs: torch.Tensor,
+    coins: torch.Tensor,
+    variant: str,
+    proposal: torch.Tensor | None = None,
+) -> VerifyOutcome:
+    """Lossless recursive rejection sampling on B trees (DESIGN.md §5), batched over requests.
+
+    ``probs: [B, N, V]`` the target distribution at every node (see :func:`target_probs`); ``coins: [B, D + 1]``
+    uniforms (``coins[b, 1 + d]`` tests draw d, ``coins[b, 0]`` draws the final token); ``variant`` in
+    :data:`VARIANTS`; ``proposal: [B, N, V]`` the drafter's distribution at every node (what its children were drawn
+    from; required for ``iid`` and ``without_replacement``, ignored for ``deterministic``).
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant = {variant!r}; expected one of {VARIANTS}")
+    B, N = trees.tokens.shape
+    if probs.ndim != 3 or probs.shape[:2] != (B, N):
+        raise ValueError(f"probs has shape {tuple(probs.shape)}, expected [B, N, V] with B, N = {B}, {N}")
+    V = probs.shape[-1]
+    if coins.shape != (B, trees.num_coins):
+        raise ValueError(f"coins has shape {tuple(coins.shape)}, expected [B, D + 1] = ({B}, {trees.num_coins})")
+    if variant != "deterministic":
+        if proposal is None or proposal.shape != probs.shape:
+            raise ValueError(
+                f"variant {variant!r} needs proposal [B, N, V] = {tuple(probs.shape)}, got "
+                f"{None if proposal is None else tuple(proposal.shape)}"
+            )
+    dev = probs.device
+    rows = torch.arange(B, device=dev)  # [B]
+    coins = coins.to(probs.dtype)
+    current = torch.zeros(B, dtype=torch.int64, device=dev)  # [B] the accepted node the walk stands on
+    residual = probs[:, 0].clone()  # [B, V]
+    tried = torch.zeros(B, V, dtype=torch.bool, device=dev)  # [B, V] tokens of rejected draws (w/o replacement)
+    draw = trees.first_draw[:, 0].clone()  # [B] next draw to try (-1: none left)
+    while True:
+        active = draw >= 0  # [B]
+        if not bool(active.any()):
+            break
+        d = draw.clamp(min=0)  # [B]
+        c = trees.draw_child[rows, d]  # [B] the child under test
+        x = trees.tokens[rows, c]  # [B] its token
+        if variant == "deterministic":
+            q_row = torch.zeros_like(residual).scatter(1, x[:, None], 1.0)  # [B, V] point mass
+        else:
+            assert proposal is not None
+            q_row = proposal[rows, current]  # [B, V]
+            if variant == "without_replacement":
+                q_row = torch.where(tried, torch.zeros_like(q_row), q_row)
+                mass = q_row.sum(-1, keepdim=True)  # [B, 1]
+                q_row = q_row / torch.where(mass > 0, mass, torch.ones_like(mass))
+        r_x = residual.gather(1, x[:, None]).squeeze(1)  # [B]
+        q_x = q_row.gather(1, x[:, None]).squeeze(1)  # [B]
+        # accept iff coin < R(x) / Q(x), written without the division (Q(x) = 0 means always accept)
+        accept = active & (coins[rows, d + 1] * q_x < r_x)  # [B]
+        reject = active & ~accept  # [B]
+        residual = torch.where(
+            accept[:, None],
+            probs[rows, c],
+            torch.where(reject[:, None], residual_after_rejection(residual, q_row), residual),
+        )
+        tried = torch.where(accept[:, None], torch.zeros_like(tried), tried)
+        tried = tried | (reject[:, None] & torch.zeros_like(tried).scatter(1, x[:, None], True))
+        current = torch.where(accept, c, current)
+        draw = torch.where(accept, trees.first_draw[rows, c], torch.where(reject, trees.draw_next[rows, d], draw))
+    next_token = sample_from(residual, coins[:, 0])  # [B]
+    on_path = trees.ancestor[rows, current]  # [B, N]
+    return VerifyOutcome(current, trees.depth[rows, current], next_token, on_path)
+
+
+def verify_batch(
+    trees: TreeBatch,
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    coins: torch.Tensor | None,
+    variant: str = "deterministic",
+    proposal: torch.Tensor | None = None,
+) -> VerifyOutcome:
+    """Verify B trees from the target's logits ``[B, N, V]``: greedy when every request is greedy (no ``[B, N, V]``
+    probabilities are built), otherwise lossless sampling where greedy rows use a point mass on the argmax (which makes
+    the sampling walk reduce to greedy verification for them)."""
+    if bool((temperature <= 0).all()):
+        return verify_greedy(trees, logits.argmax(-1))
+    if coins is None:
+        raise ValueError("coins are required when some request samples (temperature > 0)")
+    probs = target_probs(logits, temperature, top_k, top_p)  # [B, N, V]
+    return verify_sampling(trees, probs, coins, variant, proposal)
