@@ -1,0 +1,683 @@
+r"""Tree attention for the gated attention layers: a decode-style Triton kernel for a batch of draft trees.
+
+Each request ``b`` owns a slot of the KV cache pool and a draft tree of ``N`` nodes. Its committed keys/values sit at
+positions ``[0, L_b)`` of the slot, the tree's own keys/values at ``[L_b, L_b + N)`` (node ``j`` at ``L_b + j``, written
+by :func:`prepare_qkv`). Query node ``i`` attends to
+
+    every committed position ``p < L_b``   and   tree node ``j`` iff ``M[i, j] = 1`` (j an ancestor of i or i itself),
+
+with RoPE at position ``L_b + depth(i)`` for queries and tree keys. The output is gated: ``o = softmax(q K^T * scale)
+V * sigmoid(gate)``, the Qwen3-Next gated attention before ``o_proj``.
+
+The kernel reads each committed K/V block once for all query rows of one KV head: the rows are the pairs
+(node, query head of the GQA group), so a 64-node tree with 8 query heads per KV head is a 512-row query block split in
+``BLOCK_M`` tiles that run next to each other over the same KV split (the KV tile comes from L2 after the first).
+The committed range is split over ``num_splits`` programs (decode style); the last split also walks the tree's
+own keys under the ancestor mask. Partial results ``(acc, m, l)`` are merged by a small combine kernel that also
+applies the sigmoid gate; with one split the main kernel finishes the output itself.
+
+Layouts (all tensors on one device):
+
+- KV cache pool: ``k_cache, v_cache: [P, HKV, C, D]`` (slot, kv head, position, head dim), ``C`` = capacity per slot.
+- ``q, gate: [B, N, HQ, D]`` (strided views are fine), ``slots, cache_lens: [B]`` int32.
+- Tree: ``parents: [B, N]`` int32 -> :func:`tree_metadata` -> ``words: [B, N, ceil(N/32)]`` int32 ancestor bitsets
+  (the layout of :func:`lumotree.reference.tree.ancestor_words`; bit ``j % 32`` of word ``j // 32``) and
+  ``depth: [B, N]`` int32.
+
+After the engine picks the accepted node of each tree, :func:`kv_commit` moves the K/V of the accepted path to
+positions ``L_b, L_b + 1, ...`` in path order, in place (the rest of the tree's K/V is dropped by the length update).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = [
+    "TreeMeta",
+    "tree_metadata",
+    "rope_inv_freq",
+    "prepare_qkv",
+    "tree_attention",
+    "kv_commit",
+    "choose_num_splits",
+    "check_tree_batch",
+]
+
+WORD_BITS = 32
+_LOG2E = 1.4426950408889634
+
+
+# ----------------------------------------------------------------------------------------------------------- checks
+def _is_interpreter() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _check_tensor(name: str, t: object, ndim: int, dtypes: tuple[torch.dtype, ...], device: torch.device) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name} has dtype {t.dtype}, expected one of {[str(d) for d in dtypes]}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but the other inputs are on {device}")
+
+
+def _check_finite(name: str, t: torch.Tensor) -> None:
+    if not bool(torch.isfinite(t).all()):
+        bad = torch.nonzero(~torch.isfinite(t))[0].tolist()
+        raise ValueError(f"{name} contains NaN or inf (first at index {bad})")
+
+
+def check_tree_batch(parents: torch.Tensor, name: str = "parents") -> None:
+    """Raise ``ValueError`` unless every row of ``parents: [B, N]`` is a tree in topological order.
+
+    Row ``b`` must have ``parents[b, 0] == -1`` and ``0 <= parents[b, i] < i`` (the rule of
+    :func:`lumotree.reference.tree.validate_parents`), checked vectorised and naming the first bad entry.
+    """
+    if parents.ndim != 2 or parents.shape[1] == 0:
+        raise ValueError(f"{name} must have shape [B, N] with N >= 1, got {tuple(parents.shape)}")
+    if parents.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name} has dtype {parents.dtype}, expected int32 or int64")
+    p = parents.to(torch.int64).cpu()
+    idx = torch.arange(p.shape[1])
+    ok = torch.where(idx == 0, p == -1, (p >= 0) & (p < idx))  # [B, N]
+    if not bool(ok.all()):
+        b, i = torch.nonzero(~ok)[0].tolist()
+        rule = "the root's parent must be -1" if i == 0 else f"must satisfy 0 <= parent < {i}"
+        raise ValueError(f"{name}[{b}, {i}] = {int(p[b, i])}: {rule} (topological order, one root at index 0)")
+
+
+# ----------------------------------------------------------------------------------------------------- tree metadata
+class TreeMeta(NamedTuple):
+    """Per-step tree metadata shared by every layer: ``words [B, N, W]`` int32 inclusive ancestor bitsets
+    (``W = ceil(N / 32)``) and ``depth [B, N]`` int32 (root 0)."""
+
+    words: torch.Tensor
+    depth: torch.Tensor
+
+
+@triton.jit
+def _tree_metadata_kernel(Parents, Words, Depth, N, W, BLOCK_W: tl.constexpr):
+    """One program per request: ``words[i] = words[parent(i)] | bit(i)``, ``depth[i] = depth[parent(i)] + 1``."""
+    b = tl.program_id(0)
+    offs_w = tl.arange(0, BLOCK_W)  # [BLOCK_W]
+    mask_w = offs_w < W
+    row0 = tl.where(offs_w == 0, 1, 0).to(tl.int32)  # root: bit 0 of word 0
+    tl.store(Words + b * N * W + offs_w, row0, mask=mask_w)
+    tl.store(Depth + b * N, 0)
+    tl.debug_barrier()
+    for i in range(1, N):
+        p = tl.load(Parents + b * N + i)
+        prow = tl.load(Words + b * N * W + p * W + offs_w, mask=mask_w, other=0)  # [BLOCK_W]
+        bit = tl.full([BLOCK_W], 1, tl.int32) << tl.full([BLOCK_W], i % 32, tl.int32)  # bit 31 -> sign bit
+        row = tl.where(offs_w == i // 32, prow | bit, prow)
+        tl.store(Words + b * N * W + i * W + offs_w, row, mask=mask_w)
+        tl.store(Depth + b * N + i, tl.load(Depth + b * N + p) + 1)
+        tl.debug_barrier()
+
+
+def tree_metadata(parents: torch.Tensor, *, validate: bool = True) -> TreeMeta:
+    """Ancestor bitsets and depths for a batch of trees ``parents: [B, N]`` (int32/int64, each row a valid tree).
+
+    Mirrors :func:`lumotree.reference.tree.ancestor_words` word for word. ``validate`` checks the trees first (one
+    device-to-host copy; switch it off inside CUDA-graph capture, after checking the same trees once).
+    """
+    if validate:
+        check_tree_batch(parents)
+    B, N = parents.shape
+    W = (N + WORD_BITS - 1) // WORD_BITS
+    parents32 = parents.to(torch.int32).contiguous()  # [B, N]
+    words = torch.empty((B, N, W), dtype=torch.int32, device=parents.device)  # [B, N, W]
+    depth = torch.empty((B, N), dtype=torch.int32, device=parents.device)  # [B, N]
+    _tree_metadata_kernel[(B,)](parents32, words, depth, N, W, BLOCK_W=max(2, triton.next_power_of_2(W)))
+    return TreeMeta(words, depth)
+
+
+# --------------------------------------------------------------------------------------- q/k norm + RoPE + KV write
+def rope_inv_freq(rotary_dim: int, theta: float, device: torch.device | str = "cpu") -> torch.Tensor:
+    """RoPE inverse frequencies ``theta ** (-2i / rotary_dim)``, ``i < rotary_dim / 2``, as float32 ``[rotary_dim/2]``
+    (computed as transformers does, so positions rotate identically)."""
+    if rotary_dim <= 0 or rotary_dim % 2:
+        raise ValueError(f"rotary_dim = {rotary_dim} must be a positive even number")
+    exponent = torch.arange(0, rotary_dim, 2, dtype=torch.int64).to(torch.float32) / rotary_dim  # [R/2]
+    return (1.0 / (theta**exponent)).to(device)
+
+
+@triton.jit
+def _prepare_qkv_kernel(
+    Q, K, V, QW, KW, InvFreq, Pos, Slots, Lens, QOut, KC, VC,
+    sqb, sqn, sqh, skb, skn, skh, svb, svn, svh,
+    sob, son, soh, skcp, skch, skcc, svcp, svch, svcc,
+    N, HQ, HKV, D, eps,
+    ROT_HALF: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """One program per (request, node, head among HQ + HKV): zero-centred RMSNorm, partial RoPE, store.
+
+    Heads ``h < HQ`` are query heads (written to QOut); heads ``HQ <= h < HQ + HKV`` are key heads, written with the
+    matching value head into the cache slot at position ``L_b + node``.
+    """
+    b = tl.program_id(0)
+    n = tl.program_id(1)
+    h = tl.program_id(2)
+    offs_d = tl.arange(0, BLOCK_D)  # [BLOCK_D]
+    mask_d = offs_d < D
+    pos = (tl.load(Lens + b) + tl.load(Pos + b * N + n)).to(tl.float32)
+    # rotation partner of dim d < 2*ROT_HALF: d + ROT_HALF (first half, sign -) or d - ROT_HALF (second half, sign +)
+    in_rot = offs_d < 2 * ROT_HALF
+    first_half = offs_d < ROT_HALF
+    partner = tl.where(first_half, offs_d + ROT_HALF, offs_d - ROT_HALF)
+    freq_idx = tl.where(first_half, offs_d, offs_d - ROT_HALF)
+    inv_freq = tl.load(InvFreq + freq_idx, mask=in_rot, other=0.0)  # [BLOCK_D]
+    angle = pos * inv_freq
+    cos = tl.where(in_rot, tl.cos(angle), 1.0)
+    sin = tl.where(in_rot, tl.where(first_half, -tl.sin(angle), tl.sin(angle)), 0.0)
+    if h < HQ:
+        base = Q + b * sqb + n * sqn + h * sqh
+        w_ptr = QW
+    else:
+        base = K + b * skb + n * skn + (h - HQ) * skh
+        w_ptr = KW
+    x = tl.load(base + offs_d, mask=mask_d, other=0.0).to(tl.float32)  # [BLOCK_D]
+    x_partner = tl.load(base + partner, mask=mask_d & in_rot, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + offs_d, mask=mask_d, other=0.0).to(tl.float32)
+    w_partner = tl.load(w_ptr + partner, mask=mask_d & in_rot, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)
+    y = x * rstd * (1.0 + w)
+    y_partner = x_partner * rstd * (1.0 + w_partner)
+    out = y * cos + y_partner * sin
+    if h < HQ:
+        tl.store(QOut + b * sob + n * son + h * soh + offs_d, out.to(QOut.dtype.element_ty), mask=mask_d)
+    else:
+        hk = h - HQ
+        slot = tl.load(Slots + b).to(tl.int64)
+        c = (tl.load(Lens + b) + n).to(tl.int64)
+        tl.store(KC + slot * skcp + hk * skch + c * skcc + offs_d, out.to(KC.dtype.element_ty), mask=mask_d)
+        vv = tl.load(V + b * svb + n * svn + hk * svh + offs_d, mask=mask_d, other=0.0)
+        tl.store(VC + slot * svcp + hk * svch + c * svcc + offs_d, vv.to(VC.dtype.element_ty), mask=mask_d)
+
+
+def prepare_qkv(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_norm_weight: torch.Tensor,
+    k_norm_weight: torch.Tensor,
+    inv_freq: torch.Tensor,
+    offsets: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    cache_lens: torch.Tensor,
+    *,
+    eps: float = 1e-6,
+    out: torch.Tensor | None = None,
+    validate: bool = True,
+) -> torch.Tensor:
+    """Fused pre-kernel of the attention layer: ``x_hat * (1 + w)`` RMSNorm on q and k heads, RoPE on the first
+    ``2 * len(inv_freq)`` dims at position ``cache_lens[b] + offsets[b, n]`` (rotate-half convention), then
+
+    - rotated queries -> returned ``[B, N, HQ, D]`` (or ``out``),
+    - rotated keys and the values -> cache slot ``slots[b]`` at position ``cache_lens[b] + n``.
+
+    ``q: [B, N, HQ, D]``, ``k, v: [B, N, HKV, D]`` (strided views allowed, last dim contiguous), ``offsets: [B, N]``
+    int32: ``depth`` for a tree, ``n`` for a chunk of consecutive tokens.
+    """
+    device = q.device
+    float_types = (torch.float32, torch.bfloat16, torch.float16)
+    _check_tensor("q", q, 4, float_types, device)
+    B, N, HQ, D = q.shape
+    _check_tensor("k", k, 4, float_types, device)
+    _check_tensor("v", v, 4, float_types, device)
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.shape[:2] != (B, N) or k.shape[3] != D or v.shape != k.shape:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must both be [B, N, HKV, D] = [{B}, {N}, *, {D}]")
+    HKV = k.shape[2]
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have a contiguous last dimension")
+    _check_tensor("q_norm_weight", q_norm_weight, 1, float_types, device)
+    _check_tensor("k_norm_weight", k_norm_weight, 1, float_types, device)
+    if q_norm_weight.shape[0] != D or k_norm_weight.shape[0] != D:
+        raise ValueError(f"q_norm_weight and k_norm_weight must have shape [D] = [{D}]")
+    _check_tensor("inv_freq", inv_freq, 1, (torch.float32,), device)
+    if 2 * inv_freq.shape[0] > D:
+        raise ValueError(f"inv_freq has {inv_freq.shape[0]} entries: rotary dim {2 * inv_freq.shape[0]} > D = {D}")
+    _check_tensor("offsets", offsets, 2, (torch.int32,), device)
+    if offsets.shape != (B, N):
+        raise ValueError(f"offsets has shape {tuple(offsets.shape)}, expected [B, N] = [{B}, {N}]")
+    _check_cache(k_cache, v_cache, HKV, D, device)
+    _check_slots(slots, cache_lens, B, k_cache.shape[0], device)
+    if validate:
+        _check_lens_fit(cache_lens, offsets, N, k_cache.shape[2])
+    if out is None:
+        out = torch.empty((B, N, HQ, D), dtype=q.dtype, device=device)  # [B, N, HQ, D]
+    elif out.shape != (B, N, HQ, D) or out.stride(-1) != 1:
+        raise ValueError(f"out must be [B, N, HQ, D] = {(B, N, HQ, D)} with a contiguous last dim")
+    qw = q_norm_weight.to(torch.float32).contiguous()  # [D]
+    kw = k_norm_weight.to(torch.float32).contiguous()  # [D]
+    _prepare_qkv_kernel[(B, N, HQ + HKV)](
+        q, k, v, qw, kw, inv_freq.contiguous(), offsets.contiguous(), slots, cache_lens, out, k_cache, v_cache,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
+        v.stride(2), out.stride(0), out.stride(1), out.stride(2), k_cache.stride(0), k_cache.stride(1),
+        k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        N, HQ, HKV, D, float(eps),
+        ROT_HALF=inv_freq.shape[0], BLOCK_D=triton.next_power_of_2(D),
+    )  # fmt: skip
+    return out
+
+
+def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, HKV: int, D: int, device: torch.device) -> None:
+    _check_tensor("k_cache", k_cache, 4, (torch.float32, torch.bfloat16, torch.float16), device)
+    if v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype or v_cache.device != device:
+        raise ValueError(f"v_cache {tuple(v_cache.shape)} must match k_cache {tuple(k_cache.shape)} in shape/dtype")
+    if k_cache.shape[1] != HKV or k_cache.shape[3] != D:
+        raise ValueError(f"k_cache has shape {tuple(k_cache.shape)}, expected [P, HKV, C, D] with HKV={HKV}, D={D}")
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError("k_cache and v_cache must have a contiguous last dimension")
+
+
+def _check_slots(slots: torch.Tensor, cache_lens: torch.Tensor, B: int, P: int, device: torch.device) -> None:
+    _check_tensor("slots", slots, 1, (torch.int32,), device)
+    _check_tensor("cache_lens", cache_lens, 1, (torch.int32,), device)
+    if slots.shape[0] != B or cache_lens.shape[0] != B:
+        raise ValueError(f"slots {tuple(slots.shape)} and cache_lens {tuple(cache_lens.shape)} must be [B] = [{B}]")
+    if not slots.is_contiguous() or not cache_lens.is_contiguous():
+        raise ValueError("slots and cache_lens must be contiguous")
+
+
+def _check_lens_fit(cache_lens: torch.Tensor, offsets_or_none: torch.Tensor | None, N: int, C: int) -> None:
+    lens = cache_lens.cpu()
+    if bool((lens < 0).any()):
+        raise ValueError(f"cache_lens has a negative entry: {lens.tolist()}")
+    if bool((lens + N > C).any()):
+        b = int(torch.nonzero(lens + N > C)[0, 0])
+        raise ValueError(f"cache_lens[{b}] = {int(lens[b])} + N = {N} tokens exceeds the cache capacity C = {C}")
+    if offsets_or_none is not None and bool((offsets_or_none.cpu() < 0).any()):
+        raise ValueError("offsets has a negative entry")
+
+
+def _check_slot_range(slots: torch.Tensor, P: int) -> None:
+    s = slots.cpu()
+    if bool(((s < 0) | (s >= P)).any()):
+        b = int(torch.nonzero((s < 0) | (s >= P))[0, 0])
+        raise ValueError(f"slots[{b}] = {int(s[b])} is outside the pool [0, {P})")
+    if len(set(s.tolist())) != s.numel():
+        raise ValueError(f"slots has repeated entries {s.tolist()}: each request needs its own slot")
+
+
+# --------------------------------------------------------------------------------------------------- attention
+@triton.jit
+def _tree_attn_kernel(
+    Q, KC, VC, Gate, Words, Slots, Lens, Out, PartAcc, PartML,
+    sqb, sqn, sqh, sgb, sgn, sgh, sob, son, soh,
+    skcp, skch, skcc, svcp, svch, svcc, swb, swn,
+    spa_s, spa_b, spa_n, spa_h, spm_s, spm_b, spm_n, spm_h,
+    N, HQ, D, qk_scale, NUM_SPLITS,
+    G: tl.constexpr, FINALIZE: tl.constexpr, HAS_GATE: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
+):  # fmt: skip
+    """Grid ``(row blocks, B * HKV, NUM_SPLITS)``. Rows are (node, query head in the GQA group) pairs."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    HKV = HQ // G
+    b = pid_bh // HKV
+    kvh = pid_bh % HKV
+    NODES: tl.constexpr = BLOCK_M // G  # nodes per row block
+    offs_r = tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    node = pid_m * NODES + offs_r // G  # [BLOCK_M]
+    head = kvh * G + offs_r % G  # [BLOCK_M]
+    row_ok = (offs_r < NODES * G) & (node < N)
+    offs_d = tl.arange(0, BLOCK_D)  # [BLOCK_D]
+    if EVEN_D:  # a mask constant along the contiguous dim keeps the loads 16 bytes wide
+        mask_d = tl.full([BLOCK_D], 1, tl.int1)
+    else:
+        mask_d = offs_d < D
+    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
+
+    q = tl.load(
+        Q + b * sqb + node[:, None] * sqn + head[:, None] * sqh + offs_d[None, :],
+        mask=row_ok[:, None] & mask_d[None, :], other=0.0,
+    )  # [BLOCK_M, BLOCK_D]
+    slot = tl.load(Slots + b).to(tl.int64)
+    L = tl.load(Lens + b)
+    k_base = KC + slot * skcp + kvh * skch
+    v_base = VC + slot * svcp + kvh * svch
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+
+    # committed keys: this split's chunk of [0, L), a multiple of BLOCK_N long
+    chunk = tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = pid_s * chunk
+    end = tl.minimum(start + chunk, L)
+    for n0 in range(start, end, BLOCK_N):
+        pos = n0 + offs_n  # [BLOCK_N]
+        kv_ok = pos < end
+        k = tl.load(k_base + pos[:, None].to(tl.int64) * skcc + offs_d[None, :],
+                    mask=kv_ok[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
+        s = tl.where(kv_ok[None, :], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_safe[:, None])  # [BLOCK_M, BLOCK_N]
+        alpha = tl.math.exp2(m_i - m_safe)
+        v = tl.load(v_base + pos[:, None].to(tl.int64) * svcc + offs_d[None, :],
+                    mask=kv_ok[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    # the tree's own keys (last split only): node j at position L + j, visible iff bit j of words[node]
+    node_hi = tl.minimum((pid_m + 1) * NODES, N)
+    tree_end = tl.where(pid_s == NUM_SPLITS - 1, node_hi, 0)
+    for j0 in range(0, tree_end, BLOCK_N):
+        j = j0 + offs_n  # [BLOCK_N]
+        j_ok = j < node_hi
+        pos = L + j
+        k = tl.load(k_base + pos[:, None].to(tl.int64) * skcc + offs_d[None, :],
+                    mask=j_ok[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
+        word = tl.load(Words + b * swb + node[:, None] * swn + (j // 32)[None, :],
+                       mask=row_ok[:, None] & j_ok[None, :], other=0)  # [BLOCK_M, BLOCK_N]
+        visible = ((word >> (j % 32)[None, :]) & 1) != 0
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = tl.where(visible, s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        v = tl.load(v_base + pos[:, None].to(tl.int64) * svcc + offs_d[None, :],
+                    mask=j_ok[:, None] & mask_d[None, :], other=0.0)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    io_mask = row_ok[:, None] & mask_d[None, :]
+    if FINALIZE:  # one split: normalise and gate here
+        o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # l == 0 only on padding rows
+        if HAS_GATE:
+            gate = tl.load(Gate + b * sgb + node[:, None] * sgn + head[:, None] * sgh + offs_d[None, :],
+                           mask=io_mask, other=0.0).to(tl.float32)
+            o = o * tl.sigmoid(gate)
+        tl.store(Out + b * sob + node[:, None] * son + head[:, None] * soh + offs_d[None, :],
+                 o.to(Out.dtype.element_ty), mask=io_mask)
+    else:
+        tl.store(PartAcc + pid_s * spa_s + b * spa_b + node[:, None] * spa_n + head[:, None] * spa_h + offs_d[None, :],
+                 acc, mask=io_mask)
+        ml = PartML + pid_s * spm_s + b * spm_b + node * spm_n + head * spm_h
+        tl.store(ml, m_i, mask=row_ok)
+        tl.store(ml + 1, l_i, mask=row_ok)
+
+
+@triton.jit
+def _combine_kernel(
+    PartAcc, PartML, Gate, Out,
+    spa_s, spa_b, spa_n, spa_h, spm_s, spm_b, spm_n, spm_h, sgb, sgn, sgh, sob, son, soh,
+    N, HQ, D, NUM_SPLITS,
+    HAS_GATE: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """One program per (request, node, query head): merge the split partials, normalise, gate."""
+    pid = tl.program_id(0)
+    h = pid % HQ
+    n = (pid // HQ) % N
+    b = pid // (HQ * N)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    m_run = float("-inf")
+    l_run = 0.0
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    for s in range(NUM_SPLITS):
+        ml = PartML + s * spm_s + b * spm_b + n * spm_n + h * spm_h
+        m_s = tl.load(ml)
+        l_s = tl.load(ml + 1)
+        a_s = tl.load(PartAcc + s * spa_s + b * spa_b + n * spa_n + h * spa_h + offs_d, mask=mask_d, other=0.0)
+        m_new = tl.maximum(m_run, m_s)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        w_old = tl.math.exp2(m_run - m_safe)
+        w_s = tl.math.exp2(m_s - m_safe)
+        l_run = l_run * w_old + l_s * w_s
+        acc = acc * w_old + a_s * w_s
+        m_run = m_new
+    o = acc / l_run
+    if HAS_GATE:
+        gate = tl.load(Gate + b * sgb + n * sgn + h * sgh + offs_d, mask=mask_d, other=0.0).to(tl.float32)
+        o = o * tl.sigmoid(gate)
+    tl.store(Out + b * sob + n * son + h * soh + offs_d, o.to(Out.dtype.element_ty), mask=mask_d)
+
+
+_NUM_SMS: dict[int, int] = {}
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _NUM_SMS:
+        _NUM_SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _NUM_SMS[idx]
+
+
+def _default_blocks(G: int, N: int, D: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for the main kernel."""
+    block_m = max(16, min(64, triton.next_power_of_2(G * N)))
+    block_m = max(block_m, triton.next_power_of_2(G))
+    return block_m, 64 if D <= 128 else 32, 4, 2
+
+
+def choose_num_splits(batch: int, num_kv_heads: int, row_blocks: int, max_len: int, device: torch.device,
+                      *, block_n: int = 64, waves: float = 2.0, min_chunk: int = 256) -> int:
+    """Splits over the committed length so that about ``waves`` waves of programs fill the GPU, each split at
+    least ``min_chunk`` keys long. Pass the cache capacity as ``max_len`` for CUDA graphs (the grid is fixed)."""
+    programs = batch * num_kv_heads * row_blocks
+    want = math.ceil(waves * _num_sms(device) / max(programs, 1))
+    cap = max(1, math.ceil(max_len / max(min_chunk, block_n)))
+    return int(max(1, min(want, cap, 128)))
+
+
+def tree_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    cache_lens: torch.Tensor,
+    words: torch.Tensor,
+    *,
+    gate: torch.Tensor | None = None,
+    scale: float | None = None,
+    num_splits: int | None = None,
+    max_len: int | None = None,
+    out: torch.Tensor | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    validate: bool = True,
+) -> torch.Tensor:
+    """Gated tree attention for a batch of trees over a slot-addressed KV cache pool.
+
+    ``q: [B, N, HQ, D]`` rotated queries (from :func:`prepare_qkv`); ``k_cache, v_cache: [P, HKV, C, D]`` holding
+    request ``b``'s committed K/V at ``[0, cache_lens[b])`` of slot ``slots[b]`` and its tree's K/V right after;
+    ``words: [B, N, ceil(N/32)]`` ancestor bitsets (:func:`tree_metadata`); ``gate: [B, N, HQ, D]`` or None.
+    Returns ``o [B, N, HQ, D]`` (dtype of q): ``softmax_visible(q k^T * scale) v * sigmoid(gate)``.
+
+    ``num_splits`` (default :func:`choose_num_splits` over ``max_len``, default the longest ``cache_lens``, one
+    host sync) fixes the grid; pass both for CUDA graphs. ``validate`` checks values (slot range, lengths against
+    the capacity, finiteness of q and gate) with device-to-host copies: switch it off inside graph capture.
+    """
+    device = q.device
+    float_types = (torch.float32, torch.bfloat16, torch.float16)
+    _check_tensor("q", q, 4, float_types, device)
+    B, N, HQ, D = q.shape
+    if q.stride(-1) != 1:
+        raise ValueError("q must have a contiguous last dimension")
+    _check_tensor("k_cache", k_cache, 4, float_types, device)
+    P, HKV, C, _ = k_cache.shape
+    _check_cache(k_cache, v_cache, HKV, D, device)
+    if HQ % HKV != 0:
+        raise ValueError(f"q has HQ = {HQ} heads, not a multiple of the cache's HKV = {HKV} heads (GQA)")
+    if q.dtype != k_cache.dtype:
+        raise TypeError(f"q has dtype {q.dtype} but the cache holds {k_cache.dtype}")
+    _check_slots(slots, cache_lens, B, P, device)
+    W = (N + WORD_BITS - 1) // WORD_BITS
+    _check_tensor("words", words, 3, (torch.int32,), device)
+    if words.shape != (B, N, W) or words.stride(2) != 1:
+        raise ValueError(f"words has shape {tuple(words.shape)}, expected [B, N, ceil(N/32)] = {(B, N, W)}")
+    if gate is not None:
+        _check_tensor("gate", gate, 4, float_types, device)
+        if gate.shape != q.shape or gate.stride(-1) != 1:
+            raise ValueError(f"gate has shape {tuple(gate.shape)}, expected {tuple(q.shape)} (contiguous last dim)")
+    if scale is None:
+        scale = D**-0.5
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale = {scale!r} must be a positive finite number")
+    if validate:
+        _check_slot_range(slots, P)
+        _check_lens_fit(cache_lens, None, N, C)
+        _check_finite("q", q)
+        if gate is not None:
+            _check_finite("gate", gate)
+    G = HQ // HKV
+    bm, bn, nw, ns = _default_blocks(G, N, D)
+    block_m = block_m or bm
+    block_n = block_n or bn
+    if block_m < G or block_m & (block_m - 1):
+        raise ValueError(f"block_m = {block_m} must be a power of two >= the GQA group size {G}")
+    nodes_per_block = block_m // G
+    row_blocks = triton.cdiv(N, nodes_per_block)
+    if num_splits is None:
+        if max_len is None:
+            max_len = int(cache_lens.max().item()) if B else 0
+        num_splits = choose_num_splits(B, HKV, row_blocks, max_len, device, block_n=block_n)
+    if not (isinstance(num_splits, int) and num_splits >= 1):
+        raise ValueError(f"num_splits = {num_splits!r} must be a positive integer")
+    if out is None:
+        out = torch.empty((B, N, HQ, D), dtype=q.dtype, device=device)  # [B, N, HQ, D]
+    elif out.shape != (B, N, HQ, D) or out.stride(-1) != 1 or out.dtype != q.dtype:
+        raise ValueError(f"out must be [B, N, HQ, D] = {(B, N, HQ, D)} of dtype {q.dtype}, contiguous last dim")
+    if num_splits > 1:
+        part_acc = torch.empty((num_splits, B, N, HQ, D), dtype=torch.float32, device=device)  # [S, B, N, HQ, D]
+        part_ml = torch.empty((num_splits, B, N, HQ, 2), dtype=torch.float32, device=device)  # [S, B, N, HQ, (m, l)]
+    else:
+        part_acc = part_ml = out  # unused
+    g = gate if gate is not None else q
+    block_d = max(16, triton.next_power_of_2(D))
+    pa_strides = part_acc.stride()[:4] if num_splits > 1 else (0, 0, 0, 0)
+    pm_strides = part_ml.stride()[:4] if num_splits > 1 else (0, 0, 0, 0)
+    extra = {}
+    if num_warps or not _is_interpreter():
+        extra["num_warps"] = num_warps or nw
+        extra["num_stages"] = num_stages or ns
+    _tree_attn_kernel[(row_blocks, B * HKV, num_splits)](
+        q, k_cache, v_cache, g, words, slots, cache_lens, out, part_acc, part_ml,
+        q.stride(0), q.stride(1), q.stride(2), g.stride(0), g.stride(1), g.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
+        v_cache.stride(2), words.stride(0), words.stride(1), *pa_strides, *pm_strides,
+        N, HQ, D, float(scale) * _LOG2E, num_splits,
+        G=G, FINALIZE=num_splits == 1, HAS_GATE=gate is not None, IEEE=q.dtype == torch.float32,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, EVEN_D=block_d == D, **extra,
+    )  # fmt: skip
+    if num_splits > 1:
+        _combine_kernel[(B * N * HQ,)](
+            part_acc, part_ml, g, out, *pa_strides, *pm_strides, g.stride(0), g.stride(1), g.stride(2),
+            out.stride(0), out.stride(1), out.stride(2), N, HQ, D, num_splits,
+            HAS_GATE=gate is not None, BLOCK_D=max(16, triton.next_power_of_2(D)),
+        )  # fmt: skip
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ kv commit
+@triton.jit
+def _kv_commit_kernel(
+    KC, VC, Slots, Lens, Words, Depth, Accepted,
+    skcp, skch, skcc, svcp, svch, svcc, swb, swn,
+    N, HKV, D, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """One program per (request, kv head): for j = 0..N-1 in order, if j is on the accepted path copy position
+    ``L + j`` to ``L + depth(j)``. Increasing j is safe in place: the write target ``L + depth(j) <= L + j`` is never
+    a later read (later sources ``L + j'`` have ``j' > j >= depth(j)``)."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    slot = tl.load(Slots + b).to(tl.int64)
+    L = tl.load(Lens + b).to(tl.int64)
+    a = tl.load(Accepted + b)
+    k_base = KC + slot * skcp + h * skch
+    v_base = VC + slot * svcp + h * svch
+    for j in range(0, N):
+        word = tl.load(Words + b * swb + a * swn + j // 32)
+        d = tl.load(Depth + b * N + j).to(tl.int64)
+        move = ((word >> (j % 32)) & 1) * (d != j).to(tl.int32)  # on the path and not already in place
+        m = mask_d & ((tl.zeros([BLOCK_D], tl.int32) + move) != 0)
+        kj = tl.load(k_base + (L + j) * skcc + offs_d, mask=m)
+        vj = tl.load(v_base + (L + j) * svcc + offs_d, mask=m)
+        tl.store(k_base + (L + d) * skcc + offs_d, kj, mask=m)
+        tl.store(v_base + (L + d) * svcc + offs_d, vj, mask=m)
+
+
+def kv_commit(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    cache_lens: torch.Tensor,
+    meta: TreeMeta,
+    accepted: torch.Tensor,
+    *,
+    validate: bool = True,
+) -> None:
+    """Compact each request's accepted path into its cache slot, in place.
+
+    For request b with accepted node ``a = accepted[b]`` the K/V of the path root..a (tree positions
+    ``cache_lens[b] + j``) move to ``cache_lens[b] + depth(j)``, in path order. The caller then advances
+    ``cache_lens[b]`` by ``depth(a) + 1`` (the model does this once for all layers).
+    """
+    device = k_cache.device
+    _check_tensor("k_cache", k_cache, 4, (torch.float32, torch.bfloat16, torch.float16), device)
+    P, HKV, C, D = k_cache.shape
+    _check_cache(k_cache, v_cache, HKV, D, device)
+    words, depth = meta
+    _check_tensor("meta.words", words, 3, (torch.int32,), device)
+    B, N, W = words.shape
+    _check_tensor("meta.depth", depth, 2, (torch.int32,), device)
+    if depth.shape != (B, N) or not depth.is_contiguous() or words.stride(2) != 1:
+        raise ValueError(f"meta.depth must be a contiguous [B, N] = {(B, N)} tensor")
+    _check_slots(slots, cache_lens, B, P, device)
+    _check_tensor("accepted", accepted, 1, (torch.int32,), device)
+    if accepted.shape[0] != B:
+        raise ValueError(f"accepted has shape {tuple(accepted.shape)}, expected [B] = [{B}]")
+    if validate:
+        acc_cpu = accepted.cpu()
+        if bool(((acc_cpu < 0) | (acc_cpu >= N)).any()):
+            b = int(torch.nonzero((acc_cpu < 0) | (acc_cpu >= N))[0, 0])
+            raise ValueError(f"accepted[{b}] = {int(acc_cpu[b])} is not a node index in [0, {N})")
+        _check_slot_range(slots, P)
+        _check_lens_fit(cache_lens, None, N, C)
+    _kv_commit_kernel[(B, HKV)](
+        k_cache, v_cache, slots, cache_lens, words, depth, accepted.contiguous(),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
+        v_cache.stride(2), words.stride(0), words.stride(1), N, HKV, D,
+        BLOCK_D=triton.next_power_of_2(D),
+    )  # fmt: skip
