@@ -12,6 +12,7 @@ import sys
 # name -> (module, one-line help). Modules are imported lazily so `lumotree --help` stays fast and torch-free.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("lumotree.reference.demo", "decode a prompt with tree speculation on a small seeded hybrid model"),
+    "prove": ("lumotree.proofs.cli", "run the sympy / Z3 / exact checks of the reference and print a table"),
 }
 
 

@@ -1,0 +1,1 @@
+"""5. Short convolution and attention on trees, and the conv-state / KV compaction after a commit."""
