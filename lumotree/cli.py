@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lumotree", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        # add_help=False: `lumotree CMD --help` must reach the second parser, which knows the command's options
+        command_parser = sub.add_parser(name, help=help_text, description=help_text, add_help=False)
         command_parser.set_defaults(_module=module_name)
         command_parser.set_defaults(_needs_arguments=True)
     return parser
