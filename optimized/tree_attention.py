@@ -45,6 +45,7 @@ __all__ = [
     "tree_attention",
     "kv_commit",
     "choose_num_splits",
+    "default_launch",
     "check_tree_batch",
 ]
 
@@ -479,21 +480,45 @@ def _num_sms(device: torch.device) -> int:
     return _NUM_SMS[idx]
 
 
-def _default_blocks(G: int, N: int, D: int) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for the main kernel."""
-    block_m = max(16, min(64, triton.next_power_of_2(G * N)))
-    block_m = max(block_m, triton.next_power_of_2(G))
-    return block_m, 64 if D <= 128 else 32, 4, 2
+def _default_blocks(G: int, N: int, D: int, dtype: torch.dtype = torch.bfloat16) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the main kernel, from the H200 sweep in bench/RESULTS.md: small
+    row counts (decode) take 16-row tiles, mid-size trees 64 or 128 rows with 32-key tiles, large trees 128 x 64."""
+    rows = G * N
+    if rows <= 16:
+        cfg = (16, 64, 4, 2)
+    elif rows <= 128:
+        cfg = (64, 32, 4, 3)
+    elif rows < 512:
+        cfg = (128, 32, 8, 3)
+    else:
+        cfg = (128, 64, 8, 2)
+    block_m = max(cfg[0], triton.next_power_of_2(G))
+    if dtype == torch.float32:  # fp32 tiles are twice as large: keep shared memory in bounds
+        return min(block_m, max(64, triton.next_power_of_2(G))), 32, cfg[2], 2
+    return block_m, cfg[1], cfg[2], cfg[3]
 
 
 def choose_num_splits(batch: int, num_kv_heads: int, row_blocks: int, max_len: int, device: torch.device,
-                      *, block_n: int = 64, waves: float = 2.0, min_chunk: int = 256) -> int:
+                      *, block_n: int = 64, waves: float = 1.0, min_chunk: int = 256) -> int:
     """Splits over the committed length so that about ``waves`` waves of programs fill the GPU, each split at
     least ``min_chunk`` keys long. Pass the cache capacity as ``max_len`` for CUDA graphs (the grid is fixed)."""
     programs = batch * num_kv_heads * row_blocks
     want = math.ceil(waves * _num_sms(device) / max(programs, 1))
     cap = max(1, math.ceil(max_len / max(min_chunk, block_n)))
     return int(max(1, min(want, cap, 128)))
+
+
+def default_launch(batch: int, num_nodes: int, num_heads: int, num_kv_heads: int, head_dim: int, max_len: int,
+                   device: torch.device, dtype: torch.dtype = torch.bfloat16) -> tuple[int, int, int, int, int]:
+    """The default ``(block_m, block_n, num_warps, num_stages, num_splits)`` of :func:`tree_attention`: decode-sized
+    problems (one node) split into about two waves of programs of at least 128 keys, trees one wave of 256+ keys."""
+    G = num_heads // num_kv_heads
+    bm, bn, nw, ns = _default_blocks(G, num_nodes, head_dim, dtype)
+    row_blocks = triton.cdiv(num_nodes, bm // G)
+    decode = G * num_nodes <= 16
+    splits = choose_num_splits(batch, num_kv_heads, row_blocks, max_len, device, block_n=bn,
+                               waves=2.0 if decode else 1.0, min_chunk=128 if decode else 256)
+    return bm, bn, nw, ns, splits
 
 
 def tree_attention(
@@ -559,17 +584,18 @@ def tree_attention(
         if gate is not None:
             _check_finite("gate", gate)
     G = HQ // HKV
-    bm, bn, nw, ns = _default_blocks(G, N, D)
+    if num_splits is None and max_len is None:
+        max_len = int(cache_lens.max().item()) if B else 0
+    bm, bn, nw, ns, splits = default_launch(B, N, HQ, HKV, D, max_len or 0, device, q.dtype)
+    custom_tiles = block_m is not None or block_n is not None
     block_m = block_m or bm
     block_n = block_n or bn
     if block_m < G or block_m & (block_m - 1):
         raise ValueError(f"block_m = {block_m} must be a power of two >= the GQA group size {G}")
-    nodes_per_block = block_m // G
-    row_blocks = triton.cdiv(N, nodes_per_block)
+    row_blocks = triton.cdiv(N, block_m // G)
     if num_splits is None:
-        if max_len is None:
-            max_len = int(cache_lens.max().item()) if B else 0
-        num_splits = choose_num_splits(B, HKV, row_blocks, max_len, device, block_n=block_n)
+        num_splits = splits if not custom_tiles else choose_num_splits(B, HKV, row_blocks, max_len, device,
+                                                                       block_n=block_n)
     if not (isinstance(num_splits, int) and num_splits >= 1):
         raise ValueError(f"num_splits = {num_splits!r} must be a positive integer")
     if out is None:

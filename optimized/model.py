@@ -1,0 +1,634 @@
+r"""The optimized hybrid model (Qwen3-Next layout) on the GPU: prefill, decode, batched tree verify and commit.
+
+Same function as :mod:`lumotree.reference.model` (and HF ``Qwen3NextForCausalLM``), computed in bf16 with fp32
+states, on the Triton kernels of this package. Every request owns a *slot*; all per-request state lives in pools
+indexed by slot:
+
+- GDN layer: recurrent state ``[P, HV, K, V]`` fp32 and conv state ``[P, W - 1, C]`` fp32;
+- attention layer: KV cache ``[P, HKV, capacity, D]`` (capacity = ``max_seq_len + max_nodes``: a tree's K/V are
+  written right after the committed ones, then compacted);
+- the committed length of each slot ``[P]`` int32 (all layers advance together).
+
+One code path computes every step. A *tree step* runs B requests with N nodes each through all layers: per GDN layer
+the tree convolution (:func:`~lumotree.optimized.conv_tree.tree_conv`) and the closed-form tree verify
+(:func:`~lumotree.optimized.gdn_tree.gdn_tree_verify_gated`), per attention layer the fused q/k norm + RoPE + KV store
+(:func:`~lumotree.optimized.tree_attention.prepare_qkv`) and tree attention; the projections and MLPs are cuBLAS
+matmuls. The *commit* advances every pool along each request's accepted path (GDN state from the factors, conv state
+from the path inputs, KV compaction). Then
+
+- ``verify`` = tree step (logits of every node), caches untouched until ``commit``;
+- ``decode`` = tree step on one-node trees + commit of the root;
+- ``prefill`` = chunks of up to ``max_nodes`` tokens, each a chain tree + commit of its last node (the GDN core uses
+  flash-linear-attention's ``chunk_gated_delta_rule`` on the chunk instead when it is importable on a GPU).
+
+CUDA graphs (GPU, ``graphs=True``): the first call of each shape runs eagerly (compiling the kernels) and captures a
+graph per ``("verify", B, N)``, ``("commit", B, N)`` and ``("decode", B)``; later calls of that shape copy their inputs
+into the graph's static buffers and replay. Returned logits of a replayed graph are its static output: valid until
+the next call of the same shape (clone to keep them). The engine pads B and N to its buckets.
+
+The MoE block is computed densely (every expert on every token, weighted by the renormalised top-k router
+probabilities, zero elsewhere): exact and CUDA-graph safe, but not fast; the benchmark model uses a dense MLP.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import tree_attention as ta
+from ._checks import MAX_NODES, check_tree_rows
+from .conv_tree import tree_conv, tree_conv_commit
+from .gdn_tree import gdn_tree_commit, gdn_tree_verify_gated, tree_meta
+
+__all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random"]
+
+
+def _rmsnorm0(x: torch.Tensor, weight1p: torch.Tensor, eps: float) -> torch.Tensor:
+    """Zero-centred RMSNorm ``x * rsqrt(mean(x^2) + eps) * (1 + w)`` in fp32 (``weight1p = 1 + w``, fp32)."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight1p).to(x.dtype)
+
+
+@dataclass
+class _GDNLayer:
+    in_norm: torch.Tensor  # [Dm] fp32, 1 + w
+    w_in: torch.Tensor  # [C + HV V + 2 HV, Dm]: rows q | k | v | z | b | a (head-major each)
+    conv_w: torch.Tensor  # [C, W]
+    A_log: torch.Tensor  # [HV] fp32
+    dt_bias: torch.Tensor  # [HV] fp32
+    norm_w: torch.Tensor  # [V] fp32 (plain weight of the gated RMSNorm)
+    w_out: torch.Tensor  # [Dm, HV V]
+
+
+@dataclass
+class _AttnLayer:
+    in_norm: torch.Tensor  # [Dm] fp32, 1 + w
+    w_qkv: torch.Tensor  # [2 HQ D + 2 HKV D, Dm]: HF q_proj rows (query_h | gate_h per head), k_proj, v_proj
+    q_norm: torch.Tensor  # [D] fp32 zero-centred weight w
+    k_norm: torch.Tensor  # [D] fp32
+    w_o: torch.Tensor  # [Dm, HQ D]
+
+
+@dataclass
+class _MLP:
+    post_norm: torch.Tensor  # [Dm] fp32, 1 + w
+    w_gate_up: torch.Tensor  # dense: [2 I, Dm]; MoE: [E, 2 I, Dm]
+    w_down: torch.Tensor  # dense: [Dm, I]; MoE: [E, Dm, I]
+    router: torch.Tensor | None = None  # MoE: [E, Dm]
+    shared_gate_up: torch.Tensor | None = None  # [2 Is, Dm]
+    shared_down: torch.Tensor | None = None  # [Dm, Is]
+    shared_gate: torch.Tensor | None = None  # [1, Dm]
+
+
+@dataclass
+class _StepRecord:
+    """What a tree step leaves for its commit (all tensors stay alive and unmodified until the commit)."""
+
+    B: int
+    N: int
+    slots: torch.Tensor  # [B] int32
+    parents: torch.Tensor  # [B, N] int32
+    num_nodes: torch.Tensor  # [B] int32
+    meta: ta.TreeMeta
+    lens: torch.Tensor  # [B] int32 committed lengths at the step
+    gdn: list  # per GDN layer: (factors or None when the state was already advanced, conv inputs [B, N, C])
+    logits: torch.Tensor  # [B, N, V] fp32 (or [B, 1, V] for prefill chunks)
+
+
+class OptimizedModel:
+    """Qwen3-Next hybrid model on the optimized kernels, with slot-addressed pools (see the module docstring).
+
+    API (the engine builds on these):
+
+    - ``prefill(slot, tokens) -> [V]`` fp32 logits after the last token; resets the slot first.
+    - ``decode(slots [B], tokens [B]) -> [B, V]``: one token per slot; caches advance by one.
+    - ``verify(slots [B], tokens [B, N], parents [B, N], num_nodes [B] | None) -> [B, N, V]``: logits of every
+      node (node i at position ``length + depth(i)``); caches untouched.
+    - ``commit(slots [B], accepted [B])``: advance every cache of the last ``verify`` along root..accepted.
+    - ``release(slot)``; ``cache_length(slot)``; attributes ``vocab_size, num_slots, max_seq_len, max_nodes,
+      device, dtype, config``.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        tensors: Mapping[str, Any],
+        *,
+        num_slots: int = 8,
+        max_seq_len: int = 4096,
+        max_nodes: int = 64,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        graphs: bool | None = None,
+        gdn_precision: str | None = None,
+        use_fla: bool | None = None,
+    ):
+        from lumotree.reference.config import HybridConfig
+        from lumotree.reference.model import IGNORED_TENSOR_PREFIXES, hf_tensor_shapes
+
+        if not isinstance(config, HybridConfig):
+            raise TypeError(f"config must be a lumotree.reference.config.HybridConfig, got {type(config).__name__}")
+        for name, value, low, high in (("num_slots", num_slots, 1, 1 << 20), ("max_seq_len", max_seq_len, 1, 1 << 24),
+                                       ("max_nodes", max_nodes, 1, MAX_NODES)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"{name} = {value!r} must be an integer in [{low}, {high}]")
+        self.config = config
+        self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        if self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"dtype = {self.dtype} must be float32, bfloat16 or float16")
+        self.num_slots, self.max_seq_len, self.max_nodes = num_slots, max_seq_len, max_nodes
+        self.capacity = max_seq_len + max_nodes
+        self.graphs = bool(graphs if graphs is not None else self.device.type == "cuda")
+        if self.graphs and self.device.type != "cuda":
+            raise ValueError("graphs=True needs a CUDA device")
+        self.gdn_precision = gdn_precision or "ieee"
+        self.use_fla = _fla_available() if use_fla is None else bool(use_fla)
+        if self.use_fla and not _fla_available():
+            raise ValueError("use_fla=True but flash-linear-attention is not importable on a CUDA device")
+        self.eps = float(config.rms_norm_eps)
+
+        # ---- weights: validate names and shapes (HF layout), then fuse / reorder once
+        expected = hf_tensor_shapes(config)
+        for name in tensors:
+            if name not in expected and not name.startswith(IGNORED_TENSOR_PREFIXES) and not (
+                name == "lm_head.weight" and config.tie_word_embeddings
+            ):
+                raise ValueError(f"unexpected tensor {name!r} (not part of this config's model)")
+        for name, shape in expected.items():
+            if name not in tensors:
+                raise ValueError(f"missing tensor {name!r} (expected shape {list(shape)})")
+            if tuple(tensors[name].shape) != tuple(shape):
+                raise ValueError(f"tensor {name!r} has shape {list(tensors[name].shape)}, expected {list(shape)}")
+
+        def get(name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+            t = tensors[name]
+            t = torch.from_numpy(np.ascontiguousarray(t)) if isinstance(t, np.ndarray) else t
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"tensor {name!r} contains NaN or inf")
+            return t.to(device=self.device, dtype=dtype or self.dtype).contiguous()
+
+        f32 = torch.float32
+        self.embed = get("model.embed_tokens.weight")  # [Vocab, Dm]
+        self.final_norm = 1.0 + get("model.norm.weight", f32)  # [Dm]
+        self.lm_head = self.embed if config.tie_word_embeddings else get("lm_head.weight")  # [Vocab, Dm]
+        self.layers: list[_GDNLayer | _AttnLayer] = []
+        self.mlps: list[_MLP] = []
+        if "linear_attention" in config.layer_types:
+            gs = config.gdn_spec()
+            self._gdn_dims = (gs.num_k_heads, gs.num_v_heads, gs.head_k_dim, gs.head_v_dim, gs.conv_kernel)
+            qkvz_perm, ba_perm = _gdn_row_orders(gs.num_k_heads, gs.num_v_heads, gs.head_k_dim, gs.head_v_dim)
+        if "full_attention" in config.layer_types:
+            spec = config.attention_spec()
+            self._attn_dims = (spec.num_heads, spec.num_kv_heads, spec.head_dim)
+            self.inv_freq = ta.rope_inv_freq(spec.rotary_dim, spec.rope_theta, self.device)  # [rd / 2]
+            if spec.rotary_dim == 0:
+                raise ValueError("rotary_dim = 0 is not supported by the fused RoPE kernel")
+        for i, kind in enumerate(config.layer_types):
+            p = f"model.layers.{i}"
+            in_norm = 1.0 + get(f"{p}.input_layernorm.weight", f32)
+            if kind == "linear_attention":
+                a = f"{p}.linear_attn"
+                w_in = torch.cat([get(f"{a}.in_proj_qkvz.weight")[qkvz_perm], get(f"{a}.in_proj_ba.weight")[ba_perm]])
+                self.layers.append(_GDNLayer(
+                    in_norm, w_in.contiguous(), get(f"{a}.conv1d.weight")[:, 0, :].contiguous(),
+                    get(f"{a}.A_log", f32), get(f"{a}.dt_bias", f32), get(f"{a}.norm.weight", f32),
+                    get(f"{a}.out_proj.weight")))
+            else:
+                s = f"{p}.self_attn"
+                w_qkv = torch.cat([get(f"{s}.q_proj.weight"), get(f"{s}.k_proj.weight"), get(f"{s}.v_proj.weight")])
+                self.layers.append(_AttnLayer(in_norm, w_qkv, get(f"{s}.q_norm.weight", f32),
+                                              get(f"{s}.k_norm.weight", f32), get(f"{s}.o_proj.weight")))
+            post = 1.0 + get(f"{p}.post_attention_layernorm.weight", f32)
+            m = f"{p}.mlp"
+            if config.is_moe_layer(i):
+                experts = range(config.num_experts)
+                gate_up = torch.stack([torch.cat([get(f"{m}.experts.{e}.gate_proj.weight"),
+                                                  get(f"{m}.experts.{e}.up_proj.weight")]) for e in experts])
+                down = torch.stack([get(f"{m}.experts.{e}.down_proj.weight") for e in experts])
+                self.mlps.append(_MLP(
+                    post, gate_up, down, router=get(f"{m}.gate.weight"),
+                    shared_gate_up=torch.cat([get(f"{m}.shared_expert.gate_proj.weight"),
+                                              get(f"{m}.shared_expert.up_proj.weight")]),
+                    shared_down=get(f"{m}.shared_expert.down_proj.weight"),
+                    shared_gate=get(f"{m}.shared_expert_gate.weight")))
+            else:
+                self.mlps.append(_MLP(post, torch.cat([get(f"{m}.gate_proj.weight"), get(f"{m}.up_proj.weight")]),
+                                      get(f"{m}.down_proj.weight")))
+
+        # ---- pools
+        P, dev = num_slots, self.device
+        self.state_pools: list[torch.Tensor] = []  # per GDN layer [P, HV, K, V] fp32
+        self.conv_pools: list[torch.Tensor] = []  # per GDN layer [P, W - 1, C] fp32
+        self.k_pools: list[torch.Tensor] = []  # per attention layer [P, HKV, capacity, D]
+        self.v_pools: list[torch.Tensor] = []
+        for layer in self.layers:
+            if isinstance(layer, _GDNLayer):
+                H, HV, K, V, W = self._gdn_dims
+                self.state_pools.append(torch.zeros((P, HV, K, V), dtype=f32, device=dev))
+                self.conv_pools.append(torch.zeros((P, W - 1, 2 * H * K + HV * V), dtype=f32, device=dev))
+            else:
+                HQ, HKV, D = self._attn_dims
+                self.k_pools.append(torch.zeros((P, HKV, self.capacity, D), dtype=self.dtype, device=dev))
+                self.v_pools.append(torch.zeros((P, HKV, self.capacity, D), dtype=self.dtype, device=dev))
+        self.lens = torch.zeros(P, dtype=torch.int32, device=dev)  # [P] committed length per slot
+        self._host_lens = [0] * P
+        self._last: _StepRecord | None = None
+        self._graph_entries: dict[tuple, dict] = {}
+
+    # ------------------------------------------------------------------------------------------------ properties
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.vocab_size)
+
+    def cache_length(self, slot: int) -> int:
+        return self._host_lens[self._check_slot(slot)]
+
+    def release(self, slot: int) -> None:
+        """Free a slot (its pools are reset by the next ``prefill``)."""
+        self._host_lens[self._check_slot(slot)] = 0
+
+    # ------------------------------------------------------------------------------------------------ checks
+    def _check_slot(self, slot: Any) -> int:
+        if isinstance(slot, bool) or not isinstance(slot, (int, np.integer)) or not 0 <= int(slot) < self.num_slots:
+            raise ValueError(f"slot = {slot!r} is not a slot index in [0, {self.num_slots})")
+        return int(slot)
+
+    def _check_slots(self, slots: Any) -> torch.Tensor:
+        if not isinstance(slots, torch.Tensor) or slots.ndim != 1 or slots.numel() == 0:
+            raise ValueError("slots must be a non-empty 1-D integer tensor")
+        if slots.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"slots has dtype {slots.dtype}, expected int32 or int64")
+        host = slots.cpu().tolist()
+        for b, s in enumerate(host):
+            if not 0 <= s < self.num_slots:
+                raise ValueError(f"slots[{b}] = {s} is outside [0, {self.num_slots})")
+        if len(set(host)) != len(host):
+            raise ValueError(f"slots has repeated entries {host}: each request needs its own slot")
+        return slots.to(device=self.device, dtype=torch.int32)
+
+    def _check_tokens(self, name: str, tokens: Any, shape: tuple[int, ...]) -> torch.Tensor:
+        if not isinstance(tokens, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tokens).__name__}")
+        if tuple(tokens.shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(tokens.shape)}, expected {shape}")
+        if tokens.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"{name} has dtype {tokens.dtype}, expected int32 or int64")
+        bad = (tokens < 0) | (tokens >= self.vocab_size)
+        if bool(bad.any()):
+            idx = torch.nonzero(bad)[0].tolist()
+            raise ValueError(f"{name}{idx} = {int(tokens[tuple(idx)])} is outside the vocabulary [0, {self.vocab_size})")
+        return tokens.to(device=self.device, dtype=torch.int64)
+
+    def _check_room(self, slots_host: list[int], n: int) -> None:
+        """A step of ``n`` nodes needs the committed length below ``max_seq_len`` and ``n`` free cache rows."""
+        for b, s in enumerate(slots_host):
+            if self._host_lens[s] >= self.max_seq_len or self._host_lens[s] + n > self.capacity:
+                raise ValueError(f"slot {s} (request {b}) holds {self._host_lens[s]} tokens: no room for {n} more "
+                                 f"(max_seq_len = {self.max_seq_len})")
+
+    # ------------------------------------------------------------------------------------------------ core
+    def _num_splits(self, B: int, N: int) -> int:
+        """Fixed per (B, N) (graph safe): the default split count over the whole cache capacity."""
+        HQ, HKV, D = self._attn_dims
+        return ta.default_launch(B, N, HQ, HKV, D, self.capacity, self.device, self.dtype)[4]
+
+    def _mlp(self, m: _MLP, x: torch.Tensor) -> torch.Tensor:
+        """SwiGLU MLP, or the MoE block computed densely (see the module docstring). ``x: [T, Dm]``."""
+        if m.router is None:
+            gu = x @ m.w_gate_up.T  # [T, 2I]
+            g, u = gu.chunk(2, dim=-1)
+            return (F.silu(g) * u) @ m.w_down.T
+        probs = torch.softmax((x @ m.router.T).float(), dim=-1)  # [T, E]
+        top_p, top_i = torch.topk(probs, self.config.num_experts_per_tok, dim=-1)  # [T, k]
+        if self.config.norm_topk_prob:
+            top_p = top_p / top_p.sum(-1, keepdim=True)
+        weights = torch.zeros_like(probs).scatter(1, top_i, top_p).to(x.dtype)  # [T, E]
+        gu = torch.einsum("td,efd->etf", x, m.w_gate_up)  # [E, T, 2I]
+        g, u = gu.chunk(2, dim=-1)
+        y = torch.einsum("eti,edi->etd", F.silu(g) * u, m.w_down)  # [E, T, Dm]
+        out = torch.einsum("etd,te->td", y, weights)
+        sg, su = (x @ m.shared_gate_up.T).chunk(2, dim=-1)
+        shared = (F.silu(sg) * su) @ m.shared_down.T
+        return out + torch.sigmoid(x @ m.shared_gate.T) * shared
+
+    def _step(self, tokens, slots, parents, num_nodes, *, prefill: bool = False) -> _StepRecord:
+        """A tree step (module docstring). ``tokens, parents: [B, N]``, ``slots, num_nodes: [B]`` (device tensors)."""
+        B, N = tokens.shape
+        meta = tree_meta(parents, num_nodes, validate=False)
+        lens = self.lens.index_select(0, slots.long())  # [B]
+        h = self.embed[tokens.long()]  # [B, N, Dm]
+        gdn_records: list = []
+        gi = ai = 0
+        splits = self._num_splits(B, N) if self.k_pools else 1
+        for layer, m in zip(self.layers, self.mlps):
+            x = _rmsnorm0(h, layer.in_norm, self.eps)  # [B, N, Dm]
+            if isinstance(layer, _GDNLayer):
+                H, HV, K, V, W = self._gdn_dims
+                C = 2 * H * K + HV * V
+                proj = x @ layer.w_in.T  # [B, N, C + HV V + 2 HV]
+                mixed = proj[..., :C]  # [B, N, C] conv inputs (q | k | v)
+                z = proj[..., C : C + HV * V].unflatten(-1, (HV, V))  # [B, N, HV, V]
+                b_gate = proj[..., C + HV * V : C + HV * V + HV]  # [B, N, HV]
+                a_gate = proj[..., C + HV * V + HV :]  # [B, N, HV]
+                conv = tree_conv(mixed, layer.conv_w, self.conv_pools[gi], slots, parents, num_nodes=num_nodes,
+                                 activation="silu", validate=False)  # [B, N, C]
+                q = conv[..., : H * K].unflatten(-1, (H, K))  # [B, N, H, K]
+                k = conv[..., H * K : 2 * H * K].unflatten(-1, (H, K))  # [B, N, H, K]
+                v = conv[..., 2 * H * K :].unflatten(-1, (HV, V))  # [B, N, HV, V]
+                if prefill and self.use_fla:
+                    o = self._fla_chunk(q, k, v, a_gate, b_gate, layer, gi, slots)  # advances the state pool
+                    gdn_records.append((None, mixed))
+                else:
+                    o, factors = gdn_tree_verify_gated(
+                        q, k, v, a_gate, b_gate, layer.A_log, layer.dt_bias, self.state_pools[gi], slots, parents,
+                        allow_neg_eigval=self.config.allow_neg_eigval, num_nodes=num_nodes, meta=meta,
+                        input_precision=self.gdn_precision, validate=False)  # o: [B, N, HV, V]
+                    gdn_records.append((factors, mixed))
+                of = o.float()
+                normed = of * torch.rsqrt(of.pow(2).mean(-1, keepdim=True) + self.eps) * layer.norm_w
+                gated = (normed * F.silu(z.float())).to(self.dtype).flatten(-2)  # [B, N, HV V]
+                mix = gated @ layer.w_out.T  # [B, N, Dm]
+                gi += 1
+            else:
+                HQ, HKV, D = self._attn_dims
+                proj = x @ layer.w_qkv.T  # [B, N, 2 HQ D + 2 HKV D]
+                qg = proj[..., : 2 * HQ * D].unflatten(-1, (HQ, 2 * D))  # [B, N, HQ, 2D] query_h | gate_h
+                kk = proj[..., 2 * HQ * D : 2 * HQ * D + HKV * D].unflatten(-1, (HKV, D))  # [B, N, HKV, D]
+                vv = proj[..., 2 * HQ * D + HKV * D :].unflatten(-1, (HKV, D))  # [B, N, HKV, D]
+                q_rot = ta.prepare_qkv(qg[..., :D], kk, vv, layer.q_norm, layer.k_norm, self.inv_freq, meta.depth,
+                                       self.k_pools[ai], self.v_pools[ai], slots, lens, eps=self.eps,
+                                       validate=False)  # [B, N, HQ, D]; K/V stored at lens + n
+                att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, meta.words,
+                                        gate=qg[..., D:], num_splits=splits, validate=False)  # [B, N, HQ, D]
+                mix = att.flatten(-2) @ layer.w_o.T  # [B, N, Dm]
+                ai += 1
+            h = h + mix
+            y = _rmsnorm0(h, m.post_norm, self.eps)
+            h = h + self._mlp(m, y.flatten(0, 1)).view_as(h)
+        if prefill:  # only the chunk's last real token needs logits
+            last = (num_nodes.long() - 1)[:, None, None].expand(B, 1, h.shape[-1])
+            h = h.gather(1, last)  # [B, 1, Dm]
+        logits = (_rmsnorm0(h, self.final_norm, self.eps) @ self.lm_head.T).float()  # [B, N or 1, Vocab]
+        return _StepRecord(B, N, slots, parents, num_nodes, meta, lens, gdn_records, logits)
+
+    def _commit(self, rec: _StepRecord, accepted: torch.Tensor) -> None:
+        """Advance every pool of ``rec``'s slots along root..accepted (device tensors only: graph safe)."""
+        gi = ai = 0
+        for layer in self.layers:
+            if isinstance(layer, _GDNLayer):
+                factors, mixed = rec.gdn[gi]
+                if factors is not None:
+                    gdn_tree_commit(self.state_pools[gi], rec.slots, factors, rec.parents, accepted,
+                                    num_nodes=rec.num_nodes, meta=rec.meta, input_precision=self.gdn_precision,
+                                    validate=False)
+                tree_conv_commit(self.conv_pools[gi], rec.slots, mixed, rec.parents, accepted,
+                                 num_nodes=rec.num_nodes, validate=False)
+                gi += 1
+            else:
+                if rec.N > 1:  # a one-node tree is already in place
+                    ta.kv_commit(self.k_pools[ai], self.v_pools[ai], rec.slots, rec.lens, rec.meta, accepted,
+                                 validate=False)
+                ai += 1
+        advance = rec.meta.depth.gather(1, accepted.long()[:, None])[:, 0] + 1  # [B]
+        self.lens.index_copy_(0, rec.slots.long(), rec.lens + advance)
+
+    def _fla_chunk(self, q, k, v, a_gate, b_gate, layer: _GDNLayer, gi: int, slots) -> torch.Tensor:
+        """Prefill chunk through flash-linear-attention's chunked GDN (one request); writes the final state."""
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+        g = -layer.A_log.exp() * F.softplus(a_gate.float() + layer.dt_bias)  # [1, T, HV]
+        beta = torch.sigmoid(b_gate.float())
+        if self.config.allow_neg_eigval:
+            beta = 2.0 * beta
+        H, HV, K, V, _ = self._gdn_dims
+        group = HV // H
+        qe = q.repeat_interleave(group, dim=2) if group > 1 else q  # fla expects q/k per value head here
+        ke = k.repeat_interleave(group, dim=2) if group > 1 else k
+        state = self.state_pools[gi].index_select(0, slots.long())  # [1, HV, K, V]
+        o, final = chunk_gated_delta_rule(qe.contiguous(), ke.contiguous(), v.contiguous(), g, beta.to(q.dtype),
+                                          scale=K**-0.5, initial_state=state, output_final_state=True,
+                                          use_qk_l2norm_in_kernel=True)
+        self.state_pools[gi].index_copy_(0, slots.long(), final.float())
+        return o
+
+    # ------------------------------------------------------------------------------------------------ graphs
+    def _run_graph(self, key: tuple, inputs: dict[str, torch.Tensor], body) -> Any:
+        """Eager on the first call of ``key`` (compiles), captured afterwards, replayed from then on."""
+        entry = self._graph_entries.get(key)
+        if entry is None:
+            static = {name: t.clone() for name, t in inputs.items()}
+            side = torch.cuda.Stream(self.device)  # the eager run doubles as the capture warm-up (side stream)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                result = body(**static)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            torch.cuda.synchronize(self.device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                captured = body(**static)
+            self._graph_entries[key] = {"graph": graph, "static": static, "result": captured}
+            return result
+        for name, t in inputs.items():
+            entry["static"][name].copy_(t)
+        entry["graph"].replay()
+        return entry["result"]
+
+    # ------------------------------------------------------------------------------------------------ API
+    def prefill(self, slot: int, tokens: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        """Reset ``slot`` and run ``tokens`` (chunks of up to ``max_nodes``); returns the last logits ``[V]`` fp32."""
+        slot = self._check_slot(slot)
+        ids = tokens if isinstance(tokens, torch.Tensor) else torch.tensor(list(tokens), dtype=torch.int64)
+        if ids.ndim != 1 or ids.numel() == 0:
+            raise ValueError("tokens must be a non-empty sequence of token ids")
+        ids = self._check_tokens("tokens", ids, (ids.numel(),))
+        if ids.numel() > self.max_seq_len:
+            raise ValueError(f"{ids.numel()} prompt tokens exceed max_seq_len = {self.max_seq_len}")
+        for pool in (*self.state_pools, *self.conv_pools):
+            pool[slot].zero_()
+        self.lens[slot] = 0
+        self._host_lens[slot] = 0
+        slots = torch.tensor([slot], dtype=torch.int32, device=self.device)
+        chunk = self.max_nodes
+        logits = None
+        for start in range(0, ids.numel(), chunk):
+            part = ids[start : start + chunk][None]  # [1, T]
+            T = part.shape[1]
+            parents = (torch.arange(T, dtype=torch.int32, device=self.device) - 1)[None]  # chain
+            num_nodes = torch.full((1,), T, dtype=torch.int32, device=self.device)
+            rec = self._step(part, slots, parents, num_nodes, prefill=True)
+            self._commit(rec, num_nodes - 1)
+            logits = rec.logits[0, 0]
+        self._host_lens[slot] = ids.numel()
+        self._last = None
+        return logits
+
+    def verify(self, slots: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor,
+               num_nodes: torch.Tensor | None = None, *, validate: bool = True) -> torch.Tensor:
+        """Logits ``[B, N, V]`` fp32 of every node of every request's tree; caches untouched until :meth:`commit`."""
+        if validate:
+            slots = self._check_slots(slots)
+            B = slots.shape[0]
+            if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] != B:
+                raise ValueError(f"tokens must be a [B, N] tensor with B = {B}")
+            N = tokens.shape[1]
+            if not 1 <= N <= self.max_nodes:
+                raise ValueError(f"tokens has N = {N} nodes; this model was built for 1 <= N <= {self.max_nodes}")
+            tokens = self._check_tokens("tokens", tokens, (B, N))
+            if not isinstance(parents, torch.Tensor) or tuple(parents.shape) != (B, N) or \
+                    parents.dtype not in (torch.int32, torch.int64):
+                raise ValueError(f"parents must be an int32/int64 tensor of shape [B, N] = {(B, N)}")
+            parents = parents.to(device=self.device, dtype=torch.int32)
+            if num_nodes is None:
+                num_nodes = torch.full((B,), N, dtype=torch.int32, device=self.device)
+            elif not isinstance(num_nodes, torch.Tensor) or tuple(num_nodes.shape) != (B,):
+                raise ValueError(f"num_nodes must be a tensor of shape [B] = ({B},)")
+            num_nodes = num_nodes.to(device=self.device, dtype=torch.int32)
+            bad = (num_nodes < 1) | (num_nodes > N)
+            if bool(bad.any()):
+                b = int(torch.nonzero(bad)[0])
+                raise ValueError(f"num_nodes[{b}] = {int(num_nodes[b])} is outside [1, N = {N}]")
+            check_tree_rows(parents, num_nodes)
+            self._check_room(slots.tolist(), N)
+        B, N = tokens.shape
+        inputs = {"tokens": tokens, "slots": slots, "parents": parents, "num_nodes": num_nodes}
+        if self.graphs:
+            rec = self._run_graph(("verify", B, N), inputs, lambda **kw: self._step(**kw))
+        else:
+            rec = self._step(tokens, slots, parents, num_nodes)
+        self._last = rec
+        return rec.logits
+
+    def commit(self, slots: torch.Tensor, accepted: torch.Tensor, *, validate: bool = True) -> None:
+        """Advance the caches of the last :meth:`verify` along root..``accepted[b]`` for every request."""
+        rec = self._last
+        if rec is None:
+            raise RuntimeError("commit() needs a verify() first (each verify can be committed once)")
+        if validate:
+            slots = self._check_slots(slots)
+            if slots.shape != rec.slots.shape or not torch.equal(slots, rec.slots):
+                raise ValueError("slots differ from the slots of the last verify()")
+            if not isinstance(accepted, torch.Tensor) or tuple(accepted.shape) != (rec.B,) or \
+                    accepted.dtype not in (torch.int32, torch.int64):
+                raise ValueError(f"accepted must be an int32/int64 tensor of shape [B] = ({rec.B},)")
+            accepted = accepted.to(device=self.device, dtype=torch.int32)
+            bad = (accepted < 0) | (accepted >= rec.num_nodes)
+            if bool(bad.any()):
+                b = int(torch.nonzero(bad)[0])
+                raise ValueError(f"accepted[{b}] = {int(accepted[b])} is not a node of tree {b}")
+        key = ("commit", rec.B, rec.N)
+        graph_rec = self.graphs and self._graph_entries.get(("verify", rec.B, rec.N), {}).get("result") is rec
+        if graph_rec:  # the verify came from a graph replay: commit through a graph on its static record
+            entry = self._graph_entries.get(key)
+            if entry is None:
+                static = {"accepted": accepted.clone()}
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    self._commit(rec, static["accepted"])
+                entry = self._graph_entries[key] = {"graph": graph, "static": static}
+            entry["static"]["accepted"].copy_(accepted)
+            entry["graph"].replay()
+        else:
+            self._commit(rec, accepted)
+        advance = rec.meta.depth.gather(1, accepted.long()[:, None])[:, 0] + 1
+        for s, a in zip(rec.slots.tolist(), advance.tolist()):
+            self._host_lens[s] += a
+        self._last = None
+
+    def decode(self, slots: torch.Tensor, tokens: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
+        """One token per slot (``tokens: [B]``); returns logits ``[B, V]`` fp32 and advances every cache by one."""
+        if validate:
+            slots = self._check_slots(slots)
+            tokens = self._check_tokens("tokens", tokens, tuple(slots.shape))
+            self._check_room(slots.tolist(), 1)
+        B = slots.shape[0]
+        tok = tokens.view(B, 1).to(self.device)
+
+        def body(tokens, slots):
+            parents = torch.full((B, 1), -1, dtype=torch.int32, device=self.device)
+            num_nodes = torch.ones(B, dtype=torch.int32, device=self.device)
+            rec = self._step(tokens, slots, parents, num_nodes)
+            self._commit(rec, torch.zeros(B, dtype=torch.int32, device=self.device))
+            return rec.logits[:, 0]
+
+        if self.graphs:
+            logits = self._run_graph(("decode", B), {"tokens": tok, "slots": slots}, body)
+        else:
+            logits = body(tok, slots)
+        for s in slots.tolist():
+            self._host_lens[s] += 1
+        self._last = None
+        return logits
+
+
+def _gdn_row_orders(H: int, HV: int, K: int, V: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row permutations of HF ``in_proj_qkvz`` / ``in_proj_ba`` (grouped per key head: q, k, v, z / b, a) into
+    ``q | k | v | z`` / ``b | a``, each head-major: the conv inputs become one contiguous slice."""
+    g = HV // H
+    rows = torch.arange(H * (2 * K + 2 * g * V)).view(H, 2 * K + 2 * g * V)
+    qkvz = torch.cat([rows[:, :K].flatten(), rows[:, K : 2 * K].flatten(), rows[:, 2 * K : 2 * K + g * V].flatten(),
+                      rows[:, 2 * K + g * V :].flatten()])
+    rows_ba = torch.arange(H * 2 * g).view(H, 2 * g)
+    return qkvz, torch.cat([rows_ba[:, :g].flatten(), rows_ba[:, g:].flatten()])
+
+
+def _fla_available() -> bool:
+    if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return False
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------------------ builders
+def load_pretrained(path: str | os.PathLike, **kwargs: Any) -> OptimizedModel:
+    """An :class:`OptimizedModel` from a HF ``Qwen3NextForCausalLM`` checkpoint directory (the reference's reader:
+    config keys and tensors are validated the same way). ``kwargs`` go to :class:`OptimizedModel`."""
+    from lumotree.reference.checkpoint import read_config, read_tensors
+    from lumotree.reference.config import HybridConfig
+
+    config = HybridConfig.from_dict(read_config(path))
+    return OptimizedModel(config, read_tensors(path), **kwargs)
+
+
+def from_reference(model: Any, **kwargs: Any) -> OptimizedModel:
+    """The optimized model with the weights of a :class:`lumotree.reference.model.HybridModel`."""
+    from lumotree.reference.model import weights_to_tensors
+
+    return OptimizedModel(model.config, weights_to_tensors(model.weights, model.config), **kwargs)
+
+
+def build_random(config: Any, seed: int = 0, **kwargs: Any) -> OptimizedModel:
+    """A seeded random model generated directly on the target device (no float64 host copy), with the reference's
+    weight distributions (:func:`lumotree.reference.model.build_random`): for large benchmark models."""
+    from lumotree.reference.model import hf_tensor_shapes
+
+    device = torch.device(kwargs.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    gen = torch.Generator(device=device).manual_seed(seed)
+    tensors: dict[str, torch.Tensor] = {}
+    for name, shape in hf_tensor_shapes(config).items():
+        leaf = name.rsplit(".", 2)[-2] if name.endswith(".weight") else name.rsplit(".", 1)[-1]
+        t = torch.empty(shape, dtype=torch.float32, device=device)
+        if name == "model.embed_tokens.weight":
+            t.normal_(generator=gen)
+        elif name.endswith("A_log"):
+            t.uniform_(0.1, 2.0, generator=gen).log_()
+        elif name.endswith("dt_bias") or leaf == "conv1d":
+            t.normal_(0.0, 0.5, generator=gen)
+        elif name.endswith("linear_attn.norm.weight"):
+            t.normal_(1.0, 0.1, generator=gen)
+        elif len(shape) == 1:
+            t.normal_(0.0, 0.1, generator=gen)
+        else:
+            t.normal_(0.0, shape[-1] ** -0.5, generator=gen)
+        tensors[name] = t
+    return OptimizedModel(config, tensors, **kwargs)
