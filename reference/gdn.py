@@ -237,6 +237,7 @@ __all__ += [
     "silu",
     "gates",
     "gated_rmsnorm",
+    "gdn_layer_inputs",
     "conv_window_index",
     "short_conv",
     "conv_state_commit",
@@ -491,8 +492,12 @@ def conv_state_commit(inputs, conv_state, tree: TokenTree, node: int) -> np.ndar
     return sources[conv_window_index(tree, kernel)[node, 1:]].copy()
 
 
-def _gdn_layer_inputs(x: np.ndarray, weights: GDNWeights, spec: GDNLayerSpec, conv_state: np.ndarray, tree: TokenTree):
-    """Projections, tree convolution + SiLU, split, l2norm and gates for the tokens ``x: [N, D]`` laid on ``tree``."""
+def gdn_layer_inputs(x: np.ndarray, weights: GDNWeights, spec: GDNLayerSpec, conv_state: np.ndarray, tree: TokenTree):
+    """Projections, tree convolution + SiLU, split, l2norm and gates for the tokens ``x: [N, D]`` laid on ``tree``.
+
+    Returns ``(conv_inputs [N, C], q [N, H, K], k [N, H, K], v [N, HV, V], z [N, HV, V], alpha [N, HV],
+    beta [N, HV])``: everything the core and the output gate need (q and k l2-normalised, q not yet scaled).
+    """
     x = np.asarray(x, dtype=np.float64)
     check_shape("x", x, (tree.num_nodes, spec.hidden_size), "N, D")
     check_finite("x", x)
@@ -516,6 +521,9 @@ def _gdn_layer_inputs(x: np.ndarray, weights: GDNWeights, spec: GDNLayerSpec, co
     return conv_inputs, q, k, v, z, alpha, beta
 
 
+_gdn_layer_inputs = gdn_layer_inputs  # older private name, still used by lumotree.expressivity
+
+
 def _gdn_layer_output(o: np.ndarray, z: np.ndarray, weights: GDNWeights, spec: GDNLayerSpec) -> np.ndarray:
     normed = gated_rmsnorm(o, z, weights.norm, spec.eps)  # [N, HV, V]
     return normed.reshape(o.shape[0], spec.value_dim) @ weights.out_proj.T  # [N, D]
@@ -530,7 +538,7 @@ def gdn_layer_chain(x, weights: GDNWeights, spec: GDNLayerSpec, cache: GDNLayerC
     if x.ndim != 2 or x.shape[0] == 0:
         raise ValueError(f"x has shape {x.shape}, expected [T, D] with T >= 1")
     path = TokenTree.chain(x.shape[0])
-    conv_inputs, q, k, v, z, alpha, beta = _gdn_layer_inputs(x, weights, spec, cache.conv_state, path)
+    conv_inputs, q, k, v, z, alpha, beta = gdn_layer_inputs(x, weights, spec, cache.conv_state, path)
     o, state = chain(q, k, v, alpha, beta, cache.state, spec.head_k_dim**-0.5)  # [T, HV, V], [HV, K, V]
     conv_state = conv_state_commit(conv_inputs, cache.conv_state, path, path.num_nodes - 1)  # [W - 1, C]
     return _gdn_layer_output(o, z, weights, spec), GDNLayerCache(conv_state=conv_state, state=state)
@@ -542,7 +550,7 @@ def gdn_layer_tree(x, weights: GDNWeights, spec: GDNLayerSpec, cache: GDNLayerCa
     ``x: [N, D]`` (normed hidden states of the nodes). Returns ``(out [N, D], GDNTreeRecord)``; the record is what
     :func:`gdn_layer_commit` needs to advance the cache to an accepted node.
     """
-    conv_inputs, q, k, v, z, alpha, beta = _gdn_layer_inputs(x, weights, spec, cache.conv_state, tree)
+    conv_inputs, q, k, v, z, alpha, beta = gdn_layer_inputs(x, weights, spec, cache.conv_state, tree)
     o, factors = tree_closed_form(q, k, v, alpha, beta, cache.state, tree, spec.head_k_dim**-0.5)  # o: [N, HV, V]
     return _gdn_layer_output(o, z, weights, spec), GDNTreeRecord(conv_inputs=conv_inputs, factors=factors)
 

@@ -35,7 +35,7 @@ from .attention import AttentionTreeRecord, AttentionWeights, KVCache, zero_cent
 from .checkpoint import read_config, read_tensors, write_checkpoint
 from .config import HybridConfig
 from .gdn import GDNLayerCache, GDNTreeRecord, GDNWeights, silu
-from .numerics import check_finite
+from .numerics import check_finite, check_shape
 from .tree import TokenTree
 
 __all__ = [
@@ -375,8 +375,18 @@ class HybridModel:
             want = GDNLayerCache if kind == "linear_attention" else KVCache
             if not isinstance(layer, want):
                 raise ValueError(f"cache.layers[{i}] is {type(layer).__name__}; {kind} needs {want.__name__}")
-            if isinstance(layer, KVCache) and layer.length != cache.length:
-                raise ValueError(f"cache.layers[{i}] holds {layer.length} keys but cache.length = {cache.length}")
+        for i, layer in enumerate(cache.layers):
+            if isinstance(layer, KVCache):
+                spec = self._attention_spec
+                for name in ("keys", "values"):
+                    check_shape(f"cache.layers[{i}].{name}", np.asarray(getattr(layer, name)),
+                                (cache.length, spec.num_kv_heads, spec.head_dim), "length, Hkv, Dh")
+            else:
+                spec = self._gdn_spec
+                check_shape(f"cache.layers[{i}].conv_state", np.asarray(layer.conv_state),
+                            (spec.conv_kernel - 1, spec.conv_dim), "W - 1, C")
+                check_shape(f"cache.layers[{i}].state", np.asarray(layer.state),
+                            (spec.num_v_heads, spec.head_k_dim, spec.head_v_dim), "HV, K, V")
 
     def _check_tree(self, tokens, tree) -> tuple[np.ndarray, TokenTree]:
         if not isinstance(tree, TokenTree):

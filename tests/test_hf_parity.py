@@ -1,0 +1,149 @@
+"""Parity with HuggingFace transformers' ``Qwen3NextForCausalLM`` (its pure-torch CPU path) on tiny random configs.
+
+transformers builds the model, re-initialises every weight at a size where each part matters (its own init leaves the
+mixers nearly silent), and saves it with ``save_pretrained``; our ``load_pretrained`` reads it. Prefill of 7 tokens and
+20 cached decode steps must match transformers' logits. transformers computes the GDN core, every RMSNorm and RoPE
+in float32 even when the model is float64, so "its precision" is float32's. Measured max relative error (per position,
+``max |ours - HF| / max |ours|``, these four configs): 0.5e-6 .. 2.5e-6 against HF float64, 1.0e-6 .. 2.4e-6 against
+HF float32; HF float32 and HF float64 differ from each other by 1.1e-6 .. 2.1e-6. Asserted bound: 1e-5. For scale:
+a 1e-3 relative error in one RMSNorm gives 3e-3, a conv window shifted by one token 2, the other RoPE pairing 8e-2.
+The opposite direction (our ``save_pretrained`` read by ``from_pretrained``) is checked the same way.
+"""
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+
+from lumotree.reference.model import HybridConfig, build_random, load_pretrained, save_pretrained  # noqa: E402
+
+if not hasattr(transformers, "Qwen3NextForCausalLM"):
+    pytest.skip("transformers has no Qwen3NextForCausalLM (needs >= 4.57.1)", allow_module_level=True)
+
+
+def external_kernels() -> list[str]:
+    """The Qwen3-Next kernel functions transformers bound to an external package (flash-linear-attention,
+    causal-conv1d) instead of its pure-torch fallback: it decides once, at import, and keeps the flag in a closure."""
+    from transformers.models.qwen3_next import modeling_qwen3_next as hf_module
+
+    bound = []
+    for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
+                 "causal_conv1d_update"):
+        fn = getattr(hf_module, name)
+        cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
+        flag = cells.get("is_new_implementation")
+        if flag is None:  # another transformers layout: fall back to asking for the distributions
+            flag = any(importlib.util.find_spec(pkg) is not None for pkg in ("fla.ops", "causal_conv1d"))
+        if flag:
+            bound.append(name)
+    return bound
+
+
+if external_kernels():
+    pytest.skip(f"transformers uses external kernels for {external_kernels()}, not its torch fallback",
+                allow_module_level=True)
+
+PARITY_BOUND = 1e-5
+VOCAB = 64
+BASE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, linear_key_head_dim=8, linear_value_head_dim=8, linear_num_key_heads=2)
+HF_CONFIGS = {
+    "dense-gva1": dict(linear_num_value_heads=2, num_experts=0),
+    "dense-gva2-tied-interval2": dict(linear_num_value_heads=4, num_experts=0, tie_word_embeddings=True,
+                                      layer_types=["linear_attention", "full_attention"] * 2,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 1000.0,
+                                                       "partial_rotary_factor": 0.5}),
+    "moe-gva1": dict(linear_num_value_heads=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                     shared_expert_intermediate_size=24),
+    "moe-gva2-mlp-only": dict(linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                              shared_expert_intermediate_size=24, mlp_only_layers=[1], norm_topk_prob=False),
+}
+
+
+@pytest.fixture(autouse=True)
+def _torch_settings():
+    """One thread (tiny ops on a shared 2-core box), no autograd."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with torch.no_grad():
+        yield
+    torch.set_num_threads(threads)
+
+
+def randomise(model, seed: int) -> None:
+    """Weights of useful size, the same recipe as ``build_random``."""
+    g = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("A_log"):
+            p.copy_(torch.empty(p.shape).uniform_(0.1, 2.0, generator=g).log())
+        elif name.endswith("dt_bias"):
+            p.copy_(0.5 * torch.randn(p.shape, generator=g))
+        elif "conv1d" in name:
+            p.copy_(0.5 * torch.randn(p.shape, generator=g))
+        elif name.endswith("linear_attn.norm.weight"):
+            p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g))
+        elif p.ndim == 1:
+            p.copy_(0.1 * torch.randn(p.shape, generator=g))
+        elif "embed_tokens" in name:
+            p.copy_(torch.randn(p.shape, generator=g))
+        else:
+            p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
+
+
+def hf_logits(path, dtype, prompt, steps):
+    """transformers' logits for the prompt (prefill) and each cached decode step: ``[len(prompt) + len(steps), V]``."""
+    model = transformers.Qwen3NextForCausalLM.from_pretrained(path, dtype=dtype, experts_implementation="eager",
+                                                              attn_implementation="eager")
+    out = model(torch.tensor([list(prompt)]), use_cache=True)
+    rows, cache = [out.logits[0]], out.past_key_values
+    for token in steps:
+        out = model(torch.tensor([[int(token)]]), cache=cache, use_cache=True)
+        rows.append(out.logits[0])
+        cache = out.past_key_values
+    return torch.cat(rows).double().numpy()
+
+
+def our_logits(model, prompt, steps):
+    cache = model.new_cache()
+    rows = [model.forward(prompt, cache)] + [model.forward([t], cache) for t in steps]
+    assert cache.length == len(prompt) + len(steps)
+    return np.concatenate(rows)
+
+
+def max_rel_error(ours, theirs):
+    return float((np.abs(ours - theirs) / np.abs(ours).max(axis=-1, keepdims=True)).max())
+
+
+@pytest.mark.parametrize("name", sorted(HF_CONFIGS))
+def test_transformers_checkpoint_loads_and_matches(tmp_path, name):
+    config = transformers.Qwen3NextConfig(**BASE, **HF_CONFIGS[name])
+    torch.manual_seed(0)
+    hf_model = transformers.Qwen3NextForCausalLM(config)
+    randomise(hf_model, seed=1)
+    hf_model.save_pretrained(tmp_path)
+    ours = load_pretrained(tmp_path)
+    kinds = set(ours.config.layer_types)
+    assert kinds == {"linear_attention", "full_attention"} and ours.config.num_hidden_layers >= 4
+    rng = np.random.default_rng(0)
+    prompt, steps = rng.integers(0, VOCAB, 7), rng.integers(0, VOCAB, 20)
+    mine = our_logits(ours, prompt, steps)
+    for dtype in (torch.float64, torch.float32):
+        err = max_rel_error(mine, hf_logits(tmp_path, dtype, prompt, steps))
+        assert err < PARITY_BOUND, (name, dtype, err)
+
+
+def test_our_checkpoint_loads_in_transformers_and_matches(tmp_path):
+    config = HybridConfig(**{k: v for k, v in BASE.items()}, linear_num_value_heads=4, num_experts=4,
+                          num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+                          mlp_only_layers=(2,), rope_theta=500.0)
+    ours = build_random(config, seed=5)
+    save_pretrained(ours, tmp_path, max_shard_bytes=20_000)  # sharded, float64
+    rng = np.random.default_rng(1)
+    prompt, steps = rng.integers(0, VOCAB, 6), rng.integers(0, VOCAB, 20)
+    err = max_rel_error(our_logits(ours, prompt, steps), hf_logits(tmp_path, torch.float64, prompt, steps))
+    assert err < PARITY_BOUND, err
