@@ -153,7 +153,15 @@ def attention_on_trees(ctx: Context) -> Outcome:
             {"q": (N, Hq, Dh), "kc": (L, Hkv, Dh), "vc": (L, Hkv, Dh), "kt": (N, Hkv, Dh), "vt": (N, Hkv, Dh)}
         )
         scale = sympy.Symbol("scale")
-        out = attention.tree_attention_core(x["q"], x["kc"], x["vc"], x["kt"], x["vt"], tree, scale, exp=sympy.exp)
+        try:
+            out = attention.tree_attention_core(x["q"], x["kc"], x["vc"], x["kt"], x["vt"], tree, scale, exp=sympy.exp)
+        except (ArithmeticError, ValueError, IndexError) as err:  # sequential decoding is defined on every such input
+            return Outcome(
+                "refuted",
+                scope,
+                detail=f"tree_attention_core raised {type(err).__name__}: {err} where sequential decoding is defined",
+                counterexample={"tree": list(parents), "dims": dims, "cache_length": L, "error": repr(err)},
+            )
         for i in range(N):
             path = tree.path(i)
             want = sequential_attention(x["q"][i], x["kc"], x["vc"], x["kt"][path], x["vt"][path], scale, sympy.exp,

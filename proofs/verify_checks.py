@@ -37,7 +37,7 @@ LOSSLESS_MAX_NODES = 4
 LOSSLESS_VOCABS = {"quick": (2, 3, 4), "full": (2, 3, 4)}
 RANDOM_SEEDS = {"quick": (0,), "full": (0, 1, 2)}
 GREEDY_MAX_NODES = {"quick": 4, "full": 5}
-GREEDY_VOCABS = {"quick": (2, 3, 4), "full": (2, 3, 4)}
+GREEDY_VOCABS = {"quick": (2, 3), "full": (2, 3, 4)}
 
 ContextDistribution = Callable[[tuple[int, ...]], list[Fraction]]
 

@@ -1,0 +1,136 @@
+"""lumotree.proofs: the registry, results, the CLI, and that cheap checks prove the real reference.
+
+The mutation tests (each check refutes a subtly wrong reference) are in test_proofs_mutations.py. The full quick
+scope of every check runs in CI as ``lumotree prove --quick``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import pytest
+
+from lumotree.cli import main as cli_main
+from lumotree.proofs import REGISTRY, STATUSES, default_reference, run_check, run_checks, select_checks
+from lumotree.proofs.core import Context, Outcome
+from lumotree.proofs.exact import all_parent_arrays, count_parent_arrays, random_parent_array
+
+EXPECTED_CHECKS = {
+    "closed-form/sympy": "proved",
+    "closed-form/z3": "proved",
+    "closed-form/fractions": "checked",
+    "commit/sympy": "proved",
+    "commit/z3": "proved",
+    "commit/fractions": "checked",
+    "chunk/sympy": "proved",
+    "nilpotent/sympy": "proved",
+    "conv/sympy": "proved",
+    "attention/sympy": "proved",
+    "index/ancestor-words": "proved",
+    "index/positions": "proved",
+    "lossless/iid": "proved",
+    "lossless/without-replacement": "proved",
+    "lossless/top-k": "proved",
+    "lossless/lossy-residual": "refuted",
+    "greedy/exhaustive": "proved",
+}
+
+
+def test_registry_holds_every_check_with_its_expected_status():
+    select_checks()
+    assert {name: spec.expected for name, spec in REGISTRY.items()} == EXPECTED_CHECKS
+    for spec in REGISTRY.values():
+        assert spec.claim and spec.docs.endswith(".md")
+
+
+def test_select_checks_by_family_and_unknown_names():
+    assert [s.name for s in select_checks("closed-form")] == [
+        "closed-form/sympy",
+        "closed-form/z3",
+        "closed-form/fractions",
+    ]
+    assert [s.name for s in select_checks("index/positions")] == ["index/positions"]
+    with pytest.raises(ValueError, match="matches no check"):
+        select_checks("closed")
+    with pytest.raises(ValueError, match="no check named"):
+        run_check("no-such-check")
+
+
+def test_every_parent_array_is_enumerated_once():
+    for n in range(1, 7):
+        arrays = list(all_parent_arrays(n))
+        assert len(arrays) == len(set(arrays)) == count_parent_arrays(n, n)
+        assert all(a[0] == -1 and all(0 <= a[i] < i for i in range(1, n)) for a in arrays)
+    assert count_parent_arrays(5) == 34
+    rng = random.Random(0)
+    assert all(len(random_parent_array(7, rng)) == 7 for _ in range(10))
+
+
+@pytest.mark.parametrize("name", ["index/ancestor-words", "index/positions", "conv/sympy", "nilpotent/sympy"])
+def test_cheap_checks_prove_the_reference(name):
+    result = run_check(name, quick=True)
+    assert result.status == "proved", result.detail
+    assert result.ok and result.counterexample is None
+    assert result.seconds >= 0 and result.scope["trees"] and result.scope["numbers"]
+
+
+def test_missing_reference_part_is_unknown_not_proved():
+    ref = dataclasses.replace(default_reference(), verify=None)
+    result = run_check("lossless/iid", ref=ref, quick=True)
+    assert result.status == "unknown" and "verify" in result.detail
+    assert not result.ok
+
+
+def test_a_reference_that_raises_is_unknown_with_the_error():
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    result = run_check("closed-form/fractions", ref=dataclasses.replace(default_reference(), tree_closed_form=broken))
+    assert result.status == "unknown" and "RuntimeError: boom" in result.detail
+
+
+def test_outcome_rejects_unknown_status():
+    with pytest.raises(ValueError, match="status"):
+        Outcome("maybe", {})
+    assert set(STATUSES) == {"proved", "checked", "refuted", "unknown"}
+
+
+def test_progress_callback_sees_every_case():
+    seen = []
+    run_checks("index/ancestor-words", quick=True, on_progress=lambda done, total, note: seen.append((done, total)))
+    assert seen and seen[-1][0] == seen[-1][1] == len(seen)
+    ctx = Context(ref=default_reference())
+    assert list(ctx.cases(iter(range(3)), total=3)) == [0, 1, 2]
+
+
+def test_cli_prove_only_json_and_table(tmp_path, capsys):
+    out = tmp_path / "results.json"
+    page = tmp_path / "results.md"
+    code = cli_main(["prove", "--quick", "--only", "index", "--json", str(out), "--markdown", str(page)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "index/ancestor-words" in printed and "proved" in printed and "2/2 checks as expected" in printed
+    payload = json.loads(out.read_text())
+    assert payload["scope"] == "quick"
+    assert [r["name"] for r in payload["results"]] == ["index/ancestor-words", "index/positions"]
+    assert all(r["status"] == "proved" and r["ok"] for r in payload["results"])
+    assert "## index/positions" in page.read_text()
+
+
+def test_cli_exit_status_reflects_unexpected_results(monkeypatch, capsys):
+    from lumotree.proofs import core
+
+    broken = dataclasses.replace(default_reference(), mask_bit=lambda words, i, j, word_bits=32: 0)
+    monkeypatch.setattr(core, "default_reference", lambda: broken)
+    assert cli_main(["prove", "--quick", "--only", "index/ancestor-words"]) == 1
+    printed = capsys.readouterr().out
+    assert "refuted" in printed and "NO (expected proved)" in printed
+    assert cli_main(["prove", "--only", "nonsense"]) == 2
+
+
+def test_cli_list(capsys):
+    assert cli_main(["prove", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in EXPECTED_CHECKS)
