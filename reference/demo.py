@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     draft.add_argument("--draft-layers", default=None,
                        help="comma-separated target layers the draft model keeps; None: all but the last")
     draft.add_argument("--tree-budget", type=int, default=8, help="maximum nodes per draft tree (root included)")
-    draft.add_argument("--top-k", type=int, default=2, help="draft model: children per expanded node, and nodes expanded per depth")
+    draft.add_argument("--top-k", type=int, default=2,
+                       help="draft model: children per expanded node, and nodes expanded per depth")
     draft.add_argument("--max-depth", type=int, default=4, help="maximum draft depth")
     output = parser.add_argument_group("output")
     output.add_argument("--show-trees", type=int, default=3, help="draw the draft trees of the first N steps")
@@ -178,8 +179,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"check: identical to plain greedy autoregressive decoding, token for token "
               f"({len(plain.tokens)}/{len(plain.tokens)}): OK")
         return 0
-    first = next(i for i, (a, b) in enumerate(zip(result.tokens, plain.tokens)) if a != b) \
-        if any(a != b for a, b in zip(result.tokens, plain.tokens)) else min(len(result.tokens), len(plain.tokens))
-    print(f"check: MISMATCH with plain greedy decoding at new token {first}: speculative {result.tokens[first:first + 5]}"
-          f" vs plain {plain.tokens[first:first + 5]}")
+    first = next((i for i, (a, b) in enumerate(zip(result.tokens, plain.tokens)) if a != b),
+                 min(len(result.tokens), len(plain.tokens)))
+    print(f"check: MISMATCH with plain greedy decoding at new token {first}: speculative "
+          f"{result.tokens[first:first + 5]} vs plain {plain.tokens[first:first + 5]}")
     return 1

@@ -71,7 +71,9 @@ class NGramDrafter:
                         out.append(follow)
         return out
 
-    def propose(self, context: Sequence[int], sampling: Sampling | None = None, coins: Coins | None = None) -> DraftProposal:
+    def propose(
+        self, context: Sequence[int], sampling: Sampling | None = None, coins: Coins | None = None
+    ) -> DraftProposal:
         prefixes: set[tuple[int, ...]] = set()
         kept: list[tuple[int, ...]] = []
         for follow in self.continuations(context):

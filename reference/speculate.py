@@ -52,7 +52,9 @@ class Sampling:
     def __post_init__(self) -> None:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not np.isfinite(t) or t <= 0:
-            raise ValueError(f"sampling.temperature = {t!r} must be a positive finite number (use sampling=None for greedy)")
+            raise ValueError(
+                f"sampling.temperature = {t!r} must be a positive finite number (use sampling=None for greedy)"
+            )
 
     def probabilities(self, logits: np.ndarray) -> np.ndarray:
         """``softmax(logits / temperature)`` along the last axis, float64 (``[..., vocab]``)."""
@@ -161,7 +163,7 @@ def autoregressive_decode(
     sampling: Sampling | None = None,
     coins: Coins | None = None,
 ) -> DecodeResult:
-    """Plain decoding: prefill the prompt, then one ``model.forward`` per token. ``coins`` default: ``RandomCoins(0)``."""
+    """Plain decoding: prefill the prompt, then one ``model.forward`` per token (``coins`` default ``RandomCoins(0)``)."""
     tokens, coins = _check_request(model, prompt, max_new_tokens, sampling, coins)
     out: list[int] = []
     if max_new_tokens == 0:
@@ -206,7 +208,9 @@ def speculative_decode(
         proposal = drafter.propose(context, sampling, coins)
         tree = proposal.tree
         if tree.tokens is None or tree.tokens[0] != context[-1]:
-            raise ValueError(f"drafter {drafter.name!r} proposed a tree whose root is not the pending token {context[-1]}")
+            raise ValueError(
+                f"drafter {drafter.name!r} proposed a tree whose root is not the pending token {context[-1]}"
+            )
         tree_logits = model.verify_tree(list(tree.tokens), tree, cache)  # [N, vocab]
         if sampling is None:
             result = verify_greedy(tree, tree_logits)

@@ -23,7 +23,7 @@ tree's shape does not depend on the target's randomness. Three proposal variants
 - ``"without_replacement"``: the j-th child of u is drawn from ``Q_u`` with the tokens of children 1..j-1 removed and
   the rest renormalised; ``Q_c`` is that renormalised distribution.
 - ``"deterministic"``: the children are chosen without randomness (top-k of ``Q_u``, an n-gram lookup, ...), so
-  ``Q_c`` is the point mass at ``x_c``: accept with probability ``R(x_c)``, on rejection zero ``R(x_c)`` and renormalise.
+  ``Q_c`` is the point mass at ``x_c``: accept with probability ``R(x_c)``; on rejection zero ``R(x_c)``, renormalise.
 
 **Random coins are passed in** (:class:`Coins`): ``bernoulli(p) -> bool`` and ``categorical(probs) -> int``.
 :class:`RandomCoins` draws them from a seeded numpy generator; :func:`enumerate_outcomes` runs a function under every
@@ -367,7 +367,9 @@ class DraftProposal:
         for u in range(n):
             kids = tree.children(u)
             if set(draws[u]) != set(kids):
-                raise ValueError(f"draws[{u}] = {list(draws[u])} must list exactly the children {list(kids)} of node {u}")
+                raise ValueError(
+                    f"draws[{u}] = {list(draws[u])} must list exactly the children {list(kids)} of node {u}"
+                )
             if len(draws[u]) != len(kids) and self.variant != "iid":
                 raise ValueError(f"draws[{u}] repeats a child; only the 'iid' variant can draw a token twice")
             if kids and self.variant != "deterministic" and frozen[u] is None:

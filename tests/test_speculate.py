@@ -169,7 +169,7 @@ def test_sampling_loop_is_lossless_exactly_ngram_and_deep_trees():
     assert max_difference(ar, lossy) > 1e-3
 
 
-# ---------------------------------------------------------------------------------------------------- sampling, statistics
+# ------------------------------------------------------------------------------------------ sampling, statistics
 def chi_square_statistic(samples: list[tuple], exact: dict) -> tuple[float, int]:
     """Pearson's statistic over outcome cells, cells with expected count < 5 pooled; returns (statistic, dof)."""
     n = len(samples)
