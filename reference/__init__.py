@@ -11,7 +11,9 @@ from typing import Any
 
 from .tree import TokenTree
 
-_SUBMODULES = {"tree", "gdn", "attention", "model", "config", "checkpoint", "verify", "speculate", "numerics", "demo", "drafters"}
+_SUBMODULES = {
+    "tree", "gdn", "attention", "model", "config", "checkpoint", "verify", "speculate", "numerics", "demo", "drafters"
+}
 
 __all__ = ["TokenTree", *sorted(_SUBMODULES)]
 
