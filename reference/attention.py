@@ -8,8 +8,8 @@ Per token (HF ``Qwen3NextAttention``)::
     out = (o * sigmoid(gate)) W_o^T
 
 ``rmsnorm0(x) = x * rsqrt(mean(x^2) + eps) * (1 + w)`` (zero-centred weight); RoPE rotates the first
-``rotary_dim = head_dim * partial_rotary_factor`` channels with HF's ``rotate_half`` convention (pairs ``(c, c + rd/2)``),
-``inv_freq_m = theta^(-2m / rd)``. Keys are cached after norm and RoPE.
+``rotary_dim = head_dim * partial_rotary_factor`` channels with HF's ``rotate_half`` convention (pairs
+``(c, c + rd/2)``), ``inv_freq_m = theta^(-2m / rd)``. Keys are cached after norm and RoPE.
 
 On a tree (DESIGN.md §3) node i sits at position ``prefix_len + depth(i)`` and attends to the whole cache plus its
 ancestors (inclusive ancestor mask). Committing node a appends the K/V of the path root..a to the cache in path

@@ -145,7 +145,8 @@ class HybridConfig:
         return int(self.head_dim * self.partial_rotary_factor)
 
     def is_moe_layer(self, layer: int) -> bool:
-        """HF's rule: MoE iff not in ``mlp_only_layers``, experts exist and ``(layer + 1) % decoder_sparse_step == 0``."""
+        """HF's rule: MoE iff not in ``mlp_only_layers``, experts exist and
+        ``(layer + 1) % decoder_sparse_step == 0``."""
         return (
             layer not in self.mlp_only_layers and self.num_experts > 0 and (layer + 1) % self.decoder_sparse_step == 0
         )
@@ -196,8 +197,6 @@ class HybridConfig:
                     raise ValueError(
                         f"config key {key!r} = {value!r} is not supported (only {_FIXED_HF_KEYS[key][0]!r})"
                     )
-                continue
-            if key == "model_type":
                 continue
             if key == "full_attention_interval":
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:

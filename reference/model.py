@@ -75,7 +75,8 @@ class MLPWeights:
 @dataclass
 class MoEWeights:
     """MoE block: ``router: [E, D]`` (HF ``mlp.gate``), experts stacked ``gate_proj, up_proj: [E, I, D]``,
-    ``down_proj: [E, D, I]`` (HF ``mlp.experts.{e}.*``), ``shared_expert: MLPWeights``, ``shared_expert_gate: [1, D]``."""
+    ``down_proj: [E, D, I]`` (HF ``mlp.experts.{e}.*``), ``shared_expert: MLPWeights``,
+    ``shared_expert_gate: [1, D]``."""
 
     router: np.ndarray
     gate_proj: np.ndarray
@@ -120,7 +121,8 @@ def _mlp_shapes(prefix: str, D: int, inner: int) -> dict[str, tuple[int, ...]]:
 def hf_tensor_shapes(config: HybridConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor of a HF ``Qwen3NextForCausalLM`` checkpoint of this config, with its HF shape."""
     D = config.hidden_size
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (config.vocab_size, D), "model.norm.weight": (D,)}
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (config.vocab_size, D),
+                                          "model.norm.weight": (D,)}
     if not config.tie_word_embeddings:
         shapes["lm_head.weight"] = (config.vocab_size, D)
     for i, kind in enumerate(config.layer_types):
