@@ -1,0 +1,209 @@
+"""The optimized hybrid model (lumotree.optimized.model) against the exact reference model (and transformers).
+
+CPU: the Triton interpreter in float32 on tiny configs; logits must match the float64 reference to 1e-4 (absolute, on
+logits of size ~3), KV/GDN/conv pools must follow the accepted paths. GPU (``pytest -m gpu``): bf16 against the
+float64 reference built from the same bf16-rounded weights, and CUDA-graph replays against eager runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lumotree.optimized import model as om
+from lumotree.reference import model as rm
+from lumotree.reference.config import HybridConfig
+from lumotree.reference.tree import TokenTree
+
+TINY = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+            layer_types=("linear_attention", "full_attention"), num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16,
+            linear_num_key_heads=2, linear_num_value_heads=4, num_experts=0, rope_theta=1000.0)
+ATOL = 1e-4  # float32 kernels against float64, logits of magnitude ~3
+
+
+def _slots(*s: int) -> torch.Tensor:
+    return torch.tensor(s, dtype=torch.int32)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    ref = rm.build_random(HybridConfig(**TINY), seed=1)
+    return ref, om.from_reference(ref, num_slots=4, max_seq_len=48, max_nodes=16, graphs=False)
+
+
+def test_prefill_verify_commit_decode_match_reference(tiny):
+    """Two requests in one batch (different trees, one padded via num_nodes): every step equals the reference."""
+    ref, opt = tiny
+    prompts = {2: [3, 5, 7, 11, 13, 2, 9], 0: [1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6]}  # 2 chunks
+    caches = {}
+    for slot, prompt in prompts.items():
+        caches[slot] = ref.new_cache()
+        expected = ref.forward(prompt, caches[slot])[-1]
+        got = opt.prefill(slot, prompt)
+        np.testing.assert_allclose(got.numpy(), expected, atol=ATOL)
+        assert opt.cache_length(slot) == len(prompt)
+    trees = {2: TokenTree([-1, 0, 0, 1, 3, 2], [4, 8, 9, 10, 12, 1]), 0: TokenTree([-1, 0, 1, 1], [7, 3, 30, 31])}
+    N = 6
+    tokens = torch.zeros(2, N, dtype=torch.int64)
+    parents = torch.zeros(2, N, dtype=torch.int32)
+    for b, slot in enumerate((2, 0)):
+        n = trees[slot].num_nodes
+        tokens[b, :n] = torch.tensor(trees[slot].tokens)
+        parents[b, :n] = torch.tensor(trees[slot].parents)
+        parents[b, n:] = 0  # padding, ignored
+    logits = opt.verify(_slots(2, 0), tokens, parents, torch.tensor([6, 4], dtype=torch.int32))
+    for b, slot in enumerate((2, 0)):
+        tree = trees[slot]
+        expected = ref.verify_tree(list(tree.tokens), tree, caches[slot])
+        np.testing.assert_allclose(logits[b, : tree.num_nodes].numpy(), expected, atol=ATOL)
+    accepted = {2: 4, 0: 3}
+    opt.commit(_slots(2, 0), torch.tensor([accepted[2], accepted[0]], dtype=torch.int32))
+    for slot in (2, 0):
+        tree = trees[slot]
+        ref.commit(list(tree.tokens), tree, accepted[slot], caches[slot])
+        assert opt.cache_length(slot) == caches[slot].length
+    got = opt.decode(_slots(0, 2), torch.tensor([17, 23]))
+    for b, (slot, tok) in enumerate(((0, 17), (2, 23))):
+        np.testing.assert_allclose(got[b].numpy(), ref.forward([tok], caches[slot])[-1], atol=ATOL)
+
+
+def test_verify_commit_then_decode_equals_plain_decode(tiny):
+    """Committing an accepted path and decoding equals decoding the path's tokens one by one (another slot)."""
+    _, opt = tiny
+    prompt = [5, 6, 7, 8, 9]
+    tree = TokenTree([-1, 0, 1, 0, 2, 4], [11, 12, 13, 14, 15, 16])
+    opt.prefill(1, prompt)
+    opt.prefill(3, prompt)
+    opt.verify(_slots(1), torch.tensor([tree.tokens]), torch.tensor([tree.parents]))
+    opt.commit(_slots(1), torch.tensor([3], dtype=torch.int32))  # path 0 -> 3: node 3's K/V move to position 1
+    after_tree = opt.decode(_slots(1), torch.tensor([40]))
+    for tok in [tree.tokens[j] for j in tree.path(3)]:
+        opt.decode(_slots(3), torch.tensor([tok]))
+    plain = opt.decode(_slots(3), torch.tensor([40]))
+    assert opt.cache_length(1) == opt.cache_length(3) == len(prompt) + 3
+    np.testing.assert_allclose(after_tree.numpy(), plain.numpy(), atol=1e-5)
+    for pool in (*opt.state_pools, *opt.conv_pools):  # the two slots hold the same GDN and conv states
+        np.testing.assert_allclose(pool[1].numpy(), pool[3].numpy(), atol=1e-5)
+    L = opt.cache_length(1)
+    np.testing.assert_allclose(opt.k_pools[0][1, :, :L].numpy(), opt.k_pools[0][3, :, :L].numpy(), atol=1e-5)
+
+
+def test_moe_model_and_checkpoint_round_trip_match_reference_and_transformers(tmp_path):
+    """MoE layers (top-2 of 4 experts, shared expert); loaded from a HF checkpoint; also against transformers."""
+    config = HybridConfig(**{**TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                             "shared_expert_intermediate_size": 16, "decoder_sparse_step": 2})
+    ref = rm.build_random(config, seed=3)
+    rm.save_pretrained(ref, tmp_path, dtype="float32")
+    opt = om.load_pretrained(tmp_path, num_slots=2, max_seq_len=32, max_nodes=8, graphs=False)
+    prompt = [9, 8, 7, 6, 5, 4]
+    ref32 = rm.load_pretrained(tmp_path)  # the float32-rounded weights, in float64
+    cache = ref32.new_cache()
+    expected = ref32.forward(prompt, cache)
+    np.testing.assert_allclose(opt.prefill(0, prompt).numpy(), expected[-1], atol=ATOL)
+
+    from transformers import Qwen3NextForCausalLM
+
+    hf = Qwen3NextForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()  # its MoE needs fp32
+    with torch.no_grad():
+        hf_logits = hf(torch.tensor([prompt])).logits[0, -1].numpy()
+    np.testing.assert_allclose(opt.prefill(1, prompt).numpy(), hf_logits, atol=2 * ATOL)
+
+
+def test_validation_errors(tiny):
+    _, opt = tiny
+    opt.prefill(0, [1, 2, 3])
+    tree_tokens, tree_parents = torch.tensor([[1, 2, 3]]), torch.tensor([[-1, 0, 0]])
+    with pytest.raises(ValueError, match="slot"):
+        opt.prefill(9, [1, 2])
+    with pytest.raises(ValueError, match="vocabulary"):
+        opt.decode(_slots(0), torch.tensor([64]))
+    with pytest.raises(ValueError, match="repeated"):
+        opt.decode(_slots(0, 0), torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=r"parents\[0\]\[2\]|parents\[0\]"):
+        opt.verify(_slots(0), tree_tokens, torch.tensor([[-1, 0, 2]]))
+    with pytest.raises(ValueError, match="N = 17"):
+        opt.verify(_slots(0), torch.zeros(1, 17, dtype=torch.int64), torch.zeros(1, 17, dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="verify"):
+        opt.commit(_slots(0), torch.tensor([0], dtype=torch.int32))
+    opt.verify(_slots(0), tree_tokens, tree_parents)
+    with pytest.raises(ValueError, match=r"accepted\[0\] = 3"):
+        opt.commit(_slots(0), torch.tensor([3], dtype=torch.int32))
+    with pytest.raises(ValueError, match="differ"):
+        opt.commit(_slots(1), torch.tensor([0], dtype=torch.int32))
+    tensors = rm.weights_to_tensors(rm.build_random(HybridConfig(**TINY), seed=0).weights, HybridConfig(**TINY))
+    with pytest.raises(ValueError, match="unexpected tensor 'extra'"):
+        om.OptimizedModel(HybridConfig(**TINY), {**tensors, "extra": np.zeros(1)}, graphs=False)
+    missing = dict(tensors)
+    missing.pop("model.norm.weight")
+    with pytest.raises(ValueError, match="missing tensor 'model.norm.weight'"):
+        om.OptimizedModel(HybridConfig(**TINY), missing, graphs=False)
+    with pytest.raises(ValueError, match="max_nodes"):
+        om.OptimizedModel(HybridConfig(**TINY), tensors, max_nodes=500, graphs=False)
+
+
+# ------------------------------------------------------------------------------------------------------- GPU
+GPU_CFG = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=16,
+               num_key_value_heads=2, head_dim=256, linear_key_head_dim=128, linear_value_head_dim=128,
+               linear_num_key_heads=4, linear_num_value_heads=8, num_experts=0)
+
+
+def _bf16_reference(config: HybridConfig, seed: int):
+    """A reference model whose float64 weights are exactly the bf16-rounded ones the GPU model uses."""
+    ref = rm.build_random(config, seed=seed)
+    tensors = {k: torch.from_numpy(v).to(torch.bfloat16).double().numpy()
+               for k, v in rm.weights_to_tensors(ref.weights, config).items()}
+    return rm.HybridModel(config, rm.weights_from_tensors(tensors, config)), tensors
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_model_against_float64_reference():
+    """bf16 activations: relative L2 error of logits <= 3e-2 for prefill, a 24-node verify, and decode."""
+    config = HybridConfig(**GPU_CFG)
+    ref, tensors = _bf16_reference(config, seed=5)
+    opt = om.OptimizedModel(config, tensors, num_slots=2, max_seq_len=256, max_nodes=32, graphs=False)
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, 512, 70).tolist()
+    cache = ref.new_cache()
+
+    def rel(a, b):
+        return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+    assert rel(opt.prefill(1, prompt).cpu().double().numpy(), ref.forward(prompt, cache)[-1]) < 3e-2
+    parents = [-1] + [int(rng.integers(0, i)) for i in range(1, 24)]
+    tree = TokenTree(parents, [int(t) for t in rng.integers(0, 512, 24)])
+    got = opt.verify(_slots(1).cuda(), torch.tensor([tree.tokens]).cuda(), torch.tensor([tree.parents]).cuda())
+    assert rel(got[0].cpu().double().numpy(), ref.verify_tree(list(tree.tokens), tree, cache)) < 3e-2
+    node = tree.leaves[-1]
+    opt.commit(_slots(1).cuda(), torch.tensor([node], dtype=torch.int32).cuda())
+    ref.commit(list(tree.tokens), tree, node, cache)
+    got = opt.decode(_slots(1).cuda(), torch.tensor([7]).cuda())
+    assert rel(got[0].cpu().double().numpy(), ref.forward([7], cache)[-1]) < 3e-2
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replay_equals_eager():
+    """CUDA-graph replays (second call of a shape onwards) give the eager results for verify, commit and decode."""
+    config = HybridConfig(**GPU_CFG)
+    tensors = {k: torch.from_numpy(v) for k, v in rm.weights_to_tensors(rm.build_random(config, seed=2).weights,
+                                                                          config).items()}
+    models = [om.OptimizedModel(config, tensors, num_slots=4, max_seq_len=256, max_nodes=16, graphs=g)
+              for g in (False, True)]
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, 512, 20 + 9 * b).tolist() for b in range(3)]
+    steps = [(torch.tensor([[-1] + [int(rng.integers(0, i)) for i in range(1, 16)] for _ in range(3)]).cuda(),
+              torch.tensor(rng.integers(0, 512, (3, 16))).cuda()) for _ in range(3)]
+    slots = _slots(3, 0, 2).cuda()
+    outs = []
+    for m in models:
+        for s, p in zip(slots.tolist(), prompts):
+            m.prefill(s, p)
+        seq = []
+        for parents, tokens in steps:  # step 0 runs eagerly and captures, steps 1-2 replay
+            seq.append(m.verify(slots, tokens, parents).clone())
+            m.commit(slots, torch.tensor([15, 0, 7], dtype=torch.int32).cuda())
+            seq.append(m.decode(slots, torch.tensor([1, 2, 3]).cuda()).clone())
+        outs.append(seq)
+    for eager, graph in zip(*outs):
+        torch.testing.assert_close(graph, eager, rtol=1e-2, atol=1e-2)
