@@ -1,0 +1,163 @@
+"""Benchmark: whole-model tree verify (N nodes) against the same model's single-token decode step, one GPU.
+
+Model (random weights, bf16, Qwen3-Next shapes with fewer layers and a dense MLP so it fits one H200 next to its
+pools; the same size as the transformers peer of DESIGN.md §7): hidden 2048, 24 layers (18 GDN + 6 gated attention,
+every 4th), attention 16 q / 2 kv heads x 256 (rotary 64, theta 1e7), GDN 16 q/k heads, 32 value heads, K = V = 128,
+conv 4, dense SwiGLU MLP 5632, vocabulary 151936 (2.2 B parameters, 4.4 GB of bf16 weights).
+
+For each batch B and committed context length L: the pools are filled with random values and every request's length
+set to L (a prefill of that length would only be slower to set up; one short real prefill runs first as a check).
+CUDA-graph replays are timed with ``triton.testing.do_bench`` (median):
+
+- ``decode_us``: one decode step (tree step on one-node trees + commit of the root), all layers, logits;
+- ``verify_us``: verify of one random N-node tree per request (logits of every node);
+- ``commit_us``: commit of an accepted path (depth ~4) after that verify;
+- ``weights_floor_us``: reading the weights once at the copy bandwidth measured in the same run (the floor of any
+  step); ``verify_flop_floor_us``: the projection/MLP/LM-head matrix work of B * N tokens at the measured bf16 rate.
+
+Writes JSON (``--out``) and prints a table. Run: ``python bench/model_verify.py --out m.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+import triton
+
+from lumotree.optimized import model as om
+from lumotree.reference.config import HybridConfig
+
+CONFIG = dict(vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+              num_attention_heads=16, num_key_value_heads=2, head_dim=256, partial_rotary_factor=0.25,
+              rope_theta=10_000_000.0, linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=16,
+              linear_num_value_heads=32, linear_conv_kernel_dim=4, num_experts=0)
+
+
+def random_tree(n: int, rng: np.random.Generator, max_children: int = 4) -> list[int]:
+    parents, kids = [-1], [0]
+    for i in range(1, n):
+        while True:
+            p = int(rng.integers(0, i))
+            if kids[p] < max_children:
+                break
+        parents.append(p)
+        kids[p] += 1
+        kids.append(0)
+    return parents
+
+
+def bench(fn, rep_ms: int = 100) -> float:
+    return triton.testing.do_bench(fn, warmup=20, rep=rep_ms, return_mode="median") * 1e3
+
+
+def fill_pools(model: om.OptimizedModel, length: int) -> None:
+    """Random (non-zero) states and caches, every slot at committed length ``length``."""
+    for pool in (*model.state_pools, *model.conv_pools):
+        pool.normal_(0.0, 0.1)
+    for pool in (*model.k_pools, *model.v_pools):
+        pool.normal_()
+    model.lens.fill_(length)
+    model._host_lens = [length] * model.num_slots
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="model_verify_bench.json")
+    ap.add_argument("--B", type=int, nargs="*", default=[1, 16])
+    ap.add_argument("--L", type=int, nargs="*", default=[1024, 8192])
+    ap.add_argument("--N", type=int, default=64)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    x = torch.empty(1024**3, dtype=torch.bfloat16, device=dev).normal_()
+    y = torch.empty_like(x)
+    bw = 4 * x.numel() / (bench(lambda: y.copy_(x)) * 1e-6)
+    del x, y
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device=dev)
+    flops = 2 * 8192**3 / (bench(lambda: a @ a) * 1e-6)
+    del a
+    config = HybridConfig(**CONFIG)
+    max_b, max_l = max(args.B), max(args.L)
+    t0 = time.time()
+    model = om.build_random(config, seed=0, num_slots=max_b, max_seq_len=max_l + 4096, max_nodes=args.N,
+                            device=dev)
+    params = sum(t.numel() for t in [model.embed, model.lm_head] +
+                 [w for layer in model.layers for w in vars(layer).values()] +
+                 [w for m in model.mlps for w in vars(m).values() if isinstance(w, torch.Tensor)])
+    weight_bytes = 2 * params
+    # the projection, MLP and LM-head matmuls per token (2 flops per weight, embeddings are a gather)
+    matmul_params = params - model.embed.numel()
+    print(f"{torch.cuda.get_device_name()}  bw {bw / 1e12:.2f} TB/s  bf16 {flops / 1e12:.0f} TFLOP/s  "
+          f"params {params / 1e9:.2f} B  build {time.time() - t0:.1f}s", flush=True)
+
+    # a real prefill first, as a sanity check of the whole path (chunks of N tokens through verify + commit)
+    rng = np.random.default_rng(0)
+    logits = model.prefill(0, rng.integers(0, config.vocab_size, 3 * args.N + 5).tolist())
+    assert torch.isfinite(logits).all(), "prefill produced non-finite logits"
+
+    rows = []
+    for B in args.B:
+        for L in args.L:
+            fill_pools(model, L)
+            slots = torch.arange(B, dtype=torch.int32, device=dev)
+            tokens1 = torch.tensor(rng.integers(0, config.vocab_size, B), device=dev)
+            parents = torch.tensor([random_tree(args.N, rng) for _ in range(B)], dtype=torch.int32, device=dev)
+            tokens = torch.tensor(rng.integers(0, config.vocab_size, (B, args.N)), device=dev)
+            depth = [0] * args.N
+            for i in range(1, args.N):
+                depth[i] = depth[int(parents[0, i])] + 1
+            accepted_node = min(range(args.N), key=lambda i: (abs(depth[i] - 4), i))  # a node at depth ~4
+            accepted = torch.full((B,), accepted_node, dtype=torch.int32, device=dev)
+            for b in range(B):  # the same depth-4 node index for every request: give all trees request 0's shape
+                parents[b] = parents[0]
+
+            model.decode(slots, tokens1)  # eager + capture
+            model.decode(slots, tokens1)  # replay
+            dec_graph = model._graph_entries[("decode", B)]["graph"]
+            model.lens.fill_(L)
+            decode_us = bench(dec_graph.replay)
+            model.lens.fill_(L)
+            model._host_lens = [L] * model.num_slots
+
+            model.verify(slots, tokens, parents)  # eager + capture
+            model.commit(slots, accepted)
+            model.lens.fill_(L)
+            model._host_lens = [L] * model.num_slots
+            model.verify(slots, tokens, parents)  # replay: the record now lives in the graph
+            model.commit(slots, accepted)  # capture + replay of the commit graph
+            ver_graph = model._graph_entries[("verify", B, args.N)]["graph"]
+            com_graph = model._graph_entries[("commit", B, args.N)]["graph"]
+            model.lens.fill_(L)
+            verify_us = bench(ver_graph.replay)
+            commit_us = bench(com_graph.replay, rep_ms=50)  # advances the lengths: a short run stays in capacity
+            model.lens.fill_(L)
+            model._host_lens = [L] * model.num_slots
+            row = {
+                "B": B, "L": L, "N": args.N, "decode_us": decode_us, "verify_us": verify_us, "commit_us": commit_us,
+                "ratio_verify_vs_decode": verify_us / decode_us,
+                "ratio_verify_commit_vs_decode": (verify_us + commit_us) / decode_us,
+                "weights_floor_us": weight_bytes / (bw / 2) * 1e6,
+                "verify_flop_floor_us": 2 * matmul_params * B * args.N / flops * 1e6,
+                "decode_flop_floor_us": 2 * matmul_params * B / flops * 1e6,
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "copy_bw": bw, "bf16_flops": flops, "params": params, "config": CONFIG, "fla": model.use_fla,
+              "rows": rows}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"{'B':>4} {'L':>6} {'N':>4} {'decode':>9} {'verify':>9} {'commit':>8} {'x_ver':>6} {'x_v+c':>6} "
+          f"{'w_floor':>8} {'vflop':>8}")
+    for r in rows:
+        print(f"{r['B']:>4} {r['L']:>6} {r['N']:>4} {r['decode_us']:>9.1f} {r['verify_us']:>9.1f} "
+              f"{r['commit_us']:>8.1f} {r['ratio_verify_vs_decode']:>6.2f} {r['ratio_verify_commit_vs_decode']:>6.2f} "
+              f"{r['weights_floor_us']:>8.1f} {r['verify_flop_floor_us']:>8.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
