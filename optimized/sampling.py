@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 from numbers import Integral, Real
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -335,21 +336,26 @@ class TreeBatch:
             raise ValueError(f"tokens has {len(tokens)} trees but parents has {len(parents)}")
         B = len(tokens)
         N = max((len(t) for t in tokens), default=1) if width is None else int(width)
-        tok = torch.zeros((B, N), dtype=torch.int64)
-        par = torch.zeros((B, N), dtype=torch.int64)
-        num = torch.zeros((B,), dtype=torch.int64)
+        tok_rows: list[list[int]] = []
+        par_rows: list[list[int]] = []
+        num: list[int] = []
         for b, (t, p) in enumerate(zip(tokens, parents)):
-            if len(t) != len(p):
-                raise ValueError(f"tree {b}: {len(t)} tokens but {len(p)} parents")
-            if not 1 <= len(t) <= N:
-                raise ValueError(f"tree {b} has {len(t)} nodes; expected 1..{N}")
-            if p[0] != -1 or any(not 0 <= p[i] < i for i in range(1, len(p))):
+            n = len(t)
+            if len(p) != n:
+                raise ValueError(f"tree {b}: {n} tokens but {len(p)} parents")
+            if not 1 <= n <= N:
+                raise ValueError(f"tree {b} has {n} nodes; expected 1..{N}")
+            if p[0] != -1 or not all(0 <= p[i] < i for i in range(1, n)):
                 raise ValueError(f"tree {b}: parents {list(p)} are not a topological parent array")
-            tok[b, : len(t)] = torch.tensor(t, dtype=torch.int64)
-            par[b, : len(p)] = torch.tensor(p, dtype=torch.int64)
-            num[b] = len(t)
-        par[:, 0] = -1
-        return cls(tok.to(device), par.to(device), num.to(device), draws)
+            tok_rows.append(list(t) + [0] * (N - n))
+            par_rows.append(list(p) + [0] * (N - n))
+            num.append(n)
+        tok = np.array(tok_rows, dtype=np.int64).reshape(B, N)
+        par = np.array(par_rows, dtype=np.int64).reshape(B, N)
+        tok_t, par_t, num_t = torch.from_numpy(tok), torch.from_numpy(par), torch.from_numpy(np.array(num, dtype=np.int64))
+        if torch.device(device).type != "cpu":
+            tok_t, par_t, num_t = (x.pin_memory().to(device, non_blocking=True) for x in (tok_t, par_t, num_t))
+        return cls(tok_t, par_t, num_t, draws)
 
 
 @dataclass
@@ -365,14 +371,10 @@ class VerifyOutcome:
 
     def emitted(self, trees: TreeBatch) -> list[list[int]]:
         """Per request, the new tokens in order: the accepted drafted tokens (root excluded) then ``next_token``."""
-        on_path = self.on_path.cpu()
-        tokens = trees.tokens.cpu()
+        on_path = self.on_path.cpu().numpy()  # [B, N]
+        tokens = trees.tokens.cpu().numpy()  # [B, N]
         nxt = self.next_token.cpu().tolist()
-        out = []
-        for b in range(trees.batch_size):
-            path_nodes = torch.nonzero(on_path[b]).flatten()[1:]  # index order is root-to-node order
-            out.append(tokens[b, path_nodes].tolist() + [nxt[b]])
-        return out
+        return [tokens[b, 1:][on_path[b, 1:]].tolist() + [nxt[b]] for b in range(len(nxt))]
 
 
 def verify_greedy(trees: TreeBatch, target_argmax: torch.Tensor) -> VerifyOutcome:

@@ -1,0 +1,361 @@
+r"""The verification budget: how many draft nodes each step verifies, or whether to speculate at all.
+
+A speculative step for a batch of B requests costs ``T_draft(B) + T_verify(B, N)`` seconds (N: the node bucket every
+tree is padded to) and emits, for request b, ``1 + accepted_b`` tokens. An autoregressive step costs ``T_decode(B)``
+and emits B tokens. The budget maximises expected tokens per second.
+
+**Expected accepted tokens from drafter confidences.** A drafter reports, for every node, a *path confidence*: its
+estimate of the probability that the node is accepted (the product of per-edge acceptance estimates along the path,
+EAGLE-2's cumulative confidence). Expected accepted draft tokens of a tree are the sum of its nodes' path confidences
+(linearity of expectation over the events "node i accepted"). Path confidences never increase along a path, so the
+``n`` nodes of highest confidence (ties to the lower index) always form a subtree containing the root: the best
+``n``-node tree. With the request's confidences sorted, ``c_1 >= c_2 >= ...``::
+
+    E_b(n) = 1 + kappa * sum_{i < n} c_i          (tokens emitted by a step verifying n nodes)
+    rate(N) = sum_b E_b(min(N, n_b)) / (T_verify(B, N) [+ T_draft(B) before drafting])
+    rate_AR = B / T_decode(B)
+
+``kappa`` calibrates the drafter: an exponential moving average of accepted over predicted draft tokens. The budget
+takes the node bucket of largest rate and falls back to autoregressive decoding when ``rate_AR`` is larger; after such
+a fallback it backs off (1, 2, 4, .. up to ``max_backoff`` autoregressive steps without drafting before it drafts
+again), so a useless or too expensive drafter costs one drafted step per backoff period. When only the calibration
+makes speculation lose (the uncalibrated confidences would pay), that drafted step runs as a *probe* so the
+calibration can recover once the drafts improve.
+
+**Baseline rule** (:class:`RatioRuleBudget`): the largest N with ``T_verify(B, N) <= (1 + eps) * T_decode(B)``,
+confidences ignored.
+
+:class:`CostProfile` holds the measured ``T_decode(B)`` and ``T_verify(B, N)`` at the engine's (B, N) buckets; it is
+measured at start-up (``Engine.profile``) or loaded from JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "CostProfile",
+    "Decision",
+    "BudgetPolicy",
+    "ExpectedThroughputBudget",
+    "RatioRuleBudget",
+    "FixedBudget",
+    "AutoregressiveOnly",
+    "make_budget",
+    "expected_tokens",
+]
+
+
+def _bucket(value: int, buckets: Sequence[int], what: str) -> int:
+    for b in buckets:
+        if value <= b:
+            return b
+    raise ValueError(f"{what} = {value} exceeds the largest bucket {buckets[-1]}")
+
+
+@dataclass
+class CostProfile:
+    """Measured seconds per step: ``decode_s[B]`` (one autoregressive decode step) and ``verify_s[(B, N)]`` (one
+    batched tree verify + commit at node bucket N), for the batch buckets ``batch_buckets`` and node buckets
+    ``node_buckets`` (B and N are rounded up to a bucket, as the engine pads them)."""
+
+    batch_buckets: tuple[int, ...]
+    node_buckets: tuple[int, ...]
+    decode_s: dict[int, float]
+    verify_s: dict[tuple[int, int], float]
+    device: str = ""
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        self.batch_buckets = tuple(sorted(int(b) for b in self.batch_buckets))
+        self.node_buckets = tuple(sorted(int(n) for n in self.node_buckets))
+        if not self.batch_buckets or not self.node_buckets:
+            raise ValueError("batch_buckets and node_buckets must be non-empty")
+        for b in self.batch_buckets:
+            if b not in self.decode_s:
+                raise ValueError(f"decode_s has no entry for batch bucket {b}")
+            for n in self.node_buckets:
+                if (b, n) not in self.verify_s:
+                    raise ValueError(f"verify_s has no entry for (batch, nodes) = ({b}, {n})")
+        for key, t in list(self.decode_s.items()) + list(self.verify_s.items()):
+            if not (isinstance(t, (int, float)) and math.isfinite(t) and t > 0):
+                raise ValueError(f"cost {key} = {t!r} must be a positive number of seconds")
+
+    def batch_bucket(self, batch: int) -> int:
+        return _bucket(batch, self.batch_buckets, "batch size")
+
+    def node_bucket(self, nodes: int) -> int:
+        return _bucket(nodes, self.node_buckets, "tree nodes")
+
+    def decode_time(self, batch: int) -> float:
+        return self.decode_s[self.batch_bucket(batch)]
+
+    def verify_time(self, batch: int, nodes: int) -> float:
+        return self.verify_s[(self.batch_bucket(batch), self.node_bucket(nodes))]
+
+    @classmethod
+    def measure(
+        cls,
+        time_decode: Callable[[int], float],
+        time_verify: Callable[[int, int], float],
+        batch_buckets: Sequence[int],
+        node_buckets: Sequence[int],
+        device: str = "",
+        note: str = "",
+    ) -> CostProfile:
+        """Call the timers at every bucket (they return seconds per step, e.g. a median of CUDA-graph replays)."""
+        decode = {int(b): float(time_decode(int(b))) for b in batch_buckets}
+        verify = {(int(b), int(n)): float(time_verify(int(b), int(n))) for b in batch_buckets for n in node_buckets}
+        return cls(tuple(batch_buckets), tuple(node_buckets), decode, verify, device, note)
+
+    def to_dict(self) -> dict:
+        return {
+            "batch_buckets": list(self.batch_buckets),
+            "node_buckets": list(self.node_buckets),
+            "decode_s": {str(b): t for b, t in self.decode_s.items()},
+            "verify_s": {f"{b},{n}": t for (b, n), t in self.verify_s.items()},
+            "device": self.device,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CostProfile:
+        known = {"batch_buckets", "node_buckets", "decode_s", "verify_s", "device", "note"}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"cost profile has unknown keys {sorted(unknown)}")
+        verify = {}
+        for key, t in d["verify_s"].items():
+            b, n = key.split(",")
+            verify[(int(b), int(n))] = float(t)
+        return cls(
+            tuple(d["batch_buckets"]),
+            tuple(d["node_buckets"]),
+            {int(b): float(t) for b, t in d["decode_s"].items()},
+            verify,
+            d.get("device", ""),
+            d.get("note", ""),
+        )
+
+    def save(self, path: str | os.PathLike) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> CostProfile:
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+
+def expected_tokens(sorted_confidences: np.ndarray, nodes: int, kappa: float = 1.0) -> float:
+    """``E(n) = 1 + kappa * sum of the n - 1 largest path confidences`` (``sorted_confidences``: non-root nodes,
+    descending)."""
+    return 1.0 + kappa * float(np.sum(sorted_confidences[: max(0, nodes - 1)]))
+
+
+@dataclass
+class Decision:
+    """One step's choice: ``nodes`` = the node bucket every tree is cut to (1 = autoregressive step), with the
+    prediction it was made on (``predicted_tokens`` emitted, ``predicted_seconds``)."""
+
+    nodes: int
+    predicted_tokens: float
+    predicted_seconds: float
+    reason: str = ""
+
+    @property
+    def autoregressive(self) -> bool:
+        return self.nodes <= 1
+
+
+class BudgetPolicy:
+    """Base class. ``want_draft(B)`` is asked before drafting (False: autoregressive step, no draft); ``choose`` after
+    drafting, with each request's non-root path confidences sorted descending; ``observe`` after verification."""
+
+    name = "base"
+
+    def __init__(self, profile: CostProfile, max_nodes: int | None = None):
+        self.profile = profile
+        self.max_nodes = profile.node_buckets[-1] if max_nodes is None else int(max_nodes)
+        if self.max_nodes < 1:
+            raise ValueError(f"max_nodes = {max_nodes} must be >= 1")
+        self.max_nodes = min(self.max_nodes, profile.node_buckets[-1])
+
+    def draft_size(self, batch: int) -> int:
+        """How many nodes to ask the drafter for (the largest useful tree)."""
+        return self.max_nodes
+
+    def want_draft(self, batch: int) -> bool:
+        return True
+
+    def choose(self, batch: int, confidences: Sequence[np.ndarray], draft_seconds: float) -> Decision:
+        raise NotImplementedError
+
+    def observe(self, decision: Decision, predicted_accepted: float, accepted: float, draft_seconds: float) -> None:
+        """``predicted_accepted``: sum over the batch of the verified trees' path confidences (uncalibrated);
+        ``accepted``: draft tokens actually accepted."""
+
+    def _buckets_upto(self, limit: int) -> list[int]:
+        return [n for n in self.profile.node_buckets if n <= limit] or [self.profile.node_buckets[0]]
+
+    def _ar(self, batch: int, reason: str) -> Decision:
+        return Decision(1, float(batch), self.profile.decode_time(batch), reason)
+
+
+class ExpectedThroughputBudget(BudgetPolicy):
+    """Maximise expected tokens per second from drafter confidences (module docstring), with calibration, an
+    autoregressive fallback with exponential backoff, and probes that keep the calibration honest."""
+
+    name = "expected"
+
+    def __init__(
+        self,
+        profile: CostProfile,
+        max_nodes: int | None = None,
+        calibration_decay: float = 0.8,
+        max_backoff: int = 64,
+        margin: float = 0.0,
+    ):
+        super().__init__(profile, max_nodes)
+        self.calibration_decay = float(calibration_decay)
+        self.max_backoff = int(max_backoff)
+        self.margin = float(margin)
+        self.accepted_ema = 0.0
+        self.predicted_ema = 0.0
+        self.skip_remaining = 0
+        self.backoff = 1
+
+    @property
+    def kappa(self) -> float:
+        """Calibration: accepted / predicted draft tokens (moving averages), at most 2; 1 before any data."""
+        if self.predicted_ema <= 0:
+            return 1.0
+        return float(min(2.0, self.accepted_ema / self.predicted_ema))
+
+    def want_draft(self, batch: int) -> bool:
+        """False during a backoff period (autoregressive steps without drafting)."""
+        if self.skip_remaining > 0:
+            self.skip_remaining -= 1
+            return False
+        return True
+
+    def best(self, batch: int, confidences: Sequence[np.ndarray], kappa: float) -> Decision:
+        """The node bucket of highest expected tokens per second (bucket 1 = autoregressive through verify)."""
+        sizes = [1 + len(c) for c in confidences]
+        best: Decision | None = None
+        for n in self._buckets_upto(self.max_nodes):
+            tokens = sum(expected_tokens(c, min(n, s), kappa) for c, s in zip(confidences, sizes))
+            seconds = self.profile.verify_time(batch, n)
+            if best is None or tokens / seconds > best.predicted_tokens / best.predicted_seconds:
+                best = Decision(n, tokens, seconds, f"expected {tokens / seconds:.4g} tok/s at N = {n}")
+        assert best is not None
+        return best
+
+    def choose(self, batch: int, confidences: Sequence[np.ndarray], draft_seconds: float) -> Decision:
+        """Speculate with the best bucket when it beats decoding; otherwise decode and back off (skip drafting for
+        1, 2, 4, .. steps). When only the calibration stands in the way (the drafter's own confidences would pay),
+        the step runs as a *probe* at the best bucket of the uncalibrated confidences, so the calibration can recover
+        when the drafts get better; probes happen once per backoff period."""
+        ar = self._ar(batch, "autoregressive: no tree bucket beats decode")
+        ar_rate = ar.predicted_tokens / ar.predicted_seconds * (1.0 + self.margin)
+        spec = self.best(batch, confidences, self.kappa)
+        if not spec.autoregressive and spec.predicted_tokens / spec.predicted_seconds > ar_rate:
+            self.backoff = 1
+            return spec
+        self.skip_remaining = self.backoff
+        self.backoff = min(self.max_backoff, 2 * self.backoff)
+        optimistic = self.best(batch, confidences, max(1.0, self.kappa))
+        if not optimistic.autoregressive and optimistic.predicted_tokens / optimistic.predicted_seconds > ar_rate:
+            optimistic.reason = f"probe (calibration {self.kappa:.2f}); " + optimistic.reason
+            return optimistic
+        return ar
+
+    def observe(self, decision: Decision, predicted_accepted: float, accepted: float, draft_seconds: float) -> None:
+        if decision.autoregressive:
+            return
+        a = self.calibration_decay
+        self.accepted_ema = a * self.accepted_ema + (1 - a) * float(accepted)
+        self.predicted_ema = a * self.predicted_ema + (1 - a) * float(predicted_accepted)
+
+    def record_draft_time(self, batch: int, seconds: float) -> None:
+        """Kept for reporting; the draft cost is sunk when ``choose`` runs."""
+        self.last_draft_seconds = float(seconds)
+
+
+class RatioRuleBudget(BudgetPolicy):
+    """Baseline: the largest node bucket with ``T_verify(B, N) <= (1 + eps) * T_decode(B)``; autoregressive when
+    that is N = 1. Confidences are ignored."""
+
+    name = "ratio"
+
+    def __init__(self, profile: CostProfile, eps: float = 0.1, max_nodes: int | None = None):
+        super().__init__(profile, max_nodes)
+        if not (math.isfinite(eps) and eps >= 0):
+            raise ValueError(f"eps = {eps!r} must be a finite number >= 0")
+        self.eps = float(eps)
+
+    def _nodes(self, batch: int) -> int:
+        limit = (1.0 + self.eps) * self.profile.decode_time(batch)
+        fits = [n for n in self._buckets_upto(self.max_nodes) if self.profile.verify_time(batch, n) <= limit]
+        return max(fits) if fits else 1
+
+    def draft_size(self, batch: int) -> int:
+        return self._nodes(batch)
+
+    def want_draft(self, batch: int) -> bool:
+        return self._nodes(batch) > 1
+
+    def choose(self, batch: int, confidences: Sequence[np.ndarray], draft_seconds: float) -> Decision:
+        n = self._nodes(batch)
+        if n <= 1:
+            return self._ar(batch, "ratio rule: no bucket within (1 + eps) x decode")
+        tokens = sum(expected_tokens(c, n) for c in confidences)
+        return Decision(n, tokens, self.profile.verify_time(batch, n), f"ratio rule, eps = {self.eps}")
+
+
+class FixedBudget(BudgetPolicy):
+    """Always verify trees cut to ``nodes`` (for sweeps); never falls back."""
+
+    name = "fixed"
+
+    def __init__(self, profile: CostProfile, nodes: int):
+        super().__init__(profile, nodes)
+        self.nodes = int(nodes)
+        if self.nodes < 1:
+            raise ValueError(f"nodes = {nodes} must be >= 1")
+
+    def choose(self, batch: int, confidences: Sequence[np.ndarray], draft_seconds: float) -> Decision:
+        if self.nodes <= 1:
+            return self._ar(batch, "fixed: 1 node")
+        tokens = sum(expected_tokens(c, self.nodes) for c in confidences)
+        return Decision(self.nodes, tokens, self.profile.verify_time(batch, self.nodes), f"fixed {self.nodes}")
+
+
+class AutoregressiveOnly(BudgetPolicy):
+    """Never speculate."""
+
+    name = "none"
+
+    def want_draft(self, batch: int) -> bool:
+        return False
+
+    def choose(self, batch: int, confidences: Sequence[np.ndarray], draft_seconds: float) -> Decision:
+        return self._ar(batch, "autoregressive mode")
+
+
+BUDGETS = {"expected": ExpectedThroughputBudget, "ratio": RatioRuleBudget, "fixed": FixedBudget}
+
+
+def make_budget(name: str, profile: CostProfile, **kwargs) -> BudgetPolicy:
+    """``"expected"`` | ``"ratio"`` | ``"fixed"`` (needs ``nodes``) | ``"none"``."""
+    if name == "none":
+        return AutoregressiveOnly(profile)
+    if name not in BUDGETS:
+        raise ValueError(f"budget = {name!r}; expected one of {sorted(BUDGETS) + ['none']}")
+    return BUDGETS[name](profile, **kwargs)

@@ -1,0 +1,723 @@
+r"""The decoding runtime: continuous batching, slots, speculation modes, the verification budget.
+
+``Engine(model, drafter, mode=...)`` decodes many requests at once. Each request holds a *slot* of the model's cache
+pools (GDN recurrent and conv states, KV) from admission to its end; requests join (prefill) and leave between steps
+(continuous batching). A step is either
+
+- **autoregressive**: one decode of every running request's pending token; or
+- **speculative** (``mode="chain"``: one path per request, ``"tree"``: a tree): the drafter proposes a tree rooted at
+  each pending token, the budget picks the node bucket N (or falls back to autoregressive), the trees are cut to N,
+  the model verifies all of them in one batched pass (logits of every node), the lossless verification of
+  :mod:`lumotree.optimized.sampling` picks each request's accepted path and next token, and the model commits every
+  accepted path in one call.
+
+Per request, the context is ``prompt + output``; its last token is *pending* (sampled, not yet run through the
+model), so the model's cache holds ``context[:-1]``. The first output token comes from the prompt's prefill.
+
+The model follows :class:`TargetModel` (slot-addressed ``prefill / decode / verify / commit / release``).
+:class:`ReferenceTarget` adapts the exact float64 reference model (CPU, one cache per slot);
+:class:`OptimizedTarget` adapts :mod:`lumotree.optimized.model` (pools by slot, CUDA graphs per (B, N) bucket).
+
+Requests beyond the free slots wait in a queue (the pools are allocated once, so a large batch never runs out of
+memory mid-way); ``submit`` validates prompts and sampling parameters before anything runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from numbers import Integral
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from .budget import (
+    AutoregressiveOnly,
+    BudgetPolicy,
+    CostProfile,
+    Decision,
+    ExpectedThroughputBudget,
+    FixedBudget,
+    RatioRuleBudget,
+    make_budget,
+)
+from .drafters import Draft, DraftRequest, EngineDrafter
+from .sampling import SamplingParams, TreeBatch, counter_uniforms, sample_from, target_probs, verify_batch
+
+__all__ = [
+    "TargetModel",
+    "ReferenceTarget",
+    "OptimizedTarget",
+    "Engine",
+    "Request",
+    "TokenEvent",
+    "GenerationResult",
+    "StepRecord",
+    "EngineStats",
+    "MODES",
+    "DEFAULT_NODE_BUCKETS",
+]
+
+MODES = ("autoregressive", "chain", "tree")
+DEFAULT_NODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+_DRAFT_STREAM = 1  # counter_uniforms stream of drafting coins (verification uses stream 0)
+
+
+# ======================================================================================================= model protocol
+@runtime_checkable
+class TargetModel(Protocol):
+    """What the engine needs from a model. Slots index the cache pools; ``trees`` is a
+    :class:`~lumotree.optimized.sampling.TreeBatch` (node i at position ``cache_length + depth(i)``).
+
+    - ``prefill(slot, tokens) -> [V]``: reset the slot, run ``tokens``, return the logits after the last one.
+    - ``decode(slots [B], tokens [B]) -> [B, V]``: one token per slot, caches advance by one.
+    - ``verify(slots [B], trees) -> [B, N, V]``: logits of every node; caches untouched.
+    - ``commit(slots [B], trees, accepted [B])``: advance every cache along root..accepted of the last ``verify``.
+    - ``release(slot)``: the slot is free again.
+    """
+
+    vocab_size: int
+    max_seq_len: int
+    num_slots: int
+    max_nodes: int
+    device: torch.device
+
+    def prefill(self, slot: int, tokens: Sequence[int]) -> torch.Tensor: ...
+
+    def decode(self, slots: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor: ...
+
+    def verify(self, slots: torch.Tensor, trees: TreeBatch) -> torch.Tensor: ...
+
+    def commit(self, slots: torch.Tensor, trees: TreeBatch, accepted: torch.Tensor) -> None: ...
+
+    def release(self, slot: int) -> None: ...
+
+
+class ReferenceTarget:
+    """The exact reference model (``lumotree.reference.model.HybridModel``, float64, CPU) behind :class:`TargetModel`:
+    one reference cache per slot, requests run one after another. Slow and exact: the engine's CPU oracle."""
+
+    def __init__(self, model: Any, num_slots: int = 8, max_seq_len: int = 4096, max_nodes: int = 128):
+        from lumotree.reference.tree import TokenTree
+
+        self._TokenTree = TokenTree
+        self.model = model
+        self.vocab_size = int(model.vocab_size)
+        self.num_slots = int(num_slots)
+        self.max_seq_len = int(max_seq_len)
+        self.max_nodes = int(max_nodes)
+        self.device = torch.device("cpu")
+        self.caches: dict[int, Any] = {}
+        self.passes: dict[int, Any] = {}
+
+    def _check_slot(self, slot: int) -> int:
+        if not 0 <= int(slot) < self.num_slots:
+            raise ValueError(f"slot = {slot} is outside [0, {self.num_slots})")
+        return int(slot)
+
+    def prefill(self, slot: int, tokens: Sequence[int]) -> torch.Tensor:
+        slot = self._check_slot(slot)
+        cache = self.model.new_cache()
+        logits = self.model.forward(list(tokens), cache)  # [T, V]
+        self.caches[slot] = cache
+        return torch.from_numpy(np.asarray(logits[-1], dtype=np.float64))
+
+    def decode(self, slots: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        rows = []
+        for slot, tok in zip(slots.tolist(), tokens.tolist()):
+            rows.append(self.model.forward([int(tok)], self.caches[self._check_slot(slot)])[-1])
+        return torch.from_numpy(np.stack(rows).astype(np.float64))  # [B, V]
+
+    def _tree(self, trees: TreeBatch, b: int):
+        n = int(trees.num_nodes[b])
+        return self._TokenTree(trees.parents[b, :n].tolist(), trees.tokens[b, :n].tolist())
+
+    def verify(self, slots: torch.Tensor, trees: TreeBatch) -> torch.Tensor:
+        B, N = trees.tokens.shape
+        out = torch.zeros((B, N, self.vocab_size), dtype=torch.float64)
+        for b, slot in enumerate(slots.tolist()):
+            tree = self._tree(trees, b)
+            tree_pass = self.model.tree_pass(list(tree.tokens), tree, self.caches[self._check_slot(slot)])
+            self.passes[slot] = tree_pass
+            out[b, : tree.num_nodes] = torch.from_numpy(np.asarray(tree_pass.logits, dtype=np.float64))
+        return out
+
+    def commit(self, slots: torch.Tensor, trees: TreeBatch, accepted: torch.Tensor) -> None:
+        for slot, node in zip(slots.tolist(), accepted.tolist()):
+            self.model.commit_pass(self.passes.pop(slot), int(node), self.caches[slot])
+
+    def release(self, slot: int) -> None:
+        self.caches.pop(int(slot), None)
+        self.passes.pop(int(slot), None)
+
+    def cache_length(self, slot: int) -> int:
+        return int(self.caches[int(slot)].length)
+
+
+class OptimizedTarget:
+    """:mod:`lumotree.optimized.model` behind :class:`TargetModel` (pools by slot, batched verify and commit)."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.vocab_size = int(model.vocab_size)
+        self.num_slots = int(model.num_slots)
+        self.max_seq_len = int(model.max_seq_len)
+        self.max_nodes = int(model.max_nodes)
+        self.device = torch.device(model.device)
+
+    def prefill(self, slot: int, tokens: Sequence[int]) -> torch.Tensor:
+        return self.model.prefill(int(slot), list(tokens))
+
+    def decode(self, slots: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.decode(slots, tokens)
+
+    def verify(self, slots: torch.Tensor, trees: TreeBatch) -> torch.Tensor:
+        return self.model.verify(slots, trees.tokens, trees.parents, trees.num_nodes)
+
+    def commit(self, slots: torch.Tensor, trees: TreeBatch, accepted: torch.Tensor) -> None:
+        self.model.commit(slots, accepted)
+
+    def release(self, slot: int) -> None:
+        self.model.release(int(slot))
+
+
+# ======================================================================================================= requests
+@dataclass(eq=False)
+class Request:
+    """A request's state. ``output`` holds every emitted token; the last one is pending while it runs."""
+
+    request_id: int
+    prompt: list[int]
+    params: SamplingParams
+    seed: int
+    slot: int = -1
+    output: list[int] = field(default_factory=list)
+    counter: int = 0  # coins counter: one per model call on this request
+    finished: bool = False
+    finish_reason: str = ""
+    steps: int = 0
+    accepted: int = 0  # draft tokens accepted in total
+
+    @property
+    def context(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def cache_length(self) -> int:
+        return len(self.prompt) + len(self.output) - 1
+
+
+@dataclass
+class TokenEvent:
+    """New tokens of one request from one step (streaming); ``finished`` with its ``finish_reason`` at the end."""
+
+    request_id: int
+    tokens: list[int]
+    finished: bool
+    finish_reason: str = ""
+
+
+@dataclass
+class GenerationResult:
+    request_id: int
+    prompt: list[int]
+    tokens: list[int]
+    finish_reason: str
+    steps: int
+    accepted: int
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Draft tokens accepted per model step after the prefill."""
+        return self.accepted / self.steps if self.steps else 0.0
+
+
+@dataclass
+class StepRecord:
+    """One engine step: ``kind`` (``"prefill"``, ``"autoregressive"``, ``"verify"``), batch size, node bucket,
+    tokens emitted, draft tokens accepted, predicted tokens, and seconds spent drafting / in the model+verification."""
+
+    kind: str
+    batch: int
+    nodes: int
+    emitted: int
+    accepted: int
+    predicted_tokens: float
+    draft_s: float
+    model_s: float
+    total_s: float
+    reason: str = ""
+
+
+@dataclass
+class EngineStats:
+    steps: list[StepRecord] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        decode_steps = [s for s in self.steps if s.kind != "prefill"]
+        spec = [s for s in decode_steps if s.kind == "verify"]
+        total = sum(s.total_s for s in decode_steps)
+        tokens = sum(s.emitted for s in decode_steps)
+        seq_steps = sum(s.batch for s in spec)
+        return {
+            "decode_steps": len(decode_steps),
+            "speculative_steps": len(spec),
+            "decode_tokens": tokens,
+            "decode_seconds": total,
+            "tokens_per_s": tokens / total if total > 0 else 0.0,
+            "mean_accepted": (sum(s.accepted for s in spec) / seq_steps) if seq_steps else 0.0,
+            "draft_s_per_step": (sum(s.draft_s for s in spec) / len(spec)) if spec else 0.0,
+            "verify_s_per_step": (sum(s.model_s for s in spec) / len(spec)) if spec else 0.0,
+            "predicted_tokens_per_s": (
+                sum(s.predicted_tokens for s in decode_steps) / sum(s.draft_s + s.model_s for s in decode_steps)
+                if decode_steps
+                else 0.0
+            ),
+        }
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ======================================================================================================= engine
+class Engine:
+    """Continuous-batching decoder with autoregressive, chain and tree speculation (module docstring).
+
+    - ``model``: a :class:`TargetModel` (or a reference / optimized model, wrapped automatically).
+    - ``drafter``: an :class:`~lumotree.optimized.drafters.EngineDrafter` (required for chain / tree).
+    - ``budget``: ``"expected"`` (maximise expected tokens/s from confidences), ``"ratio"`` (baseline rule, ``eps``),
+      ``"fixed"`` (always ``max_nodes``), or a :class:`~lumotree.optimized.budget.BudgetPolicy`.
+    - ``profile``: a :class:`~lumotree.optimized.budget.CostProfile` or a JSON path; None measures one at start-up
+      when the budget needs it (:meth:`measure_profile`).
+    - ``max_batch``: most requests decoded at once (default: the model's slots); more wait in the queue.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        drafter: EngineDrafter | None = None,
+        *,
+        mode: str = "tree",
+        budget: str | BudgetPolicy = "expected",
+        max_nodes: int = 64,
+        eps: float = 0.1,
+        profile: CostProfile | str | None = None,
+        max_batch: int | None = None,
+        node_buckets: Sequence[int] = DEFAULT_NODE_BUCKETS,
+        batch_buckets: Sequence[int] | None = None,
+        seed: int = 0,
+    ):
+        self.model = self._wrap(model)
+        if mode not in MODES:
+            raise ValueError(f"mode = {mode!r}; expected one of {MODES}")
+        if mode != "autoregressive" and drafter is None:
+            raise ValueError(f"mode {mode!r} needs a drafter")
+        if drafter is not None and not isinstance(drafter, EngineDrafter):
+            raise TypeError(f"drafter must implement EngineDrafter (admit/propose/advance/release), got {drafter!r}")
+        self.mode = mode
+        self.drafter = drafter
+        if isinstance(max_nodes, bool) or not isinstance(max_nodes, Integral) or max_nodes < 1:
+            raise ValueError(f"max_nodes = {max_nodes!r} must be an integer >= 1")
+        self.max_nodes = min(int(max_nodes), int(self.model.max_nodes))
+        slots = int(self.model.num_slots)
+        self.max_batch = slots if max_batch is None else int(max_batch)
+        if not 1 <= self.max_batch <= slots:
+            raise ValueError(f"max_batch = {max_batch!r} must be in [1, {slots}] (the model's slots)")
+        self.node_buckets = tuple(sorted({int(n) for n in node_buckets if n <= self.max_nodes} | {1, self.max_nodes}))
+        if batch_buckets is None:
+            batch_buckets = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, self.max_batch})
+        self.batch_buckets = tuple(b for b in sorted(set(int(b) for b in batch_buckets)) if b <= self.max_batch)
+        if not self.batch_buckets or self.batch_buckets[-1] < self.max_batch:
+            self.batch_buckets = tuple(sorted(set(self.batch_buckets) | {self.max_batch}))
+        self.seed_rng = np.random.default_rng(seed)
+        self.free_slots: list[int] = list(range(slots))[::-1]
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.finished: dict[int, Request] = {}
+        self.stats = EngineStats()
+        self._next_id = 0
+        self.eps = float(eps)
+        self.profile: CostProfile | None = CostProfile.load(profile) if isinstance(profile, str) else profile
+        self.budget = self._make_budget(budget)
+
+    # ------------------------------------------------------------------------------------------------ set-up
+    @staticmethod
+    def _wrap(model: Any) -> TargetModel:
+        if isinstance(model, TargetModel):
+            return model
+        from lumotree.reference.model import HybridModel
+
+        if isinstance(model, HybridModel):
+            return ReferenceTarget(model)
+        return OptimizedTarget(model)
+
+    def _make_budget(self, budget: str | BudgetPolicy) -> BudgetPolicy:
+        if isinstance(budget, BudgetPolicy):
+            return budget
+        if self.mode == "autoregressive" or budget == "none":
+            return AutoregressiveOnly(self.profile or self._flat_profile())
+        if budget == "fixed":
+            return FixedBudget(self.profile or self._flat_profile(), self.max_nodes)
+        if self.profile is None:
+            self.profile = self.measure_profile()
+        if budget == "ratio":
+            return RatioRuleBudget(self.profile, eps=self.eps, max_nodes=self.max_nodes)
+        if budget == "expected":
+            return ExpectedThroughputBudget(self.profile, max_nodes=self.max_nodes)
+        return make_budget(budget, self.profile)
+
+    def _flat_profile(self) -> CostProfile:
+        """Placeholder costs for policies that ignore them (fixed / none): every step costs one unit."""
+        return CostProfile(
+            self.batch_buckets,
+            self.node_buckets,
+            {b: 1.0 for b in self.batch_buckets},
+            {(b, n): 1.0 for b in self.batch_buckets for n in self.node_buckets},
+            note="flat placeholder (budget ignores costs)",
+        )
+
+    def measure_profile(self, repeats: int = 5, prompt_len: int = 16) -> CostProfile:
+        """Time decode and verify + greedy verification + commit at every (batch, node) bucket on free slots, with
+        random tokens and random trees (median of ``repeats`` after one warm-up). Needs every slot free."""
+        if len(self.free_slots) < self.model.num_slots:
+            raise RuntimeError("measure_profile needs every slot free (call it before submitting requests)")
+        dev = self.model.device
+        gen = torch.Generator().manual_seed(1234)
+        V = self.model.vocab_size
+        prompt_len = max(1, min(prompt_len, self.model.max_seq_len - self.max_nodes - repeats * 2 - 2))
+        rng = np.random.default_rng(0)
+
+        def run_timed(fn: Callable[[], None]) -> float:
+            fn()
+            _sync(dev)
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                fn()
+                _sync(dev)
+                times.append(time.perf_counter() - t0)
+            return float(np.median(times))
+
+        def setup(batch: int) -> torch.Tensor:
+            slots = list(range(batch))
+            for s in slots:
+                self.model.prefill(s, torch.randint(V, (prompt_len,), generator=gen).tolist())
+            return torch.tensor(slots, dtype=torch.int64, device=dev)
+
+        def time_decode(batch: int) -> float:
+            slots = setup(batch)
+            tokens = torch.randint(V, (batch,), generator=gen).to(dev)
+            return run_timed(lambda: self.model.decode(slots, tokens))
+
+        def time_verify(batch: int, nodes: int) -> float:
+            slots = setup(batch)
+            parents = [[-1] + [int(rng.integers(0, i)) for i in range(1, nodes)] for _ in range(batch)]
+            tokens = [list(range(nodes)) for _ in range(batch)]  # distinct tokens: valid for any shape
+            trees = TreeBatch.pack(tokens, parents, width=nodes, device=dev)
+
+            def once() -> None:
+                logits = self.model.verify(slots, trees)
+                outcome = verify_batch(
+                    trees, logits, torch.zeros(batch, device=dev), torch.zeros(batch, dtype=torch.long, device=dev),
+                    torch.ones(batch, device=dev), None,
+                )
+                self.model.commit(slots, trees, torch.zeros_like(outcome.accepted_node))  # root only
+
+            return run_timed(once)
+
+        try:
+            profile = CostProfile.measure(
+                time_decode, time_verify, self.batch_buckets, self.node_buckets, device=str(dev),
+                note=f"measured by Engine.measure_profile, median of {repeats}",
+            )
+        finally:
+            for s in range(min(self.batch_buckets[-1], self.model.num_slots)):
+                self.model.release(s)
+        return profile
+
+    # ------------------------------------------------------------------------------------------------ requests
+    def submit(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
+        """Queue a request; returns its id. Raises ``ValueError`` for an empty prompt, ids outside the vocabulary, a
+        prompt that leaves no room in the context, or bad sampling parameters."""
+        params = SamplingParams() if params is None else params
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        items = list(prompt.tolist() if hasattr(prompt, "tolist") else prompt)
+        if not items:
+            raise ValueError("prompt is empty: a request needs at least one token")
+        V = self.model.vocab_size
+        for i, t in enumerate(items):
+            if isinstance(t, bool) or not isinstance(t, Integral) or not 0 <= int(t) < V:
+                raise ValueError(f"prompt[{i}] = {t!r} is not a token id in [0, {V})")
+        limit = self.model.max_seq_len
+        if len(items) >= limit:
+            raise ValueError(
+                f"prompt has {len(items)} tokens but the model's context holds {limit}: at most {limit - 1} prompt "
+                "tokens leave room for one new token"
+            )
+        for i, t in enumerate(params.stop_token_ids):
+            if t >= V:
+                raise ValueError(f"stop_token_ids[{i}] = {t} is not a token id in [0, {V})")
+        seed = int(params.seed) if params.seed is not None else int(self.seed_rng.integers(0, 2**62))
+        request = Request(self._next_id, [int(t) for t in items], params, seed)
+        self._next_id += 1
+        self.waiting.append(request)
+        return request.request_id
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _coins(self, requests: Sequence[Request], n: int, stream: int = 0) -> torch.Tensor:
+        dev = self.model.device
+        seeds = torch.tensor([r.seed for r in requests], dtype=torch.int64)
+        counters = torch.tensor([r.counter for r in requests], dtype=torch.int64)
+        return counter_uniforms(seeds, counters, n, stream).to(dev)
+
+    def _param_tensors(self, requests: Sequence[Request]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dev = self.model.device
+        temperature = torch.tensor([float(r.params.temperature) for r in requests], dtype=torch.float64, device=dev)
+        top_k = torch.tensor([int(r.params.top_k) for r in requests], dtype=torch.int64, device=dev)
+        top_p = torch.tensor([float(r.params.top_p) for r in requests], dtype=torch.float64, device=dev)
+        return temperature, top_k, top_p
+
+    def _sample_rows(self, requests: Sequence[Request], logits: torch.Tensor) -> list[int]:
+        """One token per request from ``logits: [B, V]`` (greedy rows: argmax)."""
+        temperature, top_k, top_p = self._param_tensors(requests)
+        if bool((temperature <= 0).all()):
+            return logits.argmax(-1).tolist()
+        probs = target_probs(logits[:, None, :], temperature, top_k, top_p)[:, 0]  # [B, V]
+        coins = self._coins(requests, 1)[:, 0]
+        return sample_from(probs, coins).tolist()
+
+    def _emit(self, request: Request, tokens: Sequence[int]) -> TokenEvent:
+        """Append tokens (cut at ``max_new_tokens``, a stop token, or a full context) and finish when due."""
+        room = min(request.params.max_new_tokens - len(request.output),
+                   self.model.max_seq_len - len(request.prompt) - len(request.output))
+        new: list[int] = []
+        reason = ""
+        for tok in tokens[: max(room, 0)]:
+            new.append(int(tok))
+            if tok in request.params.stop_token_ids:
+                reason = "stop"
+                break
+        request.output.extend(new)
+        if not reason:
+            if len(request.output) >= request.params.max_new_tokens:
+                reason = "max_new_tokens"
+            elif len(request.prompt) + len(request.output) >= self.model.max_seq_len:
+                reason = "length"
+        if reason:
+            request.finished = True
+            request.finish_reason = reason
+        return TokenEvent(request.request_id, new, request.finished, reason)
+
+    def _finish(self, request: Request) -> None:
+        self.model.release(request.slot)
+        if self.drafter is not None:
+            self.drafter.release(request.slot)
+        self.free_slots.append(request.slot)
+        self.running.remove(request)
+        self.finished[request.request_id] = request
+
+    def _admit(self) -> list[TokenEvent]:
+        """Prefill waiting requests into free slots; their first tokens are sampled in one batch."""
+        admitted: list[Request] = []
+        rows: list[torch.Tensor] = []
+        t0 = time.perf_counter()
+        while self.waiting and self.free_slots and len(self.running) < self.max_batch:
+            request = self.waiting.popleft()
+            request.slot = self.free_slots.pop()
+            rows.append(self.model.prefill(request.slot, request.prompt))  # [V]
+            if self.drafter is not None:
+                self.drafter.admit(request.slot, request.prompt)
+            self.running.append(request)
+            admitted.append(request)
+        if not admitted:
+            return []
+        first = self._sample_rows(admitted, torch.stack(rows))
+        events = []
+        for request, tok in zip(admitted, first):
+            request.counter += 1
+            events.append(self._emit(request, [tok]))
+            if request.finished:
+                self._finish(request)
+        _sync(self.model.device)
+        self.stats.steps.append(
+            StepRecord("prefill", len(admitted), 0, len(admitted), 0, float(len(admitted)), 0.0, 0.0,
+                       time.perf_counter() - t0)
+        )
+        return events
+
+    # ------------------------------------------------------------------------------------------------ steps
+    def step(self) -> list[TokenEvent]:
+        """Admit waiting requests (prefill), then one decode or speculative step for every running request."""
+        events = self._admit()
+        batch = list(self.running)
+        if not batch:
+            return events
+        t0 = time.perf_counter()
+        B = len(batch)
+        drafts: list[Draft] | None = None
+        draft_s = 0.0
+        decision = None
+        if self.mode != "autoregressive" and self.budget.want_draft(B):
+            requests = [self._draft_request(r) for r in batch]
+            td = time.perf_counter()
+            assert self.drafter is not None
+            drafts = self.drafter.propose(requests, self.budget.draft_size(B), self.mode == "chain")
+            _sync(self.model.device)
+            draft_s = time.perf_counter() - td
+            if isinstance(self.budget, ExpectedThroughputBudget):
+                self.budget.record_draft_time(B, draft_s)
+            if all(d.variant == "deterministic" for d in drafts):
+                decision = self.budget.choose(B, [d.sorted_confidences() for d in drafts], draft_s)
+                if decision.autoregressive:
+                    drafts = None
+            else:  # sampled drafts: the decision was made before drawing (want_draft) and is not revisited
+                largest = max(d.num_nodes for d in drafts)
+                decision = Decision(largest, B + sum(float(np.sum(d.confidence[1:])) for d in drafts),
+                                    self.budget.profile.verify_time(B, largest), "sampled drafts, verified whole")
+        tm = time.perf_counter()
+        if drafts is None:
+            committed, emitted_lists, accepted, predicted, nodes = self._autoregressive_step(batch)
+            kind, reason = "autoregressive", (decision.reason if decision else "no draft")
+        else:
+            assert decision is not None
+            committed, emitted_lists, accepted, predicted, nodes = self._speculative_step(batch, drafts, decision.nodes)
+            kind, reason = "verify", decision.reason
+            self.budget.observe(decision, predicted, float(sum(accepted)), draft_s)
+        model_s = time.perf_counter() - tm
+        if self.drafter is not None:
+            self.drafter.advance([self._draft_request(r) for r in batch], committed)
+        emitted_total = 0
+        for request, emitted, acc in zip(batch, emitted_lists, accepted):
+            request.counter += 1
+            request.steps += 1
+            request.accepted += acc
+            event = self._emit(request, emitted)
+            emitted_total += len(event.tokens)
+            events.append(event)
+            if request.finished:
+                self._finish(request)
+        pred_tokens = B + predicted if kind == "verify" else float(B)
+        self.stats.steps.append(
+            StepRecord(kind, B, nodes, emitted_total, int(sum(accepted)), pred_tokens, draft_s, model_s,
+                       time.perf_counter() - t0, reason)
+        )
+        return events
+
+    def _draft_request(self, r: Request) -> DraftRequest:
+        return DraftRequest(r.slot, r.context, r.params, r.seed, r.counter, r.request_id)
+
+    def _autoregressive_step(self, batch: list[Request]):
+        dev = self.model.device
+        slots = torch.tensor([r.slot for r in batch], dtype=torch.int64, device=dev)
+        pending = torch.tensor([r.output[-1] for r in batch], dtype=torch.int64, device=dev)
+        logits = self.model.decode(slots, pending)  # [B, V]
+        nxt = self._sample_rows(batch, logits)
+        committed = [[r.output[-1]] for r in batch]
+        return committed, [[t] for t in nxt], [0] * len(batch), 0.0, 1
+
+    def _speculative_step(self, batch: list[Request], drafts: list[Draft], nodes: int):
+        dev = self.model.device
+        cut = []
+        for r, d in zip(batch, drafts):
+            if d.tokens[0] != r.output[-1]:
+                raise ValueError(f"drafter {self.drafter.name!r} proposed a tree whose root is not the pending token")
+            room = self.model.max_seq_len - 1 - r.cache_length  # deepest node position must stay in the context
+            max_depth = max(0, room)
+            if d.variant == "deterministic":
+                cut.append(d.cut(nodes, max_depth))
+            elif max(d.depth()) > max_depth:
+                raise ValueError(
+                    f"drafter {self.drafter.name!r} drew a tree deeper than the context allows ({max_depth}); sampled "
+                    "drafts cannot be cut"
+                )
+            else:
+                cut.append(d)  # sampled drafts are verified whole (see Draft)
+        width = max(c.num_nodes for c in cut)
+        width = next((n for n in self.node_buckets if n >= width), width)
+        draws = [c.draws for c in cut] if any(c.draws is not None for c in cut) else None
+        trees = TreeBatch.pack([c.tokens for c in cut], [c.parents for c in cut], width=width, device=dev, draws=draws)
+        slots = torch.tensor([r.slot for r in batch], dtype=torch.int64, device=dev)
+        logits = self.model.verify(slots, trees)  # [B, N, V]
+        temperature, top_k, top_p = self._param_tensors(batch)
+        variants = {c.variant for c in cut if c.num_nodes > 1}
+        if len(variants) > 1:
+            raise ValueError(f"drafts of one step mix variants {sorted(variants)}")
+        variant = variants.pop() if variants else "deterministic"
+        proposal = None
+        if variant != "deterministic":
+            proposal = torch.zeros_like(logits, dtype=torch.float64 if logits.dtype == torch.float64 else torch.float32)
+            for b, c in enumerate(cut):
+                if c.proposal is not None:
+                    proposal[b, : c.num_nodes] = c.proposal.to(proposal)
+        coins = None if bool((temperature <= 0).all()) else self._coins(batch, trees.num_coins)
+        outcome = verify_batch(trees, logits, temperature, top_k, top_p, coins, variant, proposal)
+        self.model.commit(slots, trees, outcome.accepted_node)
+        emitted = outcome.emitted(trees)
+        accepted = outcome.accepted_len.tolist()
+        committed = [[r.output[-1]] + e[:-1] for r, e in zip(batch, emitted)]
+        predicted = float(sum(float(np.sum(c.confidence[1:])) for c in cut))
+        return committed, emitted, accepted, predicted, width
+
+    # ------------------------------------------------------------------------------------------------ drivers
+    def stream(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams] | None = None
+    ) -> Iterator[TokenEvent]:
+        """Submit ``prompts`` and yield token events until all of them are done."""
+        ids = self._submit_all(prompts, params)
+        pending = set(ids)
+        while pending:
+            for event in self.step():
+                if event.request_id in pending:
+                    yield event
+                    if event.finished:
+                        pending.discard(event.request_id)
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        on_event: Callable[[TokenEvent], None] | None = None,
+    ) -> list[GenerationResult]:
+        """Decode every prompt to the end; results in prompt order."""
+        ids = self._submit_all(prompts, params)
+        remaining = set(ids)
+        while remaining:
+            for event in self.step():
+                if on_event is not None:
+                    on_event(event)
+                if event.finished:
+                    remaining.discard(event.request_id)
+        out = []
+        for i in ids:
+            r = self.finished[i]
+            out.append(GenerationResult(i, r.prompt, list(r.output), r.finish_reason, r.steps, r.accepted))
+        return out
+
+    def _submit_all(self, prompts, params) -> list[int]:
+        if isinstance(params, SamplingParams) or params is None:
+            per = [params] * len(prompts)
+        else:
+            per = list(params)
+            if len(per) != len(prompts):
+                raise ValueError(f"{len(per)} sampling parameter sets for {len(prompts)} prompts")
+        # validate all before queueing any
+        staged = []
+        for p, s in zip(prompts, per):
+            staged.append((p, s))
+        ids = []
+        try:
+            for p, s in staged:
+                ids.append(self.submit(p, s))
+        except Exception:
+            drop = set(ids)
+            self.waiting = deque(r for r in self.waiting if r.request_id not in drop)
+            raise
+        return ids
