@@ -26,30 +26,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--markdown", metavar="PATH", type=Path, help="write the results as a Markdown page (docs/proof-results.md)"
     )
     parser.add_argument("--list", action="store_true", help="list the checks and what each claims, then exit")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes, one check each (default: the available cores, at most 4)",
+    )
 
 
 class Progress:
-    """One status line on stderr: rewritten in place on a terminal, a line per check otherwise."""
+    """Progress on stderr: one status line rewritten in place on a terminal, a line per event otherwise."""
 
-    def __init__(self, stream: TextIO):
+    def __init__(self, stream: TextIO, total: int):
         self.stream = stream
         self.tty = stream.isatty()
+        self.total = total
+        self.finished = 0
         self.label = ""
         self.last = 0.0
 
     def start(self, index: int, total: int, spec: CheckSpec) -> None:
-        self.label = f"[{index}/{total}] {spec.name}"
-        self._write(self.label + " ...", final=not self.tty)
+        self.label = spec.name
+        self._write(f"[{self.finished}/{self.total} done] {spec.name} ...", final=not self.tty)
 
     def step(self, done: int, total: int, note: str) -> None:
         now = time.monotonic()
         if self.tty and (now - self.last > 0.1 or done == total):
             self.last = now
-            self._write(f"{self.label}  {done}/{total} {note}", final=False)
+            self._write(f"[{self.finished}/{self.total} done] {self.label}  {done}/{total} {note}", final=False)
 
     def result(self, result: CheckResult) -> None:
+        self.finished += 1
         mark = "ok" if result.ok else f"UNEXPECTED (expected {result.expected})"
-        self._write(f"{self.label}  {result.status} in {result.seconds:.1f} s  {mark}", final=True)
+        self._write(
+            f"[{self.finished}/{self.total} done] {result.name}  {result.status} in {result.seconds:.1f} s  {mark}",
+            final=True,
+        )
 
     def _write(self, text: str, final: bool) -> None:
         if self.tty:
@@ -102,13 +115,16 @@ def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def format_markdown(results: list[CheckResult], quick: bool, total_seconds: float, env: dict[str, Any]) -> str:
+def format_markdown(
+    results: list[CheckResult], quick: bool, total_seconds: float, jobs: int, env: dict[str, Any]
+) -> str:
     """The results page: a summary table, then each check's claim, scope and result (counterexample if any)."""
     lines = [
         "# Proof results",
         "",
         f"Written by `lumotree prove{' --quick' if quick else ''} --markdown docs/proof-results.md` on {env['date']}: "
-        f"{len(results)} checks in {total_seconds:.0f} s ({env['machine']}; Python {env['python']}, sympy "
+        f"{len(results)} checks in {total_seconds:.0f} s wall with {jobs} worker process{'es' if jobs > 1 else ''} "
+        f"({env['machine']}; Python {env['python']}, sympy "
         f"{env['sympy']}, Z3 {env['z3']}). Statuses: `proved` (symbolic identity or unsat negation over the whole "
         "scope, or an exhaustive exact enumeration), `checked` (exact agreement on random samples), `refuted` "
         "(with a counterexample), `unknown`.",
@@ -137,15 +153,20 @@ def run(args: argparse.Namespace) -> int:
             print(f"{spec.name:28s} expect {spec.expected:8s} {spec.claim}")
         return 0
     try:
-        select_checks(args.only)
+        specs = select_checks(args.only)
     except ValueError as err:
         print(f"lumotree prove: {err}", file=sys.stderr)
         return 2
-    progress = Progress(sys.stderr)
+    jobs = args.jobs if args.jobs is not None else min(_cpu_count(), 4)
+    if jobs < 1:
+        print(f"lumotree prove: --jobs {jobs} must be at least 1", file=sys.stderr)
+        return 2
+    progress = Progress(sys.stderr, len(specs))
     start = time.perf_counter()
     results = run_checks(
         args.only,
         quick=args.quick,
+        jobs=jobs,
         on_start=progress.start,
         on_progress=progress.step,
         on_result=progress.result,
@@ -155,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     bad = [r for r in results if not r.ok]
     print(
         f"\n{len(results) - len(bad)}/{len(results)} checks as expected in {total:.1f} s"
-        f" ({'quick' if args.quick else 'full'} scope)"
+        f" ({'quick' if args.quick else 'full'} scope, {jobs} worker{'s' if jobs > 1 else ''})"
     )
     for r in bad:
         print(f"\n{r.name}: {r.status} (expected {r.expected}): {r.detail}")
@@ -166,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         payload = {
             "scope": "quick" if args.quick else "full",
             "seconds": round(total, 3),
+            "jobs": jobs,
             "environment": env,
             "results": [r.to_json() for r in results],
         }
@@ -173,5 +195,5 @@ def run(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(payload, indent=1) + "\n")
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(format_markdown(results, args.quick, total, env))
+        args.markdown.write_text(format_markdown(results, args.quick, total, jobs, env))
     return 0 if not bad else 1

@@ -250,12 +250,21 @@ def run_checks(
     *,
     ref: Reference | None = None,
     quick: bool = False,
+    jobs: int = 1,
     on_start: Callable[[int, int, CheckSpec], None] | None = None,
     on_progress: Callable[[int, int, str], None] | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
 ) -> list[CheckResult]:
-    """Run the selected checks in registry order; the callbacks drive a progress display."""
+    """Run the selected checks; results in registry order. The callbacks drive a progress display.
+
+    ``jobs > 1`` runs checks in that many worker processes (fork; the project's reference only, so ``ref`` must be
+    None); then ``on_start`` / ``on_progress`` are not called and ``on_result`` sees results as they complete.
+    """
     specs = select_checks(only)
+    if jobs > 1 and len(specs) > 1:
+        if ref is not None:
+            raise ValueError("jobs > 1 runs the project's reference in worker processes; pass ref=None")
+        return _run_parallel(specs, quick, jobs, on_result)
     results = []
     for index, spec in enumerate(specs, 1):
         if on_start is not None:
@@ -265,3 +274,20 @@ def run_checks(
         if on_result is not None:
             on_result(result)
     return results
+
+
+def _run_parallel(
+    specs: list[CheckSpec], quick: bool, jobs: int, on_result: Callable[[CheckResult], None] | None
+) -> list[CheckResult]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    by_name: dict[str, CheckResult] = {}
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(run_check, spec.name, quick=quick) for spec in specs]
+        for future in as_completed(futures):
+            result = future.result()
+            by_name[result.name] = result
+            if on_result is not None:
+                on_result(result)
+    return [by_name[spec.name] for spec in specs]
