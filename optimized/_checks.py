@@ -1,0 +1,166 @@
+"""Input validation shared by the GDN and conv tree kernels: every check runs before any launch and names the argument.
+
+Cheap checks (types, shapes, dtypes, devices, strides) always run. Data checks (tree structure, slot ranges, finite
+values, gate ranges) read the tensors back to the host: they run when ``validate=True`` (the default) and are switched
+off by callers that validated the same step's inputs once already (inside CUDA-graph capture, say).
+"""
+
+from __future__ import annotations
+
+import os
+from numbers import Integral
+
+import torch
+
+from lumotree.reference.tree import validate_parents
+
+__all__ = [
+    "MAX_NODES",
+    "FLOAT_DTYPES",
+    "interpreting",
+    "check_tensor",
+    "check_device",
+    "check_finite_nodes",
+    "check_range_nodes",
+    "check_tree_rows",
+    "check_num_nodes",
+    "check_slots",
+    "check_node_index",
+    "node_mask",
+    "check_scalar",
+]
+
+MAX_NODES = 128  # the largest tree (nodes per request) the kernels are built for
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def check_device(name: str, t: torch.Tensor, device: torch.device) -> None:
+    """Every input on one device; CUDA unless the Triton interpreter runs the kernels."""
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but the other inputs are on {device}")
+    if device.type != "cuda" and not interpreting():
+        raise ValueError(f"{name} is on {device}; the Triton kernels need CUDA tensors (or TRITON_INTERPRET=1)")
+
+
+def check_tensor(
+    name: str,
+    t: object,
+    shape: tuple[int | None, ...],
+    dims: str,
+    dtypes: tuple[torch.dtype, ...],
+    device: torch.device,
+    *,
+    last_contiguous: bool = True,
+    contiguous: bool = False,
+) -> torch.Tensor:
+    """Type, shape (None = any), dtype, device and layout of one tensor argument; returns it."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.ndim != len(shape) or any(e is not None and s != e for s, e in zip(t.shape, shape)):
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected [{dims}] = {tuple(shape)}")
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name} has dtype {t.dtype}, expected one of {[str(d).removeprefix('torch.') for d in dtypes]}")
+    check_device(name, t, device)
+    if contiguous and not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (strides {t.stride()})")
+    if last_contiguous and t.ndim and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name} must have a contiguous last dimension (strides {t.stride()})")
+    return t
+
+
+def node_mask(num_nodes: torch.Tensor, N: int) -> torch.Tensor:
+    """``[B, N]`` bool: node i of request b is real (``i < num_nodes[b]``), not padding."""
+    return torch.arange(N, device=num_nodes.device)[None, :] < num_nodes[:, None].to(torch.int64)
+
+
+def check_finite_nodes(name: str, t: torch.Tensor, real: torch.Tensor | None) -> None:
+    """NaN/inf policy: real nodes' inputs must be finite (padding rows are never read by the kernels).
+
+    ``t: [B, N, ...]``, ``real: [B, N]`` bool or None (check everything).
+    """
+    bad = ~torch.isfinite(t)
+    if real is not None:
+        bad = bad & real.reshape(real.shape + (1,) * (t.ndim - 2))
+    if bool(bad.any()):
+        idx = torch.nonzero(bad)[0].tolist()
+        raise ValueError(f"{name}{idx} = {t[tuple(idx)].item()} is not finite (NaN/inf inputs are rejected)")
+
+
+def check_range_nodes(name: str, t: torch.Tensor, low: float, high: float, real: torch.Tensor) -> None:
+    """Real nodes' values must lie in ``[low, high]`` (the reference's gate ranges)."""
+    bad = ((t < low) | (t > high)) & real.reshape(real.shape + (1,) * (t.ndim - 2))
+    if bool(bad.any()):
+        idx = torch.nonzero(bad)[0].tolist()
+        raise ValueError(f"{name}{idx} = {t[tuple(idx)].item()} is outside [{low}, {high}]")
+
+
+def check_num_nodes(num_nodes: object, B: int, N: int, device: torch.device, validate: bool) -> torch.Tensor:
+    """``num_nodes: [B]`` integer tensor (None = every tree has N nodes); returns it as int32 on ``device``."""
+    if num_nodes is None:
+        return torch.full((B,), N, dtype=torch.int32, device=device)
+    if not isinstance(num_nodes, torch.Tensor):
+        raise TypeError(f"num_nodes must be a torch.Tensor or None, got {type(num_nodes).__name__}")
+    if num_nodes.shape != (B,) or num_nodes.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"num_nodes must be an int32/int64 tensor of shape [B] = ({B},), got "
+                         f"{num_nodes.dtype} {tuple(num_nodes.shape)}")
+    check_device("num_nodes", num_nodes, device)
+    if validate:
+        bad = (num_nodes < 1) | (num_nodes > N)
+        if bool(bad.any()):
+            b = int(torch.nonzero(bad)[0])
+            raise ValueError(f"num_nodes[{b}] = {int(num_nodes[b])} is outside [1, N = {N}]")
+    return num_nodes.to(torch.int32)
+
+
+def check_tree_rows(parents: torch.Tensor, num_nodes: torch.Tensor) -> None:
+    """Each request's real nodes form a tree in topological order: ``parents[b, 0] == -1`` and
+    ``0 <= parents[b, i] < i`` for ``i < num_nodes[b]`` (padding entries are ignored). One host copy; the message of
+    the first bad row is :func:`lumotree.reference.tree.validate_parents`'."""
+    p = parents.to(torch.int64)
+    idx = torch.arange(p.shape[1], device=p.device)[None, :]
+    ok = torch.where(idx == 0, p == -1, (p >= 0) & (p < idx)) | ~node_mask(num_nodes, p.shape[1])  # [B, N]
+    if not bool(ok.all()):
+        b = int(torch.nonzero(~ok)[0][0])
+        row = p[b, : int(num_nodes[b])].cpu().tolist()
+        validate_parents(row, name=f"parents[{b}]")  # raises, naming the entry
+        raise AssertionError("unreachable: the vectorised and the reference tree checks disagree")
+
+
+def check_slots(slots: object, B: int, P: int, device: torch.device, validate: bool, *, distinct: bool) -> torch.Tensor:
+    """``slots: [B]`` integer indices into a pool of ``P`` entries; ``distinct`` when the kernel writes them."""
+    check_tensor("slots", slots, (B,), "B", (torch.int32, torch.int64), device)
+    if validate:
+        bad = (slots < 0) | (slots >= P)
+        if bool(bad.any()):
+            b = int(torch.nonzero(bad)[0])
+            raise ValueError(f"slots[{b}] = {int(slots[b])} is outside the pool [0, {P})")
+        if distinct and B > 1 and torch.unique(slots).numel() != B:
+            raise ValueError("slots repeats a slot: two requests would write the same pool entry")
+    return slots.to(torch.int32)
+
+
+def check_node_index(name: str, t: object, B: int, num_nodes: torch.Tensor, device: torch.device,
+                     validate: bool) -> torch.Tensor:
+    """``t: [B]`` integer node indices, each below its request's ``num_nodes``."""
+    check_tensor(name, t, (B,), "B", (torch.int32, torch.int64), device)
+    if validate:
+        bad = (t < 0) | (t >= num_nodes)
+        if bool(bad.any()):
+            b = int(torch.nonzero(bad)[0])
+            raise ValueError(f"{name}[{b}] = {int(t[b])} is not a node of tree {b} (num_nodes = {int(num_nodes[b])})")
+    return t.to(torch.int32)
+
+
+def check_scalar(name: str, x: object) -> float:
+    """A finite positive Python/NumPy real scalar."""
+    if isinstance(x, bool) or not isinstance(x, (float, Integral)) and not hasattr(x, "__float__"):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__}")
+    value = float(x)
+    if not (value > 0 and value < float("inf")):
+        raise ValueError(f"{name} = {value} must be finite and positive")
+    return value

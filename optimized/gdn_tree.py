@@ -1,0 +1,545 @@
+r"""Gated DeltaNet on draft trees: path-parallel verification with token-level factors, and the in-place state commit.
+
+Verification computes, for a batch of requests each with its own tree (up to 128 nodes, sizes may differ), every
+node's output and the token-level factors from the committed state ``S0`` read once, without forming a per-node state
+(DESIGN.md §2). Per value head, with the inclusive ancestor mask ``M``, ``log Gamma = M g``,
+``D_ij = M_ij exp(log Gamma_i - log Gamma_j)`` (masked to ``-inf`` before the ``exp``)::
+
+    A     = diag(beta) (K K^T ⊙ D ⊙ M°)                         strictly lower triangular
+    Delta = (I + A)^{-1} diag(beta) (V - diag(Gamma) K S0)       (I + A)^{-1} = prod_{l < L} (I + (-A)^(2^l))
+    O     = scale (diag(Gamma) Q S0 + (Q K^T ⊙ D) Delta)
+
+``A`` is nilpotent (``A^(depth + 1) = 0``), so ``L = bit_length(max depth)`` doubling factors, each one or two
+``[N, N]`` matrix products on the tensor cores (or FMA units in ``ieee`` mode), invert ``I + A`` exactly.
+
+The commit rebuilds the accepted node's state in place in the pool:
+``S_a = Gamma_a S0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j delta_j^T``.
+
+Grid of both kernels: one program per (request, value head, block of V columns). Verify loads its ``S0`` tile
+``[K, BV]`` once in ``BK``-row chunks and forms ``K K^T``, ``Q K^T``, ``K S0`` and ``Q S0`` in the same pass (with the
+L2 norms of q and k, applied afterwards as row/column scales). Layouts as flash-linear-attention: ``q, k: [B, N, H, K]``,
+``v: [B, N, HV, V]``, ``g, beta: [B, N, HV]``; fp32 state pool ``[P, HV, K, V]`` addressed by ``slots: [B]``.
+
+Tree metadata (``words``: inclusive ancestor bitsets, ``depth``) is built once per step and shared by every layer
+(:func:`tree_meta`, which runs :func:`lumotree.optimized.tree_attention.tree_metadata`). The kernels read the mask with
+exactly the arithmetic of :func:`lumotree.reference.tree.mask_bit`: ``(words[i][j // 32] >> (j % 32)) & 1``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import (
+    FLOAT_DTYPES,
+    MAX_NODES,
+    check_finite_nodes,
+    check_node_index,
+    check_num_nodes,
+    check_range_nodes,
+    check_scalar,
+    check_slots,
+    check_tensor,
+    check_tree_rows,
+    node_mask,
+)
+from .tree_attention import TreeMeta, tree_metadata
+
+__all__ = [
+    "TreeFactors",
+    "TreeMeta",
+    "KernelConfig",
+    "PRECISIONS",
+    "tree_meta",
+    "gdn_tree_verify",
+    "gdn_tree_verify_gated",
+    "gdn_tree_commit",
+    "verify_config",
+    "commit_config",
+]
+
+WORD_BITS = 32  # lumotree.reference.tree.WORD_BITS
+PRECISIONS = ("ieee", "tf32x3", "tf32")
+PATH_BLOCK = 16  # commit: accepted-path nodes per tl.dot
+
+
+class TreeFactors(NamedTuple):
+    """Token-level factors of a verified batch of trees: all a commit needs besides ``S0``.
+
+    ``delta: [B, N, HV, V]`` fp32 solved update vectors; ``log_gamma: [B, N, HV]`` fp32 ``log Gamma_i`` (path sum of
+    g); ``k: [B, N, H, K]`` the keys as passed to verify (a reference, not a copy); ``k_rnorm: [B, N, H]`` fp32
+    ``rsqrt(|k_i|^2 + 1e-6)`` when verify normalised k in the kernel, else None. The keys used are
+    ``k * k_rnorm[..., None]``. Padding nodes hold zeros.
+    """
+
+    delta: torch.Tensor
+    log_gamma: torch.Tensor
+    k: torch.Tensor
+    k_rnorm: torch.Tensor | None
+
+
+class KernelConfig(NamedTuple):
+    """Launch parameters: ``block_v`` (V columns per program), ``block_k`` (K rows per chunk), warps, stages."""
+
+    block_v: int
+    block_k: int
+    num_warps: int
+    num_stages: int = 2
+
+
+# ----------------------------------------------------------------------------------------------------------- kernels
+@triton.jit
+def _gdn_tree_verify_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
+    pool_ptr, slots_ptr, words_ptr, depth_ptr, num_nodes_ptr,
+    o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr,
+    scale, N,
+    s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
+    NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr, EXPLICIT_T: tl.constexpr,
+    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
+):
+    pid_bh = tl.program_id(0)
+    pid_v = tl.program_id(1)
+    b = pid_bh // HV
+    hv = pid_bh % HV
+    h = hv // (HV // H)
+    b64 = b.to(tl.int64)
+    n_b = tl.load(num_nodes_ptr + b)
+    slot = tl.load(slots_ptr + b).to(tl.int64)
+    nodes = tl.arange(0, NP)  # [NP]
+    real = nodes < n_b  # [NP] padding rows are never read
+    vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
+
+    # Inclusive ancestor mask, M[i, j] = (words[i][j // WORD_BITS] >> (j % WORD_BITS)) & 1: the index arithmetic of
+    # lumotree.reference.tree.mask_bit, literally (lumotree.proofs checks that arithmetic with Z3; keep it identical).
+    word = tl.load(words_ptr + (b64 * N + nodes[:, None]) * W + nodes[None, :] // WORD_BITS,
+                   mask=real[:, None] & real[None, :], other=0)  # [NP, NP] int32
+    anc = ((word >> (nodes[None, :] % WORD_BITS)) & 1) != 0  # [NP, NP] M
+
+    # gates: log decay g <= 0 and write strength beta, [NP]
+    if GATED:
+        a_raw = tl.load(g_ptr + b64 * s_gb + nodes * s_gn + hv * s_gh, mask=real, other=0.0).to(tl.float32)
+        b_raw = tl.load(beta_ptr + b64 * s_bb + nodes * s_bn + hv * s_bh, mask=real, other=0.0).to(tl.float32)
+        x = a_raw + tl.load(dt_bias_ptr + hv).to(tl.float32)
+        softplus = tl.where(x > 20.0, x, tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x))))
+        g = tl.where(real, -tl.exp(tl.load(a_log_ptr + hv).to(tl.float32)) * softplus, 0.0)
+        beta = tl.sigmoid(b_raw)
+        if BETA_TWO:
+            beta = 2.0 * beta
+        beta = tl.where(real, beta, 0.0)
+    else:
+        g = tl.load(g_ptr + b64 * s_gb + nodes * s_gn + hv * s_gh, mask=real, other=0.0).to(tl.float32)
+        beta = tl.load(beta_ptr + b64 * s_bb + nodes * s_bn + hv * s_bh, mask=real, other=0.0).to(tl.float32)
+
+    log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
+    gamma = tl.exp(log_gamma)  # [NP]
+    decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
+
+    # one pass over S0's tile: K K^T, Q K^T, K S0, Q S0 (and the squared norms of q and k)
+    kk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP]
+    qk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP]
+    ks = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV]
+    qs = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV]
+    k_sq = tl.zeros([NP], dtype=tl.float32)  # [NP]
+    q_sq = tl.zeros([NP], dtype=tl.float32)  # [NP]
+    state = pool_ptr + (slot * HV + hv) * (K * V)
+    q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
+    k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
+    for k0 in range(0, K, BK):
+        kc = k0 + tl.arange(0, BK)  # [BK]
+        q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
+        k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
+        s_c = tl.load(state + kc[:, None] * V + vcols[None, :])  # [BK, BV]
+        kk = tl.dot(k_c, tl.trans(k_c), kk, input_precision=PRECISION)
+        qk = tl.dot(q_c, tl.trans(k_c), qk, input_precision=PRECISION)
+        ks = tl.dot(k_c, s_c, ks, input_precision=PRECISION)
+        qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)
+        if L2NORM:
+            k_sq += tl.sum(k_c * k_c, axis=1)
+            q_sq += tl.sum(q_c * q_c, axis=1)
+    if L2NORM:
+        k_rn = 1.0 / tl.sqrt(k_sq + 1e-6)  # [NP]
+        q_rn = 1.0 / tl.sqrt(q_sq + 1e-6)  # [NP]
+        kk = kk * k_rn[:, None] * k_rn[None, :]
+        qk = qk * q_rn[:, None] * k_rn[None, :]
+        ks = ks * k_rn[:, None]
+        qs = qs * q_rn[:, None]
+
+    strict = anc & (nodes[:, None] != nodes[None, :])  # [NP, NP] M°
+    neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
+    v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
+                  mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
+    rhs = beta[:, None] * (v_t - gamma[:, None] * ks)  # [NP, BV]
+
+    # (I + A)^{-1} = prod_{l < L} (I + (-A)^(2^l)) with L = bit_length(max depth): A^(depth + 1) = 0
+    depth = tl.load(depth_ptr + b64 * N + nodes, mask=real, other=0)  # [NP]
+    depth_max = tl.max(depth, axis=0)
+    levels = 0
+    for e in tl.static_range(LOG_NP):
+        levels += (depth_max >= (1 << e)).to(tl.int32)
+    power = neg_a  # [NP, NP] (-A)^(2^l)
+    if EXPLICIT_T:  # form T = (I + A)^{-1}, then one product with rhs (cheaper when BV > NP)
+        t_inv = tl.where(nodes[:, None] == nodes[None, :], 1.0, neg_a)  # [NP, NP] I - A (A has a zero diagonal)
+        for _ in range(1, levels):
+            power = tl.dot(power, power, input_precision=PRECISION)
+            t_inv = tl.dot(t_inv, power, t_inv, input_precision=PRECISION)
+        delta = tl.dot(t_inv, rhs, input_precision=PRECISION)  # [NP, BV]
+    else:  # apply the factors to rhs directly
+        delta = tl.dot(neg_a, rhs, rhs, input_precision=PRECISION)  # [NP, BV]
+        for _ in range(1, levels):
+            power = tl.dot(power, power, input_precision=PRECISION)
+            delta = tl.dot(power, delta, delta, input_precision=PRECISION)
+
+    o = (gamma[:, None] * qs + tl.dot(qk * decay, delta, input_precision=PRECISION)) * scale  # [NP, BV]
+    rows = nodes < N  # padding rows are written too (zeros)
+    out_off = ((b64 * N + nodes[:, None]) * HV + hv) * V + vcols[None, :]  # [NP, BV]
+    tl.store(o_ptr + out_off, o.to(o_ptr.dtype.element_ty), mask=rows[:, None])
+    tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
+    first_v = (nodes * 0 + pid_v) == 0  # [NP] one V block writes the per-node scalars
+    tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=rows & first_v)
+    if L2NORM:
+        tl.store(k_rnorm_ptr + (b64 * N + nodes) * H + h, tl.where(real, k_rn, 0.0),
+                 mask=rows & first_v & ((nodes * 0 + hv) % (HV // H) == 0))
+
+
+@triton.jit
+def _gdn_tree_commit_kernel(
+    pool_ptr, slots_ptr, words_ptr, num_nodes_ptr, accepted_ptr,
+    delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,
+    N, s_kb, s_kn, s_kh,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
+    NP: tl.constexpr, PB: tl.constexpr, BV: tl.constexpr,
+    L2NORM: tl.constexpr, PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
+):
+    pid_bh = tl.program_id(0)
+    pid_v = tl.program_id(1)
+    b = pid_bh // HV
+    hv = pid_bh % HV
+    h = hv // (HV // H)
+    b64 = b.to(tl.int64)
+    n_b = tl.load(num_nodes_ptr + b)
+    node = tl.load(accepted_ptr + b)
+    slot = tl.load(slots_ptr + b).to(tl.int64)
+    nodes = tl.arange(0, NP)  # [NP]
+    vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
+    kcols = tl.arange(0, K)  # [K]
+
+    # path(node) = row `node` of the inclusive ancestor mask: (words[node][j // WORD_BITS] >> (j % WORD_BITS)) & 1,
+    # the arithmetic of lumotree.reference.tree.mask_bit, literally.
+    word = tl.load(words_ptr + (b64 * N + node) * W + nodes // WORD_BITS, mask=nodes < n_b, other=0)  # [NP]
+    on_path = ((word >> (nodes % WORD_BITS)) & 1) != 0  # [NP]
+    path_len = tl.sum(on_path.to(tl.int32), axis=0)
+    rank = tl.cumsum(on_path.to(tl.int32), axis=0) - 1  # [NP] position of node j on the path (root = 0)
+    lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
+    state_ptrs = pool_ptr + (slot * HV + hv) * (K * V) + kcols[:, None] * V + vcols[None, :]  # [K, BV]
+    s = tl.load(state_ptrs) * tl.exp(lg_a)  # [K, BV] Gamma_a S0
+    lanes = tl.arange(0, PB)  # [PB]
+    for p0 in range(0, path_len, PB):  # the path, PB nodes at a time, gathered into dense tiles
+        pick = on_path[None, :] & (rank[None, :] == p0 + lanes[:, None])  # [PB, NP]
+        idx = tl.sum(tl.where(pick, nodes[None, :], 0), axis=1)  # [PB] node index of path entry p0 + lane
+        live = p0 + lanes < path_len  # [PB]
+        lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PB]
+        weight = tl.where(live, tl.exp(lg_a - lg), 0.0)  # [PB] Gamma_a / Gamma_j
+        if L2NORM:
+            weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
+        d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :],
+                    mask=live[:, None], other=0.0)  # [PB, BV]
+        k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + kcols[None, :],
+                      mask=live[:, None], other=0.0).to(tl.float32)  # [PB, K]
+        s = tl.dot(tl.trans(k_p), weight[:, None] * d, s, input_precision=PRECISION)  # [K, BV]
+    tl.store(state_ptrs, s)
+
+
+# ---------------------------------------------------------------------------------------------------------- configs
+_NUM_SMS: dict[int, int] = {}
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _NUM_SMS:
+        _NUM_SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _NUM_SMS[idx]
+
+
+def _padded_nodes(N: int) -> int:
+    return max(16, triton.next_power_of_2(N))
+
+
+def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
+    """Default launch parameters of the verify kernel (measured on an H200; see bench/NOTES-gdn.md)."""
+    NP = _padded_nodes(N)
+    block_v, num_warps = (64, 4) if NP <= 32 else (64, 8) if NP <= 64 else (32, 8)
+    block_v = min(block_v, V)
+    while B * HV * (V // block_v) < 2 * _num_sms(device) and block_v > 16:
+        block_v //= 2  # small batches: more, narrower programs
+    return KernelConfig(block_v, min(K, 32), num_warps, 2)
+
+
+def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
+    """Default launch parameters of the commit kernel (memory-bound: a ``[K, BV]`` state tile per program)."""
+    block_v = min(V, 32)
+    while B * HV * (V // block_v) < 2 * _num_sms(device) and block_v > 16:
+        block_v //= 2
+    return KernelConfig(block_v, K, 4, 1)
+
+
+# ---------------------------------------------------------------------------------------------------------- wrappers
+def _pow2_dim(name: str, value: int) -> None:
+    if value < 16 or value > 256 or value & (value - 1):
+        raise ValueError(f"{name} = {value}: the kernels need a power of two in [16, 256]")
+
+
+def _check_precision(input_precision: object) -> str:
+    if input_precision not in PRECISIONS:
+        raise ValueError(f"input_precision = {input_precision!r}, expected one of {PRECISIONS}")
+    return str(input_precision)
+
+
+def tree_meta(parents: torch.Tensor, num_nodes: torch.Tensor | None = None, *, validate: bool = True) -> TreeMeta:
+    """Per-step tree metadata shared by every layer: ancestor ``words [B, N, ceil(N/32)]`` and ``depth [B, N]``.
+
+    ``parents: [B, N]`` int, each request's first ``num_nodes[b]`` entries a tree in topological order (padding
+    entries are ignored: they are replaced by a chain below the last real node before the bitsets are built).
+    """
+    device = parents.device if isinstance(parents, torch.Tensor) else torch.device("cpu")
+    check_tensor("parents", parents, (None, None), "B, N", (torch.int32, torch.int64), device)
+    B, N = parents.shape
+    if N < 1 or N > MAX_NODES:
+        raise ValueError(f"parents has N = {N} nodes per request; the kernels support 1 <= N <= {MAX_NODES}")
+    num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
+    if validate:
+        check_tree_rows(parents, num_nodes)
+    idx = torch.arange(N, device=device, dtype=parents.dtype)  # [N]
+    filled = torch.where(node_mask(num_nodes, N), parents, idx - 1)  # [B, N] padding: a chain, never read
+    return tree_metadata(filled, validate=False)
+
+
+def _check_meta(meta: object, B: int, N: int, device: torch.device) -> TreeMeta:
+    if not isinstance(meta, TreeMeta):
+        raise TypeError(f"meta must be a TreeMeta (from tree_meta()), got {type(meta).__name__}")
+    W = (N + WORD_BITS - 1) // WORD_BITS
+    check_tensor("meta.words", meta.words, (B, N, W), "B, N, ceil(N/32)", (torch.int32,), device, contiguous=True)
+    check_tensor("meta.depth", meta.depth, (B, N), "B, N", (torch.int32,), device, contiguous=True)
+    return meta
+
+
+def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents, *, gated, allow_neg_eigval,
+            use_qk_l2norm_in_kernel, scale, num_nodes, meta, input_precision, validate, out, config):
+    names = ("a", "b") if gated else ("g", "beta")
+    device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
+    check_tensor("q", q, (None, None, None, None), "B, N, H, K", FLOAT_DTYPES, device)
+    B, N, H, K = q.shape
+    check_tensor("k", k, (B, N, H, K), "B, N, H, K", (q.dtype,), device)
+    check_tensor("v", v, (B, N, None, None), "B, N, HV, V", (q.dtype,), device)
+    HV, V = v.shape[2], v.shape[3]
+    if HV % H != 0:
+        raise ValueError(f"v has HV = {HV} value heads, not a multiple of H = {H} q/k heads (GVA)")
+    _pow2_dim("K (q.shape[3])", K)
+    _pow2_dim("V (v.shape[3])", V)
+    gate_dtypes = (torch.float32, q.dtype)
+    check_tensor(names[0], gate_a, (B, N, HV), "B, N, HV", gate_dtypes, device, last_contiguous=False)
+    check_tensor(names[1], gate_b, (B, N, HV), "B, N, HV", gate_dtypes, device, last_contiguous=False)
+    if gated:
+        check_tensor("A_log", A_log, (HV,), "HV", (torch.float32, q.dtype), device, contiguous=True)
+        check_tensor("dt_bias", dt_bias, (HV,), "HV", (torch.float32, q.dtype), device, contiguous=True)
+    check_tensor("state_pool", state_pool, (None, HV, K, V), "P, HV, K, V", (torch.float32,), device, contiguous=True)
+    check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
+    if N > MAX_NODES:
+        raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
+    slots = check_slots(slots, B, state_pool.shape[0], device, validate, distinct=False)
+    num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
+    scale = K**-0.5 if scale is None else check_scalar("scale", scale)
+    precision = _check_precision(input_precision)
+    if meta is not None:
+        meta = _check_meta(meta, B, N, device)
+    if out is not None:
+        if not isinstance(out, tuple) or len(out) != 4:
+            raise TypeError("out must be a tuple (o, delta, log_gamma, k_rnorm)")
+        check_tensor("out[0] (o)", out[0], (B, N, HV, V), "B, N, HV, V", (v.dtype,), device, contiguous=True)
+        check_tensor("out[1] (delta)", out[1], (B, N, HV, V), "B, N, HV, V", (torch.float32,), device, contiguous=True)
+        check_tensor("out[2] (log_gamma)", out[2], (B, N, HV), "B, N, HV", (torch.float32,), device, contiguous=True)
+        if use_qk_l2norm_in_kernel:
+            check_tensor("out[3] (k_rnorm)", out[3], (B, N, H), "B, N, H", (torch.float32,), device, contiguous=True)
+    if validate:
+        check_tree_rows(parents, num_nodes)
+        real = node_mask(num_nodes, N)  # [B, N]
+        for name, t in (("q", q), ("k", k), ("v", v), (names[0], gate_a), (names[1], gate_b)):
+            check_finite_nodes(name, t, real)
+        if gated:
+            check_finite_nodes("A_log", A_log[None, None], None)
+            check_finite_nodes("dt_bias", dt_bias[None, None], None)
+        else:
+            check_range_nodes("g", gate_a, float("-inf"), 0.0, real)
+            check_range_nodes("beta", gate_b, 0.0, 2.0, real)
+        check_finite_nodes("state_pool[slots]", state_pool[slots.long()][None], None)
+    if meta is None:
+        meta = tree_meta(parents, num_nodes, validate=False)
+
+    if out is None:
+        o = torch.empty((B, N, HV, V), dtype=v.dtype, device=device)  # [B, N, HV, V]
+        delta = torch.empty((B, N, HV, V), dtype=torch.float32, device=device)  # [B, N, HV, V]
+        log_gamma = torch.empty((B, N, HV), dtype=torch.float32, device=device)  # [B, N, HV]
+        k_rnorm = torch.empty((B, N, H), dtype=torch.float32, device=device) if use_qk_l2norm_in_kernel else None
+    else:
+        o, delta, log_gamma, k_rnorm = out
+        k_rnorm = k_rnorm if use_qk_l2norm_in_kernel else None
+    cfg = config or verify_config(B, HV, N, K, V, device)
+    NP = _padded_nodes(N)
+    block_v = min(cfg.block_v, V)
+    _gdn_tree_verify_kernel[(B * HV, V // block_v)](
+        q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
+        state_pool, slots, meta.words, meta.depth, num_nodes,
+        o, delta, log_gamma, k_rnorm if k_rnorm is not None else log_gamma,
+        scale, N,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), gate_a.stride(0), gate_a.stride(1), gate_a.stride(2),
+        gate_b.stride(0), gate_b.stride(1), gate_b.stride(2),
+        H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1,
+        BK=min(cfg.block_k, K), BV=block_v,
+        GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
+        EXPLICIT_T=NP < block_v, PRECISION=precision, WORD_BITS=WORD_BITS,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return o, TreeFactors(delta, log_gamma, k, k_rnorm)
+
+
+def gdn_tree_verify(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state_pool: torch.Tensor,
+    slots: torch.Tensor,
+    parents: torch.Tensor,
+    *,
+    scale: float | None = None,
+    num_nodes: torch.Tensor | None = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    input_precision: str = "ieee",
+    meta: TreeMeta | None = None,
+    validate: bool = True,
+    out: tuple | None = None,
+    config: KernelConfig | None = None,
+) -> tuple[torch.Tensor, TreeFactors]:
+    """Verify a batch of draft trees on one GDN layer from precomputed gates; returns ``(o, factors)``.
+
+    ``q, k: [B, N, H, K]``, ``v: [B, N, HV, V]`` (fp32, bf16 or fp16, last dim contiguous), ``g`` (log decay, <= 0)
+    and ``beta`` (after its activation, in [0, 2]): ``[B, N, HV]``; ``state_pool: [P, HV, K, V]`` fp32, read at
+    ``slots: [B]`` (not modified); ``parents: [B, N]`` with ``parents[b, 0] == -1``; ``num_nodes: [B]`` for trees
+    smaller than N (padding ignored, written as zeros). ``o: [B, N, HV, V]`` in v's dtype,
+    ``o_i = scale * S_i^T q_i`` with ``S_i`` the state after node i. ``use_qk_l2norm_in_kernel`` L2-normalises q and
+    k (``x * rsqrt(|x|^2 + 1e-6)``). ``input_precision``: ``"ieee"`` (fp32 FMA), ``"tf32x3"`` or ``"tf32"`` (tensor
+    cores). ``meta``: this step's :func:`tree_meta` (built here when None). ``validate=False`` skips the checks that
+    read data back to the host (tree structure, slot range, finiteness, gate ranges), e.g. inside CUDA-graph capture.
+    ``out``: preallocated ``(o, delta, log_gamma, k_rnorm)``. ``config``: launch parameters (default
+    :func:`verify_config`).
+    """
+    return _verify(q, k, v, g, beta, None, None, state_pool, slots, parents, gated=False, allow_neg_eigval=False,
+                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, scale=scale, num_nodes=num_nodes, meta=meta,
+                   input_precision=input_precision, validate=validate, out=out, config=config)
+
+
+def gdn_tree_verify_gated(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    state_pool: torch.Tensor,
+    slots: torch.Tensor,
+    parents: torch.Tensor,
+    *,
+    allow_neg_eigval: bool = False,
+    use_qk_l2norm_in_kernel: bool = True,
+    scale: float | None = None,
+    num_nodes: torch.Tensor | None = None,
+    input_precision: str = "ieee",
+    meta: TreeMeta | None = None,
+    validate: bool = True,
+    out: tuple | None = None,
+    config: KernelConfig | None = None,
+) -> tuple[torch.Tensor, TreeFactors]:
+    """:func:`gdn_tree_verify` with the gates fused: raw projections ``a, b: [B, N, HV]``, ``A_log, dt_bias: [HV]``.
+
+    ``g = -exp(A_log) * softplus(a + dt_bias)``, ``beta = sigmoid(b)`` (``2 * sigmoid(b)`` with
+    ``allow_neg_eigval``); q and k are L2-normalised in the kernel unless ``use_qk_l2norm_in_kernel=False``.
+    """
+    return _verify(q, k, v, a, b, A_log, dt_bias, state_pool, slots, parents, gated=True,
+                   allow_neg_eigval=allow_neg_eigval, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, scale=scale,
+                   num_nodes=num_nodes, meta=meta, input_precision=input_precision, validate=validate, out=out,
+                   config=config)
+
+
+def gdn_tree_commit(
+    state_pool: torch.Tensor,
+    slots: torch.Tensor,
+    factors: TreeFactors,
+    parents: torch.Tensor,
+    accepted: torch.Tensor,
+    *,
+    num_nodes: torch.Tensor | None = None,
+    input_precision: str = "ieee",
+    meta: TreeMeta | None = None,
+    validate: bool = True,
+    config: KernelConfig | None = None,
+) -> torch.Tensor:
+    """Rebuild each request's accepted node's state from ``S0`` and the factors on its path, in place in the pool.
+
+    ``state_pool[slots[b]] = Gamma_a S0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j delta_j^T`` with
+    ``a = accepted[b]`` (any node, the root included), all requests in one launch. ``factors`` from
+    :func:`gdn_tree_verify` of the same trees (``num_nodes`` and ``meta`` as there). Slots must be distinct.
+    Returns ``state_pool``.
+    """
+    if not isinstance(factors, TreeFactors):
+        raise TypeError(f"factors must be the TreeFactors returned by gdn_tree_verify, got {type(factors).__name__}")
+    delta, log_gamma, k, k_rnorm = factors
+    device = state_pool.device if isinstance(state_pool, torch.Tensor) else torch.device("cpu")
+    check_tensor("state_pool", state_pool, (None, None, None, None), "P, HV, K, V", (torch.float32,), device,
+                 contiguous=True)
+    P, HV, K, V = state_pool.shape
+    check_tensor("factors.delta", delta, (None, None, HV, V), "B, N, HV, V", (torch.float32,), device,
+                 contiguous=True)
+    B, N = delta.shape[:2]
+    check_tensor("factors.log_gamma", log_gamma, (B, N, HV), "B, N, HV", (torch.float32,), device, contiguous=True)
+    check_tensor("factors.k", k, (B, N, None, K), "B, N, H, K", FLOAT_DTYPES, device)
+    H = k.shape[2]
+    if HV % H != 0:
+        raise ValueError(f"state_pool has HV = {HV} value heads, not a multiple of H = {H} (factors.k)")
+    if k_rnorm is not None:
+        check_tensor("factors.k_rnorm", k_rnorm, (B, N, H), "B, N, H", (torch.float32,), device, contiguous=True)
+    _pow2_dim("K", K)
+    _pow2_dim("V", V)
+    check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
+    if N > MAX_NODES:
+        raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
+    slots = check_slots(slots, B, P, device, validate, distinct=True)
+    num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
+    accepted = check_node_index("accepted", accepted, B, num_nodes, device, validate)
+    precision = _check_precision(input_precision)
+    if meta is not None:
+        meta = _check_meta(meta, B, N, device)
+    if validate:
+        check_tree_rows(parents, num_nodes)
+    if meta is None:
+        meta = tree_meta(parents, num_nodes, validate=False)
+    cfg = config or commit_config(B, HV, N, K, V, device)
+    block_v = min(cfg.block_v, V)
+    _gdn_tree_commit_kernel[(B * HV, V // block_v)](
+        state_pool, slots, meta.words, num_nodes, accepted,
+        delta, log_gamma, k, k_rnorm if k_rnorm is not None else log_gamma,
+        N, k.stride(0), k.stride(1), k.stride(2),
+        H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=_padded_nodes(N), PB=PATH_BLOCK, BV=block_v,
+        L2NORM=k_rnorm is not None, PRECISION=precision, WORD_BITS=WORD_BITS,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return state_pool

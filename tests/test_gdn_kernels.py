@@ -1,0 +1,323 @@
+"""GDN tree kernels (lumotree.optimized.gdn_tree) against the exact float64 reference (lumotree.reference.gdn).
+
+CPU: the Triton interpreter, tiny fp32 shapes, outputs poisoned with NaN before every call, unused pool slots NaN.
+GPU (``pytest -m gpu``): Qwen3-Next shapes, fp32 and bf16, the three precision modes with their error bounds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import build_tree_parents, trees
+
+from lumotree.optimized import gdn_tree as G
+from lumotree.optimized import gdn_tree_ref as R
+from lumotree.reference import gdn
+from lumotree.reference.tree import TokenTree
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# ----------------------------------------------------------------------------------------------------------- helpers
+def make_case(parent_rows, *, H=1, group=1, K=16, V=16, pad=0, gated=False, seed=0, dtype=torch.float32,
+              device=DEVICE):
+    """A batch of trees (padded to the largest + ``pad``, padding filled with junk) with random GDN inputs."""
+    gen = torch.Generator().manual_seed(seed)
+    B = len(parent_rows)
+    N = max(len(p) for p in parent_rows) + pad
+    HV = H * group
+    parents = torch.full((B, N), -7, dtype=torch.int64)  # junk in the padding: it must be ignored
+    for b, row in enumerate(parent_rows):
+        parents[b, : len(row)] = torch.tensor(row)
+    num_nodes = torch.tensor([len(p) for p in parent_rows], dtype=torch.int32)
+    q = torch.randn(B, N, H, K, generator=gen)
+    k = torch.randn(B, N, H, K, generator=gen)
+    v = torch.randn(B, N, HV, V, generator=gen)
+    if gated:
+        gate_a = torch.randn(B, N, HV, generator=gen)
+        gate_b = torch.randn(B, N, HV, generator=gen) * 2
+    else:
+        gate_a = torch.log(torch.rand(B, N, HV, generator=gen) * 0.8 + 0.2)  # g = log alpha, alpha in [0.2, 1)
+        gate_b = torch.rand(B, N, HV, generator=gen) * 2.0  # beta in [0, 2]
+    P = B + 2
+    pool = torch.full((P, HV, K, V), float("nan"))  # unused slots stay NaN: never read, never written
+    slots = torch.randperm(P, generator=gen)[:B]
+    pool[slots] = torch.randn(B, HV, K, V, generator=gen)
+    A_log = torch.randn(HV, generator=gen) * 0.5
+    dt_bias = torch.randn(HV, generator=gen) * 0.5
+    case = dict(q=q, k=k, v=v, a=gate_a, b=gate_b, pool=pool, slots=slots, parents=parents, num_nodes=num_nodes,
+                A_log=A_log, dt_bias=dt_bias)
+    case = {n: t.to(device) for n, t in case.items()}
+    for n in ("q", "k", "v"):
+        case[n] = case[n].to(dtype)
+    return case
+
+
+def run_verify(case, *, l2norm, gated, neg=False, precision="ieee", **kw):
+    """Kernel verify with NaN-poisoned output buffers."""
+    q, k, v = case["q"], case["k"], case["v"]
+    B, N, H, _ = q.shape
+    HV, V = v.shape[2:]
+    out = (torch.full((B, N, HV, V), float("nan"), dtype=v.dtype, device=q.device),
+           torch.full((B, N, HV, V), float("nan"), device=q.device),
+           torch.full((B, N, HV), float("nan"), device=q.device),
+           torch.full((B, N, H), float("nan"), device=q.device))
+    common = dict(num_nodes=case["num_nodes"], input_precision=precision, out=out, **kw)
+    if gated:
+        return G.gdn_tree_verify_gated(q, k, v, case["a"], case["b"], case["A_log"], case["dt_bias"], case["pool"],
+                                       case["slots"], case["parents"], allow_neg_eigval=neg,
+                                       use_qk_l2norm_in_kernel=l2norm, **common)
+    return G.gdn_tree_verify(q, k, v, case["a"], case["b"], case["pool"], case["slots"], case["parents"],
+                             use_qk_l2norm_in_kernel=l2norm, **common)
+
+
+def reference_inputs(case, b, *, l2norm, gated, neg=False):
+    """Float64 numpy inputs of request b for lumotree.reference.gdn: (q, k, v, alpha, beta, S0, tree)."""
+    n = int(case["num_nodes"][b])
+    f64 = {name: t.detach().cpu().double().numpy() for name, t in case.items()}
+    q, k, v = f64["q"][b, :n], f64["k"][b, :n], f64["v"][b, :n]
+    if l2norm:
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6)
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    if gated:
+        alpha = np.exp(-np.exp(f64["A_log"]) * np.logaddexp(0.0, f64["a"][b, :n] + f64["dt_bias"]))
+        beta = (2.0 if neg else 1.0) / (1.0 + np.exp(-f64["b"][b, :n]))
+    else:
+        alpha, beta = np.exp(f64["a"][b, :n]), f64["b"][b, :n]
+    S0 = f64["pool"][int(case["slots"][b])]
+    tree = TokenTree(case["parents"][b, :n].cpu().tolist())
+    return q, k, v, alpha, beta, S0, tree
+
+
+def rel_err(x, ref) -> float:
+    x = torch.as_tensor(x).double().cpu()
+    ref = torch.as_tensor(ref).double().cpu()
+    assert torch.isfinite(x).all(), "non-finite output (an unwritten or poisoned element)"
+    return float((x - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1e-4):
+    B, N = case["parents"].shape
+    for b in range(B):
+        n = int(case["num_nodes"][b])
+        q, k, v, alpha, beta, S0, tree = reference_inputs(case, b, l2norm=l2norm, gated=gated, neg=neg)
+        ref_o, ref_f = gdn.tree_closed_form(q, k, v, alpha, beta, S0, tree)
+        assert rel_err(o[b, :n], ref_o) < tol
+        assert rel_err(factors.delta[b, :n], ref_f.delta) < tol
+        assert rel_err(factors.log_gamma[b, :n], np.log(ref_f.gamma)) < tol or np.abs(np.log(ref_f.gamma)).max() == 0
+        if l2norm:
+            kb = case["k"][b, :n].double().cpu()
+            assert rel_err(factors.k_rnorm[b, :n], torch.rsqrt((kb * kb).sum(-1) + 1e-6)) < tol
+        # padding rows are written, as zeros
+        for t in (o, factors.delta, factors.log_gamma) + ((factors.k_rnorm,) if l2norm else ()):
+            assert torch.equal(t[b, n:].float().cpu(), torch.zeros_like(t[b, n:].float().cpu()))
+
+
+# --------------------------------------------------------------------------------------- differential (interpreter)
+@settings(max_examples=14, deadline=None)
+@given(
+    rows=st.lists(trees(max_nodes=11), min_size=1, max_size=3),
+    group=st.sampled_from([1, 2]),
+    pad=st.integers(0, 2),
+    l2norm=st.booleans(),
+    gated=st.booleans(),
+    neg=st.booleans(),
+    pick=st.lists(st.integers(0, 10**6), min_size=3, max_size=3),
+    seed=st.integers(0, 2**16),
+)
+def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg, pick, seed):
+    case = make_case(rows, H=1 if group == 2 else 2, group=group, pad=pad, gated=gated, seed=seed)
+    o, factors = run_verify(case, l2norm=l2norm, gated=gated, neg=neg)
+    check_against_reference(case, o, factors, l2norm=l2norm, gated=gated, neg=neg)
+
+    # commit an arbitrary node of each tree (root, inner node or leaf) in place; other slots untouched
+    accepted = torch.tensor([pick[b] % len(r) for b, r in enumerate(rows)], dtype=torch.int32, device=DEVICE)
+    expected = []
+    for b in range(len(rows)):
+        q, k, v, alpha, beta, S0, tree = reference_inputs(case, b, l2norm=l2norm, gated=gated, neg=neg)
+        expected.append(gdn.tree_recurrent(q, k, v, alpha, beta, S0, tree)[1][int(accepted[b])])
+    pool = case["pool"]
+    before = pool.clone()
+    G.gdn_tree_commit(pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"])
+    for b in range(len(rows)):
+        assert rel_err(pool[int(case["slots"][b])], expected[b]) < 1e-4
+    others = torch.ones(pool.shape[0], dtype=torch.bool, device=pool.device)
+    others[case["slots"]] = False
+    assert torch.isnan(pool[others]).all() and torch.isnan(before[others]).all()
+
+
+@pytest.mark.parametrize("kind,n,seed", [("random", 40, 1), ("deep_wide", 70, 2), ("chain", 33, 3)])
+def test_multiword_trees(kind, n, seed):
+    """Trees past 32 nodes: the mask reads words j // 32 > 0 (mixed with a small tree in the same batch)."""
+    rows = [build_tree_parents(kind, n, np.random.default_rng(seed)), [-1, 0, 0, 1]]
+    case = make_case(rows, H=1, group=2, seed=seed)
+    o, factors = run_verify(case, l2norm=True, gated=False)
+    check_against_reference(case, o, factors, l2norm=True, gated=False)
+    accepted = torch.tensor([n - 1, 3], dtype=torch.int32, device=DEVICE)
+    q, k, v, alpha, beta, S0, tree = reference_inputs(case, 0, l2norm=True, gated=False)
+    _, factors_ref = gdn.tree_closed_form(q, k, v, alpha, beta, S0, tree)
+    expected = gdn.commit(S0, factors_ref, tree, n - 1)
+    G.gdn_tree_commit(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"])
+    assert rel_err(case["pool"][int(case["slots"][0])], expected) < 1e-4
+
+
+def test_meta_reuse_validate_off_and_modes_agree():
+    """A prebuilt tree_meta with validate=False gives the same bits; the three modes agree (interpreter: fp32)."""
+    rows = [[-1, 0, 1, 1, 0, 4], [-1, 0]]
+    case = make_case(rows, H=2, group=1, pad=1, seed=5)
+    o1, f1 = run_verify(case, l2norm=True, gated=False)
+    meta = G.tree_meta(case["parents"], case["num_nodes"])
+    o2, f2 = run_verify(case, l2norm=True, gated=False, meta=meta, validate=False)
+    assert torch.equal(o1, o2) and torch.equal(f1.delta, f2.delta)
+    for mode in ("tf32", "tf32x3"):
+        o3, _ = run_verify(case, l2norm=True, gated=False, precision=mode, meta=meta)
+        assert rel_err(o3, o1) < (2e-3 if mode == "tf32" else 1e-5)
+
+
+@settings(max_examples=6, deadline=None)
+@given(rows=st.lists(trees(max_nodes=9), min_size=1, max_size=3), group=st.sampled_from([1, 2]),
+       seed=st.integers(0, 2**16))
+def test_torch_baselines_match_reference(rows, group, seed):
+    """The benchmark's torch baselines compute the reference's function (float64)."""
+    case = make_case(rows, H=1, group=group, seed=seed, device="cpu")
+    case = {n: (t.double() if t.is_floating_point() else t) for n, t in case.items()}
+    args = (case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"], case["slots"], case["parents"])
+    kw = dict(num_nodes=case["num_nodes"], use_qk_l2norm=True)
+    o_node, states = R.gdn_tree_pernode_ref(*args, **kw)
+    o_branch = R.gdn_tree_branch_ref(*args, **kw)
+    o_closed, factors = R.gdn_tree_closed_form_ref(*args, **kw)
+    accepted = torch.tensor([len(r) - 1 for r in rows])
+    committed = R.gdn_tree_commit_ref(case["pool"], case["slots"], factors, case["parents"], accepted,
+                                      num_nodes=case["num_nodes"])
+    for b in range(len(rows)):
+        n = len(rows[b])
+        q, k, v, alpha, beta, S0, tree = reference_inputs(case, b, l2norm=True, gated=False)
+        ref_o, ref_states = gdn.tree_recurrent(q, k, v, alpha, beta, S0, tree)
+        for o in (o_node, o_branch, o_closed):
+            assert rel_err(o[b, :n], ref_o) < 1e-10
+        assert rel_err(states[b, :n], ref_states) < 1e-10
+        assert rel_err(committed[b], ref_states[n - 1]) < 1e-10
+
+
+# -------------------------------------------------------------------------------------------------------- bad input
+def _bad_inputs():
+    """(description, mutate(case) -> None, expected exception, text the message must contain)."""
+
+    def setp(b, i, val):
+        def f(c):
+            c["parents"][b, i] = val
+        return f
+
+    def replace(name, fn):
+        def f(c):
+            c[name] = fn(c[name])
+        return f
+
+    return [
+        ("root parent not -1", setp(0, 0, 0), ValueError, "parents[0]"),
+        ("parent after child", setp(0, 2, 3), ValueError, "parents[0]"),
+        ("self parent", setp(1, 1, 1), ValueError, "parents[1]"),
+        ("slot out of range", replace("slots", lambda t: t + 100), ValueError, "slots"),
+        ("negative slot", replace("slots", lambda t: t - 100), ValueError, "slots"),
+        ("k shape", replace("k", lambda t: t[:, :, :, :8]), ValueError, "k has shape"),
+        ("v dtype", replace("v", lambda t: t.double()), TypeError, "v has dtype"),
+        ("g shape", replace("a", lambda t: t[:, :, :1]), ValueError, "g has shape"),
+        ("beta > 2", replace("b", lambda t: t + 3.0), ValueError, "beta"),
+        ("g > 0", replace("a", lambda t: t.abs() + 0.1), ValueError, "g"),
+        ("NaN in q", replace("q", lambda t: t.index_fill(1, torch.tensor([1], device=t.device), float("nan"))),
+         ValueError, "q"),
+        ("inf in v", replace("v", lambda t: t.index_fill(1, torch.tensor([0], device=t.device), float("inf"))),
+         ValueError, "v"),
+        ("pool dtype", replace("pool", lambda t: t.half()), TypeError, "state_pool"),
+        ("num_nodes too large", replace("num_nodes", lambda t: t + 50), ValueError, "num_nodes"),
+        ("num_nodes zero", replace("num_nodes", lambda t: t * 0), ValueError, "num_nodes"),
+        ("parents float", replace("parents", lambda t: t.float()), TypeError, "parents"),
+    ]
+
+
+@pytest.mark.parametrize("desc,mutate,exc,text", _bad_inputs(), ids=[b[0] for b in _bad_inputs()])
+def test_bad_input_raises_before_launch(desc, mutate, exc, text):
+    case = make_case([[-1, 0, 1, 1], [-1, 0, 0]], H=1, group=2, seed=0)
+    mutate(case)
+    with pytest.raises(exc, match=re.escape(text)):
+        run_verify(case, l2norm=True, gated=False)
+
+
+def test_bad_input_misc():
+    case = make_case([[-1, 0, 1]], seed=1)
+    with pytest.raises(ValueError, match="N <= 128"):
+        G.tree_meta(torch.full((1, 129), 0, dtype=torch.int64, device=DEVICE))
+    with pytest.raises(ValueError, match="input_precision"):
+        run_verify(case, l2norm=False, gated=False, precision="fp16")
+    with pytest.raises(ValueError, match="K"):
+        run_verify(make_case([[-1, 0]], K=24), l2norm=False, gated=False)
+    with pytest.raises(ValueError, match="scale"):
+        run_verify(case, l2norm=False, gated=False, scale=float("nan"))
+    o, f = run_verify(case, l2norm=False, gated=False)
+    with pytest.raises(ValueError, match="accepted"):
+        G.gdn_tree_commit(case["pool"], case["slots"], f, case["parents"], torch.tensor([3], device=DEVICE))
+    two = make_case([[-1, 0], [-1]], seed=2)
+    o, f = run_verify(two, l2norm=False, gated=False)
+    with pytest.raises(ValueError, match="repeats a slot"):
+        G.gdn_tree_commit(two["pool"], torch.zeros(2, dtype=torch.int64, device=DEVICE), f, two["parents"],
+                          torch.zeros(2, dtype=torch.int32, device=DEVICE), num_nodes=two["num_nodes"])
+    with pytest.raises(TypeError, match="factors"):
+        G.gdn_tree_commit(case["pool"], case["slots"], tuple(f), case["parents"], torch.zeros(1, device=DEVICE))
+
+
+# ------------------------------------------------------------------------------------------------------------- GPU
+QWEN = dict(H=16, group=2, K=128, V=128)
+
+
+def _gpu_rows(seed):
+    rng = np.random.default_rng(seed)
+    return [build_tree_parents(kind, n, rng) for kind, n in
+            [("random", 64), ("chain", 64), ("star", 17), ("deep_wide", 128), ("single", 1), ("random", 100)]]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision,tol", [("ieee", 1e-5), ("tf32x3", 1e-5), ("tf32", 1e-3)])
+@pytest.mark.parametrize("gated", [False, True])
+def test_gpu_qwen_shapes_error_bounds(precision, tol, gated):
+    rows = _gpu_rows(7)
+    case = make_case(rows, **QWEN, gated=gated, seed=11)
+    o, factors = run_verify(case, l2norm=True, gated=gated, neg=gated, precision=precision)
+    g, beta = (R.gdn_gates_ref(case["a"].double(), case["b"].double(), case["A_log"].double(),
+                               case["dt_bias"].double(), True) if gated else (case["a"], case["b"]))
+    args = [case[n].double() for n in ("q", "k", "v")] + [g.double(), beta.double(), case["pool"].double()]
+    ref_o, ref_f = R.gdn_tree_closed_form_ref(*args, case["slots"], case["parents"], num_nodes=case["num_nodes"],
+                                              use_qk_l2norm=True)
+    real = torch.arange(o.shape[1], device=o.device)[None, :] < case["num_nodes"][:, None]
+    assert rel_err(o[real], ref_o[real]) < tol
+    assert rel_err(factors.delta[real], ref_f.delta[real]) < tol
+    assert torch.equal(o[~real], torch.zeros_like(o[~real]))
+    accepted = torch.tensor([37, 63, 16, 127, 0, 99], dtype=torch.int32, device=o.device)
+    ref_s = R.gdn_tree_commit_ref(case["pool"].double(), case["slots"], ref_f, case["parents"], accepted,
+                                  num_nodes=case["num_nodes"])
+    G.gdn_tree_commit(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
+                      input_precision=precision)
+    assert rel_err(case["pool"][case["slots"]], ref_s) < tol
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_inputs_within_2x_of_torch_bf16():
+    """bf16 q/k/v: the kernel (fp32 inside) against float64 on the same bf16 inputs, vs torch's bf16 per-node."""
+    rows = _gpu_rows(3)[:4]
+    case = make_case(rows, **QWEN, seed=4, dtype=torch.bfloat16)
+    o, _ = run_verify(case, l2norm=True, gated=False, precision="tf32")
+    args = [case[n] for n in ("q", "k", "v", "a", "b")]
+    kw = dict(num_nodes=case["num_nodes"], use_qk_l2norm=True)
+    ref_o, _ = R.gdn_tree_closed_form_ref(*[a.double() for a in args], case["pool"].double(), case["slots"],
+                                          case["parents"], **kw)
+    bf16_o, _ = R.gdn_tree_pernode_ref(*[a.bfloat16() for a in args], case["pool"].bfloat16(), case["slots"],
+                                       case["parents"], **kw)
+    real = torch.arange(o.shape[1], device=o.device)[None, :] < case["num_nodes"][:, None]
+    ours, theirs = rel_err(o[real], ref_o[real]), rel_err(bf16_o[real], ref_o[real])
+    assert ours <= 2 * theirs, (ours, theirs)
+    assert math.isfinite(ours)
