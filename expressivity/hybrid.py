@@ -62,6 +62,7 @@ from ..reference.config import HybridConfig
 from ..reference.gdn import GDNWeights, pack_ba, pack_qkvz
 from ..reference.model import DecoderLayerWeights, HybridCache, HybridModel, MLPWeights, ModelWeights
 from ..reference.tree import TokenTree
+from .channels import ChannelLayout
 from .task import BOS, NUM_SPECIAL, ONE, QUERY, SEP, ZERO, Instance, Vocabulary
 
 __all__ = [
@@ -95,7 +96,7 @@ PARITY_HEAD, VALUE_COPY_HEAD, PREV_HEAD = 0, 1, 2
 
 
 @dataclass(frozen=True)
-class HybridLayout:
+class HybridLayout(ChannelLayout):
     """Residual-channel indices of the construction for ``num_keys`` M and ``num_values`` R.
 
     Scalar channels: ``ONE``, the seven kind indicators (:data:`KINDS`), ``NOID``, ``PAR``; blocks (start index,
@@ -110,28 +111,10 @@ class HybridLayout:
         if self.num_keys < 2:
             raise ValueError(f"num_keys = {self.num_keys}: the task needs at least 2 keys")
 
-    @property
-    def _offsets(self) -> dict[str, int]:
+    def blocks(self) -> list[tuple[str, int]]:
         M, R = self.num_keys, self.num_values
-        sizes = [("ONE", 1), *((k, 1) for k in KINDS), ("NOID", 1), ("PAR", 1), ("KEY", M), ("VAL", R),
-                 ("KVKEY", M), ("PREV", M), ("SEL", M), ("ANS", R)]
-        out, start = {}, 0
-        for name, size in sizes:
-            out[name] = start
-            start += size
-        out["_D"] = start
-        return out
-
-    def __getattr__(self, name: str) -> int:
-        offsets = object.__getattribute__(self, "_offsets")
-        if name in offsets and not name.startswith("_"):
-            return offsets[name]
-        raise AttributeError(name)
-
-    @property
-    def hidden_size(self) -> int:
-        """``D = 10 + 4M + 2R``."""
-        return self._offsets["_D"]
+        return [("ONE", 1), *((k, 1) for k in KINDS), ("NOID", 1), ("PAR", 1), ("KEY", M), ("VAL", R),
+                ("KVKEY", M), ("PREV", M), ("SEL", M), ("ANS", R)]
 
     @property
     def head_dim(self) -> int:
