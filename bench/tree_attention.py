@@ -180,7 +180,7 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
         row["pernode_us"] = None
     kv_bytes = 2 * B * HKV * (L + N) * D * 2
     io_bytes = 3 * B * N * HQ * D * 2  # q, gate read; o written
-    row["floor_us"] = (kv_bytes + io_bytes) / (bw / 2) * 1e6  # bw counts read + write
+    row["floor_us"] = (kv_bytes + io_bytes) / bw * 1e6  # as the anchors: bytes moved over the copy rate
     row["flop_floor_us"] = 4 * B * N * HQ * (L + N / 2) * D / flops * 1e6
     row["ratio_vs_decode1"] = row["ours_us"] / row["decode1_us"]
     row["ratio_vs_dense"] = row["ours_us"] / row["dense_us"] if row["dense_us"] else None
@@ -189,14 +189,50 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
     return row
 
 
+def plot(json_path: str, png_path: str, length: int = 8192) -> None:
+    """Times against N at one KV length, one panel per batch size (log scale), from a result JSON."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(json_path) as f:
+        rows = [r for r in json.load(f)["rows"] if r["L"] == length]
+    batches = sorted({r["B"] for r in rows})
+    fig, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches), 3.6), squeeze=False)
+    series = [("ours_us", "tree attention (ours)", "C0", "o-"), ("dense_us", "SDPA, dense tree mask", "C3", "s--"),
+              ("pernode_us", "N single-query SDPA decodes", "C1", "^--"), ("decode1_us", "one decode (SDPA)", "k", ":"),
+              ("flop_floor_us", "matmul floor", "C2", "-."), ("floor_us", "memory floor", "0.5", "-.")]
+    for ax, B in zip(axes[0], batches):
+        pts = sorted((r for r in rows if r["B"] == B), key=lambda r: r["N"])
+        for key, label, color, style in series:
+            xs = [r["N"] for r in pts if r.get(key)]
+            ax.plot(xs, [r[key] for r in pts if r.get(key)], style, color=color, label=label, markersize=4)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks([r["N"] for r in pts], [str(r["N"]) for r in pts])
+        ax.set_title(f"B = {B}, KV length {length}")
+        ax.set_xlabel("tree nodes N")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("microseconds (CUDA-graph replay, median)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(series), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(png_path, dpi=110)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tree_attention_bench.json")
+    ap.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"), help="only draw the plot of a result JSON (no GPU)")
     ap.add_argument("--B", type=int, nargs="*", default=[1, 16, 64])
     ap.add_argument("--L", type=int, nargs="*", default=[1024, 8192, 32768])
     ap.add_argument("--N", type=int, nargs="*", default=[8, 32, 64, 128])
     ap.add_argument("--no-sweep", action="store_true", help="time the first config only")
     args = ap.parse_args()
+    if args.plot:
+        plot(*args.plot)
+        return 0
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     bw, flops = measure_ceilings()
