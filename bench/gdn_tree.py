@@ -1,0 +1,422 @@
+"""Benchmark: one Gated DeltaNet layer verifying draft trees at Qwen3-Next shapes (H=16, HV=32, K=V=128), one GPU.
+
+For every (B requests, N nodes, tree kind) it times, with CUDA-graph replay and the median of
+``triton.testing.do_bench``, side by side in one run:
+
+- ``ours_<mode>``: :func:`lumotree.optimized.gdn_tree.gdn_tree_verify` (q/k L2 norm in the kernel, gates given)
+  plus :func:`~lumotree.optimized.gdn_tree.gdn_tree_commit` of an accepted node of depth ~max/2, for the modes
+  ``ieee``, ``tf32x3``, ``tf32``; ``verify_*`` and ``commit_*`` alone; ``meta_us``: the per-step tree metadata
+  (shared by all layers of a step, not per layer);
+- ``ar``: flash-linear-attention's single-token decode step (``fused_recurrent_gated_delta_rule``, T=1);
+- ``branch``: the tree branch by branch: every root-to-leaf path re-run from S0 with fla's fused_recurrent (varlen);
+- ``pernode``: one state per node, level by level (:func:`lumotree.optimized.gdn_tree_ref.gdn_tree_pernode_ref`);
+- ``chunk``: fla's chunk kernel on chains (``chunk_gated_delta_rule`` with the final state = commit of the leaf);
+- ``floor``: read S0 + write one state at the copy bandwidth measured in the same run; ``io_floor``: every byte
+  verify + commit must move (S0 twice, S once, q/k/v in, o/delta out) at that bandwidth.
+
+Errors against a float64 torch closed form (tested against the exact reference in tests/) on the first requests:
+``err_o_<mode>`` (outputs), ``err_s_<mode>`` (committed state). Peak transient memory per method (``*_MiB``).
+
+Run: ``python bench/gdn_tree.py --out results.json`` (``--quick`` for a small subset, ``--sweep`` to time the launch
+configurations at the main shapes first). Needs a CUDA GPU and fla-core 0.6.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import triton
+
+from lumotree.optimized import gdn_tree as G
+from lumotree.optimized import gdn_tree_ref as R
+
+H, HV, K, V = 16, 32, 128, 128
+DEVICE = "cuda"
+MODES = ("tf32", "tf32x3", "ieee")
+PRIORITY = [(64, 64), (1, 64), (16, 64), (64, 32), (64, 128), (1, 8), (1, 32), (1, 128), (16, 8), (16, 32),
+            (16, 128), (64, 8)]
+SWEEP = [G.KernelConfig(bv, 32, nw, ns) for bv, nw, ns in
+         [(16, 4, 2), (32, 4, 2), (32, 8, 2), (64, 4, 2), (64, 8, 2), (128, 8, 2), (128, 8, 1), (64, 8, 3)]]
+
+
+# ------------------------------------------------------------------------------------------------------------ trees
+def random_tree(n: int, rng: np.random.Generator, max_children: int = 4) -> list[int]:
+    """A random tree of n nodes, at most ``max_children`` children a node (the anchors' kind)."""
+    parents, kids = [-1], [0]
+    for i in range(1, n):
+        while True:
+            p = int(rng.integers(0, i))
+            if kids[p] < max_children:
+                break
+        parents.append(p)
+        kids[p] += 1
+        kids.append(0)
+    return parents
+
+
+def eagle_tree(n: int, rng: np.random.Generator, topk: int = 4, width: int = 8) -> list[int]:
+    """EAGLE-2-like: each frontier node proposes ``topk`` children with Dirichlet probabilities; each level keeps the
+    ``width`` children of highest cumulative path probability; stops at n nodes."""
+    parents, logp = [-1], [0.0]
+    frontier = [0]
+    while len(parents) < n:
+        cand = []
+        for node in frontier:
+            probs = rng.dirichlet(np.full(topk, 0.5))
+            cand += [(logp[node] + math.log(p + 1e-12), node) for p in probs]
+        cand.sort(reverse=True)
+        frontier = []
+        for lp, node in cand[: min(width, n - len(parents))]:
+            parents.append(node)
+            logp.append(lp)
+            frontier.append(len(parents) - 1)
+    return parents
+
+
+def make_tree(kind: str, n: int, rng: np.random.Generator) -> list[int]:
+    if kind == "chain":
+        return [-1] + list(range(n - 1))
+    if kind == "star":
+        return [-1] + [0] * (n - 1)
+    if kind == "eagle":
+        return eagle_tree(n, rng)
+    return random_tree(n, rng)
+
+
+def depths(parents: list[int]) -> list[int]:
+    d = []
+    for p in parents:
+        d.append(0 if p < 0 else d[p] + 1)
+    return d
+
+
+# ------------------------------------------------------------------------------------------------------------ timing
+def graph_time(fn, rep_ms: int = 100) -> tuple[float, bool]:
+    """Median microseconds of CUDA-graph replays of ``fn`` (eager when capture fails): (us, graph_ok)."""
+    fn()
+    torch.cuda.synchronize()
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        torch.cuda.synchronize()
+        return 1e3 * triton.testing.do_bench(graph.replay, warmup=10, rep=rep_ms, return_mode="median"), True
+    except Exception:  # noqa: BLE001 - capture unsupported by this method: time it eagerly
+        torch.cuda.synchronize()
+        return 1e3 * triton.testing.do_bench(fn, warmup=10, rep=rep_ms, return_mode="median"), False
+
+
+def peak_mib(fn) -> float:
+    """Peak device memory allocated while ``fn`` runs, above what was allocated before (MiB)."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def copy_bandwidth() -> float:
+    """Bytes read + written per second of a 4 GiB device-to-device copy."""
+    src = torch.randn(2**30, device=DEVICE)
+    dst = torch.empty_like(src)
+    us = 1e3 * triton.testing.do_bench(lambda: dst.copy_(src), warmup=10, rep=200, return_mode="median")
+    del src, dst
+    return 2 * 4 * 2**30 / (us * 1e-6)
+
+
+def matmul_tf32_rate() -> float:
+    """tf32 matrix rate (FLOP/s) of an 8192^3 fp32 product with tf32 allowed, random data."""
+    a = torch.randn(8192, 8192, device=DEVICE)
+    b = torch.randn(8192, 8192, device=DEVICE)
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    us = 1e3 * triton.testing.do_bench(lambda: a @ b, warmup=10, rep=200, return_mode="median")
+    torch.backends.cuda.matmul.allow_tf32 = old
+    return 2 * 8192**3 / (us * 1e-6)
+
+
+# --------------------------------------------------------------------------------------------------------- workloads
+def make_inputs(B: int, N: int, kind: str, seed: int, dtype=torch.float32):
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    rows = [make_tree(kind, N, rng) for _ in range(B)]
+    parents = torch.tensor(rows, dtype=torch.int32, device=DEVICE)  # [B, N]
+    q = torch.randn(B, N, H, K, device=DEVICE, generator=gen).to(dtype)
+    k = torch.randn(B, N, H, K, device=DEVICE, generator=gen).to(dtype)
+    v = torch.randn(B, N, HV, V, device=DEVICE, generator=gen).to(dtype)
+    a = torch.randn(B, N, HV, device=DEVICE, generator=gen)
+    A_log = torch.log(torch.empty(HV, device=DEVICE).uniform_(1, 16, generator=gen))
+    dt_bias = torch.randn(HV, device=DEVICE, generator=gen) * 0.5
+    g, beta = R.gdn_gates_ref(a, torch.randn(B, N, HV, device=DEVICE, generator=gen), A_log, dt_bias)
+    pool = torch.randn(B, HV, K, V, device=DEVICE, generator=gen) * 0.1  # [P = B, HV, K, V]
+    slots = torch.randperm(B, device=DEVICE, generator=gen).to(torch.int32)
+    dep = [depths(r) for r in rows]
+    accepted = torch.tensor([int(np.argmin([abs(x - max(d) // 2) for x in d])) if kind != "chain" else N - 1
+                             for d in dep], dtype=torch.int32, device=DEVICE)
+    return dict(rows=rows, parents=parents, q=q, k=k, v=v, g=g, beta=beta, pool=pool, slots=slots,
+                accepted=accepted, max_depth=max(max(d) for d in dep), leaves=len(set(range(N)) - set(rows[0])))
+
+
+def ours_fns(x, mode: str, config=None):
+    meta = G.tree_meta(x["parents"])
+    pool_work = x["pool"].clone()
+
+    def verify():
+        return G.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], pool_work, x["slots"], x["parents"],
+                                 use_qk_l2norm_in_kernel=True, input_precision=mode, meta=meta, validate=False,
+                                 config=config)
+
+    _, factors = verify()
+
+    def commit():
+        G.gdn_tree_commit(pool_work, x["slots"], factors, x["parents"], x["accepted"], input_precision=mode,
+                          meta=meta, validate=False)
+
+    def both():
+        _, f = verify()
+        G.gdn_tree_commit(pool_work, x["slots"], f, x["parents"], x["accepted"], input_precision=mode, meta=meta,
+                          validate=False)
+
+    return verify, commit, both, pool_work
+
+
+def errors(x, mode: str, sub: int) -> tuple[float, float]:
+    """Relative errors of outputs and committed state against float64, on the first ``sub`` requests."""
+    s = slice(0, sub)
+    pool = x["pool"][x["slots"][s].long()].clone()  # [sub, HV, K, V]
+    slots = torch.arange(sub, dtype=torch.int32, device=DEVICE)
+    args = [x[n][s] for n in ("q", "k", "v", "g", "beta")]
+    o, f = G.gdn_tree_verify(*args, pool, slots, x["parents"][s], use_qk_l2norm_in_kernel=True,
+                             input_precision=mode)
+    G.gdn_tree_commit(pool, slots, f, x["parents"][s], x["accepted"][s], input_precision=mode)
+    ref_pool = x["pool"][x["slots"][s].long()].double()
+    ro, rf = R.gdn_tree_closed_form_ref(*[t.double() for t in args], ref_pool, slots, x["parents"][s],
+                                        use_qk_l2norm=True)
+    rs = R.gdn_tree_commit_ref(ref_pool, slots, rf, x["parents"][s], x["accepted"][s])
+    err = lambda a, b: float((a.double() - b).norm() / b.norm())  # noqa: E731
+    return err(o, ro), err(pool, rs)
+
+
+def fla_fns(x, fla):
+    B, N = x["parents"].shape
+    S0 = x["pool"][x["slots"].long()].contiguous()  # [B, HV, K, V]
+    q1, k1, v1 = x["q"][:, :1].contiguous(), x["k"][:, :1].contiguous(), x["v"][:, :1].contiguous()
+    g1, b1 = x["g"][:, :1].contiguous(), x["beta"][:, :1].contiguous()
+
+    def ar():
+        return fla.fused_recurrent_gated_delta_rule(q1, k1, v1, g1, b1, initial_state=S0, output_final_state=True,
+                                                    use_qk_l2norm_in_kernel=True)
+
+    # branch by branch: every root-to-leaf path as one varlen sequence starting from its request's S0
+    paths, owner = [], []
+    for b, row in enumerate(x["rows"]):
+        kids = set(row[1:])
+        for leaf in (i for i in range(N) if i not in kids):
+            path, node = [], leaf
+            while node >= 0:
+                path.append(node)
+                node = row[node]
+            paths.append(path[::-1])
+            owner.append(b)
+    flat_b = torch.tensor([owner[i] for i, p in enumerate(paths) for _ in p], device=DEVICE)
+    flat_n = torch.tensor([n for p in paths for n in p], device=DEVICE)
+    cu = torch.tensor([0] + list(np.cumsum([len(p) for p in paths])), dtype=torch.long, device=DEVICE)
+    owner_t = torch.tensor(owner, device=DEVICE)
+
+    def branch():
+        qb, kb, vb = (x[n][flat_b, flat_n][None] for n in ("q", "k", "v"))
+        gb, bb = x["g"][flat_b, flat_n][None], x["beta"][flat_b, flat_n][None]
+        return fla.fused_recurrent_gated_delta_rule(qb, kb, vb, gb, bb, initial_state=S0[owner_t],
+                                                    output_final_state=True, use_qk_l2norm_in_kernel=True,
+                                                    cu_seqlens=cu)
+
+    def chunk():
+        return fla.chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=S0,
+                                          output_final_state=True, use_qk_l2norm_in_kernel=True)
+
+    return ar, branch, chunk, len(paths)
+
+
+def pernode_fn(x):
+    levels = [tuple(t.to(DEVICE) for t in lv) for lv in R.tree_levels(x["parents"])]
+
+    def pernode():
+        return R.gdn_tree_pernode_ref(x["q"], x["k"], x["v"], x["g"], x["beta"], x["pool"], x["slots"],
+                                      x["parents"], use_qk_l2norm=True, levels=levels)
+
+    return pernode
+
+
+def io_bytes(B: int, N: int, elt: int = 4) -> dict[str, float]:
+    state = B * HV * K * V * 4
+    tokens_in = B * N * (2 * H * K + HV * V) * elt + 2 * B * N * HV * 4
+    tokens_out = B * N * HV * V * (elt + 4) + B * N * (HV + H) * 4  # o, delta, log_gamma, k_rnorm
+    return dict(state=state, verify=state + tokens_in + tokens_out, commit=2 * state)
+
+
+def flops(B: int, N: int, levels: int) -> dict[str, float]:
+    """Useful FLOPs of verify (closed form with a forward-substitution solve) and those our kernel executes with
+    one program per (request, value head) over all V columns (explicit-T doubling, `levels` factors)."""
+    useful = 2 * B * HV * (2 * N * N * K + 2 * N * K * V + N * N * V / 2 + N * N * V)
+    NP = max(16, triton.next_power_of_2(N))
+    executed = 2 * B * HV * (2 * NP * NP * K + 2 * NP * K * V + 2 * max(levels - 1, 0) * NP**3 + 2 * NP * NP * V)
+    return dict(useful=useful, executed_bv_full=executed)
+
+
+# -------------------------------------------------------------------------------------------------------------- main
+def run_sweep(fla, log) -> list[dict]:
+    out = []
+    for B, N, mode in [(64, 64, "tf32"), (64, 64, "ieee"), (1, 64, "tf32"), (64, 128, "tf32"), (1, 128, "tf32"),
+                       (64, 32, "tf32")]:
+        x = make_inputs(B, N, "random", seed=1)
+        for cfg in SWEEP:
+            if B * HV * (V // cfg.block_v) < 32:
+                continue
+            try:
+                verify, _, _, _ = ours_fns(x, mode, cfg)
+                us, _ = graph_time(verify, rep_ms=60)
+            except Exception as exc:  # noqa: BLE001 - a config that fails to compile (registers) is recorded
+                us = float("nan")
+                log(f"sweep B={B} N={N} {mode} {tuple(cfg)}: {type(exc).__name__}: {str(exc)[:120]}")
+            out.append(dict(B=B, N=N, mode=mode, config=list(cfg), verify_us=us))
+            log(f"sweep B={B:3d} N={N:3d} {mode:6s} cfg={tuple(cfg)} verify {us:8.1f} us")
+        default = G.verify_config(B, HV, N, K, V, torch.device(DEVICE))
+        log(f"sweep default for B={B} N={N}: {tuple(default)}")
+        del x
+        torch.cuda.empty_cache()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="gdn_tree_results.json")
+    parser.add_argument("--quick", action="store_true", help="(B, N) in {(64, 64), (1, 64)} only")
+    parser.add_argument("--sweep", action="store_true", help="time the launch-config sweep first")
+    parser.add_argument("--budget-s", type=float, default=1e9, help="stop starting new rows after this many seconds")
+    parser.add_argument("--err-sub", type=int, default=4, help="requests checked against float64 per row")
+    args = parser.parse_args()
+    start = time.time()
+    import fla.ops.gated_delta_rule as fla  # noqa: PLC0415 - the peer, GPU only
+
+    lines: list[str] = []
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+        lines.append(msg)
+
+    result: dict = dict(card=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                        date=time.strftime("%Y-%m-%d"), shapes=dict(H=H, HV=HV, K=K, V=V), rows=[])
+    try:
+        import importlib.metadata as md  # noqa: PLC0415
+
+        result["fla"] = md.version("fla-core")
+    except Exception:  # noqa: BLE001
+        result["fla"] = "unknown"
+    bw = copy_bandwidth()
+    result["copy_TBps"] = bw / 1e12
+    result["tf32_TFLOPs"] = matmul_tf32_rate() / 1e12
+    log(f"card {result['card']}  copy {bw / 1e12:.2f} TB/s  tf32 matmul {result['tf32_TFLOPs']:.0f} TFLOP/s")
+
+    def save() -> None:
+        with open(args.out, "w") as fh:
+            json.dump(result, fh, indent=1)
+
+    if args.sweep:
+        result["sweep"] = run_sweep(fla, log)
+        save()
+    shapes = [(64, 64), (1, 64)] if args.quick else PRIORITY  # most important first: a budget cut drops the rest
+    kinds = ("random", "eagle", "chain", "star")
+    ar_cache: dict[int, tuple] = {}
+    for B, N in shapes:
+        for kind in kinds:
+            if time.time() - start > args.budget_s:
+                log(f"budget reached: skipping B={B} N={N} {kind}")
+                continue
+            row = dict(B=B, N=N, kind=kind)
+            try:
+                x = make_inputs(B, N, kind, seed=B * 1000 + N)
+                row["max_depth"] = x["max_depth"]
+                levels = int(x["max_depth"]).bit_length()
+                row.update(flops=flops(B, N, levels), bytes=io_bytes(B, N))
+                row["floor_us"] = 2 * B * HV * K * V * 4 / bw * 1e6
+                row["io_floor_us"] = (row["bytes"]["verify"] + row["bytes"]["commit"]) / bw * 1e6
+                meta_us, _ = graph_time(lambda: G.tree_meta(x["parents"], validate=False), rep_ms=40)
+                row["meta_us"] = meta_us
+                for mode in MODES:
+                    verify, commit, both, _ = ours_fns(x, mode)
+                    row[f"ours_{mode}_us"], row[f"ours_{mode}_graph"] = graph_time(both)
+                    row[f"verify_{mode}_us"], _ = graph_time(verify, rep_ms=60)
+                    row[f"commit_{mode}_us"], _ = graph_time(commit, rep_ms=60)
+                    if mode == "tf32":
+                        row["ours_MiB"] = peak_mib(both)
+                    sub = min(B, args.err_sub)
+                    row[f"err_o_{mode}"], row[f"err_s_{mode}"] = errors(x, mode, sub)
+                ar, branch, chunk, n_paths = fla_fns(x, fla)
+                row["leaves"] = n_paths // B
+                if B not in ar_cache:
+                    ar_cache[B] = graph_time(ar)
+                row["ar_us"], row["ar_graph"] = ar_cache[B]
+                if kind in ("random", "eagle"):
+                    row["branch_us"], row["branch_graph"] = graph_time(branch, rep_ms=60)
+                    row["branch_MiB"] = peak_mib(branch)
+                    if B * N <= 64 * 64:
+                        pernode = pernode_fn(x)
+                        row["pernode_us"], row["pernode_graph"] = graph_time(pernode, rep_ms=60)
+                        row["pernode_MiB"] = peak_mib(pernode)
+                if kind == "chain":
+                    row["chunk_us"], row["chunk_graph"] = graph_time(chunk, rep_ms=60)
+                    row["chunk_MiB"] = peak_mib(chunk)
+            except Exception as exc:  # noqa: BLE001 - keep the rest of the run
+                row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            result["rows"].append(row)
+            log(summary_line(row))
+            save()
+            torch.cuda.empty_cache()
+    log("")
+    for line in ratio_table(result["rows"]):
+        log(line)
+    result["log"] = lines
+    save()
+    return 0
+
+
+def summary_line(r: dict) -> str:
+    if "error" in r:
+        return f"B={r['B']:3d} N={r['N']:3d} {r['kind']:6s} ERROR {r['error']}"
+    extra = "".join(f" {m}={r[f'{m}_us']:.1f}" for m in ("branch", "pernode", "chunk") if f"{m}_us" in r)
+    return (f"B={r['B']:3d} N={r['N']:3d} {r['kind']:6s} depth={r['max_depth']:3d} ar={r['ar_us']:.1f} "
+            f"ours tf32={r['ours_tf32_us']:.1f} (v {r['verify_tf32_us']:.1f} c {r['commit_tf32_us']:.1f}) "
+            f"tf32x3={r['ours_tf32x3_us']:.1f} ieee={r['ours_ieee_us']:.1f} floor={r['floor_us']:.1f} "
+            f"io_floor={r['io_floor_us']:.1f} meta={r['meta_us']:.1f}{extra} "
+            f"err tf32={r['err_o_tf32']:.1e}/{r['err_s_tf32']:.1e} ieee={r['err_o_ieee']:.1e}/{r['err_s_ieee']:.1e}")
+
+
+def ratio_table(rows: list[dict]) -> list[str]:
+    out = ["| B | N | tree | depth | ours tf32 (us) | ours ieee (us) | /AR tf32 | /AR ieee | branch/ours | pernode/ours"
+           " | chunk/ours | err tf32 | err ieee |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            continue
+        t, i, ar = r["ours_tf32_us"], r["ours_ieee_us"], r["ar_us"]
+        ratio = lambda key: f"{r[key] / t:.1f}x" if key in r else "-"  # noqa: E731
+        out.append(f"| {r['B']} | {r['N']} | {r['kind']} | {r['max_depth']} | {t:.1f} | {i:.1f} | {t / ar:.2f} | "
+                   f"{i / ar:.2f} | {ratio('branch_us')} | {ratio('pernode_us')} | {ratio('chunk_us')} | "
+                   f"{max(r['err_o_tf32'], r['err_s_tf32']):.1e} | {max(r['err_o_ieee'], r['err_s_ieee']):.1e} |")
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
