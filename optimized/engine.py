@@ -158,29 +158,82 @@ class ReferenceTarget:
 
 
 class OptimizedTarget:
-    """:mod:`lumotree.optimized.model` behind :class:`TargetModel` (pools by slot, batched verify and commit)."""
+    """:class:`lumotree.optimized.model.OptimizedModel` behind :class:`TargetModel`.
 
-    def __init__(self, model: Any):
+    The model captures one CUDA graph per ``("verify", B, N)``, ``("commit", B, N)`` and ``("decode", B)``; to keep
+    that set small while requests come and go, every call is padded to a batch bucket (``batch_buckets``) with free
+    slots running a one-node tree whose root is committed; the padding slots' lengths are reset right after (they hold
+    no request, and the next ``prefill`` of a slot resets its pools). ``validate=False`` skips the model's own
+    argument checks (host syncs) once the engine has validated the trees.
+    """
+
+    def __init__(self, model: Any, batch_buckets: Sequence[int] | None = None, validate: bool = True):
         self.model = model
         self.vocab_size = int(model.vocab_size)
         self.num_slots = int(model.num_slots)
         self.max_seq_len = int(model.max_seq_len)
         self.max_nodes = int(model.max_nodes)
         self.device = torch.device(model.device)
+        buckets = batch_buckets if batch_buckets is not None else (1, 2, 4, 8, 16, 32, 64, 128, 256)
+        self.batch_buckets = tuple(sorted({int(b) for b in buckets if b <= self.num_slots} | {self.num_slots}))
+        self.validate = bool(validate)
+        self.busy: set[int] = set()
+
+    def _padded(self, slots: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+        """``slots`` padded to its batch bucket with free slots: ``[Bp]`` int32 on the device, and the pad slots."""
+        B = int(slots.shape[0])
+        Bp = next(b for b in self.batch_buckets if b >= B)
+        host = slots.tolist()
+        pad = [s for s in range(self.num_slots) if s not in self.busy and s not in host][: Bp - B]
+        if len(pad) < Bp - B:
+            raise RuntimeError(f"no free slots to pad a batch of {B} to {Bp}")
+        return torch.tensor(host + pad, dtype=torch.int32, device=self.device), pad
+
+    def _reset(self, pad: list[int]) -> None:
+        if pad:
+            self.model.lens[torch.tensor(pad, dtype=torch.long, device=self.device)] = 0
+            for s in pad:
+                self.model.release(s)
 
     def prefill(self, slot: int, tokens: Sequence[int]) -> torch.Tensor:
-        return self.model.prefill(int(slot), list(tokens))
+        logits = self.model.prefill(int(slot), list(tokens))
+        self.busy.add(int(slot))
+        return logits
 
     def decode(self, slots: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        return self.model.decode(slots, tokens)
+        B = int(slots.shape[0])
+        padded, pad = self._padded(slots)
+        tok = torch.zeros(padded.shape[0], dtype=torch.int64, device=self.device)
+        tok[:B] = tokens
+        logits = self.model.decode(padded, tok, validate=self.validate)  # [Bp, V]
+        self._reset(pad)
+        return logits[:B]
 
     def verify(self, slots: torch.Tensor, trees: TreeBatch) -> torch.Tensor:
-        return self.model.verify(slots, trees.tokens, trees.parents, trees.num_nodes)
+        B, N = trees.tokens.shape
+        padded, pad = self._padded(slots)
+        Bp = padded.shape[0]
+        tokens = torch.zeros((Bp, N), dtype=torch.int64, device=self.device)
+        parents = torch.zeros((Bp, N), dtype=torch.int32, device=self.device)
+        parents[:, 0] = -1
+        num_nodes = torch.ones(Bp, dtype=torch.int32, device=self.device)
+        tokens[:B] = trees.tokens
+        parents[:B] = trees.parents
+        num_nodes[:B] = trees.num_nodes
+        self._pad_slots = pad
+        self._padded_slots = padded
+        logits = self.model.verify(padded, tokens, parents, num_nodes, validate=self.validate)  # [Bp, N, V]
+        return logits[:B]
 
     def commit(self, slots: torch.Tensor, trees: TreeBatch, accepted: torch.Tensor) -> None:
-        self.model.commit(slots, accepted)
+        B = int(slots.shape[0])
+        acc = torch.zeros(self._padded_slots.shape[0], dtype=torch.int32, device=self.device)
+        acc[:B] = accepted
+        self.model.commit(self._padded_slots, acc, validate=self.validate)
+        self._reset(self._pad_slots)
 
     def release(self, slot: int) -> None:
+        self.busy.discard(int(slot))
         self.model.release(int(slot))
 
 

@@ -1,0 +1,213 @@
+"""The engine on the optimized model: greedy speculation = greedy decoding (fp32, CPU under the Triton interpreter);
+on the GPU (``pytest -m gpu``): the same in bf16 with the mismatch rate and top-2 logit gaps reported, lossless
+sampling on the device, and a long speculative run (memory flat, GDN state drift against a float64 replay)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from lumotree.optimized import model as om
+from lumotree.optimized.drafters import DraftModelDrafter, PromptLookupDrafter, SyntheticDrafter
+from lumotree.optimized.engine import Engine, OptimizedTarget
+from lumotree.optimized.sampling import SamplingParams
+from lumotree.reference import model as rm
+from lumotree.reference.config import HybridConfig
+from lumotree.reference.drafters import layer_skip_draft
+
+TINY = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+            layer_types=("linear_attention", "full_attention"), num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16,
+            linear_num_key_heads=2, linear_num_value_heads=4, num_experts=0, rope_theta=1000.0)
+
+
+def test_greedy_tree_speculation_equals_autoregressive_fp32_optimized():
+    """Same engine, same fp32 optimized model: tree speculation (the synthetic drafter fed the autoregressive output,
+    so drafts do get accepted and rejected; batch padded to a bucket with a free slot) emits exactly the greedy
+    autoregressive tokens, and every slot is free at the end."""
+    ref = rm.build_random(HybridConfig(**TINY), seed=1)
+    prompts = [[5, 9, 2, 5, 9, 2, 5, 9], [7, 1, 7, 1, 7]]
+    params = SamplingParams(max_new_tokens=5)
+
+    def engine(drafter):
+        model = om.from_reference(ref, num_slots=4, max_seq_len=32, max_nodes=8, graphs=False, dtype=torch.float32)
+        target = OptimizedTarget(model, batch_buckets=(4,))  # B = 2 runs padded to 4
+        return Engine(target, drafter, mode="autoregressive" if drafter is None else "tree", budget="fixed",
+                      max_nodes=8)
+
+    ar = engine(None).generate(prompts, params)
+    oracle = {tuple(p): r.tokens for p, r in zip(prompts, ar)}
+    tree_engine = engine(SyntheticDrafter(0.7, oracle, TINY["vocab_size"], seed=0))
+    tree = tree_engine.generate(prompts, params)
+    assert [r.tokens for r in tree] == [r.tokens for r in ar]
+    assert sum(r.accepted for r in tree) > 0
+    assert tree_engine.model.busy == set()
+
+
+# ================================================================================================== GPU
+GPU_CFG = dict(vocab_size=4096, hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
+               layer_types=("linear_attention", "linear_attention", "linear_attention", "full_attention"),
+               num_attention_heads=8, num_key_value_heads=2, head_dim=128, linear_key_head_dim=128,
+               linear_value_head_dim=128, linear_num_key_heads=4, linear_num_value_heads=8, num_experts=0)
+
+
+def _report(name: str, payload: dict) -> None:
+    """GPU results go to $OUT (when set) and stdout, for the closing note."""
+    print(name, json.dumps(payload))
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, f"{name}.json"), "w") as f:
+            json.dump(payload, f, indent=1)
+
+
+@pytest.mark.gpu
+def test_gpu_greedy_speculation_bf16_mismatch_rate_and_gaps():
+    """bf16 with CUDA graphs: tree speculation (draft model, n-gram, synthetic) against autoregressive decoding of
+    the same engine. bf16 verify and decode round differently, so near-ties may flip: the mismatch rate and the top-2
+    logit gap (autoregressive logits) at the first mismatch of each request are reported; mismatches must be rare
+    and happen only at small gaps."""
+    config = HybridConfig(**GPU_CFG)
+    ref = rm.build_random(config, seed=4)
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(0, 4096, size=int(rng.integers(8, 40))).tolist() for _ in range(16)]
+    params = SamplingParams(max_new_tokens=48)
+
+    def target():
+        return OptimizedTarget(om.from_reference(ref, num_slots=16, max_seq_len=256, max_nodes=32), validate=False)
+
+    ar_model = target()
+    ar_engine = Engine(ar_model, mode="autoregressive")
+    ar = ar_engine.generate(prompts, params)
+    oracle = {tuple(p): r.tokens for p, r in zip(prompts, ar)}
+    draft = OptimizedTarget(om.from_reference(layer_skip_draft(ref, (0, 3)), num_slots=16, max_seq_len=256,
+                                              max_nodes=64), validate=False)
+    results = {}
+    for name, drafter in (("ngram", PromptLookupDrafter()), ("draft-model", DraftModelDrafter(draft, top_k=3)),
+                          ("synthetic-0.8", SyntheticDrafter(0.8, oracle, 4096, seed=0))):
+        engine = Engine(target(), drafter, mode="tree", budget="fixed", max_nodes=32)
+        out = engine.generate(prompts, params)
+        mismatched = [(i, next(j for j, (a, b) in enumerate(zip(r.tokens, a_.tokens)) if a != b))
+                      for i, (r, a_) in enumerate(zip(out, ar)) if r.tokens != a_.tokens]
+        gaps = []
+        for i, j in mismatched:  # top-2 gap of the float64 reference at the first differing position
+            cache = ref.new_cache()
+            logits = ref.forward(prompts[i] + ar[i].tokens[:j], cache)[-1]
+            top2 = np.sort(logits)[-2:]
+            gaps.append(float(top2[1] - top2[0]))
+        results[name] = {"requests": len(prompts), "mismatched_requests": len(mismatched),
+                         "first_mismatch_top2_gaps": gaps,
+                         "mean_accepted": engine.stats.summary()["mean_accepted"]}
+        assert len(mismatched) <= 2, results
+        assert all(g < 0.05 for g in gaps), results
+    _report("gpu_greedy_bf16_mismatch", results)
+
+
+@pytest.mark.gpu
+def test_gpu_sampling_is_lossless_on_device():
+    """The chi-square checks of the CPU suite with every tensor on the GPU (verifier and engine)."""
+    import test_engine as cpu_engine
+    import test_engine_sampling as cpu_sampling
+
+    from lumotree.optimized.sampling import TreeBatch, counter_uniforms, verify_sampling
+    from lumotree.reference import verify as ref
+
+    dev = torch.device("cuda")
+    vocab = 4
+    rng = np.random.default_rng(11)
+    tokens, parents = [0, 1, 2, 3, 2], cpu_sampling.LOSSY_CASE_PARENTS
+    P = rng.dirichlet(np.full(vocab, 1.0), size=5)
+    P[0] = [0.25, 0.25, 0.25, 0.25]
+    Q = rng.dirichlet(np.full(vocab, 1.0), size=5)
+    Q[0] = [0.1, 0.5, 0.2, 0.2]
+    draws = [[1, 2, 3], [4], [], [], []]
+    pvalues = {}
+    for variant in ref.VARIANTS:
+        exact = cpu_sampling._exact_reference_distribution(tokens, parents, P, Q, draws, variant, ref.verify_sampling)
+        keys = sorted(exact)
+        copies = 200000
+        one = TreeBatch.pack([tokens], [parents], draws=[draws], device=dev)
+        batch = TreeBatch(one.tokens.expand(copies, -1), one.parents.expand(copies, -1), one.num_nodes.expand(copies))
+        batch.first_draw, batch.draw_child, batch.draw_next = (
+            t.expand(copies, -1) for t in (one.first_draw, one.draw_child, one.draw_next))
+        coins = counter_uniforms(torch.full((copies,), 3, device=dev), torch.arange(copies, device=dev),
+                                 batch.num_coins)
+        out = verify_sampling(batch, torch.tensor(P, device=dev)[None].expand(copies, -1, -1), coins, variant,
+                              torch.tensor(Q, device=dev)[None].expand(copies, -1, -1))
+        from lumotree.reference.tree import TokenTree
+
+        tree = TokenTree(parents, tokens)
+        pairs, counts = torch.unique(torch.stack([out.accepted_node, out.next_token], 1), dim=0, return_counts=True)
+        got = {tuple(tokens[i] for i in tree.path(n)[1:]) + (t,): c for (n, t), c in zip(pairs.tolist(),
+                                                                                           counts.tolist())}
+        observed = np.array([got.get(k, 0) for k in keys], dtype=np.float64)
+        pvalues[variant] = cpu_sampling.chi_square_pvalue(observed, np.array([float(exact[k]) for k in keys]))
+        assert pvalues[variant] > 1e-3, pvalues
+    # the engine end to end on the device (trigram double moved to the GPU)
+    V, horizon, copies = 4, 3, 2000
+    params = SamplingParams(temperature=1.0)
+    target = cpu_engine.TrigramTarget(vocab=V, num_slots=1024, max_seq_len=32, seed=5)
+    target.table = target.table.to(dev)
+    for name in ("prev", "last", "length"):
+        setattr(target, name, getattr(target, name).to(dev))
+    target.device = dev
+    prompt = [1, 2, 3, 1, 2]
+    exact = cpu_engine.TrigramTarget(vocab=V, num_slots=1, seed=5).exact_autoregressive(prompt, horizon)
+    keys = sorted(exact)
+    engine = Engine(target, cpu_engine.SampledTableDrafter(V, "deterministic"), mode="tree", budget="fixed",
+                    max_nodes=16)
+    counts = cpu_engine._first_tokens(engine, prompt, copies, params, horizon)
+    pvalues["engine"] = cpu_engine.chi_square_pvalue(np.array([counts.get(k, 0) for k in keys], dtype=np.float64),
+                                                     np.array([exact[k] for k in keys]))
+    assert pvalues["engine"] > 1e-3, pvalues
+    _report("gpu_sampling_chi_square", pvalues)
+
+
+@pytest.mark.gpu
+def test_gpu_long_speculative_run_memory_and_state_drift():
+    """10^4 decode tokens of tree speculation on one request: device memory flat after warm-up; the GDN states then
+    compared with a float64 replay of the same tokens through the reference model built from the same (bf16-rounded)
+    weights; the relative Frobenius drift is reported and bounded."""
+    config = HybridConfig(**{**GPU_CFG, "vocab_size": 512})
+    ref64 = rm.build_random(config, seed=6)
+    tensors = rm.weights_to_tensors(ref64.weights, config)
+    rounded = {k: torch.from_numpy(np.ascontiguousarray(v)).to(torch.bfloat16).double().numpy()
+               for k, v in tensors.items()}
+    ref = rm.HybridModel(config, rm.weights_from_tensors(rounded, config))
+    total = 10_000
+    model = om.OptimizedModel(config, rounded, num_slots=2, max_seq_len=total + 200, max_nodes=16)
+    target = OptimizedTarget(model, validate=False)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    engine = Engine(target, PromptLookupDrafter(), mode="tree", budget="fixed", max_nodes=16)
+    engine.submit(prompt, SamplingParams(max_new_tokens=total))
+    memory = []
+    while engine.has_work():
+        engine.step()
+        if len(engine.stats.steps) % 200 == 0:
+            torch.cuda.synchronize()
+            memory.append(torch.cuda.memory_allocated())
+        request = engine.running[0] if engine.running else None
+        if request is not None and len(request.output) >= total - 64:
+            break
+    request = engine.running[0]
+    tokens = request.prompt + request.output[:-1]  # what the model's cache holds
+    assert model.cache_length(request.slot) == len(tokens)
+    cache = ref.new_cache()
+    for start in range(0, len(tokens), 512):  # chunks keep the reference's attention scores small
+        ref.forward(tokens[start : start + 512], cache)
+    gdn_layers = [i for i, kind in enumerate(config.layer_types) if kind == "linear_attention"]
+    drift = []
+    for pool, layer in zip(model.state_pools, gdn_layers):
+        mine = pool[request.slot].double().cpu().numpy()
+        exact = cache.layers[layer].state
+        drift.append(float(np.linalg.norm(mine - exact) / np.linalg.norm(exact)))
+    steps = len([s for s in engine.stats.steps if s.kind != "prefill"])
+    growth = max(memory[2:]) - min(memory[2:]) if len(memory) > 3 else 0
+    _report("gpu_long_run", {"tokens": len(request.output), "steps": steps, "state_rel_drift": drift,
+                             "memory_bytes_after_warmup": [min(memory[2:]), max(memory[2:])] if len(memory) > 3
+                             else memory, "growth_bytes": growth})
+    assert growth == 0
+    assert max(drift) < 0.05
