@@ -36,8 +36,8 @@ ROOT_CONTEXT = (0,)
 LOSSLESS_MAX_NODES = 4
 LOSSLESS_VOCABS = {"quick": (2, 3, 4), "full": (2, 3, 4)}
 RANDOM_SEEDS = {"quick": (0,), "full": (0, 1, 2)}
-GREEDY_MAX_NODES = {"quick": 4, "full": 5}
-GREEDY_VOCABS = {"quick": (2, 3), "full": (2, 3, 4)}
+# (max nodes, vocab) pairs: every shape up to max nodes, every labelling, every argmax table
+GREEDY_SCOPE = {"quick": ((4, 2), (4, 3)), "full": ((5, 2), (5, 3), (4, 4))}
 
 ContextDistribution = Callable[[tuple[int, ...]], list[Fraction]]
 
@@ -251,16 +251,16 @@ def _greedy_autoregressive(rows_by_context: dict[tuple, list[Fraction]], length:
 )
 def greedy_exhaustive(ctx: Context) -> Outcome:
     verify = ctx.ref.need("verify")
-    key = "quick" if ctx.quick else "full"
-    max_nodes, vocabs = GREEDY_MAX_NODES[key], GREEDY_VOCABS[key]
-    shapes = [p for n in range(1, max_nodes + 1) for p in all_parent_arrays(n)]
+    pairs = GREEDY_SCOPE["quick" if ctx.quick else "full"]
     scope = {
-        "trees": f"all {count_parent_arrays(max_nodes)} shapes with 1..{max_nodes} nodes, every labelling with "
-        "distinct sibling tokens",
-        "dims": f"vocab in {set(vocabs)}; every argmax at every node (rows with ties, lowest id wins)",
+        "trees": "; ".join(
+            f"all {count_parent_arrays(n)} shapes with 1..{n} nodes for vocab {v}" for n, v in pairs
+        )
+        + "; every labelling with distinct sibling tokens",
+        "dims": "every argmax at every node (rows with ties, lowest id wins)",
         "numbers": "exact Fractions",
     }
-    cases = [(p, v) for p in shapes for v in vocabs]
+    cases = [(p, v) for n, v in pairs for m in range(1, n + 1) for p in all_parent_arrays(m)]
     runs = 0
     for parents, vocab in ctx.cases(cases, note="shapes x vocab"):
         n = len(parents)
