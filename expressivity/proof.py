@@ -515,12 +515,13 @@ def exhaustive_retrieval(construction: HybridConstruction, n_max: int = 12, m_ma
 
 
 # ====================================================================================================== part 5
-def exp_neg_upper_bound(delta: Fraction, terms: int = 60) -> Fraction:
+def exp_neg_upper_bound(delta: Fraction, terms: int | None = None) -> Fraction:
     """A rational ``eps >= exp(-delta)`` for ``delta > 0``: ``1 / sum_{k <= terms} delta^k / k!`` (a partial sum of
-    the exponential series is a lower bound of ``exp(delta)``)."""
+    the exponential series is a lower bound of ``exp(delta)``); ``terms`` defaults to ``3 delta + 40`` (tight)."""
     delta = Fraction(delta)
     if delta <= 0:
         raise ValueError(f"delta = {delta} must be positive")
+    terms = math.ceil(3 * delta) + 40 if terms is None else terms
     total, term = Fraction(1), Fraction(1)
     for k in range(1, terms + 1):
         term = term * delta / k

@@ -1,0 +1,225 @@
+"""``lumotree expressivity check``: every claim of the expressivity page, run and reported as one JSON document.
+
+Sections: ``hybrid`` (float64 accuracy of the construction on random instances, chain and tree paths), ``proof``
+(:func:`lumotree.expressivity.proof.prove_hybrid`), ``ablation`` (beta < 1), ``scratchpad`` (pure attention),
+``adversary`` (pure GDN). ``ok`` is true iff every acceptance criterion holds.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..reference.config import HybridConfig
+from . import adversary, hybrid, proof, scratchpad
+from .task import BOS, ONE, SEP, ZERO, Instance, TaskSpec, generate, parity_blind_accuracy, score
+
+__all__ = ["run_check", "hybrid_accuracy", "shared_prefix_accuracy", "tree_agreement", "ablation", "scratchpad_lengths",
+           "adversary_demo", "qwen3_next_counting"]
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def hybrid_accuracy(construction: hybrid.HybridConstruction, grid: list[tuple[int, int, int]], seed: int,
+                    progress: Progress = _quiet) -> list[dict[str, Any]]:
+    """Chain-path accuracy on ``count`` random instances per ``(n, m, count)``."""
+    out = []
+    M, R = construction.layout.num_keys, construction.layout.num_values
+    for n, m, count in grid:
+        progress(f"hybrid: n = {n}, m = {m}, {count} instances")
+        start = time.perf_counter()
+        instances = generate(TaskSpec(n, m, M, R), count, seed=seed + n * 1009 + m)
+        s = score(hybrid.predict(construction, instances), instances)
+        out.append({"n": n, "m": m, "path": "chain", **s.as_dict(), "seconds": round(time.perf_counter() - start, 1)})
+    return out
+
+
+def shared_prefix_accuracy(construction: hybrid.HybridConstruction, n: int, m: int, regions: int, seed: int,
+                           progress: Progress = _quiet) -> dict[str, Any]:
+    """Long inputs at a bounded cost: two random bit strings of length ``n`` (one of each parity) are prefilled once
+    each (chain path, chunked); ``regions`` random key-value regions and query pairs are run from a copy of each
+    prefix cache. Instances are as random as :func:`~lumotree.expressivity.task.generate`'s except that the bits
+    are shared by ``regions`` of them."""
+    rng = np.random.default_rng(seed)
+    M, R = construction.layout.num_keys, construction.layout.num_values
+    start = time.perf_counter()
+    instances, predictions = [], []
+    for parity in (0, 1):
+        bits = rng.integers(0, 2, n)
+        if bits.sum() % 2 != parity:
+            bits[rng.integers(0, n)] ^= 1
+        progress(f"hybrid: prefilling n = {n} bits (parity {parity})")
+        cache = construction.model.new_cache()
+        region_start = 1 + n + 1
+        sample = generate(TaskSpec(n, m, M, R), regions, seed=rng)
+        hybrid.final_logits(construction.model, [BOS, *(ONE if b else ZERO for b in bits), SEP], cache=cache)
+        for inst in sample:
+            inst = Instance(tuple(bits.tolist()), inst.keys, inst.values, inst.queries, M, R)
+            logits = hybrid.final_logits(construction.model, inst.tokens[region_start:], cache=cache.copy())
+            instances.append(inst)
+            predictions.append(int(np.argmax(logits)))
+    s = score(predictions, instances)
+    return {"n": n, "m": m, "path": "chain (shared bit prefix)", "bit_strings": 2, **s.as_dict(),
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def tree_agreement(construction: hybrid.HybridConstruction, n: int, m: int, count: int, seed: int) -> dict[str, Any]:
+    """The tree path (``verify_tree`` with every ordered query pair as a leaf) against the chain path on full
+    inputs: argmax = answer at every leaf, and the largest logit difference."""
+    M, R = construction.layout.num_keys, construction.layout.num_values
+    leaves = correct = 0
+    diff = 0.0
+    for inst in generate(TaskSpec(n, m, M, R), count, seed=seed):
+        tree_logits, pairs = hybrid.tree_predictions(construction, inst)
+        for node, (q0, q1) in enumerate(pairs):
+            if q0 < 0:
+                continue
+            full = Instance(inst.bits, inst.keys, inst.values, (q0, q1), M, R)
+            chain_logits = hybrid.final_logits(construction.model, full.tokens)
+            diff = max(diff, float(np.abs(chain_logits - tree_logits[node]).max()))
+            leaves += 1
+            correct += int(np.argmax(tree_logits[node])) == full.answer
+    return {"n": n, "m": m, "instances": count, "leaves": leaves, "accuracy": correct / leaves,
+            "max_abs_logit_difference_tree_vs_chain": diff}
+
+
+def ablation(betas: list[float], lengths: list[int], count: int, seed: int, progress: Progress = _quiet):
+    """The construction with the parity head's write strength capped below 1 (``allow_neg_eigval = False``):
+    accuracy against the parity-blind chance level, and the Z3 proof that the readout sign never flips."""
+    M = R = 8
+    m = 4
+    chance = parity_blind_accuracy(R)
+    rows = []
+    proofs = []
+    for beta in betas:
+        construction = hybrid.build_hybrid(M, R, reflection_beta=beta)
+        proofs.append(proof.prove_parity_invariant(construction, expect_flip=False).as_dict())
+        for n in lengths:
+            progress(f"ablation: beta = {beta}, n = {n}")
+            instances = generate(TaskSpec(n, m, M, R), count, seed=seed + n)
+            predictions = hybrid.predict(construction, instances)
+            s = score(predictions, instances)
+            slot0 = sum(p == inst.vocab.value(inst.values[inst.keys.index(inst.queries[0])])
+                        for p, inst in zip(predictions, instances))
+            upper = chance + 3.0 * math.sqrt(chance * (1 - chance) / count)
+            rows.append({"reflection_beta": beta, "n": n, "m": m, **s.as_dict(), "chance_plus_3_sigma": upper,
+                         "at_or_below_chance": s.accuracy <= upper, "answers_with_q0_value": slot0 / count})
+    return {"M": M, "R": R, "rows": rows, "sign_proofs": proofs,
+            "at_chance": all(r["at_or_below_chance"] for r in rows),
+            "sign_never_flips": all(p["status"] == "proved" for p in proofs)}
+
+
+def scratchpad_lengths(grid: list[tuple[int, int]], seed: int, progress: Progress = _quiet) -> dict[str, Any]:
+    """Pure-attention construction: accuracy and the number of scratchpad tokens generated per instance."""
+    M = R = 16
+    m = 8
+    construction = scratchpad.build_scratchpad(M, R, max_length=4096)
+    rows = []
+    for n, count in grid:
+        progress(f"scratchpad: n = {n}, {count} instances")
+        start = time.perf_counter()
+        instances = generate(TaskSpec(n, m, M, R), count, seed=seed + n)
+        runs = [scratchpad.generate(construction, inst) for inst in instances]
+        rows.append({"n": n, "m": m, "instances": count, "accuracy": sum(r.correct for r in runs) / count,
+                     "scratchpad_is_running_parity": all(r.parities_right for r in runs),
+                     "scratchpad_lengths": sorted({len(r.scratchpad) for r in runs}),
+                     "seconds": round(time.perf_counter() - start, 1)})
+    return {"M": M, "R": R, "max_length": construction.max_length, "rows": rows,
+            "accuracy": min(r["accuracy"] for r in rows),
+            "length_equals_n": all(r["scratchpad_lengths"] == [r["n"]] for r in rows)}
+
+
+def qwen3_next_counting(precision: str = "bf16", num_values: int = 151936) -> dict[str, Any]:
+    """The counting bound for a pure-GDN stack with Qwen3-Next-80B-A3B's 36 GDN layer shapes (no model needed)."""
+    spec = HybridConfig().replace(hidden_size=2048).gdn_spec()
+    numbers = 36 * (spec.num_v_heads * spec.head_k_dim * spec.head_v_dim + (spec.conv_kernel - 1) * spec.conv_dim)
+    bits = numbers * adversary.PRECISIONS[precision][1]
+    return {"layers": 36, "cache_numbers": numbers, "precision": precision,
+            **adversary.counting_bound(bits, num_values)}
+
+
+def adversary_demo(models: list[dict[str, int]], precisions: list[str], num_keys: int, num_values: int, seed: int,
+                   progress: Progress = _quiet) -> list[dict[str, Any]]:
+    """Attack seeded random pure-GDN reference models of the given sizes at each precision."""
+    out = []
+    for sizes in models:
+        model = adversary.random_pure_gdn(num_keys, num_values, seed=seed, **sizes)
+        for precision in precisions:
+            progress(f"adversary: {sizes} at {precision}")
+            start = time.perf_counter()
+            report = adversary.attack(model, precision, num_keys, num_values, seed=seed)
+            out.append({"model": {"kind": "random pure GDN", "seed": seed, **sizes}, **report,
+                        "seconds": round(time.perf_counter() - start, 1)})
+    return out
+
+
+def run_check(quick: bool = False, max_n: int = 10_000, seed: int = 0, progress: Progress = _quiet) -> dict[str, Any]:
+    """Everything; ``quick`` shrinks the grids (n <= 1000, smaller proof scope) for a run of about a minute."""
+    start = time.perf_counter()
+    result: dict[str, Any] = {"quick": quick, "seed": seed}
+
+    big = hybrid.build_hybrid(64, 64)
+    grid = [(1, 2, 200), (12, 4, 200), (100, 16, 50), (1000, 64, 10)]
+    if quick:
+        grid = [(1, 2, 40), (12, 4, 40), (100, 16, 10), (1000, 64, 2)]
+    rows = hybrid_accuracy(big, [g for g in grid if g[0] <= max_n], seed, progress)
+    if max_n >= 10_000 and not quick:
+        rows.append(shared_prefix_accuracy(big, 10_000, 64, 8, seed, progress))
+    progress("hybrid: tree path")
+    tree = tree_agreement(hybrid.build_hybrid(4, 4), 12, 4, 3 if quick else 10, seed)
+    params = sum(a.size for a in _arrays(big.model))
+    result["hybrid"] = {
+        "construction": {"M": 64, "R": 64, "layers": list(big.model.config.layer_types), "parameters": params,
+                         "scratchpad_tokens": 0},
+        "accuracy": rows, "tree_path": tree,
+        "accuracy_min": min(r["accuracy"] for r in rows), "max_n": max(r["n"] for r in rows),
+    }
+
+    progress("proof")
+    result["proof"] = proof.prove_hybrid(4, 4, n_max=6 if quick else 12, m_max=3 if quick else 4)
+
+    result["ablation"] = ablation([0.5, 0.9, 0.999], [4, 16] if quick else [4, 16, 64], 50 if quick else 200, seed,
+                                  progress)
+
+    sp_grid = [(1, 10), (2, 10), (4, 10), (16, 10), (64, 5)]
+    if not quick:
+        sp_grid += [(256, 2), (1024, 1)]
+    result["scratchpad"] = scratchpad_lengths([g for g in sp_grid if g[0] <= max_n], seed, progress)
+
+    models = [{"hidden_size": 16, "layers": 1, "heads": 1, "head_dim": 4},
+              {"hidden_size": 32, "layers": 2, "heads": 2, "head_dim": 8}]
+    if not quick:
+        models.append({"hidden_size": 64, "layers": 3, "heads": 2, "head_dim": 16})
+    precisions = ["fp8", "bf16"] if quick else ["fp8", "bf16", "fp16"]
+    attacks = adversary_demo(models, precisions, 128, 16, seed, progress)
+    result["adversary"] = {"attacks": attacks, "all_found_and_verified": all(a["found"] for a in attacks),
+                           "qwen3_next_counting": qwen3_next_counting()}
+
+    result["ok"] = bool(
+        result["hybrid"]["accuracy_min"] == 1.0 and tree["accuracy"] == 1.0
+        and result["proof"]["status"] == "proved"
+        and result["ablation"]["at_chance"] and result["ablation"]["sign_never_flips"]
+        and result["scratchpad"]["accuracy"] == 1.0 and result["scratchpad"]["length_equals_n"]
+        and result["adversary"]["all_found_and_verified"]
+    )
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    return result
+
+
+def _arrays(model) -> list[np.ndarray]:
+    from ..reference.model import weights_to_tensors
+
+    return list(weights_to_tensors(model.weights, model.config).values())
+
+
+def stderr_progress(message: str) -> None:
+    print(f"[expressivity] {message}", file=sys.stderr, flush=True)
