@@ -153,6 +153,16 @@ class CostProfile:
             return cls.from_dict(json.load(f))
 
 
+def _cumulative(confidences: Sequence[np.ndarray]) -> np.ndarray:
+    """``[B, M + 1]``: column m = sum of each request's m largest confidences (rows padded with their total)."""
+    width = max((len(c) for c in confidences), default=0)
+    table = np.zeros((len(confidences), width + 1))
+    for b, c in enumerate(confidences):
+        table[b, 1 : len(c) + 1] = np.cumsum(c)
+        table[b, len(c) + 1 :] = table[b, len(c)]
+    return table
+
+
 def expected_tokens(sorted_confidences: np.ndarray, nodes: int, kappa: float = 1.0) -> float:
     """``E(n) = 1 + kappa * sum of the n - 1 largest path confidences`` (``sorted_confidences``: non-root nodes,
     descending)."""
@@ -247,10 +257,11 @@ class ExpectedThroughputBudget(BudgetPolicy):
 
     def best(self, batch: int, confidences: Sequence[np.ndarray], kappa: float) -> Decision:
         """The node bucket of highest expected tokens per second (bucket 1 = autoregressive through verify)."""
-        sizes = [1 + len(c) for c in confidences]
+        cumulative = _cumulative(confidences)  # [B, M + 1]: sum of the m largest confidences per request
         best: Decision | None = None
         for n in self._buckets_upto(self.max_nodes):
-            tokens = sum(expected_tokens(c, min(n, s), kappa) for c, s in zip(confidences, sizes))
+            m = min(n - 1, cumulative.shape[1] - 1)
+            tokens = float(len(confidences) + kappa * cumulative[:, m].sum())
             seconds = self.profile.verify_time(batch, n)
             if best is None or tokens / seconds > best.predicted_tokens / best.predicted_seconds:
                 best = Decision(n, tokens, seconds, f"expected {tokens / seconds:.4g} tok/s at N = {n}")

@@ -45,6 +45,7 @@ __all__ = [
     "SyntheticDrafter",
     "best_first_template",
     "make_drafter",
+    "layer_skip_checkpoint",
     "DRAFTERS",
 ]
 
@@ -100,6 +101,10 @@ class Draft:
             return self
         if self.variant != "deterministic":
             raise ValueError("only deterministic drafts can be cut (sampled draws must stay as drawn)")
+        if max_depth is None or max(depth) <= max_depth:
+            if np.all(np.diff(self.confidence[1:]) <= 0):  # best-first order already: the cut is a prefix
+                n = min(nodes, self.num_nodes)
+                return Draft(self.tokens[:n], self.parents[:n], self.confidence[:n], self.variant, None)
         order = sorted(range(1, self.num_nodes), key=lambda i: (-self.confidence[i], i))
         keep = [0]
         kept = {0}
@@ -419,50 +424,81 @@ class SyntheticDrafter:
         return self._templates[key]
 
     def propose(self, requests: Sequence[DraftRequest], max_nodes: int, chain: bool) -> list[Draft]:
+        """Vectorised over requests, one template node at a time. Siblings of node u carry ``(base_u + rank) mod V``
+        (distinct); on the oracle path the child of the drawn rank carries the true token instead, and a sibling
+        that would repeat it takes the freed value."""
         parents, ranks, conf = self._template(max_nodes, chain)
-        n = len(parents)
-        kids: list[list[int]] = [[] for _ in range(n)]
-        for i in range(1, n):
-            kids[parents[i]].append(i)
-        drafts = []
-        for r in requests:
+        n, B, V = len(parents), len(requests), self.vocab_size
+        width = len(self.rank_confidence)
+        truths, pos0 = [], np.full(B, -1, dtype=np.int64)
+        for b, r in enumerate(requests):
             prompt = self._prompt[r.slot]
             truth = self.oracle[prompt]
             done = len(r.context) - len(prompt)  # generated tokens, the pending one included
-            on_track = truth[:done] == r.context[len(prompt) :]
-            if not on_track:
+            if truth[:done] == r.context[len(prompt) :]:
+                pos0[b] = done
+            else:
                 self.desynced += 1
-            tokens = [r.context[-1]] + [0] * (n - 1)
-            true_pos = [done if on_track else -1] + [-1] * (n - 1)  # index into truth of the node's next token
-            for u in range(n):
-                if not kids[u]:
-                    continue
-                pos = true_pos[u]
-                hit = -1
-                if 0 <= pos < len(truth):
-                    draw = self.rng.random()
-                    cum = 0.0
-                    for rank, c in enumerate(self.rank_confidence):
-                        cum += c
-                        if draw < cum:
-                            hit = rank
-                            break
-                used = {truth[pos]} if 0 <= pos < len(truth) else set()
-                for c in kids[u]:
-                    if ranks[c] == hit:
-                        tokens[c] = truth[pos]
-                        true_pos[c] = pos + 1
-                    else:
-                        tok = int(self.rng.integers(self.vocab_size))
-                        while tok in used:
-                            tok = int(self.rng.integers(self.vocab_size))
-                        tokens[c] = tok
-                    used.add(tokens[c])
-            drafts.append(Draft(tokens, list(parents), np.array(conf)))
-        return drafts
+            truths.append(truth)
+        longest = max(len(t) for t in truths)
+        truth_arr = np.full((B, longest + 1), -1, dtype=np.int64)  # [B, L + 1]; -1 past the end
+        for b, t in enumerate(truths):
+            truth_arr[b, : len(t)] = t
+        tokens = np.zeros((B, n), dtype=np.int64)  # [B, n]
+        tokens[:, 0] = [r.context[-1] for r in requests]
+        true_pos = np.full((B, n), -1, dtype=np.int64)  # [B, n] index into the truth of the node's next token
+        true_pos[:, 0] = pos0
+        base = self.rng.integers(0, V, size=(B, n))  # [B, n] per parent
+        hit = np.searchsorted(np.cumsum(self.rank_confidence), self.rng.random((B, n)), side="right")  # [B, n]
+        rows = np.arange(B)
+        for i in range(1, n):
+            u, r = parents[i], ranks[i]
+            pu = true_pos[:, u]  # [B]
+            t = truth_arr[rows, np.maximum(pu, 0)]  # [B]
+            on = (pu >= 0) & (t >= 0)
+            tok = (base[:, u] + r) % V
+            is_hit = on & (hit[:, u] == r)
+            collide = on & ~is_hit & (tok == t)
+            alt = np.where(hit[:, u] < width, base[:, u] + hit[:, u], base[:, u] + width) % V
+            tokens[:, i] = np.where(is_hit, t, np.where(collide, alt, tok))
+            true_pos[:, i] = np.where(is_hit, pu + 1, -1)
+        confidence = np.array(conf)
+        return [Draft(tokens[b].tolist(), list(parents), confidence) for b in range(B)]
 
 
 DRAFTERS = ("ngram", "draft-model", "synthetic")
+
+
+def layer_skip_checkpoint(config: Any, tensors: Mapping[str, Any], layers: Sequence[int]) -> tuple[Any, dict[str, Any]]:
+    """The draft model of :func:`lumotree.reference.drafters.layer_skip_draft` at the checkpoint level: the config
+    and HF-named tensors of a model made of the target layers ``layers`` (renumbered 0..), with the target's
+    embedding, final norm and ``lm_head``. Tensors are passed through, not copied (a model built from tensors that
+    already have its device and dtype shares their storage with the target)."""
+    chosen = [int(i) for i in layers]
+    if not chosen:
+        raise ValueError("layers must name at least one target layer")
+    for k, i in enumerate(chosen):
+        if not 0 <= i < config.num_hidden_layers:
+            raise ValueError(f"layers[{k}] = {i} is not a layer of the target (0..{config.num_hidden_layers - 1})")
+        if k and i <= chosen[k - 1]:
+            raise ValueError(f"layers must be strictly increasing, got {chosen}")
+    moe = [config.is_moe_layer(i) for i in chosen]
+    draft_config = config.replace(
+        num_hidden_layers=len(chosen),
+        layer_types=tuple(config.layer_types[i] for i in chosen),
+        decoder_sparse_step=1,
+        mlp_only_layers=tuple(j for j, is_moe in enumerate(moe) if not is_moe),
+        num_experts=config.num_experts if any(moe) else 0,
+    )
+    out: dict[str, Any] = {}
+    for name, t in tensors.items():
+        if name.startswith("model.layers."):
+            index, rest = name[len("model.layers."):].split(".", 1)
+            if int(index) in chosen:
+                out[f"model.layers.{chosen.index(int(index))}.{rest}"] = t
+        elif not name.startswith("mtp."):
+            out[name] = t
+    return draft_config, out
 
 
 def make_drafter(

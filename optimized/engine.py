@@ -442,7 +442,11 @@ class Engine:
         dev = self.model.device
         gen = torch.Generator().manual_seed(1234)
         V = self.model.vocab_size
-        prompt_len = max(1, min(prompt_len, self.model.max_seq_len - self.max_nodes - repeats * 2 - 2))
+        steps = (repeats + 1) * (len(self.node_buckets) + 1)  # tokens each slot commits while being timed
+        room = self.model.max_seq_len - self.max_nodes - steps - 2
+        if room < 1:
+            raise ValueError(f"max_seq_len = {self.model.max_seq_len} is too short to measure a cost profile")
+        prompt_len = min(prompt_len, room)
         rng = np.random.default_rng(0)
 
         def run_timed(fn: Callable[[], None]) -> float:
@@ -456,16 +460,20 @@ class Engine:
                 times.append(time.perf_counter() - t0)
             return float(np.median(times))
 
+        prepared: dict[int, torch.Tensor] = {}
+
         def setup(batch: int) -> torch.Tensor:
-            slots = list(range(batch))
-            for s in slots:
-                self.model.prefill(s, torch.randint(V, (prompt_len,), generator=gen).tolist())
-            return torch.tensor(slots, dtype=torch.int64, device=dev)
+            """Slots 0..batch-1 prefilled once per batch bucket (each verify below commits only its root)."""
+            if batch not in prepared:
+                for s in range(batch):
+                    self.model.prefill(s, torch.randint(V, (prompt_len,), generator=gen).tolist())
+                prepared[batch] = torch.tensor(list(range(batch)), dtype=torch.int64, device=dev)
+            return prepared[batch]
 
         def time_decode(batch: int) -> float:
             slots = setup(batch)
             tokens = torch.randint(V, (batch,), generator=gen).to(dev)
-            return run_timed(lambda: self.model.decode(slots, tokens))
+            return run_timed(lambda: self.model.decode(slots, tokens).argmax(-1).tolist())
 
         def time_verify(batch: int, nodes: int) -> float:
             slots = setup(batch)
@@ -480,6 +488,7 @@ class Engine:
                     torch.ones(batch, device=dev), None,
                 )
                 self.model.commit(slots, trees, torch.zeros_like(outcome.accepted_node))  # root only
+                outcome.next_token.tolist()
 
             return run_timed(once)
 
@@ -724,7 +733,7 @@ class Engine:
         self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams] | None = None
     ) -> Iterator[TokenEvent]:
         """Submit ``prompts`` and yield token events until all of them are done."""
-        ids = self._submit_all(prompts, params)
+        ids = self.submit_all(prompts, params)
         pending = set(ids)
         while pending:
             for event in self.step():
@@ -740,7 +749,7 @@ class Engine:
         on_event: Callable[[TokenEvent], None] | None = None,
     ) -> list[GenerationResult]:
         """Decode every prompt to the end; results in prompt order."""
-        ids = self._submit_all(prompts, params)
+        ids = self.submit_all(prompts, params)
         remaining = set(ids)
         while remaining:
             for event in self.step():
@@ -754,23 +763,22 @@ class Engine:
             out.append(GenerationResult(i, r.prompt, list(r.output), r.finish_reason, r.steps, r.accepted))
         return out
 
-    def _submit_all(self, prompts, params) -> list[int]:
+    def submit_all(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams] | None = None
+    ) -> list[int]:
+        """Queue several requests (one parameter set for all, or one each); if any is invalid, none is queued."""
         if isinstance(params, SamplingParams) or params is None:
             per = [params] * len(prompts)
         else:
             per = list(params)
             if len(per) != len(prompts):
                 raise ValueError(f"{len(per)} sampling parameter sets for {len(prompts)} prompts")
-        # validate all before queueing any
-        staged = []
-        for p, s in zip(prompts, per):
-            staged.append((p, s))
-        ids = []
+        ids: list[int] = []
         try:
-            for p, s in staged:
-                ids.append(self.submit(p, s))
+            for prompt, p in zip(prompts, per):
+                ids.append(self.submit(prompt, p))
         except Exception:
-            drop = set(ids)
-            self.waiting = deque(r for r in self.waiting if r.request_id not in drop)
+            queued = set(ids)
+            self.waiting = deque(r for r in self.waiting if r.request_id not in queued)
             raise
         return ids

@@ -1,0 +1,254 @@
+r"""``lumotree bench e2e``: end-to-end decoding throughput of the engine (also ``python bench/e2e.py``).
+
+Model: a Qwen3-Next-shaped hybrid with random weights sized for one H200 (``--config bench``: hidden 2048, 24 layers =
+18 Gated DeltaNet + 6 gated attention, attention 16 q / 2 kv heads x 256, GDN 16 q/k heads and 32 value heads of 128,
+dense SwiGLU MLP 5632, vocabulary 151936; 2.2 B parameters, bf16 weights, fp32 GDN states), with CUDA graphs per
+(batch, nodes) bucket. Random prompts; every request decodes ``--new-tokens`` tokens greedily.
+
+For each batch size B (default 1, 8, 32, 64):
+
+- ``autoregressive``: the baseline; its outputs are the oracle of the synthetic drafter;
+- for each synthetic acceptance p (0.6, 0.8, 0.9; **the synthetic drafter is an oracle for system measurements
+  only**): chain and tree speculation with the same drafter (chain = its rank-0 path), both under the expected-
+  throughput budget (``--max-nodes``), plus fixed tree sizes (``--sweep``) at p = 0.8 for comparison with the budget;
+- the real small draft model: the target's layers ``--draft-layers`` with its embedding, final norm and head
+  (layer-skip self-speculation), chain and tree, under the budget.
+
+Per run: decode tokens/s (prefill excluded), speed-up over autoregressive, mean accepted draft tokens per request-step,
+model (verify + verification + commit) and draft milliseconds per speculative step, peak device memory, and the
+throughput *predicted* from the accepted lengths, the measured cost profile T(B, N) / T_decode(B) and the measured
+draft time, beside the measured one (their ratio is the system overhead left). The autoregressive step is compared
+with the floor of reading the weights once plus reading and writing the GDN states, at the copy bandwidth measured in
+the same run. ``--time-limit`` stops starting new runs after that many seconds (partial results are still written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import Any
+
+__all__ = ["add_arguments", "run", "main"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    parser.add_argument("which", choices=("e2e",), help="the benchmark to run")
+    parser.add_argument("--config", choices=("bench", "small", "tiny"), default="bench", help="model size")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--acceptance", type=float, nargs="+", default=[0.6, 0.8, 0.9])
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--prompt-len", type=int, default=64)
+    parser.add_argument("--max-nodes", type=int, default=64, help="largest tree the budget may choose")
+    parser.add_argument("--sweep", type=int, nargs="*", default=[4, 8, 16, 32, 64],
+                        help="fixed tree sizes run at p = 0.8 next to the budget")
+    parser.add_argument("--sweep-batches", type=int, nargs="*", default=[1, 64],
+                        help="batch sizes at which the fixed sweep runs")
+    parser.add_argument("--draft-layers", default="0,3", help="target layers of the draft model")
+    parser.add_argument("--no-draft-model", action="store_true", help="skip the real draft model runs")
+    parser.add_argument("--device", default=None, help="default: cuda when available")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-limit", type=float, default=float("inf"),
+                        help="seconds after which no new run starts")
+    parser.add_argument("--out", default="e2e_bench.json", help="JSON results")
+    parser.add_argument("--markdown", default=None, help="also write the result table as markdown here")
+
+
+def _copy_bandwidth(device: Any) -> float:
+    """Bytes moved (read + write) per second by a 1 GiB device copy (median of 10)."""
+    import torch
+
+    x = torch.empty(512 * 1024**2, dtype=torch.bfloat16, device=device)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    torch.cuda.synchronize(device)
+    times = []
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        y.copy_(x)
+        end.record()
+        torch.cuda.synchronize(device)
+        times.append(start.elapsed_time(end) * 1e-3)
+    times.sort()
+    return 2 * x.numel() * x.element_size() / times[len(times) // 2]
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+
+    from lumotree.reference.config import HybridConfig
+
+    from .budget import CostProfile
+    from .cli import RANDOM_CONFIGS, random_tensors
+    from .drafters import DraftModelDrafter, SyntheticDrafter, layer_skip_checkpoint
+    from .engine import Engine, OptimizedTarget
+    from .model import OptimizedModel
+    from .sampling import SamplingParams
+
+    t_start = time.perf_counter()
+    dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    cuda = dev.type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    config = HybridConfig(**RANDOM_CONFIGS[args.config])
+    batches = sorted(set(args.batches))
+    max_batch = max(batches)
+    max_nodes = max([args.max_nodes, *args.sweep])
+    max_seq_len = args.prompt_len + args.new_tokens + max_nodes + 64
+    note = []
+
+    def log(msg: str) -> None:
+        sys.stderr.write(f"[e2e {time.perf_counter() - t_start:7.1f}s] {msg}\n")
+        sys.stderr.flush()
+
+    tensors = random_tensors(config, args.seed, dev, dtype)
+    params = sum(t.numel() for name, t in tensors.items() if not name.startswith("mtp."))
+    if config.tie_word_embeddings:
+        params -= tensors["model.embed_tokens.weight"].numel()
+    weight_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
+    common = dict(num_slots=max_batch, max_seq_len=max_seq_len, device=dev, dtype=dtype)
+    model = OptimizedModel(config, tensors, max_nodes=max_nodes, **common)
+    target = OptimizedTarget(model, batch_buckets=batches, validate=not cuda)
+    draft_layers = [int(x) for x in args.draft_layers.split(",")]
+    draft = None
+    if not args.no_draft_model:
+        dc, dt = layer_skip_checkpoint(config, tensors, draft_layers)
+        draft = OptimizedTarget(OptimizedModel(dc, dt, max_nodes=max(64, max_nodes), **common),
+                                batch_buckets=batches, validate=not cuda)
+    del tensors
+    log(f"model: {params / 1e9:.2f} B parameters, {weight_bytes / 2**30:.2f} GiB weights, {dtype}, {dev}")
+    bandwidth = _copy_bandwidth(dev) if cuda else float("nan")
+    gdn_layers = sum(1 for k in config.layer_types if k == "linear_attention")
+    state_bytes = gdn_layers * config.linear_num_value_heads * config.linear_key_head_dim * \
+        config.linear_value_head_dim * 4  # fp32, one request
+
+    node_buckets = tuple(n for n in (1, 2, 4, 8, 16, 32, 64, 128) if n <= max_nodes)
+    profile_engine = Engine(target, None, mode="autoregressive", max_nodes=max_nodes, node_buckets=node_buckets,
+                            batch_buckets=batches)
+    profile: CostProfile = profile_engine.measure_profile(repeats=5 if cuda else 1)
+    log("cost profile measured")
+    rng = np.random.default_rng(args.seed)
+    prompts_for = {B: [rng.integers(0, config.vocab_size, size=args.prompt_len).tolist() for _ in range(B)]
+                   for B in batches}
+    results: list[dict[str, Any]] = []
+
+    def one_run(B: int, label: str, mode: str, drafter: Any, budget: str, nodes: int) -> dict[str, Any] | None:
+        if time.perf_counter() - t_start > args.time_limit:
+            note.append(f"skipped B={B} {label} (time limit)")
+            return None
+        if cuda:
+            torch.cuda.synchronize(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+        engine = Engine(target, drafter, mode=mode, budget=budget, max_nodes=nodes, profile=profile,
+                        node_buckets=node_buckets, batch_buckets=batches, seed=args.seed)
+        wall = time.perf_counter()
+        out = engine.generate(prompts_for[B], SamplingParams(max_new_tokens=args.new_tokens))
+        wall = time.perf_counter() - wall
+        s = engine.stats.summary()
+        steps = [x for x in engine.stats.steps if x.kind != "prefill"]
+        spec = [x for x in steps if x.kind == "verify"]
+        predicted_s = sum((profile.verify_time(x.batch, x.nodes) if x.kind == "verify" else profile.decode_time(x.batch))
+                          + x.draft_s for x in steps)
+        record = {
+            "B": B, "label": label, "mode": mode, "drafter": getattr(drafter, "name", "-"), "budget": budget,
+            "max_nodes": nodes, "tokens_per_s": s["tokens_per_s"], "decode_tokens": s["decode_tokens"],
+            "decode_seconds": s["decode_seconds"], "steps": len(steps), "speculative_steps": len(spec),
+            "mean_accepted": s["mean_accepted"],
+            "mean_nodes": (sum(x.nodes for x in spec) / len(spec)) if spec else 1.0,
+            "model_ms_per_step": 1e3 * (sum(x.model_s for x in steps) / len(steps)) if steps else 0.0,
+            "verify_ms_per_spec_step": 1e3 * s["verify_s_per_step"],
+            "draft_ms_per_spec_step": 1e3 * s["draft_s_per_step"],
+            "predicted_tokens_per_s": s["decode_tokens"] / predicted_s if predicted_s > 0 else 0.0,
+            "peak_memory_gib": torch.cuda.max_memory_allocated(dev) / 2**30 if cuda else float("nan"),
+            "wall_s": wall,
+            "outputs": [r.tokens for r in out] if mode == "autoregressive" else None,
+        }
+        if isinstance(drafter, SyntheticDrafter):
+            record["desynced_proposals"] = drafter.desynced
+        record["measured_over_predicted"] = record["tokens_per_s"] / record["predicted_tokens_per_s"] \
+            if record["predicted_tokens_per_s"] else float("nan")
+        log(f"B={B:3d} {label:28s} {record['tokens_per_s']:9.1f} tok/s  accepted {record['mean_accepted']:.2f}  "
+            f"N {record['mean_nodes']:.1f}  pred {record['predicted_tokens_per_s']:9.1f}")
+        results.append(record)
+        return record
+
+    for B in batches:
+        try:
+            ar = one_run(B, "autoregressive", "autoregressive", None, "none", 1)
+        except Exception as exc:  # keep going: report what failed
+            note.append(f"B={B} autoregressive failed: {exc!r}")
+            log(note[-1])
+            continue
+        if ar is None:
+            continue
+        oracle = {tuple(p): toks for p, toks in zip(prompts_for[B], ar["outputs"])}
+        plan: list[tuple[str, str, Any, str, int]] = []
+        for p in args.acceptance:
+            for mode in ("chain", "tree"):
+                plan.append((f"{mode} synthetic p={p}", mode, ("synthetic", p), "expected", args.max_nodes))
+        if B in args.sweep_batches and 0.8 in args.acceptance:
+            for n in args.sweep:
+                plan.append((f"tree synthetic p=0.8 fixed N={n}", "tree", ("synthetic", 0.8), "fixed", n))
+        if draft is not None:
+            for mode in ("chain", "tree"):
+                plan.append((f"{mode} draft-model", mode, ("draft-model", None), "expected", args.max_nodes))
+            plan.append(("tree draft-model fixed N=16", "tree", ("draft-model", None), "fixed", 16))
+        for label, mode, (kind, p), budget, nodes in plan:
+            drafter = (SyntheticDrafter(p, oracle, config.vocab_size, seed=args.seed) if kind == "synthetic"
+                       else DraftModelDrafter(draft, top_k=4, max_depth=6))
+            try:
+                one_run(B, label, mode, drafter, budget, nodes)
+            except Exception as exc:
+                note.append(f"B={B} {label} failed: {exc!r}")
+                log(note[-1])
+    for r in results:
+        ar = next((x for x in results if x["B"] == r["B"] and x["mode"] == "autoregressive"), None)
+        r["speedup_vs_ar"] = r["tokens_per_s"] / ar["tokens_per_s"] if ar and ar["tokens_per_s"] else float("nan")
+        r.pop("outputs", None)
+    floor_s = (weight_bytes + 2 * state_bytes) / bandwidth if cuda else float("nan")
+    summary = {
+        "config": {k: v for k, v in RANDOM_CONFIGS[args.config].items()},
+        "parameters": params, "weight_bytes": weight_bytes, "dtype": str(dtype), "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev) if cuda else "cpu",
+        "copy_bandwidth_bytes_per_s": bandwidth,
+        "ar_step_floor_ms": 1e3 * floor_s,
+        "ar_step_model_ms": {str(b): 1e3 * profile.decode_time(b) for b in batches},
+        "profile": profile.to_dict(), "draft_layers": draft_layers, "new_tokens": args.new_tokens,
+        "prompt_len": args.prompt_len, "results": results, "notes": note,
+        "elapsed_s": time.perf_counter() - t_start,
+    }
+    with open(args.out, "w") as f:
+        json.dump(summary, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
+    table = markdown_table(summary)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table + "\n")
+    return 0
+
+
+def markdown_table(summary: dict[str, Any]) -> str:
+    """The results as a markdown table (one row per run)."""
+    head = ("| B | run | tok/s | x AR | accepted/step | mean N | model ms/step | draft ms/step | predicted tok/s | "
+            "measured/predicted | peak GiB |")
+    lines = [head, "|" + "---|" * 11]
+    for r in summary["results"]:
+        lines.append(
+            f"| {r['B']} | {r['label']} | {r['tokens_per_s']:.1f} | {r['speedup_vs_ar']:.2f} | "
+            f"{r['mean_accepted']:.2f} | {r['mean_nodes']:.1f} | {r['model_ms_per_step']:.2f} | "
+            f"{r['draft_ms_per_spec_step']:.2f} | {r['predicted_tokens_per_s']:.1f} | "
+            f"{r['measured_over_predicted']:.2f} | {r['peak_memory_gib']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/e2e.py", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] != "e2e":
+        argv = ["e2e", *argv]
+    return run(parser.parse_args(argv))
