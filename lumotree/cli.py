@@ -17,8 +17,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
                      "parity-conditioned retrieval: constructions, proofs, bounds, training"),
     "generate": ("lumotree.optimized.cli", "decode prompts with the engine (autoregressive / chain / tree speculation)"),
     "bench": ("lumotree.optimized.e2e", "benchmarks: `lumotree bench e2e` (end-to-end decoding throughput)"),
-    "generate": ("lumotree.optimized.cli", "decode prompts with the engine (autoregressive / chain / tree speculation)"),
-    "bench": ("lumotree.optimized.e2e", "benchmarks: `lumotree bench e2e` (end-to-end decoding throughput)"),
 }
 
 
