@@ -31,6 +31,8 @@ __all__ = [
     "z3_arrays",
     "random_fraction_arrays",
     "first_difference",
+    "lookup",
+    "random_fraction",
     "z3_value",
     "show",
 ]

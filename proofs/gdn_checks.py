@@ -86,7 +86,7 @@ def alpha_positive(x: dict[str, Any]) -> list[Any]:
     return [a > 0 for a in x["alpha"].flat]
 
 
-def _symbolic_cases(ctx: Context, max_nodes: int, dims_list: Iterable[Dims]) -> list[tuple[tuple[int, ...], Dims]]:
+def _symbolic_cases(max_nodes: int, dims_list: Iterable[Dims]) -> list[tuple[tuple[int, ...], Dims]]:
     return [(p, d) for n in range(1, max_nodes + 1) for p in all_parent_arrays(n) for d in dims_list]
 
 
@@ -126,7 +126,7 @@ def prove_identity_sympy(
     With ``fractions`` the code may divide: sympy's ``QQ[...]`` divides exactly (a quotient that is not a polynomial
     raises), and such a case is redone in the fraction field ``QQ(...)``, where equality is again canonical.
     """
-    cases = _symbolic_cases(ctx, max_nodes, dims_list)
+    cases = _symbolic_cases(max_nodes, dims_list)
     system = (
         "sympy QQ[...] polynomials with exact division (QQ(...) rational functions where a quotient is not exact)"
         if fractions
@@ -172,7 +172,7 @@ def prove_identity_z3(
     """Z3 over the reals: the negation ``premises and some entry differs`` is unsat for every shape and dims."""
     import z3
 
-    cases = _symbolic_cases(ctx, max_nodes, dims_list)
+    cases = _symbolic_cases(max_nodes, dims_list)
     scope = {
         "trees": f"all {count_parent_arrays(max_nodes)} parent arrays with 1..{max_nodes} nodes",
         "dims": "; ".join(map(str, dims_list)),
@@ -450,7 +450,8 @@ def chain_equals_chunk(ctx: Context) -> Outcome:
                     )
                     break
             example["chunk_size"] = chunk_size
-            return Outcome("refuted", scope, detail=f"differs at {entry}, chunk size {chunk_size}", counterexample=example)
+            detail = f"differs at {entry}, chunk size {chunk_size}"
+            return Outcome("refuted", scope, detail=detail, counterexample=example)
     return Outcome("proved", scope, detail=f"{compared} (chain, chunk size, dims) cases identical")
 
 

@@ -23,7 +23,6 @@ import itertools
 import random
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
 
 from lumotree.reference.tree import TokenTree
 
