@@ -26,9 +26,8 @@ token and the accepted draft tokens); ``release(slot)``.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -289,6 +288,10 @@ class DraftModelDrafter:
         for r, new in zip(requests, committed):
             self._backlog[r.slot].extend(int(t) for t in new)
 
+    def _width(self, nodes: int) -> int:
+        """Trees are padded to a power of two (at most the model's limit): few (batch, nodes) shapes, few graphs."""
+        return min(self.model.max_nodes, 1 << max(0, nodes - 1).bit_length())
+
     def _ingest(self, requests: Sequence[DraftRequest]) -> None:
         """Run the committed-but-unseen tokens of every request through the draft model (chains, batched)."""
         dev = self.model.device
@@ -299,7 +302,8 @@ class DraftModelDrafter:
                 return
             chunks = [self._backlog[r.slot][:limit] for r in todo]
             slots = torch.tensor([r.slot for r in todo], dtype=torch.int64, device=dev)
-            trees = TreeBatch.pack(chunks, [[-1] + list(range(len(c) - 1)) for c in chunks], device=dev)
+            trees = TreeBatch.pack(chunks, [[-1] + list(range(len(c) - 1)) for c in chunks],
+                                   width=self._width(max(len(c) for c in chunks)), device=dev)
             self.model.verify(slots, trees)
             self.model.commit(slots, trees, trees.num_nodes - 1)
             for r, c in zip(todo, chunks):
@@ -321,7 +325,7 @@ class DraftModelDrafter:
         for _ in range(self.max_depth):
             if any(len(t) + len(f) * k > room for t, f in zip(tokens, frontier)):
                 break
-            trees = TreeBatch.pack(tokens, parents, device=dev)
+            trees = TreeBatch.pack(tokens, parents, width=self._width(max(len(t) for t in tokens)), device=dev)
             logits = self.model.verify(slots, trees)  # [B, n, V]
             width = max(len(f) for f in frontier)
             rows = torch.tensor([f + [f[0]] * (width - len(f)) for f in frontier], device=dev)  # [B, width]
@@ -420,7 +424,8 @@ class SyntheticDrafter:
     def _template(self, nodes: int, chain: bool) -> tuple[list[int], list[int], list[float]]:
         key = (nodes, chain)
         if key not in self._templates:
-            self._templates[key] = best_first_template(nodes, self.rank_confidence[:1] if chain else self.rank_confidence)
+            ranks = self.rank_confidence[:1] if chain else self.rank_confidence
+            self._templates[key] = best_first_template(nodes, ranks)
         return self._templates[key]
 
     def propose(self, requests: Sequence[DraftRequest], max_nodes: int, chain: bool) -> list[Draft]:

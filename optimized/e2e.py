@@ -135,6 +135,17 @@ def run(args: argparse.Namespace) -> int:
     prompts_for = {B: [rng.integers(0, config.vocab_size, size=args.prompt_len).tolist() for _ in range(B)]
                    for B in batches}
     results: list[dict[str, Any]] = []
+    oracles: dict[int, dict] = {}
+
+    def plan_run(B: int, label: str, mode: str, kind: tuple[str, Any], budget: str, nodes: int) -> None:
+        name, p = kind
+        drafter = (SyntheticDrafter(p, oracles[B], config.vocab_size, seed=args.seed) if name == "synthetic"
+                   else DraftModelDrafter(draft, top_k=4, max_depth=6))
+        try:
+            one_run(B, label, mode, drafter, budget, nodes)
+        except Exception as exc:
+            note.append(f"B={B} {label} failed: {exc!r}")
+            log(note[-1])
 
     def one_run(B: int, label: str, mode: str, drafter: Any, budget: str, nodes: int) -> dict[str, Any] | None:
         if time.perf_counter() - t_start > args.time_limit:
@@ -151,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
         s = engine.stats.summary()
         steps = [x for x in engine.stats.steps if x.kind != "prefill"]
         spec = [x for x in steps if x.kind == "verify"]
-        predicted_s = sum((profile.verify_time(x.batch, x.nodes) if x.kind == "verify" else profile.decode_time(x.batch))
+        predicted_s = sum((profile.verify_time(x.batch, x.nodes) if x.kind == "verify"
+                           else profile.decode_time(x.batch))
                           + x.draft_s for x in steps)
         record = {
             "B": B, "label": label, "mode": mode, "drafter": getattr(drafter, "name", "-"), "budget": budget,
@@ -176,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
         results.append(record)
         return record
 
-    for B in batches:
+    # phases in order of importance, so a time limit cuts the least important runs
+    for B in batches:  # 1: autoregressive (the oracle) and the synthetic drafter under the budget
         try:
             ar = one_run(B, "autoregressive", "autoregressive", None, "none", 1)
         except Exception as exc:  # keep going: report what failed
@@ -185,26 +198,21 @@ def run(args: argparse.Namespace) -> int:
             continue
         if ar is None:
             continue
-        oracle = {tuple(p): toks for p, toks in zip(prompts_for[B], ar["outputs"])}
-        plan: list[tuple[str, str, Any, str, int]] = []
+        oracles[B] = {tuple(p): toks for p, toks in zip(prompts_for[B], ar["outputs"])}
         for p in args.acceptance:
             for mode in ("chain", "tree"):
-                plan.append((f"{mode} synthetic p={p}", mode, ("synthetic", p), "expected", args.max_nodes))
-        if B in args.sweep_batches and 0.8 in args.acceptance:
+                plan_run(B, f"{mode} synthetic p={p}", mode, ("synthetic", p), "expected", args.max_nodes)
+    for B in args.sweep_batches:  # 2: fixed tree sizes next to the budget's choice
+        if B in oracles and 0.8 in args.acceptance:
             for n in args.sweep:
-                plan.append((f"tree synthetic p=0.8 fixed N={n}", "tree", ("synthetic", 0.8), "fixed", n))
-        if draft is not None:
-            for mode in ("chain", "tree"):
-                plan.append((f"{mode} draft-model", mode, ("draft-model", None), "expected", args.max_nodes))
-            plan.append(("tree draft-model fixed N=16", "tree", ("draft-model", None), "fixed", 16))
-        for label, mode, (kind, p), budget, nodes in plan:
-            drafter = (SyntheticDrafter(p, oracle, config.vocab_size, seed=args.seed) if kind == "synthetic"
-                       else DraftModelDrafter(draft, top_k=4, max_depth=6))
-            try:
-                one_run(B, label, mode, drafter, budget, nodes)
-            except Exception as exc:
-                note.append(f"B={B} {label} failed: {exc!r}")
-                log(note[-1])
+                plan_run(B, f"tree synthetic p=0.8 fixed N={n}", "tree", ("synthetic", 0.8), "fixed", n)
+            plan_run(B, "tree synthetic p=0.8 ratio rule", "tree", ("synthetic", 0.8), "ratio", args.max_nodes)
+    if draft is not None:  # 3: the real small draft model
+        for B in batches:
+            if B in oracles:
+                for mode in ("chain", "tree"):
+                    plan_run(B, f"{mode} draft-model", mode, ("draft-model", None), "expected", args.max_nodes)
+                plan_run(B, "tree draft-model fixed N=16", "tree", ("draft-model", None), "fixed", 16)
     for r in results:
         ar = next((x for x in results if x["B"] == r["B"] and x["mode"] == "autoregressive"), None)
         r["speedup_vs_ar"] = r["tokens_per_s"] / ar["tokens_per_s"] if ar and ar["tokens_per_s"] else float("nan")

@@ -352,7 +352,8 @@ class TreeBatch:
             num.append(n)
         tok = np.array(tok_rows, dtype=np.int64).reshape(B, N)
         par = np.array(par_rows, dtype=np.int64).reshape(B, N)
-        tok_t, par_t, num_t = torch.from_numpy(tok), torch.from_numpy(par), torch.from_numpy(np.array(num, dtype=np.int64))
+        tok_t, par_t = torch.from_numpy(tok), torch.from_numpy(par)
+        num_t = torch.from_numpy(np.array(num, dtype=np.int64))
         if torch.device(device).type != "cpu":
             tok_t, par_t, num_t = (x.pin_memory().to(device, non_blocking=True) for x in (tok_t, par_t, num_t))
         return cls(tok_t, par_t, num_t, draws)

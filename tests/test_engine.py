@@ -209,7 +209,8 @@ def chi_square_pvalue(observed: np.ndarray, expected_probs: np.ndarray) -> float
 
 
 def flat_profile(decode=1.0, verify=lambda b, n: 1.0, batches=(1, 2, 4, 8, 16, 32, 64), nodes=(1, 2, 4, 8, 16, 32, 64)):
-    return CostProfile(batches, nodes, {b: decode for b in batches}, {(b, n): verify(b, n) for b in batches for n in nodes})
+    return CostProfile(batches, nodes, {b: decode for b in batches},
+                       {(b, n): verify(b, n) for b in batches for n in nodes})
 
 
 # ================================================================================================== fixtures
