@@ -41,8 +41,11 @@ DEVICE = "cuda"
 MODES = ("tf32", "tf32x3", "ieee")
 PRIORITY = [(64, 64), (1, 64), (16, 64), (64, 32), (64, 128), (1, 8), (1, 32), (1, 128), (16, 8), (16, 32),
             (16, 128), (64, 8)]
-SWEEP = [G.KernelConfig(bv, 32, nw, ns) for bv, nw, ns in
-         [(16, 4, 2), (32, 4, 2), (32, 8, 2), (64, 4, 2), (64, 8, 2), (128, 8, 2), (128, 8, 1), (64, 8, 3)]]
+SWEEP = [G.KernelConfig(bv, bk, nw, 2, split) for bv, bk, nw, split in
+         [(32, 32, 4, True), (64, 32, 4, True), (64, 32, 8, True), (128, 32, 8, True), (32, 64, 4, True),
+          (16, 32, 4, False), (32, 32, 4, False), (64, 32, 8, False)]]
+COMMIT_SWEEP = [G.KernelConfig(bv, 128, nw, 1) for bv, nw in [(32, 4), (64, 4), (64, 8), (128, 8)]]
+FLA_METHODS = ("ar", "branch", "chunk")
 
 
 # ------------------------------------------------------------------------------------------------------------ trees
@@ -184,6 +187,8 @@ def ours_fns(x, mode: str, config=None):
         G.gdn_tree_commit(pool_work, x["slots"], factors, x["parents"], x["accepted"], input_precision=mode,
                           meta=meta, validate=False)
 
+    commit.state = (pool_work, factors, meta)
+
     def both():
         _, f = verify()
         G.gdn_tree_commit(pool_work, x["slots"], f, x["parents"], x["accepted"], input_precision=mode, meta=meta,
@@ -249,6 +254,35 @@ def fla_fns(x, fla):
     return ar, branch, chunk, len(paths)
 
 
+def fla_probe(method: str) -> int:
+    """Run one fla baseline at B=64, N=64 in this process (a crash must not take the benchmark down with it)."""
+    import fla.ops.gated_delta_rule as fla  # noqa: PLC0415
+
+    x = make_inputs(64, 64, "chain" if method == "chunk" else "random", seed=7)
+    fn = dict(zip(FLA_METHODS, fla_fns(x, fla)[:3]))[method]
+    for _ in range(2):
+        fn()
+        torch.cuda.synchronize()
+    print(f"fla probe {method}: ok", flush=True)
+    return 0
+
+
+def probe_all(log) -> dict[str, str]:
+    """Each fla baseline in its own process, in parallel: 'ok' or the tail of its error."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    env = dict(__import__("os").environ, CUDA_LAUNCH_BLOCKING="1")
+    procs = {m: subprocess.Popen([sys.executable, __file__, "--fla-probe", m], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, env=env) for m in FLA_METHODS}
+    status = {}
+    for m, p in procs.items():
+        text = p.communicate(timeout=240)[0]
+        status[m] = "ok" if p.returncode == 0 else text[-1500:]
+        log(f"fla probe {m}: {'ok' if p.returncode == 0 else 'FAILED: ' + text[-600:]}")
+    return status
+
+
 def pernode_fn(x):
     levels = [tuple(t.to(DEVICE) for t in lv) for lv in R.tree_levels(x["parents"])]
 
@@ -281,9 +315,9 @@ def run_sweep(fla, log) -> list[dict]:
     for B, N, mode in [(64, 64, "tf32"), (64, 64, "ieee"), (1, 64, "tf32"), (64, 128, "tf32"), (1, 128, "tf32"),
                        (64, 32, "tf32")]:
         x = make_inputs(B, N, "random", seed=1)
+        NP = max(16, triton.next_power_of_2(N))
         for cfg in SWEEP:
-            if B * HV * (V // cfg.block_v) < 32:
-                continue
+            cfg = cfg._replace(solve_warps=4 if NP <= 32 else 8 if NP <= 64 else 16)
             try:
                 verify, _, _, _ = ours_fns(x, mode, cfg)
                 us, _ = graph_time(verify, rep_ms=60)
@@ -294,6 +328,15 @@ def run_sweep(fla, log) -> list[dict]:
             log(f"sweep B={B:3d} N={N:3d} {mode:6s} cfg={tuple(cfg)} verify {us:8.1f} us")
         default = G.verify_config(B, HV, N, K, V, torch.device(DEVICE))
         log(f"sweep default for B={B} N={N}: {tuple(default)}")
+        if mode == "tf32" and N == 64:
+            for cfg in COMMIT_SWEEP:
+                _, commit, _, _ = ours_fns(x, mode)
+                pool_work, factors, meta = commit.state
+                us, _ = graph_time(lambda: G.gdn_tree_commit(pool_work, x["slots"], factors, x["parents"],
+                                                             x["accepted"], input_precision=mode, meta=meta,
+                                                             validate=False, config=cfg), rep_ms=60)
+                out.append(dict(B=B, N=N, mode=mode, commit_config=list(cfg), commit_us=us))
+                log(f"sweep B={B:3d} N={N:3d} commit cfg={tuple(cfg)} {us:8.1f} us")
         del x
         torch.cuda.empty_cache()
     return out
@@ -306,7 +349,10 @@ def main() -> int:
     parser.add_argument("--sweep", action="store_true", help="time the launch-config sweep first")
     parser.add_argument("--budget-s", type=float, default=1e9, help="stop starting new rows after this many seconds")
     parser.add_argument("--err-sub", type=int, default=4, help="requests checked against float64 per row")
+    parser.add_argument("--fla-probe", choices=FLA_METHODS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.fla_probe:
+        return fla_probe(args.fla_probe)
     start = time.time()
     import fla.ops.gated_delta_rule as fla  # noqa: PLC0415 - the peer, GPU only
 
@@ -333,6 +379,8 @@ def main() -> int:
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=1)
 
+    result["fla_probe"] = fla_ok = probe_all(log)
+    save()
     if args.sweep:
         result["sweep"] = run_sweep(fla, log)
         save()
@@ -365,17 +413,17 @@ def main() -> int:
                     row[f"err_o_{mode}"], row[f"err_s_{mode}"] = errors(x, mode, sub)
                 ar, branch, chunk, n_paths = fla_fns(x, fla)
                 row["leaves"] = n_paths // B
-                if B not in ar_cache:
+                if B not in ar_cache and fla_ok["ar"] == "ok":
                     ar_cache[B] = graph_time(ar)
-                row["ar_us"], row["ar_graph"] = ar_cache[B]
-                if kind in ("random", "eagle"):
+                row["ar_us"], row["ar_graph"] = ar_cache.get(B, (float("nan"), False))
+                if kind in ("random", "eagle") and fla_ok["branch"] == "ok":
                     row["branch_us"], row["branch_graph"] = graph_time(branch, rep_ms=60)
                     row["branch_MiB"] = peak_mib(branch)
-                    if B * N <= 64 * 64:
-                        pernode = pernode_fn(x)
-                        row["pernode_us"], row["pernode_graph"] = graph_time(pernode, rep_ms=60)
-                        row["pernode_MiB"] = peak_mib(pernode)
-                if kind == "chain":
+                if kind in ("random", "eagle") and B * N <= 64 * 64:
+                    pernode = pernode_fn(x)
+                    row["pernode_us"], row["pernode_graph"] = graph_time(pernode, rep_ms=60)
+                    row["pernode_MiB"] = peak_mib(pernode)
+                if kind == "chain" and fla_ok["chunk"] == "ok":
                     row["chunk_us"], row["chunk_graph"] = graph_time(chunk, rep_ms=60)
                     row["chunk_MiB"] = peak_mib(chunk)
             except Exception as exc:  # noqa: BLE001 - keep the rest of the run
@@ -396,6 +444,7 @@ def summary_line(r: dict) -> str:
     if "error" in r:
         return f"B={r['B']:3d} N={r['N']:3d} {r['kind']:6s} ERROR {r['error']}"
     extra = "".join(f" {m}={r[f'{m}_us']:.1f}" for m in ("branch", "pernode", "chunk") if f"{m}_us" in r)
+    r = dict(r, ar_us=r.get("ar_us", float("nan")))
     return (f"B={r['B']:3d} N={r['N']:3d} {r['kind']:6s} depth={r['max_depth']:3d} ar={r['ar_us']:.1f} "
             f"ours tf32={r['ours_tf32_us']:.1f} (v {r['verify_tf32_us']:.1f} c {r['commit_tf32_us']:.1f}) "
             f"tf32x3={r['ours_tf32x3_us']:.1f} ieee={r['ours_ieee_us']:.1f} floor={r['floor_us']:.1f} "
@@ -410,7 +459,7 @@ def ratio_table(rows: list[dict]) -> list[str]:
     for r in rows:
         if "error" in r:
             continue
-        t, i, ar = r["ours_tf32_us"], r["ours_ieee_us"], r["ar_us"]
+        t, i, ar = r["ours_tf32_us"], r["ours_ieee_us"], r.get("ar_us", float("nan"))
         ratio = lambda key: f"{r[key] / t:.1f}x" if key in r else "-"  # noqa: E731
         out.append(f"| {r['B']} | {r['N']} | {r['kind']} | {r['max_depth']} | {t:.1f} | {i:.1f} | {t / ar:.2f} | "
                    f"{i / ar:.2f} | {ratio('branch_us')} | {ratio('pernode_us')} | {ratio('chunk_us')} | "

@@ -82,46 +82,41 @@ class TreeFactors(NamedTuple):
 
 
 class KernelConfig(NamedTuple):
-    """Launch parameters: ``block_v`` (V columns per program), ``block_k`` (K rows per chunk), warps, stages."""
+    """Launch parameters: ``block_v`` (V columns per program), ``block_k`` (K rows per chunk), warps, stages;
+    ``split``: verify as two kernels (a per-(request, value head) solve of the ``[N, N]`` system, then a
+    per-V-block pass over ``S0``) instead of one fused kernel; ``solve_warps``: warps of the solve kernel."""
 
     block_v: int
     block_k: int
     num_warps: int
     num_stages: int = 2
+    split: bool = True
+    solve_warps: int = 8
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
 @triton.jit
-def _gdn_tree_verify_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
-    pool_ptr, slots_ptr, words_ptr, depth_ptr, num_nodes_ptr,
-    o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr,
-    scale, N,
-    s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
-    NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-    GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr, EXPLICIT_T: tl.constexpr,
-    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
-):
-    pid_bh = tl.program_id(0)
-    pid_v = tl.program_id(1)
-    b = pid_bh // HV
-    hv = pid_bh % HV
-    h = hv // (HV // H)
-    b64 = b.to(tl.int64)
-    n_b = tl.load(num_nodes_ptr + b)
-    slot = tl.load(slots_ptr + b).to(tl.int64)
+def _tf32_round(x, PRECISION: tl.constexpr):
+    """Round fp32 to the nearest tf32 before a tf32 tensor-core product: the hardware truncates the low 13 mantissa
+    bits, a bias that grows over K = 128 products (measured 4e-3 relative error at N = 64 against 5e-4 rounded)."""
+    if PRECISION == "tf32":
+        x = ((x.to(tl.int32, bitcast=True) + 0x1000) & -8192).to(tl.float32, bitcast=True)
+    return x
+
+
+@triton.jit
+def _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
+                    s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+                    W: tl.constexpr, NP: tl.constexpr, GATED: tl.constexpr, BETA_TWO: tl.constexpr,
+                    WORD_BITS: tl.constexpr):
+    """Inclusive ancestor mask ``M [NP, NP]`` and the gates ``g, beta [NP]`` of one (request, value head)."""
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b  # [NP] padding rows are never read
-    vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
-
-    # Inclusive ancestor mask, M[i, j] = (words[i][j // WORD_BITS] >> (j % WORD_BITS)) & 1: the index arithmetic of
+    # M[i, j] = (words[i][j // WORD_BITS] >> (j % WORD_BITS)) & 1: the index arithmetic of
     # lumotree.reference.tree.mask_bit, literally (lumotree.proofs checks that arithmetic with Z3; keep it identical).
     word = tl.load(words_ptr + (b64 * N + nodes[:, None]) * W + nodes[None, :] // WORD_BITS,
                    mask=real[:, None] & real[None, :], other=0)  # [NP, NP] int32
     anc = ((word >> (nodes[None, :] % WORD_BITS)) & 1) != 0  # [NP, NP] M
-
-    # gates: log decay g <= 0 and write strength beta, [NP]
     if GATED:
         a_raw = tl.load(g_ptr + b64 * s_gb + nodes * s_gn + hv * s_gh, mask=real, other=0.0).to(tl.float32)
         b_raw = tl.load(beta_ptr + b64 * s_bb + nodes * s_bn + hv * s_bh, mask=real, other=0.0).to(tl.float32)
@@ -135,7 +130,168 @@ def _gdn_tree_verify_kernel(
     else:
         g = tl.load(g_ptr + b64 * s_gb + nodes * s_gn + hv * s_gh, mask=real, other=0.0).to(tl.float32)
         beta = tl.load(beta_ptr + b64 * s_bb + nodes * s_bn + hv * s_bh, mask=real, other=0.0).to(tl.float32)
+    return anc, g, beta
 
+
+@triton.jit
+def _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP: tl.constexpr,
+                        PRECISION: tl.constexpr):
+    """``T = (I + A)^{-1} = prod_{l < L} (I + (-A)^(2^l))``, L = bit_length(max depth) (A^(depth + 1) = 0)."""
+    nodes = tl.arange(0, NP)
+    depth = tl.load(depth_ptr + b64 * N + nodes, mask=nodes < n_b, other=0)  # [NP]
+    depth_max = tl.max(depth, axis=0)
+    levels = 0
+    for e in tl.static_range(LOG_NP):
+        levels += (depth_max >= (1 << e)).to(tl.int32)
+    power = neg_a  # [NP, NP] (-A)^(2^l)
+    t_inv = tl.where(nodes[:, None] == nodes[None, :], 1.0, neg_a)  # [NP, NP] I - A (A has a zero diagonal)
+    for _ in range(1, levels):
+        power = _tf32_round(power, PRECISION)
+        power = tl.dot(power, power, input_precision=PRECISION)
+        t_inv = tl.dot(_tf32_round(t_inv, PRECISION), _tf32_round(power, PRECISION), t_inv,
+                       input_precision=PRECISION)
+    return t_inv
+
+
+@triton.jit
+def _gdn_tree_solve_kernel(
+    q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
+    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
+    N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
+    NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr,
+    GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
+    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
+):
+    """Split verify, part 1, one program per (request, value head): the ``[N, N]`` quantities that do not depend on V.
+
+    Writes ``log Gamma`` and ``k_rnorm`` (factors), ``q_rnorm`` and the two ``[NP, NP]`` operands of part 2:
+    ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D``.
+    """
+    pid = tl.program_id(0)
+    b = pid // HV
+    hv = pid % HV
+    h = hv // (HV // H)
+    b64 = b.to(tl.int64)
+    n_b = tl.load(num_nodes_ptr + b)
+    nodes = tl.arange(0, NP)  # [NP]
+    real = nodes < n_b
+    kk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] K K^T
+    qk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] Q K^T
+    k_sq = tl.zeros([NP], dtype=tl.float32)
+    q_sq = tl.zeros([NP], dtype=tl.float32)
+    q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
+    k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
+    for k0 in range(0, K, BK):
+        kc = k0 + tl.arange(0, BK)  # [BK]
+        q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
+        k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
+        if L2NORM:
+            k_sq += tl.sum(k_c * k_c, axis=1)
+            q_sq += tl.sum(q_c * q_c, axis=1)
+        q_c = _tf32_round(q_c, PRECISION)
+        k_c = _tf32_round(k_c, PRECISION)
+        kk = tl.dot(k_c, tl.trans(k_c), kk, input_precision=PRECISION)
+        qk = tl.dot(q_c, tl.trans(k_c), qk, input_precision=PRECISION)
+    first = (nodes * 0 + hv) % (HV // H) == 0  # [NP] one value head of the group writes the q/k scalars
+    if L2NORM:
+        k_rn = tl.where(real, 1.0 / tl.sqrt(k_sq + 1e-6), 0.0)  # [NP]
+        q_rn = tl.where(real, 1.0 / tl.sqrt(q_sq + 1e-6), 0.0)  # [NP]
+        kk = kk * k_rn[:, None] * k_rn[None, :]
+        qk = qk * q_rn[:, None] * k_rn[None, :]
+        tl.store(k_rnorm_ptr + (b64 * N + nodes) * H + h, k_rn, mask=(nodes < N) & first)
+        tl.store(q_rnorm_ptr + (b64 * NP + nodes) * H + h, q_rn, mask=first)
+    # the mask and the gates only now: fewer [NP, NP] tiles live through the K loop (registers)
+    anc, g, beta = _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
+                                   s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS)
+    log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
+    decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
+    tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=nodes < N)
+    tile = pid.to(tl.int64) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
+    tl.store(qkd_ptr + tile, qk * decay)
+    strict = anc & (nodes[:, None] != nodes[None, :])  # [NP, NP] M°
+    neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
+    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]
+    tl.store(tb_ptr + tile, t_inv * beta[None, :])
+
+
+@triton.jit
+def _gdn_tree_apply_kernel(
+    q_ptr, k_ptr, v_ptr, pool_ptr, slots_ptr, num_nodes_ptr, log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr,
+    tb_ptr, qkd_ptr, o_ptr, delta_ptr,
+    scale, N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+    NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
+    ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)``."""
+    pid_v = tl.program_id(0)  # fastest: the V blocks of one value head share its TB / QKD tiles in L2
+    pid_bh = tl.program_id(1)
+    b = pid_bh // HV
+    hv = pid_bh % HV
+    h = hv // (HV // H)
+    b64 = b.to(tl.int64)
+    n_b = tl.load(num_nodes_ptr + b)
+    slot = tl.load(slots_ptr + b).to(tl.int64)
+    nodes = tl.arange(0, NP)  # [NP]
+    real = nodes < n_b
+    vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
+    ks = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] K S0
+    qs = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] Q S0
+    state = pool_ptr + (slot * HV + hv) * (K * V)
+    q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
+    k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
+    for k0 in range(0, K, BK):
+        kc = k0 + tl.arange(0, BK)  # [BK]
+        q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
+        k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
+        s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
+        ks = tl.dot(_tf32_round(k_c, PRECISION), s_c, ks, input_precision=PRECISION)
+        qs = tl.dot(_tf32_round(q_c, PRECISION), s_c, qs, input_precision=PRECISION)
+    if L2NORM:
+        ks = ks * tl.load(k_rnorm_ptr + (b64 * N + nodes) * H + h, mask=real, other=0.0)[:, None]
+        qs = qs * tl.load(q_rnorm_ptr + (b64 * NP + nodes) * H + h)[:, None]
+    gamma = tl.exp(tl.load(log_gamma_ptr + (b64 * N + nodes) * HV + hv, mask=real, other=0.0))  # [NP]
+    v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
+                  mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
+    tile = pid_bh.to(tl.int64) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
+    tb = _tf32_round(tl.load(tb_ptr + tile), PRECISION)  # [NP, NP]
+    delta = tl.dot(tb, _tf32_round(v_t - gamma[:, None] * ks, PRECISION), input_precision=PRECISION)  # [NP, BV]
+    qkd = _tf32_round(tl.load(qkd_ptr + tile), PRECISION)  # [NP, NP]
+    o = (gamma[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
+    rows = nodes < N  # padding rows are written too (zeros)
+    out_off = ((b64 * N + nodes[:, None]) * HV + hv) * V + vcols[None, :]  # [NP, BV]
+    tl.store(o_ptr + out_off, o.to(o_ptr.dtype.element_ty), mask=rows[:, None])
+    tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
+
+
+@triton.jit
+def _gdn_tree_verify_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
+    pool_ptr, slots_ptr, words_ptr, depth_ptr, num_nodes_ptr,
+    o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr,
+    scale, N,
+    s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
+    NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
+    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
+):
+    """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
+    redone by every V block of a value head; pays off when there are few programs, i.e. small batches)."""
+    pid_bh = tl.program_id(0)
+    pid_v = tl.program_id(1)
+    b = pid_bh // HV
+    hv = pid_bh % HV
+    h = hv // (HV // H)
+    b64 = b.to(tl.int64)
+    n_b = tl.load(num_nodes_ptr + b)
+    slot = tl.load(slots_ptr + b).to(tl.int64)
+    nodes = tl.arange(0, NP)  # [NP]
+    real = nodes < n_b  # [NP] padding rows are never read
+    vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
+    anc, g, beta = _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
+                                   s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS)
     log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
     gamma = tl.exp(log_gamma)  # [NP]
     decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
@@ -154,14 +310,16 @@ def _gdn_tree_verify_kernel(
         kc = k0 + tl.arange(0, BK)  # [BK]
         q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
         k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
-        s_c = tl.load(state + kc[:, None] * V + vcols[None, :])  # [BK, BV]
+        s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
+        if L2NORM:
+            k_sq += tl.sum(k_c * k_c, axis=1)
+            q_sq += tl.sum(q_c * q_c, axis=1)
+        q_c = _tf32_round(q_c, PRECISION)
+        k_c = _tf32_round(k_c, PRECISION)
         kk = tl.dot(k_c, tl.trans(k_c), kk, input_precision=PRECISION)
         qk = tl.dot(q_c, tl.trans(k_c), qk, input_precision=PRECISION)
         ks = tl.dot(k_c, s_c, ks, input_precision=PRECISION)
         qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)
-        if L2NORM:
-            k_sq += tl.sum(k_c * k_c, axis=1)
-            q_sq += tl.sum(q_c * q_c, axis=1)
     if L2NORM:
         k_rn = 1.0 / tl.sqrt(k_sq + 1e-6)  # [NP]
         q_rn = 1.0 / tl.sqrt(q_sq + 1e-6)  # [NP]
@@ -175,27 +333,11 @@ def _gdn_tree_verify_kernel(
     v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
                   mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
     rhs = beta[:, None] * (v_t - gamma[:, None] * ks)  # [NP, BV]
-
-    # (I + A)^{-1} = prod_{l < L} (I + (-A)^(2^l)) with L = bit_length(max depth): A^(depth + 1) = 0
-    depth = tl.load(depth_ptr + b64 * N + nodes, mask=real, other=0)  # [NP]
-    depth_max = tl.max(depth, axis=0)
-    levels = 0
-    for e in tl.static_range(LOG_NP):
-        levels += (depth_max >= (1 << e)).to(tl.int32)
-    power = neg_a  # [NP, NP] (-A)^(2^l)
-    if EXPLICIT_T:  # form T = (I + A)^{-1}, then one product with rhs (cheaper when BV > NP)
-        t_inv = tl.where(nodes[:, None] == nodes[None, :], 1.0, neg_a)  # [NP, NP] I - A (A has a zero diagonal)
-        for _ in range(1, levels):
-            power = tl.dot(power, power, input_precision=PRECISION)
-            t_inv = tl.dot(t_inv, power, t_inv, input_precision=PRECISION)
-        delta = tl.dot(t_inv, rhs, input_precision=PRECISION)  # [NP, BV]
-    else:  # apply the factors to rhs directly
-        delta = tl.dot(neg_a, rhs, rhs, input_precision=PRECISION)  # [NP, BV]
-        for _ in range(1, levels):
-            power = tl.dot(power, power, input_precision=PRECISION)
-            delta = tl.dot(power, delta, delta, input_precision=PRECISION)
-
-    o = (gamma[:, None] * qs + tl.dot(qk * decay, delta, input_precision=PRECISION)) * scale  # [NP, BV]
+    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]
+    delta = tl.dot(_tf32_round(t_inv, PRECISION), _tf32_round(rhs, PRECISION),
+                   input_precision=PRECISION)  # [NP, BV]
+    o = (gamma[:, None] * qs + tl.dot(_tf32_round(qk * decay, PRECISION), _tf32_round(delta, PRECISION),
+                                      input_precision=PRECISION)) * scale  # [NP, BV]
     rows = nodes < N  # padding rows are written too (zeros)
     out_off = ((b64 * N + nodes[:, None]) * HV + hv) * V + vcols[None, :]  # [NP, BV]
     tl.store(o_ptr + out_off, o.to(o_ptr.dtype.element_ty), mask=rows[:, None])
@@ -251,7 +393,8 @@ def _gdn_tree_commit_kernel(
                     mask=live[:, None], other=0.0)  # [PB, BV]
         k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + kcols[None, :],
                       mask=live[:, None], other=0.0).to(tl.float32)  # [PB, K]
-        s = tl.dot(tl.trans(k_p), weight[:, None] * d, s, input_precision=PRECISION)  # [K, BV]
+        s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(weight[:, None] * d, PRECISION), s,
+                   input_precision=PRECISION)  # [K, BV]
     tl.store(state_ptrs, s)
 
 
@@ -273,21 +416,27 @@ def _padded_nodes(N: int) -> int:
 
 
 def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
-    """Default launch parameters of the verify kernel (measured on an H200; see bench/NOTES-gdn.md)."""
+    """Default launch parameters of verify (chosen from the H200 sweeps in bench/NOTES-gdn.md): the split pipeline
+    when the batch fills the GPU with (request, value head) programs, else the fused kernel with narrow V blocks."""
     NP = _padded_nodes(N)
-    block_v, num_warps = (64, 4) if NP <= 32 else (64, 8) if NP <= 64 else (32, 8)
+    solve_warps = 4 if NP <= 32 else 8 if NP <= 64 else 16
+    if B * HV >= 2 * _num_sms(device):
+        block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (64, 8)
+        return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, solve_warps)
+    block_v, num_warps = (32, 4) if NP <= 64 else (64, 8)
     block_v = min(block_v, V)
     while B * HV * (V // block_v) < 2 * _num_sms(device) and block_v > 16:
         block_v //= 2  # small batches: more, narrower programs
-    return KernelConfig(block_v, min(K, 32), num_warps, 2)
+    return KernelConfig(block_v, min(K, 32), num_warps, 2, False, solve_warps)
 
 
 def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
     """Default launch parameters of the commit kernel (memory-bound: a ``[K, BV]`` state tile per program)."""
-    block_v = min(V, 32)
+    block_v, num_warps = (64, 8) if B * HV * 2 >= 2 * _num_sms(device) else (32, 4)
+    block_v = min(V, block_v)
     while B * HV * (V // block_v) < 2 * _num_sms(device) and block_v > 16:
         block_v //= 2
-    return KernelConfig(block_v, K, 4, 1)
+    return KernelConfig(block_v, K, num_warps, 1)
 
 
 # ---------------------------------------------------------------------------------------------------------- wrappers
@@ -391,22 +540,43 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         o, delta, log_gamma, k_rnorm = out
         k_rnorm = k_rnorm if use_qk_l2norm_in_kernel else None
     cfg = config or verify_config(B, HV, N, K, V, device)
+    if not isinstance(cfg, KernelConfig):
+        raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
     NP = _padded_nodes(N)
     block_v = min(cfg.block_v, V)
-    _gdn_tree_verify_kernel[(B * HV, V // block_v)](
-        q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
-        state_pool, slots, meta.words, meta.depth, num_nodes,
-        o, delta, log_gamma, k_rnorm if k_rnorm is not None else log_gamma,
-        scale, N,
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), gate_a.stride(0), gate_a.stride(1), gate_a.stride(2),
-        gate_b.stride(0), gate_b.stride(1), gate_b.stride(2),
-        H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1,
-        BK=min(cfg.block_k, K), BV=block_v,
-        GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
-        EXPLICIT_T=NP < block_v, PRECISION=precision, WORD_BITS=WORD_BITS,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+    block_k = min(cfg.block_k, K)
+    gate_strides = (gate_a.stride(0), gate_a.stride(1), gate_a.stride(2),
+                    gate_b.stride(0), gate_b.stride(1), gate_b.stride(2))
+    qk_strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2))
+    k_rnorm_arg = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when not normalising
+    flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
+                 PRECISION=precision)
+    if cfg.split:
+        q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]
+        tb = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
+        qkd = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
+        _gdn_tree_solve_kernel[(B * HV,)](
+            q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
+            meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd,
+            N, *qk_strides, *gate_strides,
+            H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
+            WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps, num_stages=cfg.num_stages, **flags,
+        )
+        _gdn_tree_apply_kernel[(V // block_v, B * HV)](
+            q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta,
+            scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2),
+            H=H, HV=HV, K=K, V=V, NP=NP, BK=block_k, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel),
+            PRECISION=precision, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+    else:
+        _gdn_tree_verify_kernel[(B * HV, V // block_v)](
+            q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
+            state_pool, slots, meta.words, meta.depth, num_nodes,
+            o, delta, log_gamma, k_rnorm_arg, scale, N,
+            *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides,
+            H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
+            BV=block_v, WORD_BITS=WORD_BITS, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
+        )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)
 
 

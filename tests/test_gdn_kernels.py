@@ -129,11 +129,13 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
     gated=st.booleans(),
     neg=st.booleans(),
     pick=st.lists(st.integers(0, 10**6), min_size=3, max_size=3),
+    split=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg, pick, seed):
+def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg, pick, split, seed):
     case = make_case(rows, H=1 if group == 2 else 2, group=group, pad=pad, gated=gated, seed=seed)
-    o, factors = run_verify(case, l2norm=l2norm, gated=gated, neg=neg)
+    config = G.KernelConfig(16, 16, 4, 2, split, 4)  # both verify pipelines: split (solve + apply) and fused
+    o, factors = run_verify(case, l2norm=l2norm, gated=gated, neg=neg, config=config)
     check_against_reference(case, o, factors, l2norm=l2norm, gated=gated, neg=neg)
 
     # commit an arbitrary node of each tree (root, inner node or leaf) in place; other slots untouched
@@ -157,8 +159,9 @@ def test_multiword_trees(kind, n, seed):
     """Trees past 32 nodes: the mask reads words j // 32 > 0 (mixed with a small tree in the same batch)."""
     rows = [build_tree_parents(kind, n, np.random.default_rng(seed)), [-1, 0, 0, 1]]
     case = make_case(rows, H=1, group=2, seed=seed)
-    o, factors = run_verify(case, l2norm=True, gated=False)
-    check_against_reference(case, o, factors, l2norm=True, gated=False)
+    for split in (True, False):
+        o, factors = run_verify(case, l2norm=True, gated=False, config=G.KernelConfig(16, 16, 4, 2, split, 4))
+        check_against_reference(case, o, factors, l2norm=True, gated=False)
     accepted = torch.tensor([n - 1, 3], dtype=torch.int32, device=DEVICE)
     q, k, v, alpha, beta, S0, tree = reference_inputs(case, 0, l2norm=True, gated=False)
     _, factors_ref = gdn.tree_closed_form(q, k, v, alpha, beta, S0, tree)
