@@ -32,7 +32,7 @@ import numpy as np
 
 from ..reference.config import HybridConfig
 from ..reference.model import HybridCache, HybridModel, build_random
-from .task import BOS, NUM_SPECIAL, ONE, QUERY, SEP, ZERO, Instance, Vocabulary
+from .task import BOS, NUM_SPECIAL, ONE, SEP, ZERO, Instance, Vocabulary
 
 __all__ = [
     "PRECISIONS",

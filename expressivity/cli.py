@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 __all__ = ["add_arguments", "run"]
 
@@ -46,7 +45,8 @@ def _summary(report: dict) -> str:
     for part in p["parts"]:
         lines.append(f"         {part['name']:<28} {part['status']:<8} {part['scope']}")
     a = report["ablation"]
-    lines.append(f"ablation beta<1: at chance = {a['at_chance']}, readout sign never flips (Z3) = {a['sign_never_flips']}")
+    lines.append(f"ablation beta<1: at chance = {a['at_chance']}, "
+                 f"readout sign never flips (Z3) = {a['sign_never_flips']}")
     for row in a["rows"]:
         lines.append(f"         beta={row['reflection_beta']:<6} n={row['n']:>4} accuracy {row['accuracy']:.3f} "
                      f"(chance {row['chance']:.3f})")

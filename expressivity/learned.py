@@ -13,8 +13,10 @@ conv + SiLU, l2-normalised q/k, ``g = -exp(A_log) softplus(a + dt_bias)``, gated
 :class:`~lumotree.reference.model.HybridModel` with the same logits (tested), so the pure-GDN adversary
 (:mod:`lumotree.expressivity.adversary`) can attack trained models too.
 
-Training: cross-entropy on the answer token only, Adam, a length curriculum (``n`` drawn up to a maximum that grows
-linearly to ``n_train`` over the first half of training), ``m`` uniform in ``[2, m_train]``, ``M = R = 8``.
+Training: cross-entropy on the answer token only, Adam (lr 1e-2, warm-up, linear decay), an adaptive length
+curriculum (one ``n`` per batch, uniform in ``[1, n_max]``; ``n_max`` grows by one each time the last 50 batches reach 0.9 accuracy),
+``m`` uniform in ``[2, m_train]``, ``M = R = 4``, batch 128. The trained pure-GDN models are then attacked by the
+adversary (their vocabulary has only M = 4 keys, so the counterexamples it can exhibit are limited to m <= 4 pairs).
 Evaluation: accuracy on fresh instances for every ``(n, m)`` of a grid that extends past the training lengths.
 This runs on the CPU in minutes; the command that produced the committed results is recorded in them.
 """
@@ -222,31 +224,26 @@ def balanced_specs(vocab: int, budget_width: int = 48) -> dict[str, ModelSpec]:
 
 
 def _batch(rng: np.random.Generator, count: int, n_max: int, m_max: int, M: int, R: int):
-    """Token batch (left-padded with BOS to one length) and answers; ``n`` and ``m`` drawn per instance."""
-    seqs, answers = [], []
-    for _ in range(count):
-        n = int(rng.integers(1, n_max + 1))
-        m = int(rng.integers(2, m_max + 1))
-        inst = generate(TaskSpec(n, m, M, R), 1, seed=rng)[0]
-        seqs.append(inst.tokens)
-        answers.append(inst.answer)
-    T = max(len(s) for s in seqs)
-    tokens = np.zeros((count, T), dtype=np.int64)  # BOS = 0 pads on the left
-    for i, s in enumerate(seqs):
-        tokens[i, T - len(s) :] = s
-    return tokens, np.asarray(answers)
+    """One ``(n, m)`` per batch (``n`` uniform in ``[1, n_max]``, ``m`` in ``[2, m_max]``), so no padding:
+    ``tokens [count, n + 2m + 5]`` and the answers ``[count]``."""
+    n = int(rng.integers(1, n_max + 1))
+    m = int(rng.integers(2, m_max + 1))
+    instances = generate(TaskSpec(n, m, M, R), count, seed=rng)
+    return np.stack([inst.tokens for inst in instances]), np.asarray([inst.answer for inst in instances])
 
 
-def train(model, steps: int, n_train: int, m_train: int, M: int, R: int, seed: int, batch: int = 64,
-          lr: float = 3e-3, log=None) -> list[dict[str, float]]:
-    """Adam on the answer's cross-entropy with the length curriculum; returns the loss curve (every 50 steps)."""
+def train(model, steps: int, n_train: int, m_train: int, M: int, R: int, seed: int, batch: int = 128,
+          lr: float = 1e-2, log=None) -> list[dict[str, float]]:
+    """Adam on the answer's cross-entropy with an adaptive length curriculum: ``n`` is drawn uniformly from
+    ``[1, n_max]``; ``n_max`` starts at 1 and grows by one whenever the mean batch accuracy of the last 50 steps
+    reaches 0.9 (up to ``n_train``). Returns the curve (every 50 steps: loss, batch accuracy, ``n_max``)."""
     torch = _torch()
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100) * (1 - 0.9 * s / steps))
     curve = []
+    n_max, recent = 1, []
     for step in range(steps):
-        n_max = max(1, min(n_train, 1 + int((n_train - 1) * step / max(1, steps // 2))))
         tokens, answers = _batch(rng, batch, n_max, m_train, M, R)
         logits = model(torch.from_numpy(tokens))[:, -1]
         loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(answers))
@@ -255,11 +252,14 @@ def train(model, steps: int, n_train: int, m_train: int, M: int, R: int, seed: i
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+        acc = float((logits.argmax(-1) == torch.from_numpy(answers)).float().mean())
+        recent.append(acc)
+        if len(recent) >= 50 and np.mean(recent[-50:]) >= 0.9 and n_max < n_train:
+            n_max, recent = n_max + 1, []
         if step % 50 == 0 or step == steps - 1:
-            acc = float((logits.argmax(-1) == torch.from_numpy(answers)).float().mean())
             curve.append({"step": step, "loss": float(loss.detach()), "batch_accuracy": acc, "n_max": n_max})
             if log:
-                log(f"step {step:5d} n_max {n_max:3d} loss {float(loss):.3f} acc {acc:.2f}")
+                log(f"step {step:5d} n_max {n_max:3d} loss {float(loss.detach()):.3f} acc {acc:.2f}")
     return curve
 
 
@@ -312,21 +312,25 @@ def to_reference(model):
     return HybridModel(config, ModelWeights(a(model.embed), layers, a(model.norm), a(model.lm_head)))
 
 
-def run_experiment(steps: int = 1500, n_train: int = 12, m_train: int = 4, eval_ns: list[int] | None = None,
+def run_experiment(steps: int = 2000, n_train: int = 12, m_train: int = 2, eval_ns: list[int] | None = None,
                    eval_ms: list[int] | None = None, count: int = 256, seeds: list[int] | None = None,
-                   M: int = 8, R: int = 8, width: int = 48, log=None) -> dict[str, Any]:
-    """Train every kind (one model per seed) and evaluate on the grid; returns the results document."""
+                   M: int = 4, R: int = 4, width: int = 48, attack_precisions: tuple[str, ...] = ("fp8", "bf16"),
+                   log=None) -> dict[str, Any]:
+    """Train every kind (one model per seed) and evaluate on the grid; the trained pure-GDN models are then handed
+    to the adversary (:func:`lumotree.expressivity.adversary.attack`) at ``attack_precisions``. Returns the results
+    document."""
     torch = _torch()
     torch.set_num_threads(1)
-    eval_ns = eval_ns or [1, 2, 4, 8, 12, 16, 24]
-    eval_ms = eval_ms or [2, 4, 6]
+    eval_ns = eval_ns or [1, 2, 3, 4, 6, 8, 12, 16, 24]
+    eval_ms = eval_ms or [2, 3, 4]
     seeds = seeds or [0]
     vocab = NUM_SPECIAL + M + R
     specs = balanced_specs(vocab, width)
     results: dict[str, Any] = {"task": {"M": M, "R": R, "n_train": n_train, "m_train": m_train,
                                         "chance_parity_blind": parity_blind_accuracy(R), "chance_uniform": 1 / R},
-                               "training": {"steps": steps, "batch": 64, "lr": 3e-3, "optimizer": "Adam",
-                                            "curriculum": "n_max grows linearly 1 -> n_train over the first half",
+                               "training": {"steps": steps, "batch": 128, "lr": 1e-2, "optimizer": "Adam",
+                                            "curriculum": "n ~ U[1, n_max]; n_max += 1 when the last 50 batches "
+                                                          "average >= 0.9 accuracy (up to n_train)",
                                             "seeds": seeds},
                                "models": {}}
     for kind, spec in specs.items():
@@ -338,8 +342,18 @@ def run_experiment(steps: int = 1500, n_train: int = 12, m_train: int = 4, eval_
                 log(f"{kind} seed {seed}: {entry['parameters']} parameters")
             curve = train(model, steps, n_train, m_train, M, R, seed, log=log)
             rows = evaluate(model, eval_ns, eval_ms, M, R, count, seed=10_000 + seed)
-            entry["runs"].append({"seed": seed, "seconds": round(time.perf_counter() - start, 1), "curve": curve,
-                                  "eval": rows})
+            run = {"seed": seed, "seconds": round(time.perf_counter() - start, 1),
+                   "curriculum_n_max_reached": curve[-1]["n_max"], "curve": curve, "eval": rows}
+            if "full_attention" not in spec.layer_types:
+                from . import adversary
+
+                reference = to_reference(model)
+                run["adversary"] = []
+                for precision in attack_precisions:
+                    report = adversary.attack(reference, precision, M, R, seed=seed)
+                    run["adversary"].append({k: report[k] for k in ("precision", "state_bits", "found",
+                                                                    "counterexample")})
+            entry["runs"].append(run)
         results["models"][kind] = entry
     return results
 
@@ -377,9 +391,9 @@ def plot(results: dict[str, Any], path: str | Path) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--n-train", type=int, default=12)
-    parser.add_argument("--m-train", type=int, default=4)
+    parser.add_argument("--m-train", type=int, default=2)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--count", type=int, default=256, help="evaluation instances per (n, m)")
     parser.add_argument("--out", default="docs/expressivity/learned.json", help="results JSON")

@@ -341,7 +341,8 @@ def _relabelled_weights(construction: HybridConstruction, key_perm: np.ndarray, 
         "lm_head": (w.lm_head, relabel(w.lm_head, token, hidden)),
         "norm": (w.norm, relabel(w.norm, hidden, None)),
         "l0.input_layernorm": (l0.input_layernorm, relabel(l0.input_layernorm, hidden, None)),
-        "l0.post_attention_layernorm": (l0.post_attention_layernorm, relabel(l0.post_attention_layernorm, hidden, None)),
+        "l0.post_attention_layernorm": (l0.post_attention_layernorm,
+                                        relabel(l0.post_attention_layernorm, hidden, None)),
         "l0.w_q": (w_q, relabel(w_q, None, hidden)),
         "l0.w_k": (w_k, relabel(w_k, None, hidden)),
         "l0.w_v": (w_v, relabel(w_v, value_rows, hidden)),
@@ -354,7 +355,8 @@ def _relabelled_weights(construction: HybridConstruction, key_perm: np.ndarray, 
         "l0.mlp.up": (l0.mlp.up_proj, relabel(l0.mlp.up_proj, units, hidden)),
         "l0.mlp.down": (l0.mlp.down_proj, relabel(l0.mlp.down_proj, hidden, units)),
         "l1.input_layernorm": (l1.input_layernorm, relabel(l1.input_layernorm, hidden, None)),
-        "l1.post_attention_layernorm": (l1.post_attention_layernorm, relabel(l1.post_attention_layernorm, hidden, None)),
+        "l1.post_attention_layernorm": (l1.post_attention_layernorm,
+                                        relabel(l1.post_attention_layernorm, hidden, None)),
         "l1.w_query": (w_query, relabel(w_query, qk_dims, hidden)),
         "l1.w_gate": (w_gate, relabel(w_gate, v_dims, hidden)),
         "l1.k_proj": (l1.mixer.k_proj, relabel(l1.mixer.k_proj, qk_dims, hidden)),
@@ -394,8 +396,8 @@ def check_symmetry(construction: HybridConstruction, trials: int = 8, seed: int 
             if not np.array_equal(original, relabelled):
                 return ProofReport("relabelling_symmetry", "refuted", "key and value permutations",
                                    {"weight": name, "key_perm": key_perm.tolist(), "value_perm": value_perm.tolist()})
-    return ProofReport("relabelling_symmetry", "proved", "every weight array under generators of S_M x S_R (a cycle and "
-                       "a transposition each), hence under every relabelling", {"permutation_pairs": len(perms)})
+    return ProofReport("relabelling_symmetry", "proved", "every weight array under generators of S_M x S_R (a cycle "
+                       "and a transposition each), hence under every relabelling", {"permutation_pairs": len(perms)})
 
 
 # ====================================================================================================== part 4
@@ -493,7 +495,8 @@ def exhaustive_retrieval(construction: HybridConstruction, n_max: int = 12, m_ma
                 a_lo = min(a_lo, float(right[ans]))
                 a_hi = max(a_hi, float(np.abs(np.delete(content, c, axis=0)).max()))
                 if int(np.argmax(p["logits"])) != inst.answer:
-                    wrong.append({"tokens": inst.render(), "predicted": construction.vocab.name(int(np.argmax(p["logits"]))),
+                    predicted = construction.vocab.name(int(np.argmax(p["logits"])))
+                    wrong.append({"tokens": inst.render(), "predicted": predicted,
                                   "answer": construction.vocab.name(inst.answer)})
                 cases += 1
             tree_logits, pairs = hybrid.tree_predictions(construction, base)

@@ -23,8 +23,8 @@ attention reports it, and the zero-centred q/k norms turn a pair ``(a, N) / (t +
    previous token's kind and key identity. Head *bit* (query ``phi(i + 1)`` from ``(CS + X, N X)``, key ``phi(t)``
    from ``(1 - X, N X)`` at the bits, ``t = 1..n``, and at SEP, ``t = n + 1``; every other key pushed off by a large
    third component): reads bit ``i + 1``, or SEP once all bits are consumed (``RB1``, ``RSEP``). MLP (SiLU gates
-   that are exactly 0 or linear in float64): the next scratch token ``s xor b`` as two logit channels (off once ``RSEP``),
-   the q_0 / q_1 markers (a key after ``?`` / after a key) and ``KVKEY`` (a value token's key).
+   that are exactly 0 or linear in float64): the next scratch token ``s xor b`` as two logit channels (off once
+   ``RSEP``), the q_0 / q_1 markers (a key after ``?`` / after a key) and ``KVKEY`` (a value token's key).
 3. head *select*: a scratch token ``s_p`` queries the q_p marker and copies that query's key identity (``SELKEY``).
 4. head *answer*: ``SELKEY`` queries ``KVKEY`` and copies the value (``ANS``), read by the LM head.
 

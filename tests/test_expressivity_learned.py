@@ -38,9 +38,10 @@ def test_budgets_are_balanced():
 
 def test_experiment_runs_end_to_end(tmp_path):
     results = learned.run_experiment(steps=3, n_train=3, m_train=2, eval_ns=[1, 2], eval_ms=[2], count=4, M=6, R=5,
-                                     width=16)
+                                     width=16, attack_precisions=())
     assert set(results["models"]) == set(learned.KINDS)
-    for entry in results["models"].values():
+    for kind, entry in results["models"].items():
+        assert ("adversary" in entry["runs"][0]) == kind.startswith("gdn")
         rows = entry["runs"][0]["eval"]
         assert [(r["n"], r["m"]) for r in rows] == [(1, 2), (2, 2)]
         assert all(0.0 <= r["accuracy"] <= 1.0 for r in rows)
