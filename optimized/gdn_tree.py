@@ -416,27 +416,22 @@ def _padded_nodes(N: int) -> int:
 
 
 def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
-    """Default launch parameters of verify (chosen from the H200 sweeps in bench/NOTES-gdn.md): the split pipeline
-    when the batch fills the GPU with (request, value head) programs, else the fused kernel with narrow V blocks."""
+    """Default launch parameters of verify, the best of the H200 sweep of 2026-11-29 (bench/NOTES-gdn.md): the split
+    pipeline when the batch fills the GPU with (request, value head) programs, else the fused kernel."""
     NP = _padded_nodes(N)
     solve_warps = 4 if NP <= 32 else 8 if NP <= 64 else 16
     if B * HV >= 2 * _num_sms(device):
-        block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (64, 8)
+        block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
         return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, solve_warps)
     block_v, num_warps = (32, 4) if NP <= 64 else (64, 8)
-    block_v = min(block_v, V)
-    while B * HV * (V // block_v) < 2 * _num_sms(device) and block_v > 16:
-        block_v //= 2  # small batches: more, narrower programs
-    return KernelConfig(block_v, min(K, 32), num_warps, 2, False, solve_warps)
+    return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, False, solve_warps)
 
 
 def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
-    """Default launch parameters of the commit kernel (memory-bound: a ``[K, BV]`` state tile per program)."""
-    block_v, num_warps = (64, 8) if B * HV * 2 >= 2 * _num_sms(device) else (32, 4)
-    block_v = min(V, block_v)
-    while B * HV * (V // block_v) < 2 * _num_sms(device) and block_v > 16:
-        block_v //= 2
-    return KernelConfig(block_v, K, num_warps, 1)
+    """Default launch parameters of the commit kernel (memory-bound: a ``[K, BV]`` state tile per program; best of
+    the same sweep: 64 columns and 4 warps for large batches, 32 columns for small ones)."""
+    block_v = 64 if B * HV * 2 >= 2 * _num_sms(device) else 32
+    return KernelConfig(min(V, block_v), K, 4, 1)
 
 
 # ---------------------------------------------------------------------------------------------------------- wrappers

@@ -53,12 +53,20 @@ def _trees(parents: torch.Tensor, num_nodes: torch.Tensor | None) -> list[TokenT
 
 
 def tree_levels(parents: torch.Tensor, num_nodes: torch.Tensor | None = None) -> list[tuple[torch.Tensor, ...]]:
-    """Nodes grouped by depth across the batch: per level ``(batch [M], node [M], parent [M])`` int64 (CPU)."""
+    """Nodes grouped by depth across the batch: per level ``(batch [M], node [M], parent_pos [M])`` int64 (CPU),
+    ``parent_pos`` the parent's row in the previous level (0 for roots)."""
     levels: dict[int, list[tuple[int, int, int]]] = {}
+    position: dict[tuple[int, int], int] = {}
     for b, tree in enumerate(_trees(parents, num_nodes)):
         for i, d in enumerate(tree.depth.tolist()):
-            levels.setdefault(d, []).append((b, i, tree.parents[i]))
-    return [torch.tensor(levels[d], dtype=torch.int64).T.contiguous() for d in sorted(levels)]
+            row = levels.setdefault(d, [])
+            position[(b, i)] = len(row)
+            row.append((b, i, tree.parents[i]))
+    out = []
+    for d in sorted(levels):
+        rows = [(b, i, position[(b, p)] if p >= 0 else 0) for b, i, p in levels[d]]
+        out.append(torch.tensor(rows, dtype=torch.int64).T.contiguous())
+    return out
 
 
 def _prepare(q, k, g, beta, use_qk_l2norm):
@@ -68,11 +76,13 @@ def _prepare(q, k, g, beta, use_qk_l2norm):
 
 
 def gdn_tree_pernode_ref(q, k, v, g, beta, state_pool, slots, parents, *, num_nodes=None, scale=None,
-                         use_qk_l2norm=False, levels=None):
-    """Tree definition with one state per node, level by level: returns ``(o [B, N, HV, V], states [B, N, HV, K, V])``.
+                         use_qk_l2norm=False, levels=None, return_states=True):
+    """Tree definition with one state per node, level by level: returns ``(o [B, N, HV, V], states)``.
 
-    Computes in the dtype of ``state_pool``-promoted inputs; padding nodes are zeros. ``levels``: precomputed
-    :func:`tree_levels` (moved to the device), so the loop launches no host work (CUDA-graph capturable).
+    ``states``: ``[B, N, HV, K, V]`` (padding zeros) with ``return_states``, else the list of per-level
+    ``[M_d, HV, K, V]`` tensors (every node's state is still materialised; one tensor per level keeps each under
+    2^31 elements at B=64, N=64). Computes in the promoted dtype of the inputs and the pool. ``levels``: precomputed
+    :func:`tree_levels` on the device (no host work in the loop: CUDA-graph capturable).
     """
     B, N, H, K = q.shape
     HV, V = v.shape[2:]
@@ -82,19 +92,24 @@ def gdn_tree_pernode_ref(q, k, v, g, beta, state_pool, slots, parents, *, num_no
     q, k, alpha, beta = _prepare(q.to(dtype), k.to(dtype), g.to(dtype), beta.to(dtype), use_qk_l2norm)
     v = v.to(dtype)
     S0 = state_pool[slots.long()].to(dtype)  # [B, HV, K, V]
-    states = torch.zeros((B, N, HV, K, V), dtype=dtype, device=q.device)  # [B, N, HV, K, V]
     o = torch.zeros((B, N, HV, V), dtype=dtype, device=q.device)  # [B, N, HV, V]
     if levels is None:
         levels = [tuple(t.to(q.device) for t in lv) for lv in tree_levels(parents, num_nodes)]
-    for depth, (bi, ni, pi) in enumerate(levels):
-        prev = S0[bi] if depth == 0 else states[bi, pi]  # [M, HV, K, V]
+    level_states: list[torch.Tensor] = []
+    for depth, (bi, ni, pos) in enumerate(levels):
+        prev = S0[bi] if depth == 0 else level_states[-1][pos]  # [M, HV, K, V] parent states
         kd = k[bi, ni].repeat_interleave(group, dim=1)  # [M, HV, K]
         qd = q[bi, ni].repeat_interleave(group, dim=1)  # [M, HV, K]
         a_d, b_d = alpha[bi, ni][..., None, None], beta[bi, ni][..., None, None]  # [M, HV, 1, 1]
         kS = torch.einsum("mhk,mhkv->mhv", kd, prev)  # [M, HV, V]
         new = a_d * (prev - b_d * kd[..., None] * kS[..., None, :]) + b_d * kd[..., None] * v[bi, ni][..., None, :]
-        states[bi, ni] = new
+        level_states.append(new)  # [M, HV, K, V]
         o[bi, ni] = scale * torch.einsum("mhk,mhkv->mhv", qd, new)
+    if not return_states:
+        return o, level_states
+    states = torch.zeros((B, N, HV, K, V), dtype=dtype, device=q.device)  # [B, N, HV, K, V]
+    for (bi, ni, _), new in zip(levels, level_states):
+        states[bi, ni] = new
     return o, states
 
 
