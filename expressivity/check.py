@@ -19,8 +19,8 @@ from ..reference.config import HybridConfig
 from . import adversary, hybrid, proof, scratchpad
 from .task import BOS, ONE, SEP, ZERO, Instance, TaskSpec, generate, parity_blind_accuracy, score
 
-__all__ = ["run_check", "hybrid_accuracy", "shared_prefix_accuracy", "tree_agreement", "ablation", "scratchpad_lengths",
-           "adversary_demo", "qwen3_next_counting"]
+__all__ = ["run_check", "hybrid_accuracy", "shared_prefix_accuracy", "tree_agreement", "optimized_path", "ablation",
+           "scratchpad_lengths", "adversary_demo", "qwen3_next_counting"]
 
 Progress = Callable[[str], None]
 
@@ -90,6 +90,39 @@ def tree_agreement(construction: hybrid.HybridConstruction, n: int, m: int, coun
             correct += int(np.argmax(tree_logits[node])) == full.answer
     return {"n": n, "m": m, "instances": count, "leaves": leaves, "accuracy": correct / leaves,
             "max_abs_logit_difference_tree_vs_chain": diff}
+
+
+def optimized_path(count: int, seed: int, progress: Progress = _quiet) -> dict[str, Any]:
+    """The construction (with power-of-two head sizes) through :mod:`lumotree.optimized` (``from_reference``; fp32 on
+    the CPU under the Triton interpreter, the default dtype on a GPU): ``prefill`` on ``count`` random instances and
+    one ``verify`` of the query tree, against the answers and the reference's float64 logits."""
+    import torch
+
+    from ..optimized.model import from_reference
+
+    M = R = 4
+    construction = hybrid.build_hybrid(M, R, gdn_head_dims=(16, 16), attention_head_dim=64)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = from_reference(construction.model, device=device, dtype=torch.float32 if device == "cpu" else None,
+                           num_slots=1, max_seq_len=128, max_nodes=32)
+    instances = generate(TaskSpec(6, 3, M, R), count, seed=seed)
+    progress(f"optimized: {count} prefills on {device}")
+    correct, diff = 0, 0.0
+    for inst in instances:
+        logits = model.prefill(0, inst.tokens.tolist()).double().cpu().numpy()
+        diff = max(diff, float(np.abs(logits - hybrid.final_logits(construction.model, inst.tokens)).max()))
+        correct += int(np.argmax(logits)) == inst.answer
+    tree, pairs = hybrid.query_tree(instances[0])
+    model.prefill(0, instances[0].tokens[:-3].tolist())
+    out = model.verify(torch.tensor([0], device=device), torch.tensor([list(tree.tokens)], device=device),
+                       torch.tensor([list(tree.parents)], device=device))[0].double().cpu().numpy()
+    first = instances[0]
+    leaves = [(node, Instance(first.bits, first.keys, first.values, pair, M, R)) for node, pair in enumerate(pairs)
+              if pair[0] >= 0]
+    tree_correct = sum(int(np.argmax(out[node])) == full.answer for node, full in leaves)
+    return {"device": device, "dtype": str(model.dtype), "instances": count, "prefill_accuracy": correct / count,
+            "max_abs_logit_difference_vs_reference": diff, "tree_leaves": len(leaves),
+            "tree_accuracy": tree_correct / len(leaves)}
 
 
 def ablation(betas: list[float], lengths: list[int], count: int, seed: int, progress: Progress = _quiet):
@@ -177,10 +210,11 @@ def run_check(quick: bool = False, max_n: int = 10_000, seed: int = 0, progress:
     progress("hybrid: tree path")
     tree = tree_agreement(hybrid.build_hybrid(4, 4), 12, 4, 3 if quick else 10, seed)
     params = sum(a.size for a in _arrays(big.model))
+    optimized = optimized_path(2 if quick else 6, seed, progress)
     result["hybrid"] = {
         "construction": {"M": 64, "R": 64, "layers": list(big.model.config.layer_types), "parameters": params,
                          "scratchpad_tokens": 0},
-        "accuracy": rows, "tree_path": tree,
+        "accuracy": rows, "tree_path": tree, "optimized_path": optimized,
         "accuracy_min": min(r["accuracy"] for r in rows), "max_n": max(r["n"] for r in rows),
     }
 
@@ -206,6 +240,7 @@ def run_check(quick: bool = False, max_n: int = 10_000, seed: int = 0, progress:
 
     result["ok"] = bool(
         result["hybrid"]["accuracy_min"] == 1.0 and tree["accuracy"] == 1.0
+        and optimized["prefill_accuracy"] == 1.0 and optimized["tree_accuracy"] == 1.0
         and result["proof"]["status"] == "proved"
         and result["ablation"]["at_chance"] and result["ablation"]["sign_never_flips"]
         and result["scratchpad"]["accuracy"] == 1.0 and result["scratchpad"]["length_equals_n"]

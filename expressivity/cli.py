@@ -40,6 +40,10 @@ def _summary(report: dict) -> str:
     t = h["tree_path"]
     lines.append(f"hybrid   tree path: {t['leaves']} leaves, accuracy {t['accuracy']:.3f}, "
                  f"max |logit tree - chain| = {t['max_abs_logit_difference_tree_vs_chain']:.2e}")
+    o = h["optimized_path"]
+    lines.append(f"hybrid   optimized kernels ({o['device']}, {o['dtype']}): prefill accuracy "
+                 f"{o['prefill_accuracy']:.3f}, tree accuracy {o['tree_accuracy']:.3f}, max |logit - reference| = "
+                 f"{o['max_abs_logit_difference_vs_reference']:.1e}")
     p = report["proof"]
     lines.append(f"proof    {p['status']}: {p['scope']}")
     for part in p["parts"]:

@@ -121,10 +121,6 @@ class HybridLayout(ChannelLayout):
         """Attention head dim: a multiple of 8 whose non-rotary 3/4 holds max(M, R) content channels."""
         return 8 * math.ceil(max(self.num_keys, self.num_values) / 6)
 
-    @property
-    def rotary_dim(self) -> int:
-        return self.head_dim // 4
-
     def embedding(self) -> np.ndarray:
         """``[vocab, D]``: ONE + kind + identity, three ones per token."""
         vocab = Vocabulary(self.num_keys, self.num_values)
@@ -143,9 +139,22 @@ class HybridLayout(ChannelLayout):
         return E
 
 
-def hybrid_config(layout: HybridLayout, allow_neg_eigval: bool = True) -> HybridConfig:
-    """The two-layer config (GDN then attention, dense MLPs) sized for ``layout``."""
+def hybrid_config(layout: HybridLayout, allow_neg_eigval: bool = True, gdn_head_dims: tuple[int, int] | None = None,
+                  attention_head_dim: int | None = None) -> HybridConfig:
+    """The two-layer config (GDN then attention, dense MLPs) sized for ``layout``.
+
+    ``gdn_head_dims = (K, V)`` (default ``(2, M)``) and ``attention_head_dim`` (default :attr:`HybridLayout.head_dim`)
+    may be larger than needed, e.g. powers of two for the optimized kernels; the extra channels stay zero.
+    """
     M = layout.num_keys
+    K, V = (2, M) if gdn_head_dims is None else gdn_head_dims
+    Dh = layout.head_dim if attention_head_dim is None else attention_head_dim
+    for name, value, least in (("gdn_head_dims[0] (K)", K, 2), ("gdn_head_dims[1] (V)", V, M)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} = {value!r} must be an integer >= {least}")
+    if isinstance(Dh, bool) or not isinstance(Dh, int) or Dh % 8 or Dh - Dh // 4 < max(M, layout.num_values):
+        raise ValueError(f"attention_head_dim = {Dh!r} must be a multiple of 8 whose non-rotary 3/4 holds "
+                         f"max(M, R) = {max(M, layout.num_values)} channels")
     return HybridConfig(
         vocab_size=NUM_SPECIAL + layout.num_keys + layout.num_values,
         hidden_size=layout.hidden_size,
@@ -154,12 +163,12 @@ def hybrid_config(layout: HybridLayout, allow_neg_eigval: bool = True) -> Hybrid
         layer_types=("linear_attention", "full_attention"),
         num_attention_heads=1,
         num_key_value_heads=1,
-        head_dim=layout.head_dim,
+        head_dim=Dh,
         partial_rotary_factor=0.25,
         linear_num_key_heads=3,
         linear_num_value_heads=3,
-        linear_key_head_dim=2,
-        linear_value_head_dim=M,
+        linear_key_head_dim=K,
+        linear_value_head_dim=V,
         linear_conv_kernel_dim=4,
         num_experts=0,
         allow_neg_eigval=allow_neg_eigval,
@@ -189,13 +198,16 @@ def _logit(p: float) -> float:
     return math.log(p) - math.log1p(-p)
 
 
-def build_hybrid(num_keys: int, num_values: int, reflection_beta: float = 2.0) -> HybridConstruction:
+def build_hybrid(num_keys: int, num_values: int, reflection_beta: float = 2.0,
+                 gdn_head_dims: tuple[int, int] | None = None,
+                 attention_head_dim: int | None = None) -> HybridConstruction:
     """The construction's weights as a :class:`~lumotree.reference.model.HybridModel` (see the module docstring).
 
     ``reflection_beta``: the parity head's write strength on bit-1 tokens. ``2`` (default) is the construction
     (``b = 100``, ``2 sigmoid(100) = 2.0`` in float64); a value in ``(1, 2)`` keeps the reflection's sign flip with
     magnitude ``|1 - beta|`` per bit; a value in ``(0, 1]`` is the ablation (``allow_neg_eigval = False``,
-    ``beta = sigmoid(b)``, eigenvalue ``1 - beta >= 0``).
+    ``beta = sigmoid(b)``, eigenvalue ``1 - beta >= 0``). ``gdn_head_dims``, ``attention_head_dim``: larger head
+    sizes (see :func:`hybrid_config`), e.g. ``(16, 16)`` and ``64`` for the optimized kernels.
     """
     if not isinstance(reflection_beta, (int, float)) or isinstance(reflection_beta, bool):
         raise TypeError(f"reflection_beta = {reflection_beta!r} must be a number")
@@ -203,7 +215,8 @@ def build_hybrid(num_keys: int, num_values: int, reflection_beta: float = 2.0) -
         raise ValueError(f"reflection_beta = {reflection_beta} must be in (0, 2]")
     layout = HybridLayout(num_keys, num_values)
     allow_neg = reflection_beta > 1.0
-    config = hybrid_config(layout, allow_neg_eigval=allow_neg)
+    config = hybrid_config(layout, allow_neg_eigval=allow_neg, gdn_head_dims=gdn_head_dims,
+                           attention_head_dim=attention_head_dim)
     M, R, D = layout.num_keys, layout.num_values, layout.hidden_size
     eps = config.rms_norm_eps
     xi = _normalised_entry(D, 3, eps)  # every active entry of a normalised embedding

@@ -144,3 +144,11 @@ def test_scratchpad_refuses_inputs_beyond_its_hash_range(pad):
     inst = task.generate(TaskSpec(70, 2, 4, 4), 1, seed=0)[0]
     with pytest.raises(ValueError, match="exceeds max_length = 128"):
         scratchpad.generate(pad, inst)
+
+
+def test_hybrid_runs_through_the_optimized_kernels():
+    from lumotree.expressivity.check import optimized_path
+
+    result = optimized_path(1, seed=0)
+    assert result["prefill_accuracy"] == 1.0 and result["tree_accuracy"] == 1.0
+    assert result["max_abs_logit_difference_vs_reference"] < 1e-4
