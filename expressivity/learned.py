@@ -15,8 +15,8 @@ conv + SiLU, l2-normalised q/k, ``g = -exp(A_log) softplus(a + dt_bias)``, gated
 
 Training: cross-entropy on the answer token only, Adam (lr 1e-2, warm-up, linear decay), an adaptive length
 curriculum (one ``n`` per batch, uniform in ``[1, n_max]``; ``n_max`` grows by one each time the last 50 batches
-reach 0.9 accuracy), ``m`` uniform in ``[2, m_train]``, ``M = R = 4``, batch 128. The trained pure-GDN models are then attacked by the
-adversary (their vocabulary has only M = 4 keys, so the counterexamples it can exhibit are limited to m <= 4 pairs).
+reach 0.9 accuracy), ``m`` uniform in ``[2, m_train]``, ``M = R = 4``, batch 128. The trained pure-GDN models are
+then attacked by the adversary (their vocabulary has only M = 4 keys, so it can only try m <= 4 pairs).
 Evaluation: accuracy on fresh instances for every ``(n, m)`` of a grid that extends past the training lengths.
 This runs on the CPU in minutes; the command that produced the committed results is recorded in them.
 """
