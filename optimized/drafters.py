@@ -303,7 +303,7 @@ class DraftModelDrafter:
             chunks = [self._backlog[r.slot][:limit] for r in todo]
             slots = torch.tensor([r.slot for r in todo], dtype=torch.int64, device=dev)
             trees = TreeBatch.pack(chunks, [[-1] + list(range(len(c) - 1)) for c in chunks],
-                                   width=self._width(max(len(c) for c in chunks)), device=dev)
+                                   width=self._width(max(len(c) for c in chunks)))
             self.model.verify(slots, trees)
             self.model.commit(slots, trees, trees.num_nodes - 1)
             for r, c in zip(todo, chunks):
@@ -325,7 +325,7 @@ class DraftModelDrafter:
         for _ in range(self.max_depth):
             if any(len(t) + len(f) * k > room for t, f in zip(tokens, frontier)):
                 break
-            trees = TreeBatch.pack(tokens, parents, width=self._width(max(len(t) for t in tokens)), device=dev)
+            trees = TreeBatch.pack(tokens, parents, width=self._width(max(len(t) for t in tokens)))
             logits = self.model.verify(slots, trees)  # [B, n, V]
             width = max(len(f) for f in frontier)
             rows = torch.tensor([f + [f[0]] * (width - len(f)) for f in frontier], device=dev)  # [B, width]
@@ -406,7 +406,7 @@ class SyntheticDrafter:
             f"rank r hit probability p(1-p)^r, branching {branching}"
         )
         self._prompt: dict[int, tuple[int, ...]] = {}
-        self._templates: dict[tuple[int, bool], tuple[list[int], list[int], list[float]]] = {}
+        self._templates: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self.desynced = 0
 
     def admit(self, slot: int, prompt: Sequence[int]) -> None:
@@ -421,54 +421,65 @@ class SyntheticDrafter:
     def advance(self, requests: Sequence[DraftRequest], committed: Sequence[Sequence[int]]) -> None:
         """Stateless: the position comes from the context."""
 
-    def _template(self, nodes: int, chain: bool) -> tuple[list[int], list[int], list[float]]:
+    def _template(self, nodes: int, chain: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(parents, ranks, path confidences, child_at[node, rank]) of the best-first tree, cached per size."""
         key = (nodes, chain)
         if key not in self._templates:
-            ranks = self.rank_confidence[:1] if chain else self.rank_confidence
-            self._templates[key] = best_first_template(nodes, ranks)
+            ranks_conf = self.rank_confidence[:1] if chain else self.rank_confidence
+            parents, ranks, conf = best_first_template(nodes, ranks_conf)
+            child_at = np.full((len(parents), len(self.rank_confidence)), -1, dtype=np.int64)  # [n, width]
+            for i in range(1, len(parents)):
+                child_at[parents[i], ranks[i]] = i
+            self._templates[key] = (np.array(parents), np.array(ranks), np.array(conf), child_at)
         return self._templates[key]
 
     def propose(self, requests: Sequence[DraftRequest], max_nodes: int, chain: bool) -> list[Draft]:
-        """Vectorised over requests, one template node at a time. Siblings of node u carry ``(base_u + rank) mod V``
-        (distinct); on the oracle path the child of the drawn rank carries the true token instead, and a sibling
-        that would repeat it takes the freed value."""
-        parents, ranks, conf = self._template(max_nodes, chain)
+        """Vectorised over requests. Children of node u carry ``(base_u + rank) mod V`` (distinct siblings); walking
+        down the oracle path (one node per depth and request), the child of the drawn rank gets the true token, and a
+        sibling that would repeat it takes the value the hit rank freed."""
+        parents, ranks, conf, child_at = self._template(max_nodes, chain)
         n, B, V = len(parents), len(requests), self.vocab_size
         width = len(self.rank_confidence)
-        truths, pos0 = [], np.full(B, -1, dtype=np.int64)
+        truths, pos = [], np.full(B, -1, dtype=np.int64)
         for b, r in enumerate(requests):
             prompt = self._prompt[r.slot]
             truth = self.oracle[prompt]
             done = len(r.context) - len(prompt)  # generated tokens, the pending one included
             if truth[:done] == r.context[len(prompt) :]:
-                pos0[b] = done
+                pos[b] = done
             else:
                 self.desynced += 1
             truths.append(truth)
-        longest = max(len(t) for t in truths)
-        truth_arr = np.full((B, longest + 1), -1, dtype=np.int64)  # [B, L + 1]; -1 past the end
+        truth_arr = np.full((B, max(len(t) for t in truths) + 1), -1, dtype=np.int64)  # [B, L + 1]; -1 past the end
         for b, t in enumerate(truths):
             truth_arr[b, : len(t)] = t
-        tokens = np.zeros((B, n), dtype=np.int64)  # [B, n]
-        tokens[:, 0] = [r.context[-1] for r in requests]
-        true_pos = np.full((B, n), -1, dtype=np.int64)  # [B, n] index into the truth of the node's next token
-        true_pos[:, 0] = pos0
         base = self.rng.integers(0, V, size=(B, n))  # [B, n] per parent
         hit = np.searchsorted(np.cumsum(self.rank_confidence), self.rng.random((B, n)), side="right")  # [B, n]
+        tokens = np.empty((B, n), dtype=np.int64)  # [B, n]
+        tokens[:, 0] = [r.context[-1] for r in requests]
+        tokens[:, 1:] = (base[:, parents[1:]] + ranks[1:]) % V
         rows = np.arange(B)
-        for i in range(1, n):
-            u, r = parents[i], ranks[i]
-            pu = true_pos[:, u]  # [B]
-            t = truth_arr[rows, np.maximum(pu, 0)]  # [B]
-            on = (pu >= 0) & (t >= 0)
-            tok = (base[:, u] + r) % V
-            is_hit = on & (hit[:, u] == r)
-            collide = on & ~is_hit & (tok == t)
-            alt = np.where(hit[:, u] < width, base[:, u] + hit[:, u], base[:, u] + width) % V
-            tokens[:, i] = np.where(is_hit, t, np.where(collide, alt, tok))
-            true_pos[:, i] = np.where(is_hit, pu + 1, -1)
-        confidence = np.array(conf)
-        return [Draft(tokens[b].tolist(), list(parents), confidence) for b in range(B)]
+        node = np.zeros(B, dtype=np.int64)  # the on-path node of each request
+        on = pos >= 0
+        while on.any():
+            t = truth_arr[rows, np.clip(pos, 0, truth_arr.shape[1] - 1)]  # [B] the true next token (-1: none)
+            on &= t >= 0
+            h = hit[rows, node]  # [B] drawn rank (width = none)
+            kids = child_at[node]  # [B, width]
+            c = np.where(h < width, kids[rows, np.minimum(h, width - 1)], -1)  # [B] the hit child, or -1
+            alt = (base[rows, node] + np.minimum(h, width)) % V  # [B] a value no sibling uses
+            kid_tok = tokens[rows[:, None], np.maximum(kids, 0)]  # [B, width]
+            collide = on[:, None] & (kids >= 0) & (kid_tok == t[:, None]) & (kids != c[:, None])  # [B, width]
+            if collide.any():
+                b_idx, r_idx = np.nonzero(collide)
+                tokens[b_idx, kids[b_idx, r_idx]] = alt[b_idx]
+            found = on & (c >= 0)
+            tokens[rows[found], c[found]] = t[found]
+            node = np.where(found, c, 0)
+            pos = pos + 1
+            on = found
+        parent_list = parents.tolist()
+        return [Draft(tokens[b].tolist(), parent_list, conf) for b in range(B)]
 
 
 DRAFTERS = ("ngram", "draft-model", "synthetic")

@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds after which no new run starts")
     parser.add_argument("--out", default="e2e_bench.json", help="JSON results")
     parser.add_argument("--markdown", default=None, help="also write the result table as markdown here")
+    parser.add_argument("--plot", default=None, help="also draw tokens/s against batch size into this PNG")
+    parser.add_argument("--from-json", default=None,
+                        help="render --markdown / --plot from an earlier --out file instead of running")
 
 
 def _copy_bandwidth(device: Any) -> float:
@@ -78,6 +81,11 @@ def _copy_bandwidth(device: Any) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_json:
+        with open(args.from_json) as f:
+            summary = json.load(f)
+        _render(summary, args)
+        return 0
     import numpy as np
     import torch
 
@@ -129,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     node_buckets = tuple(n for n in (1, 2, 4, 8, 16, 32, 64, 128) if n <= max_nodes)
     profile_engine = Engine(target, None, mode="autoregressive", max_nodes=max_nodes, node_buckets=node_buckets,
                             batch_buckets=batches)
-    profile: CostProfile = profile_engine.measure_profile(repeats=5 if cuda else 1)
+    profile: CostProfile = profile_engine.measure_profile(repeats=3 if cuda else 1)
     log("cost profile measured")
     rng = np.random.default_rng(args.seed)
     prompts_for = {B: [rng.integers(0, config.vocab_size, size=args.prompt_len).tolist() for _ in range(B)]
@@ -231,12 +239,47 @@ def run(args: argparse.Namespace) -> int:
     }
     with open(args.out, "w") as f:
         json.dump(summary, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
+    _render(summary, args)
+    return 0
+
+
+def _render(summary: dict[str, Any], args: argparse.Namespace) -> None:
     table = markdown_table(summary)
     print(table)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(table + "\n")
-    return 0
+    if args.plot:
+        plot(summary, args.plot)
+
+
+def plot(summary: dict[str, Any], path: str) -> None:
+    """Decode tokens/s against batch size: autoregressive, and chain / tree under the budget for each drafter."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in summary["results"] if r["budget"] in ("none", "expected")]
+    labels = sorted({r["label"] for r in runs}, key=lambda x: (x != "autoregressive", x))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for label in labels:
+        pts = sorted((r["B"], r["tokens_per_s"], r["speedup_vs_ar"]) for r in runs if r["label"] == label)
+        style = "k-o" if label == "autoregressive" else ("--" if label.startswith("chain") else "-")
+        axes[0].plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=label)
+        axes[1].plot([p[0] for p in pts], [p[2] for p in pts], style, marker="o", label=label)
+    for ax, ylabel in zip(axes, ("decode tokens/s", "speed-up over autoregressive")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size B")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_yscale("log")
+    axes[1].axhline(1.0, color="gray", lw=0.8)
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.suptitle(f"lumotree engine, {summary.get('device_name', '')}: {summary['parameters'] / 1e9:.2f} B-parameter "
+                 "Qwen3-Next-shaped model (random weights, bf16), greedy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def markdown_table(summary: dict[str, Any]) -> str:

@@ -69,8 +69,9 @@ _DRAFT_STREAM = 1  # counter_uniforms stream of drafting coins (verification use
 # ======================================================================================================= model protocol
 @runtime_checkable
 class TargetModel(Protocol):
-    """What the engine needs from a model. Slots index the cache pools; ``trees`` is a
-    :class:`~lumotree.optimized.sampling.TreeBatch` (node i at position ``cache_length + depth(i)``).
+    """What the engine needs from a model. Slots index the cache pools (a device tensor); ``trees`` is a
+    :class:`~lumotree.optimized.sampling.TreeBatch` on the host (node i at position ``cache_length + depth(i)``;
+    a model moves what it needs); ``accepted`` may live on either side.
 
     - ``prefill(slot, tokens) -> [V]``: reset the slot, run ``tokens``, return the logits after the last one.
     - ``decode(slots [B], tokens [B]) -> [B, V]``: one token per slot, caches advance by one.
@@ -479,14 +480,12 @@ class Engine:
             slots = setup(batch)
             parents = [[-1] + [int(rng.integers(0, i)) for i in range(1, nodes)] for _ in range(batch)]
             tokens = [list(range(nodes)) for _ in range(batch)]  # distinct tokens: valid for any shape
-            trees = TreeBatch.pack(tokens, parents, width=nodes, device=dev)
+            trees = TreeBatch.pack(tokens, parents, width=nodes)  # on the host, as in a step
 
             def once() -> None:
                 logits = self.model.verify(slots, trees)
-                outcome = verify_batch(
-                    trees, logits, torch.zeros(batch, device=dev), torch.zeros(batch, dtype=torch.long, device=dev),
-                    torch.ones(batch, device=dev), None,
-                )
+                outcome = verify_batch(trees, logits, torch.zeros(batch), torch.zeros(batch, dtype=torch.long),
+                                       torch.ones(batch), None)
                 self.model.commit(slots, trees, torch.zeros_like(outcome.accepted_node))  # root only
                 outcome.next_token.tolist()
 
@@ -540,18 +539,20 @@ class Engine:
         counters = torch.tensor([r.counter for r in requests], dtype=torch.int64)
         return counter_uniforms(seeds, counters, n, stream).to(dev)
 
-    def _param_tensors(self, requests: Sequence[Request]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        dev = self.model.device
-        temperature = torch.tensor([float(r.params.temperature) for r in requests], dtype=torch.float64, device=dev)
-        top_k = torch.tensor([int(r.params.top_k) for r in requests], dtype=torch.int64, device=dev)
-        top_p = torch.tensor([float(r.params.top_p) for r in requests], dtype=torch.float64, device=dev)
+    @staticmethod
+    def _param_tensors(requests: Sequence[Request]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-request ``temperature, top_k, top_p: [B]`` on the host."""
+        temperature = torch.tensor([float(r.params.temperature) for r in requests], dtype=torch.float64)
+        top_k = torch.tensor([int(r.params.top_k) for r in requests], dtype=torch.int64)
+        top_p = torch.tensor([float(r.params.top_p) for r in requests], dtype=torch.float64)
         return temperature, top_k, top_p
 
     def _sample_rows(self, requests: Sequence[Request], logits: torch.Tensor) -> list[int]:
         """One token per request from ``logits: [B, V]`` (greedy rows: argmax)."""
-        temperature, top_k, top_p = self._param_tensors(requests)
-        if bool((temperature <= 0).all()):
+        if all(r.params.greedy for r in requests):
             return logits.argmax(-1).tolist()
+        dev = logits.device
+        temperature, top_k, top_p = (t.to(dev) for t in self._param_tensors(requests))
         probs = target_probs(logits[:, None, :], temperature, top_k, top_p)[:, 0]  # [B, V]
         coins = self._coins(requests, 1)[:, 0]
         return sample_from(probs, coins).tolist()
@@ -705,7 +706,7 @@ class Engine:
         width = max(c.num_nodes for c in cut)
         width = next((n for n in self.node_buckets if n >= width), width)
         draws = [c.draws for c in cut] if any(c.draws is not None for c in cut) else None
-        trees = TreeBatch.pack([c.tokens for c in cut], [c.parents for c in cut], width=width, device=dev, draws=draws)
+        trees = TreeBatch.pack([c.tokens for c in cut], [c.parents for c in cut], width=width, draws=draws)  # host
         slots = torch.tensor([r.slot for r in batch], dtype=torch.int64, device=dev)
         logits = self.model.verify(slots, trees)  # [B, N, V]
         temperature, top_k, top_p = self._param_tensors(batch)
@@ -719,7 +720,7 @@ class Engine:
             for b, c in enumerate(cut):
                 if c.proposal is not None:
                     proposal[b, : c.num_nodes] = c.proposal.to(proposal)
-        coins = None if bool((temperature <= 0).all()) else self._coins(batch, trees.num_coins)
+        coins = None if all(r.params.greedy for r in batch) else self._coins(batch, trees.num_coins)
         outcome = verify_batch(trees, logits, temperature, top_k, top_p, coins, variant, proposal)
         self.model.commit(slots, trees, outcome.accepted_node)
         emitted = outcome.emitted(trees)

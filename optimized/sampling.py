@@ -5,7 +5,7 @@ batched counterpart of :mod:`lumotree.reference.verify` (DESIGN.md §5):
 
 - **Greedy**: node i is accepted iff its token is the argmax at its parent and its parent is accepted; the deepest
   accepted node wins and the argmax there is the next pending token. All nodes of all requests are checked at once;
-  the "parent accepted" chain is resolved by pointer jumping (``ceil(log2 N)`` gathers).
+  the "parent accepted" chain is read off the inclusive ancestor masks (built once per step on the host).
 - **Lossless sampling** (recursive rejection sampling): at an accepted node u with target distribution ``P_u`` the
   residual is ``R = P_u``; each child c (token ``x_c`` drawn from ``Q_c``) is accepted with probability
   ``min(1, R(x_c) / Q_c(x_c))`` and the walk descends; on rejection ``R = norm(max(0, R - Q_c))``. When every child
@@ -192,7 +192,8 @@ class TreeBatch:
     """B padded draft trees on one device, with the order in which verification tries children.
 
     ``tokens: [B, N]`` (node 0 = the pending token), ``parents: [B, N]`` (``parents[b, 0] == -1``, topological),
-    ``num_nodes: [B]`` (nodes at or past ``num_nodes[b]`` are padding and ignored). Derived by pointer jumping:
+    ``num_nodes: [B]`` (nodes at or past ``num_nodes[b]`` are padding and ignored). Derived (on the host, placed next
+    to ``tokens``):
     ``depth: [B, N]``, ``ancestor: [B, N, N]`` (inclusive ancestor mask), ``valid: [B, N]``. Draw lists (a linked list
     per node): ``first_draw: [B, N]``, ``draw_child: [B, D]``, ``draw_next: [B, D]`` (-1 = none). By default the draws
     are the children in index order and draw d is node d + 1 (D = N - 1); ``draws`` (per tree, per node, the children
@@ -214,58 +215,62 @@ class TreeBatch:
         self.tokens = tokens  # [B, N]
         self.parents = parents  # [B, N]
         self.num_nodes = num_nodes  # [B]
-        dev = tokens.device
-        node = torch.arange(N, device=dev)  # [N]
-        valid = node[None, :] < num_nodes[:, None]  # [B, N]
-        child_node = valid & (node[None, :] > 0)  # [B, N] valid non-root nodes
-        # padding nodes and the root point at the root: a fixed point for pointer jumping
-        par = torch.where(child_node, parents, torch.zeros_like(parents))  # [B, N]
-        depth = child_node.to(torch.int64)  # [B, N]
-        ancestor = torch.eye(N, dtype=torch.bool, device=dev).expand(B, N, N).clone()  # [B, N, N]
-        jump = par.clone()  # [B, N] ancestor at distance 2^k (clamped at the root)
+        # The structure is built on the host in numpy by pointer jumping (ceil(log2 N) rounds of gathers: a few dozen
+        # vector ops, far cheaper than device launches or multi-threaded torch on tiny tensors), then placed next to
+        # ``tokens``.
+        par_np = parents.cpu().numpy()  # [B, N]
+        num_np = num_nodes.cpu().numpy()  # [B]
+        node = np.arange(N)
+        valid = node[None, :] < num_np[:, None]  # [B, N]
+        child = valid & (node[None, :] > 0)  # [B, N] valid non-root nodes
+        par = np.where(child, par_np, 0)  # [B, N] the root and padding point at the root: a fixed point
+        rows = np.arange(B)[:, None]  # [B, 1]
+        depth = child.astype(np.int64)  # [B, N]
+        ancestor = np.zeros((B, N, N), dtype=bool)  # [B, N, N]
+        ancestor[:, node, node] = True
+        jump = par.copy()  # [B, N] the ancestor at distance 2^k (clamped at the root)
         for _ in range(max(1, math.ceil(math.log2(max(N, 2))))):
-            depth = depth + depth.gather(1, jump)
-            ancestor = ancestor | ancestor.gather(1, jump[:, :, None].expand(B, N, N))
-            jump = jump.gather(1, jump)
-        self.valid = valid  # [B, N]
-        self.depth = depth  # [B, N]
-        self.ancestor = ancestor & valid[:, :, None] & valid[:, None, :]  # [B, N, N]
+            depth = depth + depth[rows, jump]
+            ancestor |= ancestor[rows, jump]
+            jump = jump[rows, jump]
+        ancestor &= valid[:, :, None] & valid[:, None, :]
+        dev = tokens.device
+        self.valid = torch.from_numpy(valid).to(dev)  # [B, N]
+        self.depth = torch.from_numpy(depth).to(dev)  # [B, N]
+        self.ancestor = torch.from_numpy(ancestor).to(dev)  # [B, N, N]
         if draws is None or all(d is None for d in draws):
-            self._default_draws(par, child_node)
+            self._default_draws(par, child)
         else:
             self._explicit_draws(draws)
 
-    def _default_draws(self, par: torch.Tensor, child_node: torch.Tensor) -> None:
-        """Children in index order; draw d = node d + 1. Sort non-root nodes by (parent, index): runs of equal
-        parents are sibling lists."""
+    def _default_draws(self, par: np.ndarray, child: np.ndarray) -> None:
+        """Children in index order; draw d = node d + 1. Sorting the non-root nodes by (parent, index) puts every
+        sibling list in one run: the next entry of a run is the next sibling, the first entry the first child."""
         B, N = par.shape
-        dev = par.device
-        node = torch.arange(N, device=dev)
+        node = np.arange(N)
         big = N + 1
-        pad_key = big * big
-        key = torch.where(child_node, par * big + node[None, :], torch.full_like(par, pad_key))  # [B, N]
-        sorted_key, order = torch.sort(key, dim=1)  # [B, N]
-        live = sorted_key < pad_key  # [B, N]
+        key = np.where(child, par * big + node[None, :], big * big)  # [B, N] padding and root sort last
+        order = np.argsort(key, axis=1, kind="stable")  # [B, N]
+        sorted_key = np.take_along_axis(key, order, 1)  # [B, N]
+        live = sorted_key < big * big  # [B, N]
         sorted_par = sorted_key // big  # [B, N]
-        same_next = torch.zeros_like(live)
+        same_next = np.zeros_like(live)
         same_next[:, :-1] = (sorted_par[:, :-1] == sorted_par[:, 1:]) & live[:, 1:]
-        next_sorted = torch.full_like(order, -1)
-        next_sorted[:, :-1] = torch.where(same_next[:, :-1], order[:, 1:], torch.full_like(order[:, 1:], -1))
-        next_sibling = torch.full_like(order, -1).scatter(1, order, next_sorted)  # [B, N] in node space
-        is_first = torch.ones_like(live)
+        next_sorted = np.full_like(order, -1)
+        next_sorted[:, :-1] = np.where(same_next[:, :-1], order[:, 1:], -1)
+        next_sibling = np.full_like(order, -1)  # [B, N] in node space
+        np.put_along_axis(next_sibling, order, next_sorted, 1)
+        is_first = np.ones_like(live)
         is_first[:, 1:] = sorted_par[:, 1:] != sorted_par[:, :-1]
         is_first &= live
-        first = torch.full((B, N + 1), -1, dtype=torch.int64, device=dev)  # column N collects non-first entries
-        first.scatter_(
-            1,
-            torch.where(is_first, sorted_par, torch.full_like(sorted_par, N)),
-            torch.where(is_first, order, torch.full_like(order, -1)),
-        )
-        first_child = first[:, :N]  # [B, N] node space
-        self.first_draw = torch.where(first_child > 0, first_child - 1, first_child).contiguous()  # [B, N]
-        nxt = next_sibling[:, 1:]  # [B, N - 1] for nodes 1..N-1 = draws 0..N-2
-        self.draw_next = torch.where(nxt > 0, nxt - 1, torch.full_like(nxt, -1)).contiguous()  # [B, D]
-        self.draw_child = (torch.arange(1, N, device=dev)[None, :]).expand(B, N - 1).contiguous()  # [B, D]
+        first_child = np.full((B, N + 1), -1, dtype=np.int64)  # column N collects the non-first entries
+        np.put_along_axis(first_child, np.where(is_first, sorted_par, N), np.where(is_first, order, -1), 1)
+        first_child = first_child[:, :N]  # [B, N]
+        nxt = next_sibling[:, 1:]  # [B, N - 1]: nodes 1..N-1 are draws 0..N-2
+        dev = self.tokens.device
+        self.first_draw = torch.from_numpy(np.where(first_child > 0, first_child - 1, -1)).to(dev)  # [B, N]
+        self.draw_next = torch.from_numpy(np.where(nxt > 0, nxt - 1, -1)).to(dev)  # [B, D]
+        self.draw_child = torch.from_numpy(np.tile(np.arange(1, N, dtype=np.int64), (B, 1))).to(dev)  # [B, D]
 
     def _explicit_draws(self, draws: list[list[list[int]] | None]) -> None:
         """Draw lists built on the host from per-node child orders (``None`` for a tree: index order)."""
@@ -308,6 +313,16 @@ class TreeBatch:
         self.first_draw = first_draw.to(dev)  # [B, N]
         self.draw_child = draw_child.to(dev)  # [B, D]
         self.draw_next = draw_next.to(dev)  # [B, D]
+
+    def to(self, device: torch.device | str) -> TreeBatch:
+        """The same trees with every tensor (derived ones included) on ``device``; no recomputation."""
+        device = torch.device(device)
+        if self.tokens.device == device:
+            return self
+        moved = object.__new__(TreeBatch)
+        for name, value in vars(self).items():
+            setattr(moved, name, value.to(device, non_blocking=True) if isinstance(value, torch.Tensor) else value)
+        return moved
 
     @property
     def batch_size(self) -> int:
@@ -482,12 +497,17 @@ def verify_batch(
     variant: str = "deterministic",
     proposal: torch.Tensor | None = None,
 ) -> VerifyOutcome:
-    """Verify B trees from the target's logits ``[B, N, V]``: greedy when every request is greedy (no ``[B, N, V]``
-    probabilities are built), otherwise lossless sampling where greedy rows use a point mass on the argmax (which makes
-    the sampling walk reduce to greedy verification for them)."""
+    """Verify B trees from the target's logits ``[B, N, V]``.
+
+    Greedy when every request is greedy: only the argmax ``[B, N]`` leaves the logits' device and the rest runs where
+    ``trees`` live (the host, in the engine: a handful of tiny ops). Otherwise lossless sampling on the logits' device,
+    where greedy rows use a point mass on the argmax (which makes the sampling walk reduce to greedy verification for
+    them). ``temperature, top_k, top_p: [B]`` on any device.
+    """
     if bool((temperature <= 0).all()):
-        return verify_greedy(trees, logits.argmax(-1))
+        return verify_greedy(trees, logits.argmax(-1).to(trees.tokens.device))
     if coins is None:
         raise ValueError("coins are required when some request samples (temperature > 0)")
-    probs = target_probs(logits, temperature, top_k, top_p)  # [B, N, V]
-    return verify_sampling(trees, probs, coins, variant, proposal)
+    dev = logits.device
+    probs = target_probs(logits, temperature.to(dev), top_k.to(dev), top_p.to(dev))  # [B, N, V]
+    return verify_sampling(trees.to(dev), probs, coins.to(dev), variant, None if proposal is None else proposal.to(dev))

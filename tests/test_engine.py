@@ -77,6 +77,8 @@ class TrigramTarget:
 
     def verify(self, slots, trees: TreeBatch):
         self.calls["verify"] += 1
+        self._given = trees
+        trees = trees.to(self.device)
         assert all(self.live[s] for s in slots.tolist())
         parent_tok = trees.tokens.gather(1, trees.parents.clamp(min=0))  # [B, N]
         parent_tok[:, 0] = self.last[slots]
@@ -86,8 +88,9 @@ class TrigramTarget:
 
     def commit(self, slots, trees, accepted):
         self.calls["commit"] += 1
-        assert trees is self._trees
-        rows = torch.arange(len(slots))
+        assert trees is self._given
+        trees, accepted = self._trees, accepted.to(self.device)
+        rows = torch.arange(len(slots), device=self.device)
         depth = trees.depth[rows, accepted]  # [B]
         new_last = trees.tokens[rows, accepted]  # [B]
         parent_tok = trees.tokens[rows, trees.parents[rows, accepted].clamp(min=0)]  # [B]
