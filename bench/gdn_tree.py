@@ -8,7 +8,8 @@ For every (B requests, N nodes, tree kind) it times, with CUDA-graph replay and 
   ``ieee``, ``tf32x3``, ``tf32``; ``verify_*`` and ``commit_*`` alone; ``meta_us``: the per-step tree metadata
   (shared by all layers of a step, not per layer);
 - ``ar``: flash-linear-attention's single-token decode step (``fused_recurrent_gated_delta_rule``, T=1);
-- ``branch``: the tree branch by branch: every root-to-leaf path re-run from S0 with fla's fused_recurrent (varlen);
+- ``branch``: the tree branch by branch: every root-to-leaf path re-run from S0 with fla's fused_recurrent (paths
+  batched, padded at the end with g = beta = 0);
 - ``pernode``: one state per node, level by level (:func:`lumotree.optimized.gdn_tree_ref.gdn_tree_pernode_ref`);
 - ``chunk``: fla's chunk kernel on chains (``chunk_gated_delta_rule`` with the final state = commit of the leaf);
 - ``floor``: read S0 + write one state at the copy bandwidth measured in the same run; ``io_floor``: every byte
@@ -235,17 +236,21 @@ def fla_fns(x, fla):
                 node = row[node]
             paths.append(path[::-1])
             owner.append(b)
-    flat_b = torch.tensor([owner[i] for i, p in enumerate(paths) for _ in p], device=DEVICE)
-    flat_n = torch.tensor([n for p in paths for n in p], device=DEVICE)
-    cu = torch.tensor([0] + list(np.cumsum([len(p) for p in paths])), dtype=torch.long, device=DEVICE)
-    owner_t = torch.tensor(owner, device=DEVICE)
+    # every path padded at its end to the longest: g = 0, beta = 0 there leave the state unchanged (alpha = 1, no
+    # write), so a plain batched fused_recurrent over [paths, T] replaces the varlen call (which faults in fla 0.6.0
+    # at this size, see bench/RESULTS.md)
+    T = max(len(p) for p in paths)
+    node = torch.tensor([p + [p[-1]] * (T - len(p)) for p in paths], device=DEVICE)  # [L, T]
+    live = torch.tensor([[t < len(p) for t in range(T)] for p in paths], device=DEVICE)  # [L, T]
+    owner_t = torch.tensor(owner, device=DEVICE)  # [L]
+    req = owner_t[:, None].expand(-1, T)  # [L, T]
 
     def branch():
-        qb, kb, vb = (x[n][flat_b, flat_n][None] for n in ("q", "k", "v"))
-        gb, bb = x["g"][flat_b, flat_n][None], x["beta"][flat_b, flat_n][None]
+        qb, kb, vb = (x[n][req, node] for n in ("q", "k", "v"))  # [L, T, H or HV, K or V]
+        gb = x["g"][req, node] * live[..., None]  # [L, T, HV]
+        bb = x["beta"][req, node] * live[..., None]
         return fla.fused_recurrent_gated_delta_rule(qb, kb, vb, gb, bb, initial_state=S0[owner_t],
-                                                    output_final_state=True, use_qk_l2norm_in_kernel=True,
-                                                    cu_seqlens=cu)
+                                                    output_final_state=True, use_qk_l2norm_in_kernel=True)
 
     def chunk():
         return fla.chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=S0,
