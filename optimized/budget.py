@@ -16,9 +16,10 @@ EAGLE-2's cumulative confidence). Expected accepted draft tokens of a tree are t
     rate_AR = B / T_decode(B)
 
 ``kappa`` calibrates the drafter: an exponential moving average of accepted over predicted draft tokens. The budget
-takes the node bucket of largest rate and falls back to autoregressive decoding when ``rate_AR`` is larger; after such
-a fallback it backs off (1, 2, 4, .. up to ``max_backoff`` autoregressive steps without drafting before it drafts
-again), so a useless or too expensive drafter costs one drafted step per backoff period. When only the calibration
+takes the node bucket of largest rate (the draft of the step is paid for by then) and falls back to autoregressive
+decoding when ``rate_AR`` is larger. When speculation including the draft's measured cost, ``sum_b E_b / (T_draft +
+T_verify)``, loses to ``rate_AR``, drafting backs off (1, 2, 4, .. up to ``max_backoff`` autoregressive steps without
+drafting before it drafts again), so a useless or too expensive drafter costs one drafted step per backoff period. When only the calibration
 makes speculation lose (the uncalibrated confidences would pay), that drafted step runs as a *probe* so the
 calibration can recover once the drafts improve.
 
@@ -269,18 +270,28 @@ class ExpectedThroughputBudget(BudgetPolicy):
         return best
 
     def choose(self, batch: int, confidences: Sequence[np.ndarray], draft_seconds: float) -> Decision:
-        """Speculate with the best bucket when it beats decoding; otherwise decode and back off (skip drafting for
-        1, 2, 4, .. steps). When only the calibration stands in the way (the drafter's own confidences would pay),
-        the step runs as a *probe* at the best bucket of the uncalibrated confidences, so the calibration can recover
-        when the drafts get better; probes happen once per backoff period."""
+        """Speculate with the best bucket when it beats decoding (the draft is paid for by now); otherwise decode.
+
+        Whether to *draft* in the next steps is a separate question, answered with the draft's cost included: when
+        ``tokens / (T_draft + T_verify)`` loses to decoding (or decoding wins outright), drafting backs off for 1, 2,
+        4, .. steps. When only the calibration stands in the way (the drafter's own confidences would pay), a step
+        that decodes runs as a *probe* at the best bucket of the uncalibrated confidences instead, so the calibration
+        can recover when the drafts get better; probes happen once per backoff period."""
         ar = self._ar(batch, "autoregressive: no tree bucket beats decode")
         ar_rate = ar.predicted_tokens / ar.predicted_seconds * (1.0 + self.margin)
         spec = self.best(batch, confidences, self.kappa)
-        if not spec.autoregressive and spec.predicted_tokens / spec.predicted_seconds > ar_rate:
+        spec_wins = not spec.autoregressive and spec.predicted_tokens / spec.predicted_seconds > ar_rate
+        pays_with_draft = spec_wins and (
+            spec.predicted_tokens / (spec.predicted_seconds + max(draft_seconds, 0.0)) > ar_rate)
+        if pays_with_draft:
             self.backoff = 1
             return spec
         self.skip_remaining = self.backoff
         self.backoff = min(self.max_backoff, 2 * self.backoff)
+        if spec_wins:
+            spec.reason += f"; drafting ({1e3 * draft_seconds:.2f} ms) does not pay: next {self.skip_remaining} " \
+                           "steps decode"
+            return spec
         optimistic = self.best(batch, confidences, max(1.0, self.kappa))
         if not optimistic.autoregressive and optimistic.predicted_tokens / optimistic.predicted_seconds > ar_rate:
             optimistic.reason = f"probe (calibration {self.kappa:.2f}); " + optimistic.reason

@@ -265,7 +265,7 @@ def plot(summary: dict[str, Any], path: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for label in labels:
         pts = sorted((r["B"], r["tokens_per_s"], r["speedup_vs_ar"]) for r in runs if r["label"] == label)
-        style = "k-o" if label == "autoregressive" else ("--" if label.startswith("chain") else "-")
+        style = "k-" if label == "autoregressive" else ("--" if label.startswith("chain") else "-")
         axes[0].plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=label)
         axes[1].plot([p[0] for p in pts], [p[2] for p in pts], style, marker="o", label=label)
     for ax, ylabel in zip(axes, ("decode tokens/s", "speed-up over autoregressive")):
@@ -277,7 +277,7 @@ def plot(summary: dict[str, Any], path: str) -> None:
     axes[1].axhline(1.0, color="gray", lw=0.8)
     axes[1].legend(fontsize=7, ncol=2)
     fig.suptitle(f"lumotree engine, {summary.get('device_name', '')}: {summary['parameters'] / 1e9:.2f} B-parameter "
-                 "Qwen3-Next-shaped model (random weights, bf16), greedy")
+                 f"Qwen3-Next-shaped model (random weights, {summary.get('dtype', '')}), greedy")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -432,6 +432,18 @@ def test_budget_calibration_probes_and_backoff():
     assert budget.choose(64, [np.full(15, 0.99)] * 64, 0.0).autoregressive
 
 
+def test_budget_backs_off_when_drafting_costs_more_than_it_gains():
+    profile = flat_profile(verify=lambda b, n: 1.0 + n / 64.0)
+    budget = ExpectedThroughputBudget(profile)
+    confident = [np.full(15, 0.6)]
+    cheap = budget.choose(1, confident, draft_seconds=0.1)
+    assert not cheap.autoregressive and budget.want_draft(1)  # drafting pays: keep drafting
+    expensive = budget.choose(1, confident, draft_seconds=20.0)  # 10 tokens / (1.25 + 20) s < 1 token / s
+    assert not expensive.autoregressive  # the draft is paid for: verifying it still beats decoding now
+    assert "does not pay" in expensive.reason
+    assert [budget.want_draft(1) for _ in range(2)] == [False, True]  # then decode a step without drafting
+
+
 def test_engine_falls_back_to_autoregressive_when_drafts_are_useless():
     """A drafter whose proposals are never right (but claims confidence) is switched off by calibration and backoff:
     most steps become plain decode steps."""
