@@ -31,15 +31,17 @@ from lumotree.optimized import tree_attention as ta
 
 HQ, HKV, D = 16, 2, 256
 DEVICE = "cuda"
-CONFIGS = [  # (block_m, block_n, num_warps, num_stages)
-    (64, 64, 4, 2),
-    (64, 64, 8, 2),
-    (64, 32, 4, 3),
+# (block_m, block_n, num_warps, num_stages): the configs that compile for sm_90 without register spills or with few
+# (bench/NOTES-attention.md: cuobjdump resource report of each), plus the previous sweep's winners
+CONFIGS = [
     (128, 64, 8, 2),
     (128, 32, 8, 3),
+    (64, 64, 8, 2),
+    (64, 32, 8, 3),
 ]
-DECODE_CONFIGS = [(16, 64, 4, 2), (16, 128, 4, 2), (16, 32, 4, 3)]
-WAVES = (1.0, 2.0, 4.0)
+DECODE_CONFIGS = [(16, 64, 4, 3), (16, 32, 4, 4), (16, 64, 4, 2)]
+WAVES = (1.0, 2.0)
+DECODE_WAVES = (1.0, 2.0, 4.0)
 
 
 def random_tree(n: int, rng: np.random.Generator, max_children: int = 4) -> list[int]:
@@ -90,7 +92,7 @@ def measure_ceilings() -> tuple[float, float]:
 
 
 def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops: float, configs: list,
-              decode_cache: dict) -> dict:
+              decode_cache: dict, compile_only: bool = False) -> dict:
     dev = DEVICE
     C = L + N
     k_cache = torch.randn(B, HKV, C, D, device=dev, dtype=torch.bfloat16)  # [P=B, HKV, C, D]
@@ -114,6 +116,21 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
     def dense():
         o = F.scaled_dot_product_attention(qt, k_cache, v_cache, attn_mask=mask, enable_gqa=True)
         return o.transpose(1, 2) * torch.sigmoid(gate)
+
+    if compile_only:  # warm the Triton cache for a later timing run (same shapes, so the same specialisations)
+        q1, g1 = q[:, :1].contiguous(), gate[:, :1].contiguous()
+        meta1 = ta.tree_metadata(torch.full((B, 1), -1, dtype=torch.int32, device=dev))
+        runs = [(q, gate, meta.words, cfg, waves, 256) for cfg in configs for waves in WAVES]
+        runs += [(q1, g1, meta1.words, cfg, waves, cfg[1]) for cfg in DECODE_CONFIGS for waves in DECODE_WAVES]
+        for qq, gg, words, (bm, bn, nw, ns), waves, min_chunk in runs:
+            rb = triton.cdiv(qq.shape[1], bm // (HQ // HKV))
+            splits = ta.choose_num_splits(B, HKV, rb, L, torch.device(dev), block_n=bn, waves=waves, min_chunk=min_chunk)
+            ta.tree_attention(qq, k_cache, v_cache, slots, lens, words, gate=gg, num_splits=splits, block_m=bm,
+                              block_n=bn, num_warps=nw, num_stages=ns, validate=False)
+        for qq, gg, words in ((q, gate, meta.words), (q1, g1, meta1.words)):
+            ta.tree_attention(qq, k_cache, v_cache, slots, lens, words, gate=gg, max_len=L, validate=False)
+        torch.cuda.synchronize()
+        return row
 
     # correctness of ours against SDPA in float32 on the same bf16 inputs (two requests keep memory small)
     nb = min(B, 2)
@@ -140,6 +157,7 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
             if best is None or t < best[0]:
                 best = (t, (bm, bn, nw, ns, splits))
     row["ours_us"], row["ours_cfg"] = best
+    row["ours_default_cfg"] = ta.default_launch(B, N, HQ, HKV, D, L, torch.device(dev))
     row["ours_default_us"] = graph_time(lambda: ta.tree_attention(
         q, k_cache, v_cache, slots, lens, meta.words, gate=gate, out=out, max_len=L, validate=False))
 
@@ -154,7 +172,7 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
         out1 = torch.empty_like(q1)
         best1 = None
         for bm, bn, nw, ns in DECODE_CONFIGS:
-            for waves in WAVES:
+            for waves in DECODE_WAVES:
                 splits = ta.choose_num_splits(B, HKV, 1, L, torch.device(dev), block_n=bn, waves=waves,
                                               min_chunk=bn)
                 fn = lambda: ta.tree_attention(  # noqa: E731
@@ -164,6 +182,7 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
                 if best1 is None or t < best1[0]:
                     best1 = (t, (bm, bn, nw, ns, splits))
         dec["ours_decode1_us"], dec["ours_decode1_cfg"] = best1
+        dec["ours_decode1_default_cfg"] = ta.default_launch(B, 1, HQ, HKV, D, L, torch.device(dev))
         dec["ours_decode1_default_us"] = graph_time(lambda: ta.tree_attention(
             q1, k_cache, v_cache, slots, lens, meta1.words, gate=g1, out=out1, max_len=L, validate=False))
         decode_cache[(B, L)] = dec
@@ -221,6 +240,42 @@ def plot(json_path: str, png_path: str, length: int = 8192) -> None:
     fig.savefig(png_path, dpi=110)
 
 
+def run_points(points: list[str], out: str, rng: np.random.Generator, compile_only: bool) -> int:
+    """Explicit points ``B:L:N`` (full config sweep) or ``B:L:N:d`` (default config and its split-count sweep)."""
+    bw, flops = (1.0, 1.0) if compile_only else measure_ceilings()
+    if not compile_only:
+        print(f"{torch.cuda.get_device_name()}  copy bw {bw / 1e12:.2f} TB/s  bf16 matmul {flops / 1e12:.0f} TFLOP/s")
+    rows, decode_cache, t0 = [], {}, time.time()
+    for point in points:
+        parts = point.split(":")
+        B, L, N = (int(x) for x in parts[:3])
+        default_only = len(parts) > 3 and parts[3] == "d"
+        configs = [tuple(ta.default_launch(B, N, HQ, HKV, D, L, torch.device(DEVICE))[:4])] if default_only else CONFIGS
+        row = run_point(B, L, N, rng, bw, flops, configs, decode_cache, compile_only=compile_only)
+        if compile_only:
+            continue
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+                  "copy_bw": bw, "bf16_flops": flops, "seconds": time.time() - t0, "rows": rows}
+        with open(out, "w") as f:  # after every point: a run cut short keeps what it measured
+            json.dump(result, f, indent=1)
+    if not compile_only:
+        print_table(rows)
+    return 0
+
+
+def print_table(rows: list[dict]) -> None:
+    hdr = ("B", "L", "N", "ours", "default", "decode1", "ours_dec1", "dense", "pernode", "floor", "flopfl", "x_dec1",
+           "x_dense", "err")
+    print(" ".join(f"{h:>9}" for h in hdr))
+    for r in rows:
+        vals = [r["B"], r["L"], r["N"], r["ours_us"], r["ours_default_us"], r["decode1_us"], r["ours_decode1_us"],
+                r["dense_us"], r["pernode_us"], r["floor_us"], r["flop_floor_us"], r["ratio_vs_decode1"],
+                r["ratio_vs_dense"], r["rel_err"]]
+        print(" ".join(f"{v:>9.3g}" if isinstance(v, float) else f"{str(v):>9}" for v in vals))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="tree_attention_bench.json")
@@ -228,13 +283,19 @@ def main() -> int:
     ap.add_argument("--B", type=int, nargs="*", default=[1, 16, 64])
     ap.add_argument("--L", type=int, nargs="*", default=[1024, 8192, 32768])
     ap.add_argument("--N", type=int, nargs="*", default=[8, 32, 64, 128])
+    ap.add_argument("--points", nargs="*", metavar="B:L:N[:d]",
+                    help="time only these points (instead of the grid): B:L:N sweeps the configs, B:L:N:d times the "
+                         "default config (and its split counts)")
     ap.add_argument("--no-sweep", action="store_true", help="time the first config only")
+    ap.add_argument("--compile-only", action="store_true", help="run every config once (warm the Triton cache)")
     args = ap.parse_args()
     if args.plot:
         plot(*args.plot)
         return 0
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
+    if args.points:
+        return run_points(args.points, args.out, rng, args.compile_only)
     bw, flops = measure_ceilings()
     print(f"{torch.cuda.get_device_name()}  copy bw {bw / 1e12:.2f} TB/s  bf16 matmul {flops / 1e12:.0f} TFLOP/s")
     rows = []
@@ -261,14 +322,7 @@ def main() -> int:
               "copy_bw": bw, "bf16_flops": flops, "seconds": time.time() - t0, "rows": rows}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    hdr = ("B", "L", "N", "ours", "default", "decode1", "ours_dec1", "dense", "pernode", "floor", "flopfl", "x_dec1",
-           "x_dense", "err")
-    print(" ".join(f"{h:>9}" for h in hdr))
-    for r in rows:
-        vals = [r["B"], r["L"], r["N"], r["ours_us"], r["ours_default_us"], r["decode1_us"], r["ours_decode1_us"],
-                r["dense_us"], r["pernode_us"], r["floor_us"], r["flop_floor_us"], r["ratio_vs_decode1"],
-                r["ratio_vs_dense"], r["rel_err"]]
-        print(" ".join(f"{v:>9.3g}" if isinstance(v, float) else f"{str(v):>9}" for v in vals))
+    print_table(rows)
     return 0
 
 

@@ -9,15 +9,20 @@ indexed by slot:
   written right after the committed ones, then compacted);
 - the committed length of each slot ``[P]`` int32 (all layers advance together).
 
-One code path computes every step. A *tree step* runs B requests with N nodes each through all layers: per GDN layer
-the tree convolution (:func:`~lumotree.optimized.conv_tree.tree_conv`) and the closed-form tree verify
-(:func:`~lumotree.optimized.gdn_tree.gdn_tree_verify_gated`), per attention layer the fused q/k norm + RoPE + KV store
+A *tree step* runs B requests with N nodes each through all layers: per GDN layer the tree convolution
+(:func:`~lumotree.optimized.conv_tree.tree_conv`), the closed-form tree verify
+(:func:`~lumotree.optimized.gdn_tree.gdn_tree_verify_gated`) and the gated RMSNorm
+(:func:`~lumotree.optimized.gdn_decode.gated_rmsnorm`), per attention layer the fused q/k norm + RoPE + KV store
 (:func:`~lumotree.optimized.tree_attention.prepare_qkv`) and tree attention; the projections and MLPs are cuBLAS
-matmuls. The *commit* advances every pool along each request's accepted path (GDN state from the factors, conv state
-from the path inputs, KV compaction). Then
+matmuls; each residual add is fused with the RMSNorm that follows it, and SwiGLU's ``silu(g) * u`` is one kernel. The
+*commit* advances every pool along each request's accepted path (GDN state from the factors, conv state from the
+path inputs, KV compaction). Then
 
 - ``verify`` = tree step (logits of every node), caches untouched until ``commit``;
-- ``decode`` = tree step on one-node trees + commit of the root;
+- ``decode`` = a *decode step*: the same layers for one token per request without tree or commit — per GDN layer
+  :func:`~lumotree.optimized.gdn_decode.conv_step` and :func:`~lumotree.optimized.gdn_decode.gdn_decode` (state read
+  and written once, gated norm fused), per attention layer tree attention on a one-node tree (its K/V written in
+  place at the committed length): the same function as a tree step on one-node trees plus the commit of the root;
 - ``prefill`` = chunks of up to ``max_nodes`` tokens, each a chain tree + commit of its last node (the GDN core uses
   flash-linear-attention's ``chunk_gated_delta_rule`` on the chunk instead when it is importable on a GPU).
 
@@ -41,19 +46,70 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
 from . import tree_attention as ta
-from ._checks import MAX_NODES, check_tree_rows
+from ._checks import MAX_NODES, check_tree_rows, interpreting
 from .conv_tree import tree_conv, tree_conv_commit
+from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import gdn_tree_commit, gdn_tree_verify_gated, tree_meta
 
 __all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random"]
 
 
-def _rmsnorm0(x: torch.Tensor, weight1p: torch.Tensor, eps: float) -> torch.Tensor:
-    """Zero-centred RMSNorm ``x * rsqrt(mean(x^2) + eps) * (1 + w)`` in fp32 (``weight1p = 1 + w``, fp32)."""
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight1p).to(x.dtype)
+# ------------------------------------------------------------------------------------------- fused small kernels
+@triton.jit
+def _add_rmsnorm_kernel(h_ptr, delta_ptr, w_ptr, out_ptr, D, eps, HAS_DELTA: tl.constexpr, BLOCK: tl.constexpr):
+    """One program per token row: ``h += delta`` (rounded to h's dtype, in place), ``out = h rsqrt(mean h^2 + eps) w``."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)  # [BLOCK]
+    ok = cols < D
+    h = tl.load(h_ptr + row * D + cols, mask=ok, other=0.0)  # [BLOCK]
+    if HAS_DELTA:
+        h = (h.to(tl.float32) + tl.load(delta_ptr + row * D + cols, mask=ok, other=0.0).to(tl.float32))
+        h = h.to(h_ptr.dtype.element_ty)
+        tl.store(h_ptr + row * D + cols, h, mask=ok)
+    hf = h.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(hf * hf, axis=0) / D + eps)
+    w = tl.load(w_ptr + cols, mask=ok, other=0.0)
+    tl.store(out_ptr + row * D + cols, (hf * rstd * w).to(out_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _silu_mul_kernel(gu_ptr, out_ptr, inner, BLOCK: tl.constexpr):
+    """``out[t] = silu(gu[t, :I]) * gu[t, I:]`` (SwiGLU), fp32 arithmetic, one rounding."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
+    ok = cols < inner
+    g = tl.load(gu_ptr + row * 2 * inner + cols, mask=ok, other=0.0).to(tl.float32)
+    u = tl.load(gu_ptr + row * 2 * inner + inner + cols, mask=ok, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * inner + cols, (g * tl.sigmoid(g) * u).to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def _launch_opts(num_warps: int) -> dict:
+    return {} if interpreting() else {"num_warps": num_warps}
+
+
+def _add_rmsnorm(h: torch.Tensor, delta: torch.Tensor | None, weight1p: torch.Tensor, eps: float) -> torch.Tensor:
+    """Zero-centred RMSNorm ``x * rsqrt(mean(x^2) + eps) * (1 + w)`` of the residual stream ``h: [T, Dm]`` after
+    ``h += delta`` in place (``delta: [T, Dm]`` or None; ``weight1p = 1 + w`` fp32). Returns ``[T, Dm]``."""
+    T, D = h.shape
+    out = torch.empty_like(h)  # [T, Dm]
+    has_delta = delta is not None
+    _add_rmsnorm_kernel[(T,)](h, delta if has_delta else h, weight1p, out, D, float(eps), HAS_DELTA=has_delta,
+                              BLOCK=triton.next_power_of_2(D), **_launch_opts(8 if D >= 2048 else 4))
+    return out
+
+
+def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
+    """SwiGLU activation of the fused gate|up projection ``gu: [T, 2I]`` -> ``[T, I]``."""
+    T, two_i = gu.shape
+    inner = two_i // 2
+    out = torch.empty((T, inner), dtype=gu.dtype, device=gu.device)  # [T, I]
+    block = min(1024, triton.next_power_of_2(inner))
+    _silu_mul_kernel[(T, triton.cdiv(inner, block))](gu, out, inner, BLOCK=block, **_launch_opts(4))
+    return out
 
 
 @dataclass
@@ -239,6 +295,8 @@ class OptimizedModel:
                 self.k_pools.append(torch.zeros((P, HKV, self.capacity, D), dtype=self.dtype, device=dev))
                 self.v_pools.append(torch.zeros((P, HKV, self.capacity, D), dtype=self.dtype, device=dev))
         self.lens = torch.zeros(P, dtype=torch.int32, device=dev)  # [P] committed length per slot
+        self._root_words = torch.ones((P, 1, 1), dtype=torch.int32, device=dev)  # decode: a one-node tree's bitset
+        self._zero_offsets = torch.zeros((P, 1), dtype=torch.int32, device=dev)  # decode: RoPE at position lens
         self._host_lens = [0] * P
         self._last: _StepRecord | None = None
         self._graph_entries: dict[tuple, dict] = {}
@@ -303,9 +361,7 @@ class OptimizedModel:
     def _mlp(self, m: _MLP, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU MLP, or the MoE block computed densely (see the module docstring). ``x: [T, Dm]``."""
         if m.router is None:
-            gu = x @ m.w_gate_up.T  # [T, 2I]
-            g, u = gu.chunk(2, dim=-1)
-            return (F.silu(g) * u) @ m.w_down.T
+            return _silu_mul(x @ m.w_gate_up.T) @ m.w_down.T  # [T, 2I] -> [T, I] -> [T, Dm]
         probs = torch.softmax((x @ m.router.T).float(), dim=-1)  # [T, E]
         top_p, top_i = torch.topk(probs, self.config.num_experts_per_tok, dim=-1)  # [T, k]
         if self.config.norm_topk_prob:
@@ -319,21 +375,26 @@ class OptimizedModel:
         shared = (F.silu(sg) * su) @ m.shared_down.T
         return out + torch.sigmoid(x @ m.shared_gate.T) * shared
 
+    def _norm_after(self, i: int) -> torch.Tensor:
+        """The norm weight (``1 + w``) applied after layer ``i``'s MLP: the next layer's input norm or the final one."""
+        return self.layers[i + 1].in_norm if i + 1 < len(self.layers) else self.final_norm
+
     def _step(self, tokens, slots, parents, num_nodes, *, prefill: bool = False) -> _StepRecord:
         """A tree step (module docstring). ``tokens, parents: [B, N]``, ``slots, num_nodes: [B]`` (device tensors)."""
         B, N = tokens.shape
+        T = B * N
         meta = tree_meta(parents, num_nodes, validate=False)
         lens = self.lens.index_select(0, slots.long())  # [B]
-        h = self.embed[tokens.long()]  # [B, N, Dm]
+        h = self.embed[tokens.reshape(T).long()]  # [T, Dm] residual stream (a fresh tensor: updated in place)
+        x = _add_rmsnorm(h, None, self.layers[0].in_norm, self.eps)  # [T, Dm]
         gdn_records: list = []
         gi = ai = 0
         splits = self._num_splits(B, N) if self.k_pools else 1
-        for layer, m in zip(self.layers, self.mlps):
-            x = _rmsnorm0(h, layer.in_norm, self.eps)  # [B, N, Dm]
+        for i, (layer, m) in enumerate(zip(self.layers, self.mlps)):
             if isinstance(layer, _GDNLayer):
                 H, HV, K, V, W = self._gdn_dims
                 C = 2 * H * K + HV * V
-                proj = x @ layer.w_in.T  # [B, N, C + HV V + 2 HV]
+                proj = (x @ layer.w_in.T).view(B, N, -1)  # [B, N, C + HV V + 2 HV]
                 mixed = proj[..., :C]  # [B, N, C] conv inputs (q | k | v)
                 z = proj[..., C : C + HV * V].unflatten(-1, (HV, V))  # [B, N, HV, V]
                 b_gate = proj[..., C + HV * V : C + HV * V + HV]  # [B, N, HV]
@@ -352,14 +413,12 @@ class OptimizedModel:
                         allow_neg_eigval=self.config.allow_neg_eigval, num_nodes=num_nodes, meta=meta,
                         input_precision=self.gdn_precision, validate=False)  # o: [B, N, HV, V]
                     gdn_records.append((factors, mixed))
-                of = o.float()
-                normed = of * torch.rsqrt(of.pow(2).mean(-1, keepdim=True) + self.eps) * layer.norm_w
-                gated = (normed * F.silu(z.float())).to(self.dtype).flatten(-2)  # [B, N, HV V]
-                mix = gated @ layer.w_out.T  # [B, N, Dm]
+                gated = gated_rmsnorm(o.reshape(T, HV, V), z.reshape(T, HV, V), layer.norm_w, eps=self.eps)
+                mix = gated.view(T, HV * V) @ layer.w_out.T  # [T, Dm]
                 gi += 1
             else:
                 HQ, HKV, D = self._attn_dims
-                proj = x @ layer.w_qkv.T  # [B, N, 2 HQ D + 2 HKV D]
+                proj = (x @ layer.w_qkv.T).view(B, N, -1)  # [B, N, 2 HQ D + 2 HKV D]
                 qg = proj[..., : 2 * HQ * D].unflatten(-1, (HQ, 2 * D))  # [B, N, HQ, 2D] query_h | gate_h
                 kk = proj[..., 2 * HQ * D : 2 * HQ * D + HKV * D].unflatten(-1, (HKV, D))  # [B, N, HKV, D]
                 vv = proj[..., 2 * HQ * D + HKV * D :].unflatten(-1, (HKV, D))  # [B, N, HKV, D]
@@ -368,16 +427,58 @@ class OptimizedModel:
                                        validate=False)  # [B, N, HQ, D]; K/V stored at lens + n
                 att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, meta.words,
                                         gate=qg[..., D:], num_splits=splits, validate=False)  # [B, N, HQ, D]
-                mix = att.flatten(-2) @ layer.w_o.T  # [B, N, Dm]
+                mix = att.view(T, HQ * D) @ layer.w_o.T  # [T, Dm]
                 ai += 1
-            h = h + mix
-            y = _rmsnorm0(h, m.post_norm, self.eps)
-            h = h + self._mlp(m, y.flatten(0, 1)).view_as(h)
+            y = _add_rmsnorm(h, mix, m.post_norm, self.eps)  # h += mix
+            x = _add_rmsnorm(h, self._mlp(m, y), self._norm_after(i), self.eps)  # h += mlp; next norm
+        x = x.view(B, N, -1)  # [B, N, Dm] final-normed
         if prefill:  # only the chunk's last real token needs logits
-            last = (num_nodes.long() - 1)[:, None, None].expand(B, 1, h.shape[-1])
-            h = h.gather(1, last)  # [B, 1, Dm]
-        logits = (_rmsnorm0(h, self.final_norm, self.eps) @ self.lm_head.T).float()  # [B, N or 1, Vocab]
+            last = (num_nodes.long() - 1)[:, None, None].expand(B, 1, x.shape[-1])
+            x = x.gather(1, last)  # [B, 1, Dm]
+        logits = (x @ self.lm_head.T).float()  # [B, N or 1, Vocab]
         return _StepRecord(B, N, slots, parents, num_nodes, meta, lens, gdn_records, logits)
+
+    def _decode_step(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """One token per request (``tokens, slots: [B]`` device tensors): every pool advances by one in place, no
+        tree and no commit (:mod:`~lumotree.optimized.gdn_decode` for the GDN layers: the state is read and
+        written once; tree attention on one-node trees for the attention layers). Returns logits ``[B, V]`` fp32."""
+        B = slots.shape[0]
+        lens = self.lens.index_select(0, slots.long())  # [B]
+        h = self.embed[tokens.reshape(B).long()]  # [B, Dm] residual stream
+        x = _add_rmsnorm(h, None, self.layers[0].in_norm, self.eps)  # [B, Dm]
+        gi = ai = 0
+        splits = self._num_splits(B, 1) if self.k_pools else 1
+        for i, (layer, m) in enumerate(zip(self.layers, self.mlps)):
+            if isinstance(layer, _GDNLayer):
+                H, HV, K, V, W = self._gdn_dims
+                C = 2 * H * K + HV * V
+                proj = x @ layer.w_in.T  # [B, C + HV V + 2 HV]
+                conv = conv_step(proj[:, :C], layer.conv_w, self.conv_pools[gi], slots, validate=False)  # [B, C]
+                gated = gdn_decode(
+                    conv[:, : H * K].unflatten(-1, (H, K)), conv[:, H * K : 2 * H * K].unflatten(-1, (H, K)),
+                    conv[:, 2 * H * K :].unflatten(-1, (HV, V)), proj[:, C + HV * V + HV :],
+                    proj[:, C + HV * V : C + HV * V + HV], layer.A_log, layer.dt_bias, self.state_pools[gi], slots,
+                    allow_neg_eigval=self.config.allow_neg_eigval, z=proj[:, C : C + HV * V].unflatten(-1, (HV, V)),
+                    norm_weight=layer.norm_w, eps=self.eps, validate=False)  # [B, HV, V] gated-normed
+                mix = gated.view(B, HV * V) @ layer.w_out.T  # [B, Dm]
+                gi += 1
+            else:
+                HQ, HKV, D = self._attn_dims
+                proj = (x @ layer.w_qkv.T)[:, None]  # [B, 1, 2 HQ D + 2 HKV D]
+                qg = proj[..., : 2 * HQ * D].unflatten(-1, (HQ, 2 * D))  # [B, 1, HQ, 2D]
+                kk = proj[..., 2 * HQ * D : 2 * HQ * D + HKV * D].unflatten(-1, (HKV, D))  # [B, 1, HKV, D]
+                vv = proj[..., 2 * HQ * D + HKV * D :].unflatten(-1, (HKV, D))  # [B, 1, HKV, D]
+                q_rot = ta.prepare_qkv(qg[..., :D], kk, vv, layer.q_norm, layer.k_norm, self.inv_freq,
+                                       self._zero_offsets[:B], self.k_pools[ai], self.v_pools[ai], slots, lens,
+                                       eps=self.eps, validate=False)  # [B, 1, HQ, D]; K/V stored at lens
+                att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, self._root_words[:B],
+                                        gate=qg[..., D:], num_splits=splits, validate=False)  # [B, 1, HQ, D]
+                mix = att.view(B, HQ * D) @ layer.w_o.T  # [B, Dm]
+                ai += 1
+            y = _add_rmsnorm(h, mix, m.post_norm, self.eps)
+            x = _add_rmsnorm(h, self._mlp(m, y), self._norm_after(i), self.eps)
+        self.lens.index_copy_(0, slots.long(), lens + 1)
+        return (x @ self.lm_head.T).float()  # [B, Vocab]
 
     def _commit(self, rec: _StepRecord, accepted: torch.Tensor) -> None:
         """Advance every pool of ``rec``'s slots along root..accepted (device tensors only: graph safe)."""
@@ -551,17 +652,10 @@ class OptimizedModel:
         B = slots.shape[0]
         tok = tokens.view(B, 1).to(self.device)
 
-        def body(tokens, slots):
-            parents = torch.full((B, 1), -1, dtype=torch.int32, device=self.device)
-            num_nodes = torch.ones(B, dtype=torch.int32, device=self.device)
-            rec = self._step(tokens, slots, parents, num_nodes)
-            self._commit(rec, torch.zeros(B, dtype=torch.int32, device=self.device))
-            return rec.logits[:, 0]
-
         if self.graphs:
-            logits = self._run_graph(("decode", B), {"tokens": tok, "slots": slots}, body)
+            logits = self._run_graph(("decode", B), {"tokens": tok, "slots": slots}, self._decode_step)
         else:
-            logits = body(tok, slots)
+            logits = self._decode_step(tok, slots)
         for s in slots.tolist():
             self._host_lens[s] += 1
         self._last = None

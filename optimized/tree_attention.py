@@ -317,6 +317,37 @@ def _check_slot_range(slots: torch.Tensor, P: int) -> None:
 
 # --------------------------------------------------------------------------------------------------- attention
 @triton.jit
+def _attend_tile(q, k_ptrs, v_ptrs, load_mask, score_mask, m_i, l_i, acc, qk_scale,
+                 MASKED: tl.constexpr, IEEE: tl.constexpr):
+    """One online-softmax step of ``BLOCK_M`` query rows over one key tile: returns the updated ``(m, l, acc)``.
+
+    ``k_ptrs, v_ptrs: [BLOCK_N, BLOCK_D]``; ``load_mask`` guards the loads, ``score_mask [BLOCK_M, BLOCK_N]`` hides
+    scores when ``MASKED`` (a full tile of committed keys needs neither: every row sees every key)."""
+    k = tl.load(k_ptrs, mask=load_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+    if IEEE:
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
+    s = s * qk_scale
+    if MASKED:
+        s = tl.where(score_mask, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = m_new
+    p = tl.math.exp2(s - m_use[:, None])  # [BLOCK_M, BLOCK_N]
+    alpha = tl.math.exp2(m_i - m_use)  # [BLOCK_M]
+    v = tl.load(v_ptrs, mask=load_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    if IEEE:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _tree_attn_kernel(
     Q, KC, VC, Gate, Words, Slots, Lens, Out, PartAcc, PartML,
     sqb, sqn, sqh, sgb, sgn, sgh, sob, son, soh,
@@ -358,32 +389,24 @@ def _tree_attn_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    # committed keys: this split's chunk of [0, L), a multiple of BLOCK_N long
+    # committed keys: this split's chunk of [0, L), a multiple of BLOCK_N long; full tiles first, without masks
     chunk = tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_N) * BLOCK_N
     start = pid_s * chunk
     end = tl.minimum(start + chunk, L)
-    for n0 in range(start, end, BLOCK_N):
-        pos = n0 + offs_n  # [BLOCK_N]
-        kv_ok = pos < end
-        k = tl.load(k_base + pos[:, None].to(tl.int64) * skcc + offs_d[None, :],
-                    mask=kv_ok[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N]
-        s = tl.where(kv_ok[None, :], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_safe[:, None])  # [BLOCK_M, BLOCK_N]
-        alpha = tl.math.exp2(m_i - m_safe)
-        v = tl.load(v_base + pos[:, None].to(tl.int64) * svcc + offs_d[None, :],
-                    mask=kv_ok[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+    full_end = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
+    pos = start + offs_n  # [BLOCK_N]
+    k_ptrs = k_base + pos[:, None].to(tl.int64) * skcc + offs_d[None, :]  # [BLOCK_N, BLOCK_D]
+    v_ptrs = v_base + pos[:, None].to(tl.int64) * svcc + offs_d[None, :]
+    d_only = mask_d[None, :]  # [1, BLOCK_D]
+    for _ in range(start, full_end, BLOCK_N):
+        m_i, l_i, acc = _attend_tile(q, k_ptrs, v_ptrs, d_only, d_only, m_i, l_i, acc, qk_scale,
+                                     MASKED=False, IEEE=IEEE)
+        k_ptrs += BLOCK_N * skcc
+        v_ptrs += BLOCK_N * svcc
+    if full_end < end:  # the ragged last tile of the committed range
+        kv_ok = (full_end + offs_n) < end  # [BLOCK_N]
+        m_i, l_i, acc = _attend_tile(q, k_ptrs, v_ptrs, kv_ok[:, None] & d_only, kv_ok[None, :], m_i, l_i, acc,
+                                     qk_scale, MASKED=True, IEEE=IEEE)
 
     # the tree's own keys (last split only): node j at position L + j, visible iff bit j of words[node]
     node_hi = tl.minimum((pid_m + 1) * NODES, N)
@@ -392,28 +415,13 @@ def _tree_attn_kernel(
         j = j0 + offs_n  # [BLOCK_N]
         j_ok = j < node_hi
         pos = L + j
-        k = tl.load(k_base + pos[:, None].to(tl.int64) * skcc + offs_d[None, :],
-                    mask=j_ok[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
         word = tl.load(Words + b * swb + node[:, None] * swn + (j // 32)[None, :],
                        mask=row_ok[:, None] & j_ok[None, :], other=0)  # [BLOCK_M, BLOCK_N]
         visible = ((word >> (j % 32)[None, :]) & 1) != 0
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        s = tl.where(visible, s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_safe[:, None])
-        alpha = tl.math.exp2(m_i - m_safe)
-        v = tl.load(v_base + pos[:, None].to(tl.int64) * svcc + offs_d[None, :],
-                    mask=j_ok[:, None] & mask_d[None, :], other=0.0)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+        m_i, l_i, acc = _attend_tile(
+            q, k_base + pos[:, None].to(tl.int64) * skcc + offs_d[None, :],
+            v_base + pos[:, None].to(tl.int64) * svcc + offs_d[None, :], j_ok[:, None] & d_only, visible,
+            m_i, l_i, acc, qk_scale, MASKED=True, IEEE=IEEE)
 
     io_mask = row_ok[:, None] & mask_d[None, :]
     if FINALIZE:  # one split: normalise and gate here
@@ -437,29 +445,34 @@ def _combine_kernel(
     PartAcc, PartML, Gate, Out,
     spa_s, spa_b, spa_n, spa_h, spm_s, spm_b, spm_n, spm_h, sgb, sgn, sgh, sob, son, soh,
     N, HQ, D, NUM_SPLITS,
-    HAS_GATE: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_GATE: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
-    """One program per (request, node, query head): merge the split partials, normalise, gate."""
+    """One program per (request, node, query head): merge the split partials ``BLOCK_S`` at a time (one vector load
+    each, not one round trip per split), normalise, gate."""
     pid = tl.program_id(0)
     h = pid % HQ
     n = (pid // HQ) % N
     b = pid // (HQ * N)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_d = tl.arange(0, BLOCK_D)  # [BLOCK_D]
     mask_d = offs_d < D
-    m_run = float("-inf")
-    l_run = 0.0
+    offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
+    m_run = tl.full([1], float("-inf"), tl.float32)  # [1]
+    l_run = tl.zeros([1], tl.float32)
     acc = tl.zeros([BLOCK_D], tl.float32)
-    for s in range(NUM_SPLITS):
+    for s0 in range(0, NUM_SPLITS, BLOCK_S):
+        s = s0 + offs_s  # [BLOCK_S]
+        s_ok = s < NUM_SPLITS
         ml = PartML + s * spm_s + b * spm_b + n * spm_n + h * spm_h
-        m_s = tl.load(ml)
-        l_s = tl.load(ml + 1)
-        a_s = tl.load(PartAcc + s * spa_s + b * spa_b + n * spa_n + h * spa_h + offs_d, mask=mask_d, other=0.0)
-        m_new = tl.maximum(m_run, m_s)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        w_old = tl.math.exp2(m_run - m_safe)
-        w_s = tl.math.exp2(m_s - m_safe)
-        l_run = l_run * w_old + l_s * w_s
-        acc = acc * w_old + a_s * w_s
+        m_s = tl.load(ml, mask=s_ok, other=float("-inf"))  # [BLOCK_S] (-inf: a split that saw no key)
+        l_s = tl.load(ml + 1, mask=s_ok, other=0.0)
+        a_s = tl.load(PartAcc + s[:, None] * spa_s + b * spa_b + n * spa_n + h * spa_h + offs_d[None, :],
+                      mask=s_ok[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_S, BLOCK_D]
+        m_new = tl.maximum(m_run, tl.max(m_s, axis=0))  # [1]
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        w_old = tl.math.exp2(m_run - m_use)  # [1]
+        w_s = tl.math.exp2(m_s - m_use)  # [BLOCK_S]
+        l_run = l_run * w_old + tl.sum(l_s * w_s, axis=0)
+        acc = acc * w_old + tl.sum(a_s * w_s[:, None], axis=0)
         m_run = m_new
     o = acc / l_run
     if HAS_GATE:
@@ -481,11 +494,12 @@ def _num_sms(device: torch.device) -> int:
 
 
 def _default_blocks(G: int, N: int, D: int, dtype: torch.dtype = torch.bfloat16) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the main kernel, from the H200 sweep in bench/RESULTS.md: small
-    row counts (decode) take 16-row tiles, mid-size trees 64 or 128 rows with 32-key tiles, large trees 128 x 64."""
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the main kernel, from the H200 sweeps in bench/RESULTS.md: small
+    row counts (decode) take 16-row tiles (3 stages: no register spills, 2 stages spill), mid-size trees 64 or 128
+    rows with 32-key tiles, large trees 128 x 64."""
     rows = G * N
     if rows <= 16:
-        cfg = (16, 64, 4, 2)
+        cfg = (16, 64, 4, 3)
     elif rows <= 128:
         cfg = (64, 32, 4, 3)
     elif rows < 512:
@@ -500,10 +514,12 @@ def _default_blocks(G: int, N: int, D: int, dtype: torch.dtype = torch.bfloat16)
 
 def choose_num_splits(batch: int, num_kv_heads: int, row_blocks: int, max_len: int, device: torch.device,
                       *, block_n: int = 64, waves: float = 1.0, min_chunk: int = 256) -> int:
-    """Splits over the committed length so that about ``waves`` waves of programs fill the GPU, each split at
-    least ``min_chunk`` keys long. Pass the cache capacity as ``max_len`` for CUDA graphs (the grid is fixed)."""
+    """Splits over the committed length so that at most ``waves`` waves of programs fill the GPU (rounded down: a
+    partial extra wave would double the time of the split that lands in it), each split at least ``min_chunk`` keys
+    long. Pass the cache capacity as ``max_len`` for CUDA graphs (the grid is fixed; the chunk length follows the
+    current lengths)."""
     programs = batch * num_kv_heads * row_blocks
-    want = math.ceil(waves * _num_sms(device) / max(programs, 1))
+    want = math.floor(waves * _num_sms(device) / max(programs, 1))
     cap = max(1, math.ceil(max_len / max(min_chunk, block_n)))
     return int(max(1, min(want, cap, 128)))
 
@@ -629,7 +645,8 @@ def tree_attention(
         _combine_kernel[(B * N * HQ,)](
             part_acc, part_ml, g, out, *pa_strides, *pm_strides, g.stride(0), g.stride(1), g.stride(2),
             out.stride(0), out.stride(1), out.stride(2), N, HQ, D, num_splits,
-            HAS_GATE=gate is not None, BLOCK_D=max(16, triton.next_power_of_2(D)),
+            HAS_GATE=gate is not None, BLOCK_D=block_d, BLOCK_S=min(16, triton.next_power_of_2(num_splits)),
+            **({} if _is_interpreter() else {"num_warps": 4}),
         )  # fmt: skip
     return out
 

@@ -147,6 +147,18 @@ def test_tree_attention_matches_reference(tree_list, lens, gqa, num_splits, seed
     np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
 
 
+def test_tree_attention_many_splits_merge_in_chunks():
+    """More splits than the combine merges at once (16): three chunks, most splits empty (-inf partials)."""
+    rng = np.random.default_rng(8)
+    rows = [build_tree_parents("random", 5, rng), build_tree_parents("chain", 5, rng)]
+    q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, [70, 3], 4, 2, 16, torch.float32)
+    meta = ta.tree_metadata(_batch_parents(rows))
+    out = torch.full_like(q, float("nan"))
+    ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=37, out=out, block_n=16)
+    expected = _reference_output(q, gate, k_cache, v_cache, slots, [70, 3], rows)
+    np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
+
+
 def test_tree_attention_without_gate_and_wide_tree_words():
     """N > 32 uses two ancestor words per node; no gate returns the plain attention."""
     rng = np.random.default_rng(3)
