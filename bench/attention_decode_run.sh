@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the tree-attention / decode-path work (bench/NOTES-attention.md): the GPU tests of
 # tests/test_tree_attention.py, tests/test_gdn_decode.py, tests/test_optimized_model.py, then the timings of
-# bench/tree_attention.py (points below) and bench/model_verify.py (B 1 and 16, L 1k and 8k, with a kernel profile).
+# bench/tree_attention.py (points below) and bench/model_verify.py (B 1 and 16, L 8k, with a kernel profile; TREE_POINTS and MODEL_ARGS override).
 # Phase 1 runs the tests and compile-only warm-ups of every timed point in parallel (Triton compiles on the CPU, one
 # kernel at a time per process; the on-disk cache is shared), phase 2 times one thing at a time on a quiet GPU.
 # Writes under $OUT: gpu.txt, tests.log, warm.log, tree_attention.{json,log}, model_verify.{json,log}.
@@ -13,20 +13,20 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,te
   --format=csv > "$OUT/gpu.txt" 2>&1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/gpu.txt"
 
-TREE_POINTS="1:8192:64 16:8192:64 64:8192:64 1:8192:8:d 1:8192:128:d 1:1024:64:d 1:32768:64:d 16:8192:128:d"
-MODEL_ARGS="--B 1 16 --L 1024 8192 --N 64"
+TREE_POINTS="${TREE_POINTS:-1:8192:64 16:8192:64 64:8192:64 1:8192:128:d 1:1024:64:d}"
+MODEL_ARGS="${MODEL_ARGS:---B 1 16 --L 8192 --N 64}"
 start=$(date +%s)
 
 # ---- phase 1 (parallel): correctness tests + cache warm-up
-timeout 170 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_tree_attention.py tests/test_gdn_decode.py \
+timeout 110 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_tree_attention.py tests/test_gdn_decode.py \
   tests/test_optimized_model.py > "$OUT/tests.log" 2>&1 &
 tests_pid=$!
 warm_pids=()
 for p in $TREE_POINTS; do
-  timeout 150 python3 bench/tree_attention.py --points "$p" --compile-only > "/tmp/warm_$p.log" 2>&1 &
+  timeout 110 python3 bench/tree_attention.py --points "$p" --compile-only > "/tmp/warm_$p.log" 2>&1 &
   warm_pids+=($!)
 done
-timeout 150 python3 bench/model_verify.py $MODEL_ARGS --compile-only > /tmp/warm_model.log 2>&1 &
+timeout 110 python3 bench/model_verify.py $MODEL_ARGS --compile-only > /tmp/warm_model.log 2>&1 &
 warm_pids+=($!)
 for pid in "${warm_pids[@]}"; do wait "$pid" || echo "warm-up process $pid exited with $?"; done
 tail -n 3 /tmp/warm_*.log > "$OUT/warm.log" 2>&1
@@ -34,10 +34,10 @@ echo "phase 1 (warm-up) done after $(( $(date +%s) - start )) s" | tee -a "$OUT/
 wait "$tests_pid"; echo "gpu tests exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/tests.log"
 
 # ---- phase 2 (sequential): timings
-timeout 110 python3 bench/tree_attention.py --points $TREE_POINTS --out "$OUT/tree_attention.json" \
+timeout 75 python3 bench/tree_attention.py --points $TREE_POINTS --out "$OUT/tree_attention.json" \
   > "$OUT/tree_attention.log" 2>&1
 echo "tree attention exit $? after $(( $(date +%s) - start )) s"
-timeout 130 python3 bench/model_verify.py $MODEL_ARGS --profile --out "$OUT/model_verify.json" \
+timeout 100 python3 bench/model_verify.py $MODEL_ARGS --profile --out "$OUT/model_verify.json" \
   > "$OUT/model_verify.log" 2>&1
 echo "model exit $? after $(( $(date +%s) - start )) s"
 tail -n 4 "$OUT/tests.log"
