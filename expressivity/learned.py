@@ -368,17 +368,19 @@ def plot(results: dict[str, Any], path: str | Path) -> None:
     ms = sorted({row["m"] for e in results["models"].values() for r in e["runs"] for row in r["eval"]})
     fig, axes = plt.subplots(1, len(ms), figsize=(4.2 * len(ms), 3.6), sharey=True)
     axes = np.atleast_1d(axes)
-    n_train = results["task"]["n_train"]
+    n_train, m_train = results["task"]["n_train"], results["task"]["m_train"]
+    styles = {"gdn_beta01": ("o", "-"), "gdn_beta02": ("s", "--"), "attention": ("^", "-"), "hybrid": ("D", ":")}
     for ax, m in zip(axes, ms):
         for kind, entry in results["models"].items():
             ns = sorted({row["n"] for r in entry["runs"] for row in r["eval"] if row["m"] == m})
             acc = [np.mean([row["accuracy"] for r in entry["runs"] for row in r["eval"] if row["m"] == m
                             and row["n"] == n]) for n in ns]
-            ax.plot(ns, acc, marker="o", label=f"{kind} ({entry['parameters']} params)")
+            marker, line = styles.get(kind, ("o", "-"))
+            ax.plot(ns, acc, marker=marker, ls=line, ms=5, label=f"{kind} ({entry['parameters']} params)")
         ax.axhline(results["task"]["chance_parity_blind"], color="gray", ls="--", lw=1, label="parity-blind chance")
         ax.axvline(n_train, color="gray", ls=":", lw=1, label="longest training n")
         ax.set_xscale("log", base=2)
-        ax.set_title(f"m = {m} pairs")
+        ax.set_title(f"m = {m} pairs" + ("" if m <= m_train else f" (trained on m <= {m_train})"))
         ax.set_xlabel("n (bits)")
         ax.set_ylim(0, 1.02)
     axes[0].set_ylabel("accuracy")
