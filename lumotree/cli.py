@@ -11,7 +11,8 @@ import sys
 
 # name -> (module, one-line help). Modules are imported lazily so `lumotree --help` stays fast and torch-free.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("lumotree.reference.demo", "decode a prompt with tree speculation on a small seeded hybrid model"),
+    "demo": ("lumotree.demo", "decode a prompt with tree speculation on a small seeded hybrid model (GPU path "
+                              "when CUDA is present)"),
     "prove": ("lumotree.proofs.cli", "run the sympy / Z3 / exact checks of the reference and print a table"),
     "expressivity": ("lumotree.expressivity.cli",
                      "parity-conditioned retrieval: constructions, proofs, bounds, training"),
