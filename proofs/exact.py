@@ -133,11 +133,12 @@ def symbolic_arrays(spec: InputSpec, fractions: bool = False) -> tuple[dict[str,
     return _fill(spec, iter(gens)), domain
 
 
-def z3_arrays(spec: InputSpec) -> tuple[dict[str, Any], list[Any]]:
-    """Every input entry an independent Z3 real; returns (arrays, flat list of the variables)."""
+def z3_arrays(spec: InputSpec, context: Any = None) -> tuple[dict[str, Any], list[Any]]:
+    """Every input entry an independent Z3 real (in ``context``, default Z3's global one); returns (arrays, flat
+    list of the variables)."""
     import z3
 
-    variables = [z3.Real(n) for n in spec.names()]
+    variables = [z3.Real(n, context) for n in spec.names()]
     return _fill(spec, iter(variables)), variables
 
 

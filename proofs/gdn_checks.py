@@ -184,9 +184,12 @@ def prove_identity_z3(
     for parents, dims in ctx.cases(cases, note=what):
         tree = TokenTree(parents)
         spec = InputSpec.gdn(tree.num_nodes, dims)
-        x, _ = z3_arrays(spec)
+        # a fresh Z3 context per case: nonlinear real arithmetic is sensitive to term ids and solver state, and a
+        # query that is instant in a fresh process can time out after unrelated queries in the same context
+        context = z3.Context()
+        x, _ = z3_arrays(spec, context)
         lhs, rhs = sides(ctx.ref, tree, x)
-        solver = z3.Solver()
+        solver = z3.Solver(ctx=context)
         solver.set("timeout", Z3_TIMEOUT_MS)
         if premises is not None:
             solver.add(*premises(x))

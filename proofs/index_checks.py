@@ -40,7 +40,7 @@ INT32_MAX = 2**31 - 1
 
 def _solve(premises: list[Any], goal: Any) -> tuple[str, Any]:
     """``proved`` if premises imply goal (negation unsat), else (``refuted``, model) or (``unknown``, reason)."""
-    solver = z3.Solver()
+    solver = z3.Solver(ctx=goal.ctx)
     solver.set("timeout", 120_000)
     solver.add(*premises)
     solver.add(z3.Not(goal))
@@ -85,11 +85,11 @@ def _ancestor_word_case(ctx: Context, n_words: int, max_nodes: int, root: bool):
     table.put(i, row)
     bit_i = m.lift(ref.mask_bit(table, i, j, WORD_BITS))
     if root:
-        expected = z3.If(j.eq(i), z3.BitVecVal(1, 32), z3.BitVecVal(0, 32))
+        expected = z3.If(j.eq(i), m.const(1).term, m.const(0).term)
         claim = ("mask_bit(ancestor_row(zeros, 0), 0, j) = [j == 0]", bit_i.eq(expected))
     else:
         bit_p = m.lift(ref.mask_bit(table, p, j, WORD_BITS))
-        expected = z3.If(j.eq(i), z3.BitVecVal(1, 32), bit_p.term)
+        expected = z3.If(j.eq(i), m.const(1).term, bit_p.term)
         claim = ("mask_bit(ancestor_row(row_p, i), i, j) = [j == i] or mask_bit(row_p, p, j)", bit_i.eq(expected))
     status, what, model = _prove_all(m, premises, [claim])
     example = None

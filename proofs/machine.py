@@ -23,15 +23,16 @@ class Machine:
 
     def __init__(self, width: int = WIDTH):
         self.width = width
+        self.context = z3.Context()  # a fresh context: queries do not depend on earlier, unrelated ones
         self.obligations: list[tuple[str, Any]] = []
 
     def var(self, name: str) -> Word:
-        return Word(self, z3.BitVec(name, self.width))
+        return Word(self, z3.BitVec(name, self.width, self.context))
 
     def const(self, value: int) -> Word:
         if not 0 <= value < 2**self.width:
             raise ValueError(f"value = {value} does not fit {self.width} unsigned bits")
-        return Word(self, z3.BitVecVal(value, self.width))
+        return Word(self, z3.BitVecVal(value, self.width, self.context))
 
     def lift(self, value: Word | int | Any) -> Word:
         """A Word from a Word, a Python int or a raw Z3 bit-vector term."""

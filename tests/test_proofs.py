@@ -134,3 +134,11 @@ def test_cli_list(capsys):
     assert cli_main(["prove", "--list"]) == 0
     listed = capsys.readouterr().out
     assert all(name in listed for name in EXPECTED_CHECKS)
+
+
+def test_z3_checks_do_not_depend_on_earlier_queries_in_the_process():
+    """Each case gets a fresh Z3 context: commit/z3 once timed out after closed-form/z3 in the same process."""
+    assert run_check("closed-form/z3", quick=True).status == "proved"
+    result = run_check("commit/z3", quick=True)
+    assert result.status == "proved", result.detail
+    assert result.seconds < 60
