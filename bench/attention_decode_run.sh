@@ -13,8 +13,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,te
   --format=csv > "$OUT/gpu.txt" 2>&1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/gpu.txt"
 
-TREE_POINTS="${TREE_POINTS:-1:8192:64 16:8192:64 64:8192:64 1:8192:128:d 1:1024:64:d}"
-MODEL_ARGS="${MODEL_ARGS:---B 1 16 --L 8192 --N 64}"
+TREE_POINTS="${TREE_POINTS:-1:8192:64 16:8192:64 64:8192:64 1:8192:128 1:1024:64:d}"
+MODEL_ARGS="${MODEL_ARGS:---B 1 16 --L 8192 --N 64 --linear cublas triton --gdn-precisions ieee tf32x3 tf32}"
 start=$(date +%s)
 
 # ---- phase 1 (parallel): correctness tests + cache warm-up
@@ -23,7 +23,8 @@ timeout 110 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_tree_atte
 tests_pid=$!
 warm_pids=()
 for p in $TREE_POINTS; do
-  timeout 110 python3 bench/tree_attention.py --points "$p" --compile-only > "/tmp/warm_$p.log" 2>&1 &
+  diag=""; [ "$p" = "1:8192:64" ] && diag="--diagnose"
+  timeout 110 python3 bench/tree_attention.py --points "$p" --compile-only $diag > "/tmp/warm_$p.log" 2>&1 &
   warm_pids+=($!)
 done
 timeout 110 python3 bench/model_verify.py $MODEL_ARGS --compile-only > /tmp/warm_model.log 2>&1 &
@@ -34,12 +35,12 @@ echo "phase 1 (warm-up) done after $(( $(date +%s) - start )) s" | tee -a "$OUT/
 wait "$tests_pid"; echo "gpu tests exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/tests.log"
 
 # ---- phase 2 (sequential): timings
-timeout 75 python3 bench/tree_attention.py --points $TREE_POINTS --out "$OUT/tree_attention.json" \
+timeout 75 python3 bench/tree_attention.py --points $TREE_POINTS --diagnose --out "$OUT/tree_attention.json" \
   > "$OUT/tree_attention.log" 2>&1
 echo "tree attention exit $? after $(( $(date +%s) - start )) s"
 timeout 100 python3 bench/model_verify.py $MODEL_ARGS --profile --out "$OUT/model_verify.json" \
   > "$OUT/model_verify.log" 2>&1
 echo "model exit $? after $(( $(date +%s) - start )) s"
 tail -n 4 "$OUT/tests.log"
-grep -E "^ +[0-9]" "$OUT/tree_attention.log" | tail -n 12
+grep -E "^ +[0-9]|^[a-z_0-9]+ \{|replay floor" "$OUT/tree_attention.log" | tail -n 16
 tail -n 40 "$OUT/model_verify.log"

@@ -129,6 +129,8 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
                               block_n=bn, num_warps=nw, num_stages=ns, validate=False)
         for qq, gg, words in ((q, gate, meta.words), (q1, g1, meta1.words)):
             ta.tree_attention(qq, k_cache, v_cache, slots, lens, words, gate=gg, max_len=L, validate=False)
+        ta.tree_attention(q, k_cache, v_cache, slots, lens, meta.words, gate=gate, max_len=L, validate=False,
+                          partial_dtype=torch.bfloat16)
         torch.cuda.synchronize()
         return row
 
@@ -139,7 +141,6 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
     ).transpose(1, 2) * torch.sigmoid(gate[:nb].float())
     got = ta.tree_attention(q, k_cache, v_cache, slots, lens, meta.words, gate=gate)[:nb].float()
     row["rel_err"] = float((got - ref).norm() / ref.norm())
-    del ref, got
 
     best = None
     for bm, bn, nw, ns in configs:
@@ -160,6 +161,13 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
     row["ours_default_cfg"] = ta.default_launch(B, N, HQ, HKV, D, L, torch.device(dev))
     row["ours_default_us"] = graph_time(lambda: ta.tree_attention(
         q, k_cache, v_cache, slots, lens, meta.words, gate=gate, out=out, max_len=L, validate=False))
+    if row["ours_default_cfg"][4] > 1:  # split partials stored in bf16: half the partial traffic
+        row["ours_default_bf16part_us"] = graph_time(lambda: ta.tree_attention(
+            q, k_cache, v_cache, slots, lens, meta.words, gate=gate, out=out, max_len=L, validate=False,
+            partial_dtype=torch.bfloat16))
+        got = ta.tree_attention(q, k_cache, v_cache, slots, lens, meta.words, gate=gate, max_len=L,
+                                partial_dtype=torch.bfloat16)[:nb].float()
+        row["rel_err_bf16part"] = float((got - ref).norm() / ref.norm())
 
     # decode (does not depend on N): one query per request over the committed KV plus its own token
     if (B, L) not in decode_cache:
@@ -197,6 +205,7 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
         row["pernode_us"] = graph_time(pernode)
     else:
         row["pernode_us"] = None
+    del ref, got
     kv_bytes = 2 * B * HKV * (L + N) * D * 2
     io_bytes = 3 * B * N * HQ * D * 2  # q, gate read; o written
     row["floor_us"] = (kv_bytes + io_bytes) / bw * 1e6  # as the anchors: bytes moved over the copy rate
@@ -240,12 +249,76 @@ def plot(json_path: str, png_path: str, length: int = 8192) -> None:
     fig.savefig(png_path, dpi=110)
 
 
-def run_points(points: list[str], out: str, rng: np.random.Generator, compile_only: bool) -> int:
+def diagnose(rng: np.random.Generator, compile_only: bool = False) -> dict:
+    """Where the time of B = 1, N = 64 over 8k goes: per-kernel GPU time (torch profiler, mean of 20 eager calls)
+    of the default launch and of variants (bf16 partials, other split counts, the tree part alone, one split), and
+    the floor of a CUDA-graph replay measured as the benchmark measures (one tiny kernel)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    B, L, N, dev = 1, 8192, 64, DEVICE
+    k_cache = torch.randn(B, HKV, L + N, D, device=dev, dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    slots = torch.zeros(B, dtype=torch.int32, device=dev)
+    lens = torch.full((B,), L, dtype=torch.int32, device=dev)
+    words = ta.tree_metadata(torch.tensor([random_tree(N, rng)], dtype=torch.int32, device=dev)).words
+    q = torch.randn(B, N, HQ, D, device=dev, dtype=torch.bfloat16)
+    gate = torch.randn_like(q)
+    words1 = torch.ones((B, 1, 1), dtype=torch.int32, device=dev)
+    call = dict(gate=gate, validate=False)
+    variants = {
+        "default": lambda: ta.tree_attention(q, k_cache, v_cache, slots, lens, words, max_len=L, **call),
+        "bf16_partials": lambda: ta.tree_attention(q, k_cache, v_cache, slots, lens, words, max_len=L,
+                                                   partial_dtype=torch.bfloat16, **call),
+        "splits_8": lambda: ta.tree_attention(q, k_cache, v_cache, slots, lens, words, num_splits=8, **call),
+        "splits_32": lambda: ta.tree_attention(q, k_cache, v_cache, slots, lens, words, num_splits=32, **call),
+        "tree_only_L0": lambda: ta.tree_attention(q, k_cache, v_cache, slots, lens * 0, words, num_splits=1, **call),
+        "one_split_L512": lambda: ta.tree_attention(q, k_cache, v_cache, slots, lens * 0 + 512, words, num_splits=1,
+                                                    **call),
+        "decode_default": lambda: ta.tree_attention(q[:, :1].contiguous(), k_cache, v_cache, slots, lens, words1,
+                                                    gate=gate[:, :1].contiguous(), max_len=L, validate=False),
+    }
+    out: dict = {}
+    if compile_only:
+        for fn in variants.values():
+            fn()
+        torch.cuda.synchronize()
+        return out
+    for name, fn in variants.items():
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+        times = {}
+        for evt in prof.key_averages():
+            us = getattr(evt, "self_device_time_total", None)
+            us = evt.self_cuda_time_total if us is None else us
+            if us > 0:
+                times[evt.key[:60]] = float(us) / 20
+        out[name] = times
+        print(name, {k: round(v, 1) for k, v in times.items()}, flush=True)
+    x = torch.zeros(1, device=dev)
+    out["replay_floor_us"] = graph_time(lambda: x.add_(1.0))
+    print("replay floor (one tiny kernel):", round(out["replay_floor_us"], 1), "us", flush=True)
+    return out
+
+
+def run_points(points: list[str], out: str, rng: np.random.Generator, compile_only: bool,
+               diag: bool = False) -> int:
     """Explicit points ``B:L:N`` (full config sweep) or ``B:L:N:d`` (default config and its split-count sweep)."""
     bw, flops = (1.0, 1.0) if compile_only else measure_ceilings()
     if not compile_only:
         print(f"{torch.cuda.get_device_name()}  copy bw {bw / 1e12:.2f} TB/s  bf16 matmul {flops / 1e12:.0f} TFLOP/s")
     rows, decode_cache, t0 = [], {}, time.time()
+    extra = {}
+    if diag:
+        try:
+            extra["diagnose"] = diagnose(rng, compile_only)
+        except Exception as e:  # pragma: no cover - reported, not hidden
+            extra["diagnose"] = {"error": repr(e)}
+            print("diagnose failed:", repr(e), flush=True)
     for point in points:
         parts = point.split(":")
         B, L, N = (int(x) for x in parts[:3])
@@ -257,7 +330,7 @@ def run_points(points: list[str], out: str, rng: np.random.Generator, compile_on
         rows.append(row)
         print(json.dumps(row), flush=True)
         result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-                  "copy_bw": bw, "bf16_flops": flops, "seconds": time.time() - t0, "rows": rows}
+                  "copy_bw": bw, "bf16_flops": flops, "seconds": time.time() - t0, "rows": rows, **extra}
         with open(out, "w") as f:  # after every point: a run cut short keeps what it measured
             json.dump(result, f, indent=1)
     if not compile_only:
@@ -288,6 +361,7 @@ def main() -> int:
                          "default config (and its split counts)")
     ap.add_argument("--no-sweep", action="store_true", help="time the first config only")
     ap.add_argument("--compile-only", action="store_true", help="run every config once (warm the Triton cache)")
+    ap.add_argument("--diagnose", action="store_true", help="per-kernel times of variants at B=1, N=64, 8k first")
     args = ap.parse_args()
     if args.plot:
         plot(*args.plot)
@@ -295,7 +369,7 @@ def main() -> int:
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     if args.points:
-        return run_points(args.points, args.out, rng, args.compile_only)
+        return run_points(args.points, args.out, rng, args.compile_only, args.diagnose)
     bw, flops = measure_ceilings()
     print(f"{torch.cuda.get_device_name()}  copy bw {bw / 1e12:.2f} TB/s  bf16 matmul {flops / 1e12:.0f} TFLOP/s")
     rows = []

@@ -59,18 +59,18 @@ def _conv_step_kernel(
     tile_ok = row_ok[:, None] & chan_ok[None, :]  # [RP, BC]
     x = tl.load(x_ptr + b * s_xb + chans, mask=chan_ok, other=0.0).to(tl.float32)  # [BC]
     old = tl.load(state + rows[:, None] * C + chans[None, :], mask=tile_ok, other=0.0).to(tl.float32)  # [RP, BC]
+    # new row r = old row r + 1 (the last row: x); every load is issued before any store (in place)
+    nxt = tl.load(state + (rows + 1)[:, None] * C + chans[None, :],
+                  mask=(rows + 1 < WIDTH - 1)[:, None] & chan_ok[None, :], other=0.0)  # [RP, BC]
     w_old = tl.load(weight_ptr + chans[None, :] * WIDTH + rows[:, None], mask=tile_ok, other=0.0).to(tl.float32)
     w_new = tl.load(weight_ptr + chans * WIDTH + (WIDTH - 1), mask=chan_ok, other=0.0).to(tl.float32)  # [BC]
     y = tl.sum(old * w_old, axis=0) + w_new * x  # [BC]
     if SILU:
         y = y * tl.sigmoid(y)
-    tl.store(out_ptr + b * s_ob + chans, y.to(out_ptr.dtype.element_ty), mask=chan_ok)
-    # new row r = old row r + 1 (the last row: x); every old row is read before any is overwritten
-    nxt = tl.load(state + (rows + 1)[:, None] * C + chans[None, :], mask=(rows + 1 < WIDTH - 1)[:, None] & chan_ok[None, :],
-                  other=0.0).to(tl.float32)  # [RP, BC]
-    new = tl.where((rows == WIDTH - 2)[:, None], x[None, :], nxt)  # [RP, BC]
+    new = tl.where((rows == WIDTH - 2)[:, None], x[None, :], nxt.to(tl.float32))  # [RP, BC]
     tl.debug_barrier()
     tl.store(state + rows[:, None] * C + chans[None, :], new.to(conv_pool_ptr.dtype.element_ty), mask=tile_ok)
+    tl.store(out_ptr + b * s_ob + chans, y.to(out_ptr.dtype.element_ty), mask=chan_ok)
 
 
 @triton.jit
@@ -182,11 +182,11 @@ def conv_step(
         check_finite_nodes("x", x[:, None], None)
         check_finite_nodes("weight", weight[None], None)
     out = torch.empty((B, C), dtype=x.dtype, device=device) if out is None else out  # [B, C]
-    BC = min(1024, triton.next_power_of_2(C))
+    BC = min(256, triton.next_power_of_2(C))  # 32 programs per request at Qwen3-Next's C = 8192
     _conv_step_kernel[(B, triton.cdiv(C, BC))](
         x, weight, conv_pool, slots, out, C, x.stride(0), out.stride(0),
         WIDTH=width, RP=max(2, triton.next_power_of_2(width - 1)), BC=BC, SILU=activation == "silu",
-        **({} if interpreting() else {"num_warps": 4}),
+        **({} if interpreting() else {"num_warps": 2}),
     )  # fmt: skip
     return out
 

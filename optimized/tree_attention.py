@@ -353,11 +353,12 @@ def _tree_attn_kernel(
     sqb, sqn, sqh, sgb, sgn, sgh, sob, son, soh,
     skcp, skch, skcc, svcp, svch, svcc, swb, swn,
     spa_s, spa_b, spa_n, spa_h, spm_s, spm_b, spm_n, spm_h,
-    N, HQ, D, qk_scale, NUM_SPLITS,
+    N, NW, HQ, D, qk_scale, NUM_SPLITS,
     G: tl.constexpr, FINALIZE: tl.constexpr, HAS_GATE: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
 ):  # fmt: skip
-    """Grid ``(row blocks, B * HKV, NUM_SPLITS)``. Rows are (node, query head in the GQA group) pairs."""
+    """Grid ``(row blocks, B * HKV, NUM_SPLITS)``. Rows are (node, query head in the GQA group) pairs. ``NW``: ancestor
+    words per node. Split partials are stored normalised (``acc / l``, in PartAcc's dtype) with ``(m, l)`` in fp32."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -411,12 +412,16 @@ def _tree_attn_kernel(
     # the tree's own keys (last split only): node j at position L + j, visible iff bit j of words[node]
     node_hi = tl.minimum((pid_m + 1) * NODES, N)
     tree_end = tl.where(pid_s == NUM_SPLITS - 1, node_hi, 0)
+    words_row = Words + b * swb + node * swn  # [BLOCK_M] each row's ancestor words
     for j0 in range(0, tree_end, BLOCK_N):
         j = j0 + offs_n  # [BLOCK_N]
         j_ok = j < node_hi
         pos = L + j
-        word = tl.load(Words + b * swb + node[:, None] * swn + (j // 32)[None, :],
-                       mask=row_ok[:, None] & j_ok[None, :], other=0)  # [BLOCK_M, BLOCK_N]
+        # a tile of BLOCK_N <= 64 aligned keys spans words j0 // 32 and (BLOCK_N = 64) the next: two per row
+        w0 = j0 // 32
+        word_lo = tl.load(words_row + w0, mask=row_ok, other=0)  # [BLOCK_M]
+        word_hi = tl.load(words_row + w0 + 1, mask=row_ok & (node * 0 + w0 + 1 < NW), other=0)  # [BLOCK_M]
+        word = tl.where((j // 32 == w0)[None, :], word_lo[:, None], word_hi[:, None])  # [BLOCK_M, BLOCK_N] words[i][j // 32]
         visible = ((word >> (j % 32)[None, :]) & 1) != 0
         m_i, l_i, acc = _attend_tile(
             q, k_base + pos[:, None].to(tl.int64) * skcc + offs_d[None, :],
@@ -432,9 +437,10 @@ def _tree_attn_kernel(
             o = o * tl.sigmoid(gate)
         tl.store(Out + b * sob + node[:, None] * son + head[:, None] * soh + offs_d[None, :],
                  o.to(Out.dtype.element_ty), mask=io_mask)
-    else:
+    else:  # normalised partial: its dtype may be narrower than the fp32 accumulator
+        part = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         tl.store(PartAcc + pid_s * spa_s + b * spa_b + node[:, None] * spa_n + head[:, None] * spa_h + offs_d[None, :],
-                 acc, mask=io_mask)
+                 part.to(PartAcc.dtype.element_ty), mask=io_mask)
         ml = PartML + pid_s * spm_s + b * spm_b + node * spm_n + head * spm_h
         tl.store(ml, m_i, mask=row_ok)
         tl.store(ml + 1, l_i, mask=row_ok)
@@ -447,17 +453,18 @@ def _combine_kernel(
     N, HQ, D, NUM_SPLITS,
     HAS_GATE: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
-    """One program per (request, node, query head): merge the split partials ``BLOCK_S`` at a time (one vector load
-    each, not one round trip per split), normalise, gate."""
+    """Grid ``(B * N * HQ, D / BLOCK_D)``: one (request, node, query head) row and ``BLOCK_D`` of its columns per
+    program. ``o = sum_s w_s o_s / sum_s w_s`` with ``w_s = l_s 2^(m_s - max m)`` over the normalised split partials
+    ``o_s``, ``BLOCK_S`` splits per vector load (one round trip when ``BLOCK_S >= NUM_SPLITS``); then the gate."""
     pid = tl.program_id(0)
     h = pid % HQ
     n = (pid // HQ) % N
     b = pid // (HQ * N)
-    offs_d = tl.arange(0, BLOCK_D)  # [BLOCK_D]
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)  # [BLOCK_D]
     mask_d = offs_d < D
     offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
     m_run = tl.full([1], float("-inf"), tl.float32)  # [1]
-    l_run = tl.zeros([1], tl.float32)
+    w_run = tl.zeros([1], tl.float32)  # [1] sum of weights so far (scaled by 2^-m_run)
     acc = tl.zeros([BLOCK_D], tl.float32)
     for s0 in range(0, NUM_SPLITS, BLOCK_S):
         s = s0 + offs_s  # [BLOCK_S]
@@ -465,16 +472,16 @@ def _combine_kernel(
         ml = PartML + s * spm_s + b * spm_b + n * spm_n + h * spm_h
         m_s = tl.load(ml, mask=s_ok, other=float("-inf"))  # [BLOCK_S] (-inf: a split that saw no key)
         l_s = tl.load(ml + 1, mask=s_ok, other=0.0)
-        a_s = tl.load(PartAcc + s[:, None] * spa_s + b * spa_b + n * spa_n + h * spa_h + offs_d[None, :],
-                      mask=s_ok[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_S, BLOCK_D]
+        o_s = tl.load(PartAcc + s[:, None] * spa_s + b * spa_b + n * spa_n + h * spa_h + offs_d[None, :],
+                      mask=s_ok[:, None] & mask_d[None, :], other=0.0).to(tl.float32)  # [BLOCK_S, BLOCK_D]
         m_new = tl.maximum(m_run, tl.max(m_s, axis=0))  # [1]
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        w_old = tl.math.exp2(m_run - m_use)  # [1]
-        w_s = tl.math.exp2(m_s - m_use)  # [BLOCK_S]
-        l_run = l_run * w_old + tl.sum(l_s * w_s, axis=0)
-        acc = acc * w_old + tl.sum(a_s * w_s[:, None], axis=0)
+        scale_old = tl.math.exp2(m_run - m_use)  # [1]
+        w_s = l_s * tl.math.exp2(m_s - m_use)  # [BLOCK_S]
+        w_run = w_run * scale_old + tl.sum(w_s, axis=0)
+        acc = acc * scale_old + tl.sum(o_s * w_s[:, None], axis=0)
         m_run = m_new
-    o = acc / l_run
+    o = acc / w_run
     if HAS_GATE:
         gate = tl.load(Gate + b * sgb + n * sgn + h * sgh + offs_d, mask=mask_d, other=0.0).to(tl.float32)
         o = o * tl.sigmoid(gate)
@@ -494,18 +501,16 @@ def _num_sms(device: torch.device) -> int:
 
 
 def _default_blocks(G: int, N: int, D: int, dtype: torch.dtype = torch.bfloat16) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the main kernel, from the H200 sweeps in bench/RESULTS.md: small
-    row counts (decode) take 16-row tiles (3 stages: no register spills, 2 stages spill), mid-size trees 64 or 128
-    rows with 32-key tiles, large trees 128 x 64."""
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the main kernel, from the H200 sweeps in bench/RESULTS.md: decode
+    (one node) 16-row x 32-key tiles with 4 stages (no register spills, two CTAs per SM), trees up to 128 rows 64 x
+    32, larger trees 128 x 32 with 3 stages (the 128 x 64 tile spills registers and lost at B = 1, 16, 64)."""
     rows = G * N
     if rows <= 16:
-        cfg = (16, 64, 4, 3)
+        cfg = (16, 32, 4, 4)
     elif rows <= 128:
         cfg = (64, 32, 4, 3)
-    elif rows < 512:
-        cfg = (128, 32, 8, 3)
     else:
-        cfg = (128, 64, 8, 2)
+        cfg = (128, 32, 8, 3)
     block_m = max(cfg[0], triton.next_power_of_2(G))
     if dtype == torch.float32:  # fp32 tiles are twice as large: keep shared memory in bounds
         return min(block_m, max(64, triton.next_power_of_2(G))), 32, cfg[2], 2
@@ -526,14 +531,15 @@ def choose_num_splits(batch: int, num_kv_heads: int, row_blocks: int, max_len: i
 
 def default_launch(batch: int, num_nodes: int, num_heads: int, num_kv_heads: int, head_dim: int, max_len: int,
                    device: torch.device, dtype: torch.dtype = torch.bfloat16) -> tuple[int, int, int, int, int]:
-    """The default ``(block_m, block_n, num_warps, num_stages, num_splits)`` of :func:`tree_attention`: decode-sized
-    problems (one node) split into about two waves of programs of at least 128 keys, trees one wave of 256+ keys."""
+    """The default ``(block_m, block_n, num_warps, num_stages, num_splits)`` of :func:`tree_attention`: splits fill
+    one wave of programs (the sweep's best at B = 1, 16 and 64), at least 128 keys each for decode-sized problems
+    (one node), 256 for trees."""
     G = num_heads // num_kv_heads
     bm, bn, nw, ns = _default_blocks(G, num_nodes, head_dim, dtype)
     row_blocks = triton.cdiv(num_nodes, bm // G)
     decode = G * num_nodes <= 16
     splits = choose_num_splits(batch, num_kv_heads, row_blocks, max_len, device, block_n=bn,
-                               waves=2.0 if decode else 1.0, min_chunk=128 if decode else 256)
+                               min_chunk=128 if decode else 256)
     return bm, bn, nw, ns, splits
 
 
@@ -554,6 +560,7 @@ def tree_attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    partial_dtype: torch.dtype = torch.float32,
     validate: bool = True,
 ) -> torch.Tensor:
     """Gated tree attention for a batch of trees over a slot-addressed KV cache pool.
@@ -566,6 +573,8 @@ def tree_attention(
     ``num_splits`` (default :func:`choose_num_splits` over ``max_len``, default the longest ``cache_lens``, one
     host sync) fixes the grid; pass both for CUDA graphs. ``validate`` checks values (slot range, lengths against
     the capacity, finiteness of q and gate) with device-to-host copies: switch it off inside graph capture.
+    ``partial_dtype``: storage of the normalised split partials (float32, or bfloat16 for half the traffic at one
+    more bf16 rounding of each split's output). Key tiles ``block_n`` of 16, 32 or 64.
     """
     device = q.device
     float_types = (torch.float32, torch.bfloat16, torch.float16)
@@ -608,6 +617,10 @@ def tree_attention(
     block_n = block_n or bn
     if block_m < G or block_m & (block_m - 1):
         raise ValueError(f"block_m = {block_m} must be a power of two >= the GQA group size {G}")
+    if block_n not in (16, 32, 64):
+        raise ValueError(f"block_n = {block_n} must be 16, 32 or 64 (a key tile spans at most two ancestor words)")
+    if partial_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"partial_dtype = {partial_dtype} must be torch.float32 or torch.bfloat16")
     row_blocks = triton.cdiv(N, block_m // G)
     if num_splits is None:
         num_splits = splits if not custom_tiles else choose_num_splits(B, HKV, row_blocks, max_len, device,
@@ -619,7 +632,7 @@ def tree_attention(
     elif out.shape != (B, N, HQ, D) or out.stride(-1) != 1 or out.dtype != q.dtype:
         raise ValueError(f"out must be [B, N, HQ, D] = {(B, N, HQ, D)} of dtype {q.dtype}, contiguous last dim")
     if num_splits > 1:
-        part_acc = torch.empty((num_splits, B, N, HQ, D), dtype=torch.float32, device=device)  # [S, B, N, HQ, D]
+        part_acc = torch.empty((num_splits, B, N, HQ, D), dtype=partial_dtype, device=device)  # [S, B, N, HQ, D]
         part_ml = torch.empty((num_splits, B, N, HQ, 2), dtype=torch.float32, device=device)  # [S, B, N, HQ, (m, l)]
     else:
         part_acc = part_ml = out  # unused
@@ -637,15 +650,17 @@ def tree_attention(
         out.stride(0), out.stride(1), out.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
         v_cache.stride(2), words.stride(0), words.stride(1), *pa_strides, *pm_strides,
-        N, HQ, D, float(scale) * _LOG2E, num_splits,
+        N, W, HQ, D, float(scale) * _LOG2E, num_splits,
         G=G, FINALIZE=num_splits == 1, HAS_GATE=gate is not None, IEEE=q.dtype == torch.float32,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, EVEN_D=block_d == D, **extra,
     )  # fmt: skip
     if num_splits > 1:
-        _combine_kernel[(B * N * HQ,)](
+        block_s = min(128, triton.next_power_of_2(num_splits))  # all splits in one load up to 128
+        block_dc = min(block_d, max(16, 4096 // block_s))  # [block_s, block_dc] tiles of 4096 elements
+        _combine_kernel[(B * N * HQ, triton.cdiv(D, block_dc))](
             part_acc, part_ml, g, out, *pa_strides, *pm_strides, g.stride(0), g.stride(1), g.stride(2),
             out.stride(0), out.stride(1), out.stride(2), N, HQ, D, num_splits,
-            HAS_GATE=gate is not None, BLOCK_D=block_d, BLOCK_S=min(16, triton.next_power_of_2(num_splits)),
+            HAS_GATE=gate is not None, BLOCK_D=block_dc, BLOCK_S=block_s,
             **({} if _is_interpreter() else {"num_warps": 4}),
         )  # fmt: skip
     return out
