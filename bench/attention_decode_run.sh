@@ -18,16 +18,16 @@ MODEL_ARGS="${MODEL_ARGS:---B 1 16 --L 8192 --N 64 --linear cublas triton --gdn-
 start=$(date +%s)
 
 # ---- phase 1 (parallel): correctness tests + cache warm-up
-timeout 110 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_tree_attention.py tests/test_gdn_decode.py \
+timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_tree_attention.py tests/test_gdn_decode.py \
   tests/test_optimized_model.py > "$OUT/tests.log" 2>&1 &
 tests_pid=$!
 warm_pids=()
 for p in $TREE_POINTS; do
   diag=""; [ "$p" = "1:8192:64" ] && diag="--diagnose"
-  timeout 110 python3 bench/tree_attention.py --points "$p" --compile-only $diag > "/tmp/warm_$p.log" 2>&1 &
+  timeout 90 python3 bench/tree_attention.py --points "$p" --compile-only $diag > "/tmp/warm_$p.log" 2>&1 &
   warm_pids+=($!)
 done
-timeout 110 python3 bench/model_verify.py $MODEL_ARGS --compile-only > /tmp/warm_model.log 2>&1 &
+timeout 90 python3 bench/model_verify.py $MODEL_ARGS --compile-only > /tmp/warm_model.log 2>&1 &
 warm_pids+=($!)
 for pid in "${warm_pids[@]}"; do wait "$pid" || echo "warm-up process $pid exited with $?"; done
 tail -n 3 /tmp/warm_*.log > "$OUT/warm.log" 2>&1
@@ -35,10 +35,10 @@ echo "phase 1 (warm-up) done after $(( $(date +%s) - start )) s" | tee -a "$OUT/
 wait "$tests_pid"; echo "gpu tests exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/tests.log"
 
 # ---- phase 2 (sequential): timings
-timeout 75 python3 bench/tree_attention.py --points $TREE_POINTS --diagnose --out "$OUT/tree_attention.json" \
+timeout 55 python3 bench/tree_attention.py --points $TREE_POINTS --diagnose --out "$OUT/tree_attention.json" \
   > "$OUT/tree_attention.log" 2>&1
 echo "tree attention exit $? after $(( $(date +%s) - start )) s"
-timeout 100 python3 bench/model_verify.py $MODEL_ARGS --profile --out "$OUT/model_verify.json" \
+timeout 75 python3 bench/model_verify.py $MODEL_ARGS --profile --out "$OUT/model_verify.json" \
   > "$OUT/model_verify.log" 2>&1
 echo "model exit $? after $(( $(date +%s) - start )) s"
 tail -n 4 "$OUT/tests.log"
