@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,te
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/gpu.txt"
 
 TREE_POINTS="${TREE_POINTS:-1:8192:64 16:8192:64 64:8192:64 1:8192:128 1:1024:64:d}"
-MODEL_ARGS="${MODEL_ARGS:---B 1 16 --L 8192 --N 64 --linear cublas triton --gdn-precisions ieee tf32x3 tf32}"
+MODEL_ARGS="${MODEL_ARGS:---B 1 16 --L 8192 --N 64 --gdn-precisions ieee tf32x3 tf32}"
 start=$(date +%s)
 
 # ---- phase 1 (parallel): correctness tests + cache warm-up

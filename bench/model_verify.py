@@ -78,15 +78,8 @@ def profile_steps(model: om.OptimizedModel, B: int, L: int, N: int, rng: np.rand
     parents = torch.tensor([random_tree(N, rng) for _ in range(B)], dtype=torch.int32, device=dev)
     tokens = torch.tensor(rng.integers(0, model.vocab_size, (B, N)), device=dev)
     num_nodes = torch.full((B,), N, dtype=torch.int32, device=dev)
-    def decode_with(linear: bool):
-        def run():
-            model.small_batch_linear = linear
-            return model._decode_step(tokens[:, 0], slots)
-        return run
-
-    steps = {"decode": decode_with(False), "decode_triton_linear": decode_with(True),
+    steps = {"decode": lambda: model._decode_step(tokens[:, 0], slots),
              "verify": lambda: model._step(tokens, slots, parents, num_nodes)}
-    linear_before = model.small_batch_linear
     out = {}
     for name, fn in steps.items():
         fill_pools(model, L)
@@ -106,7 +99,6 @@ def profile_steps(model: om.OptimizedModel, B: int, L: int, N: int, rng: np.rand
         table.sort(key=lambda r: -r["us"])
         out[name] = {"kernels": sum(r["count"] for r in table), "kernel_us": sum(r["us"] for r in table),
                      "top": table[:25]}
-    model.small_batch_linear = linear_before
     fill_pools(model, L)
     return out
 
@@ -119,9 +111,6 @@ def main() -> int:
     ap.add_argument("--N", type=int, default=64)
     ap.add_argument("--compile-only", action="store_true", help="run each step once eagerly (warm the Triton cache)")
     ap.add_argument("--profile", action="store_true", help="per-kernel times of one eager decode and verify")
-    ap.add_argument("--linear", nargs="+", default=["cublas"], choices=["cublas", "triton"],
-                    help="decode projections: cuBLAS or the model's Triton skinny matmul (small_batch_linear); the "
-                         "first is the row's decode_us, each gets decode_us_<name>")
     ap.add_argument("--gdn-precisions", nargs="+", default=["ieee"], choices=["ieee", "tf32x3", "tf32"],
                     help="verify/commit GDN precision; the first is the row's verify_us, each gets verify_us_<name>")
     args = ap.parse_args()
@@ -157,10 +146,7 @@ def main() -> int:
             fill_pools(model, min(args.L))
             slots = torch.arange(B, dtype=torch.int32, device=dev)
             parents = torch.tensor([random_tree(args.N, rng) for _ in range(B)], dtype=torch.int32, device=dev)
-            for lin in args.linear:
-                model.small_batch_linear = lin == "triton"
-                model._decode_step(torch.tensor(rng.integers(0, config.vocab_size, B), device=dev), slots)
-            model.small_batch_linear = args.linear[0] == "triton"
+            model._decode_step(torch.tensor(rng.integers(0, config.vocab_size, B), device=dev), slots)
             for prec in args.gdn_precisions:
                 model.gdn_precision = prec
                 rec = model._step(torch.tensor(rng.integers(0, config.vocab_size, (B, args.N)), device=dev), slots,
@@ -188,21 +174,18 @@ def main() -> int:
             for b in range(B):  # the same depth-4 node index for every request: give all trees request 0's shape
                 parents[b] = parents[0]
 
+            model._graph_entries.clear()
+            model.decode(slots, tokens1)  # eager + capture
+            model.decode(slots, tokens1)  # replay
+            dec_graph = model._graph_entries[("decode", B)]["graph"]
+            model.lens.fill_(L)
+            decode_us = bench(dec_graph.replay)
+            model.lens.fill_(L)
+            model._host_lens = [L] * model.num_slots
             variants = {}
-            for lin in args.linear:
-                model.small_batch_linear = lin == "triton"
-                model._graph_entries.clear()  # graphs of the other setting
-                model.decode(slots, tokens1)  # eager + capture
-                model.decode(slots, tokens1)  # replay
-                dec_graph = model._graph_entries[("decode", B)]["graph"]
-                model.lens.fill_(L)
-                variants[f"decode_us_{lin}"] = bench(dec_graph.replay)
-                model.lens.fill_(L)
-                model._host_lens = [L] * model.num_slots
-            model.small_batch_linear = args.linear[0] == "triton"
             for prec in args.gdn_precisions:
                 model.gdn_precision = prec
-                model._graph_entries.clear()
+                model._graph_entries.clear()  # graphs of the other precision
                 model.verify(slots, tokens, parents)  # eager + capture
                 model.commit(slots, accepted)
                 model.lens.fill_(L)
@@ -218,12 +201,11 @@ def main() -> int:
                 model._host_lens = [L] * model.num_slots
             model.gdn_precision = args.gdn_precisions[0]
             model._graph_entries.clear()
-            decode_us = variants[f"decode_us_{args.linear[0]}"]
             verify_us = variants[f"verify_us_{args.gdn_precisions[0]}"]
             commit_us = variants[f"commit_us_{args.gdn_precisions[0]}"]
             row = {
                 "B": B, "L": L, "N": args.N, "decode_us": decode_us, "verify_us": verify_us, "commit_us": commit_us,
-                **variants, "linear": args.linear[0], "gdn_precision": args.gdn_precisions[0],
+                **variants, "gdn_precision": args.gdn_precisions[0],
                 "ratio_verify_vs_decode": verify_us / decode_us,
                 "ratio_verify_commit_vs_decode": (verify_us + commit_us) / decode_us,
                 "weights_floor_us": weight_bytes / bw * 1e6,  # as the anchors: bytes over the copy rate
@@ -254,7 +236,7 @@ def main() -> int:
         json.dump(result, f, indent=1)
     for r in rows:
         print(f"B={r['B']} L={r['L']}: " + "  ".join(f"{k} {v:.1f}" for k, v in r.items()
-                                                      if k.startswith(("decode_us_", "verify_us_", "commit_us_"))))
+                                                      if k.startswith(("verify_us_", "commit_us_"))))
     print(f"{'B':>4} {'L':>6} {'N':>4} {'decode':>9} {'verify':>9} {'commit':>8} {'x_ver':>6} {'x_v+c':>6} "
           f"{'w_floor':>8} {'d_floor':>8} {'x_dfl':>6} {'vflop':>8}")
     for r in rows:

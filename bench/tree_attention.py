@@ -129,8 +129,6 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
                               block_n=bn, num_warps=nw, num_stages=ns, validate=False)
         for qq, gg, words in ((q, gate, meta.words), (q1, g1, meta1.words)):
             ta.tree_attention(qq, k_cache, v_cache, slots, lens, words, gate=gg, max_len=L, validate=False)
-        ta.tree_attention(q, k_cache, v_cache, slots, lens, meta.words, gate=gate, max_len=L, validate=False,
-                          partial_dtype=torch.bfloat16)
         torch.cuda.synchronize()
         return row
 
@@ -161,13 +159,7 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
     row["ours_default_cfg"] = ta.default_launch(B, N, HQ, HKV, D, L, torch.device(dev))
     row["ours_default_us"] = graph_time(lambda: ta.tree_attention(
         q, k_cache, v_cache, slots, lens, meta.words, gate=gate, out=out, max_len=L, validate=False))
-    if row["ours_default_cfg"][4] > 1:  # split partials stored in bf16: half the partial traffic
-        row["ours_default_bf16part_us"] = graph_time(lambda: ta.tree_attention(
-            q, k_cache, v_cache, slots, lens, meta.words, gate=gate, out=out, max_len=L, validate=False,
-            partial_dtype=torch.bfloat16))
-        got = ta.tree_attention(q, k_cache, v_cache, slots, lens, meta.words, gate=gate, max_len=L,
-                                partial_dtype=torch.bfloat16)[:nb].float()
-        row["rel_err_bf16part"] = float((got - ref).norm() / ref.norm())
+
 
     # decode (does not depend on N): one query per request over the committed KV plus its own token
     if (B, L) not in decode_cache:
@@ -251,7 +243,7 @@ def plot(json_path: str, png_path: str, length: int = 8192) -> None:
 
 def diagnose(rng: np.random.Generator, compile_only: bool = False) -> dict:
     """Where the time of B = 1, N = 64 over 8k goes: per-kernel GPU time (torch profiler, mean of 20 eager calls)
-    of the default launch and of variants (bf16 partials, other split counts, the tree part alone, one split), and
+    of the default launch and of variants (other split counts, the tree part alone, one split), and
     the floor of a CUDA-graph replay measured as the benchmark measures (one tiny kernel)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -267,8 +259,6 @@ def diagnose(rng: np.random.Generator, compile_only: bool = False) -> dict:
     call = dict(gate=gate, validate=False)
     variants = {
         "default": lambda: ta.tree_attention(q, k_cache, v_cache, slots, lens, words, max_len=L, **call),
-        "bf16_partials": lambda: ta.tree_attention(q, k_cache, v_cache, slots, lens, words, max_len=L,
-                                                   partial_dtype=torch.bfloat16, **call),
         "splits_8": lambda: ta.tree_attention(q, k_cache, v_cache, slots, lens, words, num_splits=8, **call),
         "splits_32": lambda: ta.tree_attention(q, k_cache, v_cache, slots, lens, words, num_splits=32, **call),
         "tree_only_L0": lambda: ta.tree_attention(q, k_cache, v_cache, slots, lens * 0, words, num_splits=1, **call),

@@ -31,9 +31,6 @@ graph per ``("verify", B, N)``, ``("commit", B, N)`` and ``("decode", B)``; late
 into the graph's static buffers and replay. Returned logits of a replayed graph are its static output: valid until
 the next call of the same shape (clone to keep them). The engine pads B and N to its buckets.
 
-``small_batch_linear=True`` routes the projections of steps with at most 16 token rows (decode at small batch) through
-a Triton skinny matmul (:func:`_skinny_linear_kernel`, one pass over each weight) instead of cuBLAS.
-
 The MoE block is computed densely (every expert on every token, weighted by the renormalised top-k router
 probabilities, zero elsewhere): exact and CUDA-graph safe, but not fast; the benchmark model uses a dense MLP.
 """
@@ -88,57 +85,6 @@ def _silu_mul_kernel(gu_ptr, out_ptr, inner, BLOCK: tl.constexpr):
     g = tl.load(gu_ptr + row * 2 * inner + cols, mask=ok, other=0.0).to(tl.float32)
     u = tl.load(gu_ptr + row * 2 * inner + inner + cols, mask=ok, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * inner + cols, (g * tl.sigmoid(g) * u).to(out_ptr.dtype.element_ty), mask=ok)
-
-
-@triton.jit
-def _skinny_linear_kernel(x_ptr, w_ptr, y_ptr, M, N, K, s_xm, s_wn, s_ym,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          EVEN_K: tl.constexpr, IEEE: tl.constexpr):
-    """``y[M, N] = x[M, K] w[N, K]^T`` for ``M <= BLOCK_M`` rows: one program per ``BLOCK_N`` output columns
-    streams its ``[BLOCK_N, K]`` slab of ``w`` once (the weight read is the whole cost of a decode projection)."""
-    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
-    rm = tl.arange(0, BLOCK_M)  # [BLOCK_M]
-    n_ok = rn < N
-    m_ok = rm < M
-    w_rows = w_ptr + rn[:, None].to(tl.int64) * s_wn  # [BLOCK_N, 1]
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        rk = k0 + tl.arange(0, BLOCK_K)  # [BLOCK_K]
-        if EVEN_K:
-            x = tl.load(x_ptr + rm[:, None] * s_xm + rk[None, :], mask=m_ok[:, None], other=0.0)  # [BLOCK_M, BLOCK_K]
-            w = tl.load(w_rows + rk[None, :], mask=n_ok[:, None], other=0.0)  # [BLOCK_N, BLOCK_K]
-        else:
-            k_ok = rk < K
-            x = tl.load(x_ptr + rm[:, None] * s_xm + rk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-            w = tl.load(w_rows + rk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-        if IEEE:
-            acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(x, tl.trans(w), acc)
-    tl.store(y_ptr + rm[:, None] * s_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty),
-             mask=m_ok[:, None] & n_ok[None, :])
-
-
-def _skinny_linear(x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None,
-                   block_k: int | None = None) -> torch.Tensor:
-    """``x [M, K] @ w[N, K]^T`` for ``M <= 16`` through :func:`_skinny_linear_kernel` (``out_dtype``: default x's;
-    ``block_k``: K tile, default by N)."""
-    M, K = x.shape
-    N = w.shape[0]
-    if M > 16 or x.stride(1) != 1 or w.stride(1) != 1 or w.shape[1] != K:
-        raise ValueError(f"skinny linear needs x [M <= 16, K] and w [N, K] with contiguous rows, got "
-                         f"{tuple(x.shape)} and {tuple(w.shape)}")
-    y = torch.empty((M, N), dtype=out_dtype or x.dtype, device=x.device)  # [M, N]
-    if N <= 4096:  # few column blocks: long K tiles keep enough of the weight in flight per SM
-        block_n, tile_k, stages = 16, min(1024, triton.next_power_of_2(K)), 3
-    else:  # many column blocks: small tiles, three CTAs per SM
-        block_n, tile_k, stages = 16, min(256, triton.next_power_of_2(K)), 4
-    block_k = block_k or tile_k
-    opts = {} if interpreting() else {"num_warps": 4, "num_stages": stages}
-    _skinny_linear_kernel[(triton.cdiv(N, block_n),)](
-        x, w, y, M, N, K, x.stride(0), w.stride(0), y.stride(0), BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k,
-        EVEN_K=K % block_k == 0, IEEE=x.dtype == torch.float32, **opts)
-    return y
 
 
 def _launch_opts(num_warps: int) -> dict:
@@ -239,7 +185,6 @@ class OptimizedModel:
         graphs: bool | None = None,
         gdn_precision: str | None = None,
         use_fla: bool | None = None,
-        small_batch_linear: bool = False,
     ):
         from lumotree.reference.config import HybridConfig
         from lumotree.reference.model import IGNORED_TENSOR_PREFIXES, hf_tensor_shapes
@@ -261,7 +206,6 @@ class OptimizedModel:
         if self.graphs and self.device.type != "cuda":
             raise ValueError("graphs=True needs a CUDA device")
         self.gdn_precision = gdn_precision or "ieee"
-        self.small_batch_linear = bool(small_batch_linear)  # Triton skinny matmul for <= 16 token rows
         self.use_fla = _fla_available() if use_fla is None else bool(use_fla)
         if self.use_fla and not _fla_available():
             raise ValueError("use_fla=True but flash-linear-attention is not importable on a CUDA device")
@@ -414,18 +358,10 @@ class OptimizedModel:
         HQ, HKV, D = self._attn_dims
         return ta.default_launch(B, N, HQ, HKV, D, self.capacity, self.device, self.dtype)[4]
 
-    def _linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-        """``x [T, K] @ w[N, K]^T``: the Triton skinny matmul for ``T <= 16`` rows when ``small_batch_linear``, else
-        cuBLAS. ``out_dtype`` (default x's)."""
-        if self.small_batch_linear and x.shape[0] <= 16:
-            return _skinny_linear(x, w, out_dtype)
-        y = x @ w.T
-        return y if out_dtype is None else y.to(out_dtype)
-
     def _mlp(self, m: _MLP, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU MLP, or the MoE block computed densely (see the module docstring). ``x: [T, Dm]``."""
         if m.router is None:
-            return self._linear(_silu_mul(self._linear(x, m.w_gate_up)), m.w_down)  # [T, 2I] -> [T, I] -> [T, Dm]
+            return _silu_mul(x @ m.w_gate_up.T) @ m.w_down.T  # [T, 2I] -> [T, I] -> [T, Dm]
         probs = torch.softmax((x @ m.router.T).float(), dim=-1)  # [T, E]
         top_p, top_i = torch.topk(probs, self.config.num_experts_per_tok, dim=-1)  # [T, k]
         if self.config.norm_topk_prob:
@@ -458,7 +394,7 @@ class OptimizedModel:
             if isinstance(layer, _GDNLayer):
                 H, HV, K, V, W = self._gdn_dims
                 C = 2 * H * K + HV * V
-                proj = self._linear(x, layer.w_in).view(B, N, -1)  # [B, N, C + HV V + 2 HV]
+                proj = (x @ layer.w_in.T).view(B, N, -1)  # [B, N, C + HV V + 2 HV]
                 mixed = proj[..., :C]  # [B, N, C] conv inputs (q | k | v)
                 z = proj[..., C : C + HV * V].unflatten(-1, (HV, V))  # [B, N, HV, V]
                 b_gate = proj[..., C + HV * V : C + HV * V + HV]  # [B, N, HV]
@@ -478,11 +414,11 @@ class OptimizedModel:
                         input_precision=self.gdn_precision, validate=False)  # o: [B, N, HV, V]
                     gdn_records.append((factors, mixed))
                 gated = gated_rmsnorm(o.reshape(T, HV, V), z.reshape(T, HV, V), layer.norm_w, eps=self.eps)
-                mix = self._linear(gated.view(T, HV * V), layer.w_out)  # [T, Dm]
+                mix = gated.view(T, HV * V) @ layer.w_out.T  # [T, Dm]
                 gi += 1
             else:
                 HQ, HKV, D = self._attn_dims
-                proj = self._linear(x, layer.w_qkv).view(B, N, -1)  # [B, N, 2 HQ D + 2 HKV D]
+                proj = (x @ layer.w_qkv.T).view(B, N, -1)  # [B, N, 2 HQ D + 2 HKV D]
                 qg = proj[..., : 2 * HQ * D].unflatten(-1, (HQ, 2 * D))  # [B, N, HQ, 2D] query_h | gate_h
                 kk = proj[..., 2 * HQ * D : 2 * HQ * D + HKV * D].unflatten(-1, (HKV, D))  # [B, N, HKV, D]
                 vv = proj[..., 2 * HQ * D + HKV * D :].unflatten(-1, (HKV, D))  # [B, N, HKV, D]
@@ -491,7 +427,7 @@ class OptimizedModel:
                                        validate=False)  # [B, N, HQ, D]; K/V stored at lens + n
                 att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, meta.words,
                                         gate=qg[..., D:], num_splits=splits, validate=False)  # [B, N, HQ, D]
-                mix = self._linear(att.view(T, HQ * D), layer.w_o)  # [T, Dm]
+                mix = att.view(T, HQ * D) @ layer.w_o.T  # [T, Dm]
                 ai += 1
             y = _add_rmsnorm(h, mix, m.post_norm, self.eps)  # h += mix
             x = _add_rmsnorm(h, self._mlp(m, y), self._norm_after(i), self.eps)  # h += mlp; next norm
@@ -499,7 +435,7 @@ class OptimizedModel:
         if prefill:  # only the chunk's last real token needs logits
             last = (num_nodes.long() - 1)[:, None, None].expand(B, 1, x.shape[-1])
             x = x.gather(1, last)  # [B, 1, Dm]
-        logits = self._linear(x.reshape(-1, x.shape[-1]), self.lm_head, torch.float32).view(B, -1, self.vocab_size)
+        logits = (x @ self.lm_head.T).float()  # [B, N or 1, Vocab]
         return _StepRecord(B, N, slots, parents, num_nodes, meta, lens, gdn_records, logits)
 
     def _decode_step(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -516,7 +452,7 @@ class OptimizedModel:
             if isinstance(layer, _GDNLayer):
                 H, HV, K, V, W = self._gdn_dims
                 C = 2 * H * K + HV * V
-                proj = self._linear(x, layer.w_in)  # [B, C + HV V + 2 HV]
+                proj = x @ layer.w_in.T  # [B, C + HV V + 2 HV]
                 conv = conv_step(proj[:, :C], layer.conv_w, self.conv_pools[gi], slots, validate=False)  # [B, C]
                 gated = gdn_decode(
                     conv[:, : H * K].unflatten(-1, (H, K)), conv[:, H * K : 2 * H * K].unflatten(-1, (H, K)),
@@ -524,11 +460,11 @@ class OptimizedModel:
                     proj[:, C + HV * V : C + HV * V + HV], layer.A_log, layer.dt_bias, self.state_pools[gi], slots,
                     allow_neg_eigval=self.config.allow_neg_eigval, z=proj[:, C : C + HV * V].unflatten(-1, (HV, V)),
                     norm_weight=layer.norm_w, eps=self.eps, validate=False)  # [B, HV, V] gated-normed
-                mix = self._linear(gated.view(B, HV * V), layer.w_out)  # [B, Dm]
+                mix = gated.view(B, HV * V) @ layer.w_out.T  # [B, Dm]
                 gi += 1
             else:
                 HQ, HKV, D = self._attn_dims
-                proj = self._linear(x, layer.w_qkv)[:, None]  # [B, 1, 2 HQ D + 2 HKV D]
+                proj = (x @ layer.w_qkv.T)[:, None]  # [B, 1, 2 HQ D + 2 HKV D]
                 qg = proj[..., : 2 * HQ * D].unflatten(-1, (HQ, 2 * D))  # [B, 1, HQ, 2D]
                 kk = proj[..., 2 * HQ * D : 2 * HQ * D + HKV * D].unflatten(-1, (HKV, D))  # [B, 1, HKV, D]
                 vv = proj[..., 2 * HQ * D + HKV * D :].unflatten(-1, (HKV, D))  # [B, 1, HKV, D]
@@ -537,12 +473,12 @@ class OptimizedModel:
                                        eps=self.eps, validate=False)  # [B, 1, HQ, D]; K/V stored at lens
                 att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, self._root_words[:B],
                                         gate=qg[..., D:], num_splits=splits, validate=False)  # [B, 1, HQ, D]
-                mix = self._linear(att.view(B, HQ * D), layer.w_o)  # [B, Dm]
+                mix = att.view(B, HQ * D) @ layer.w_o.T  # [B, Dm]
                 ai += 1
             y = _add_rmsnorm(h, mix, m.post_norm, self.eps)
             x = _add_rmsnorm(h, self._mlp(m, y), self._norm_after(i), self.eps)
         self.lens.index_copy_(0, slots.long(), lens + 1)
-        return self._linear(x, self.lm_head, torch.float32)  # [B, Vocab]
+        return (x @ self.lm_head.T).float()  # [B, Vocab]
 
     def _commit(self, rec: _StepRecord, accepted: torch.Tensor) -> None:
         """Advance every pool of ``rec``'s slots along root..accepted (device tensors only: graph safe)."""

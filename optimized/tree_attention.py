@@ -358,7 +358,7 @@ def _tree_attn_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
 ):  # fmt: skip
     """Grid ``(row blocks, B * HKV, NUM_SPLITS)``. Rows are (node, query head in the GQA group) pairs. ``NW``: ancestor
-    words per node. Split partials are stored normalised (``acc / l``, in PartAcc's dtype) with ``(m, l)`` in fp32."""
+    words per node. Split partials are stored normalised (``acc / l``) with ``(m, l)``."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -437,10 +437,10 @@ def _tree_attn_kernel(
             o = o * tl.sigmoid(gate)
         tl.store(Out + b * sob + node[:, None] * son + head[:, None] * soh + offs_d[None, :],
                  o.to(Out.dtype.element_ty), mask=io_mask)
-    else:  # normalised partial: its dtype may be narrower than the fp32 accumulator
+    else:  # normalised partial
         part = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         tl.store(PartAcc + pid_s * spa_s + b * spa_b + node[:, None] * spa_n + head[:, None] * spa_h + offs_d[None, :],
-                 part.to(PartAcc.dtype.element_ty), mask=io_mask)
+                 part, mask=io_mask)
         ml = PartML + pid_s * spm_s + b * spm_b + node * spm_n + head * spm_h
         tl.store(ml, m_i, mask=row_ok)
         tl.store(ml + 1, l_i, mask=row_ok)
@@ -473,7 +473,7 @@ def _combine_kernel(
         m_s = tl.load(ml, mask=s_ok, other=float("-inf"))  # [BLOCK_S] (-inf: a split that saw no key)
         l_s = tl.load(ml + 1, mask=s_ok, other=0.0)
         o_s = tl.load(PartAcc + s[:, None] * spa_s + b * spa_b + n * spa_n + h * spa_h + offs_d[None, :],
-                      mask=s_ok[:, None] & mask_d[None, :], other=0.0).to(tl.float32)  # [BLOCK_S, BLOCK_D]
+                      mask=s_ok[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_S, BLOCK_D]
         m_new = tl.maximum(m_run, tl.max(m_s, axis=0))  # [1]
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         scale_old = tl.math.exp2(m_run - m_use)  # [1]
@@ -560,7 +560,6 @@ def tree_attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
-    partial_dtype: torch.dtype = torch.float32,
     validate: bool = True,
 ) -> torch.Tensor:
     """Gated tree attention for a batch of trees over a slot-addressed KV cache pool.
@@ -573,8 +572,7 @@ def tree_attention(
     ``num_splits`` (default :func:`choose_num_splits` over ``max_len``, default the longest ``cache_lens``, one
     host sync) fixes the grid; pass both for CUDA graphs. ``validate`` checks values (slot range, lengths against
     the capacity, finiteness of q and gate) with device-to-host copies: switch it off inside graph capture.
-    ``partial_dtype``: storage of the normalised split partials (float32, or bfloat16 for half the traffic at one
-    more bf16 rounding of each split's output). Key tiles ``block_n`` of 16, 32 or 64.
+    Key tiles ``block_n`` of 16, 32 or 64.
     """
     device = q.device
     float_types = (torch.float32, torch.bfloat16, torch.float16)
@@ -619,8 +617,6 @@ def tree_attention(
         raise ValueError(f"block_m = {block_m} must be a power of two >= the GQA group size {G}")
     if block_n not in (16, 32, 64):
         raise ValueError(f"block_n = {block_n} must be 16, 32 or 64 (a key tile spans at most two ancestor words)")
-    if partial_dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"partial_dtype = {partial_dtype} must be torch.float32 or torch.bfloat16")
     row_blocks = triton.cdiv(N, block_m // G)
     if num_splits is None:
         num_splits = splits if not custom_tiles else choose_num_splits(B, HKV, row_blocks, max_len, device,
@@ -632,7 +628,7 @@ def tree_attention(
     elif out.shape != (B, N, HQ, D) or out.stride(-1) != 1 or out.dtype != q.dtype:
         raise ValueError(f"out must be [B, N, HQ, D] = {(B, N, HQ, D)} of dtype {q.dtype}, contiguous last dim")
     if num_splits > 1:
-        part_acc = torch.empty((num_splits, B, N, HQ, D), dtype=partial_dtype, device=device)  # [S, B, N, HQ, D]
+        part_acc = torch.empty((num_splits, B, N, HQ, D), dtype=torch.float32, device=device)  # [S, B, N, HQ, D]
         part_ml = torch.empty((num_splits, B, N, HQ, 2), dtype=torch.float32, device=device)  # [S, B, N, HQ, (m, l)]
     else:
         part_acc = part_ml = out  # unused

@@ -90,30 +90,6 @@ def test_verify_commit_then_decode_equals_plain_decode(tiny):
     np.testing.assert_allclose(opt.k_pools[0][1, :, :L].numpy(), opt.k_pools[0][3, :, :L].numpy(), atol=1e-5)
 
 
-@pytest.mark.parametrize("M", [1, 3, 16])
-def test_skinny_linear_matches_float64_matmul(M):
-    """Several K tiles with a ragged last one, a ragged last column block, fp32 output from fp32 inputs."""
-    rng = np.random.default_rng(M)
-    x = rng.normal(size=(M, 100))
-    w = rng.normal(size=(40, 100))
-    y = om._skinny_linear(torch.tensor(x, dtype=torch.float32), torch.tensor(w, dtype=torch.float32), block_k=32)
-    np.testing.assert_allclose(y.double().numpy(), x @ w.T, rtol=1e-5, atol=1e-4)
-
-
-def test_small_batch_linear_decode_and_verify_match_reference(tiny):
-    """The Triton skinny matmul path (<= 16 token rows) gives the reference logits for prefill, decode and verify."""
-    ref, _ = tiny
-    opt = om.from_reference(ref, num_slots=2, max_seq_len=32, max_nodes=8, graphs=False, small_batch_linear=True)
-    prompt = [2, 7, 1, 8, 2, 8]
-    cache = ref.new_cache()
-    np.testing.assert_allclose(opt.prefill(1, prompt).numpy(), ref.forward(prompt, cache)[-1], atol=ATOL)
-    np.testing.assert_allclose(opt.decode(_slots(1), torch.tensor([5]))[0].numpy(), ref.forward([5], cache)[-1],
-                               atol=ATOL)
-    tree = TokenTree([-1, 0, 0, 2], [9, 10, 11, 12])
-    got = opt.verify(_slots(1), torch.tensor([tree.tokens]), torch.tensor([tree.parents]))
-    np.testing.assert_allclose(got[0].numpy(), ref.verify_tree(list(tree.tokens), tree, cache), atol=ATOL)
-
-
 def test_moe_model_and_checkpoint_round_trip_match_reference_and_transformers(tmp_path):
     """MoE layers (top-2 of 4 experts, shared expert); loaded from a HF checkpoint; also against transformers."""
     config = HybridConfig(**{**TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
@@ -182,14 +158,11 @@ def _bf16_reference(config: HybridConfig, seed: int):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("small_batch_linear", [False, True])
-def test_gpu_bf16_model_against_float64_reference(small_batch_linear):
-    """bf16 activations: relative L2 error of logits <= 3e-2 for prefill, a 24-node verify, and decode (projections
-    of <= 16 token rows through cuBLAS or the Triton skinny matmul)."""
+def test_gpu_bf16_model_against_float64_reference():
+    """bf16 activations: relative L2 error of logits <= 3e-2 for prefill, a 24-node verify, and decode."""
     config = HybridConfig(**GPU_CFG)
     ref, tensors = _bf16_reference(config, seed=5)
-    opt = om.OptimizedModel(config, tensors, num_slots=2, max_seq_len=256, max_nodes=32, graphs=False,
-                            small_batch_linear=small_batch_linear)
+    opt = om.OptimizedModel(config, tensors, num_slots=2, max_seq_len=256, max_nodes=32, graphs=False)
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, 512, 70).tolist()
     cache = ref.new_cache()
@@ -235,14 +208,3 @@ def test_gpu_graph_replay_equals_eager():
     for eager, graph in zip(*outs):
         torch.testing.assert_close(graph, eager, rtol=1e-2, atol=1e-2)
 
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("M,N,K", [(1, 12352, 2048), (16, 2048, 5632), (3, 151936, 2048)])
-def test_gpu_skinny_linear_bf16_against_float64(M, N, K):
-    """The decode projections' shapes in bf16: relative error against float64 on the same inputs <= 1e-2."""
-    torch.manual_seed(M)
-    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * K**-0.5
-    y = om._skinny_linear(x, w, torch.float32).double()
-    ref = x.double() @ w.double().T
-    assert float((y - ref).norm() / ref.norm()) < 1e-2
