@@ -96,8 +96,12 @@ def optimized_path(count: int, seed: int, progress: Progress = _quiet) -> dict[s
     """The construction (with power-of-two head sizes) through :mod:`lumotree.optimized` (``from_reference``; fp32 on
     the CPU under the Triton interpreter, the default dtype on a GPU): ``prefill`` on ``count`` random instances and
     one ``verify`` of the query tree, against the answers and the reference's float64 logits."""
+    import os
+
     import torch
 
+    if not torch.cuda.is_available():  # the kernels run under the Triton interpreter on the CPU
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     from ..optimized.model import from_reference
 
     M = R = 4
