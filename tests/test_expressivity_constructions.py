@@ -152,3 +152,13 @@ def test_hybrid_runs_through_the_optimized_kernels():
     result = optimized_path(1, seed=0)
     assert result["prefill_accuracy"] == 1.0 and result["tree_accuracy"] == 1.0
     assert result["max_abs_logit_difference_vs_reference"] < 1e-4
+
+
+def test_cli_sample(capsys):
+    from lumotree.cli import main as cli_main
+
+    assert cli_main(["expressivity", "sample", "--n", "5", "--m", "3", "--keys", "4", "--values", "3"]) == 0
+    out = capsys.readouterr().out
+    answer = next(line for line in out.splitlines() if line.startswith("answer")).split()[-1]
+    predicted = next(line for line in out.splitlines() if line.startswith("hybrid")).split()[-1]
+    assert answer == predicted
