@@ -47,7 +47,7 @@ SYMBOLIC_DIMS = {
 }
 SYMBOLIC_MAX_NODES = {"quick": 5, "full": 6}
 Z3_DIMS = (Dims(H=1, HV=1, K=1, V=1), Dims(H=1, HV=2, K=1, V=1))
-Z3_MAX_NODES = {"quick": 3, "full": 4}
+Z3_MAX_NODES = {"quick": 4, "full": 6}
 Z3_TIMEOUT_MS = 300_000
 RANDOM_MAX_NODES = 12
 RANDOM_SAMPLES = {"quick": 24, "full": 300}
@@ -189,16 +189,17 @@ def prove_identity_z3(
         context = z3.Context()
         x, _ = z3_arrays(spec, context)
         lhs, rhs = sides(ctx.ref, tree, x)
-        solver = z3.Solver(ctx=context)
-        solver.set("timeout", Z3_TIMEOUT_MS)
-        if premises is not None:
-            solver.add(*premises(x))
         # one query per output entry: "premises and this entry differs" unsat for all entries is the negation of the
-        # conjunction unsat, and small queries are far easier for Z3's nonlinear real arithmetic than one big Or
+        # conjunction unsat, and small queries are far easier for Z3's nonlinear real arithmetic than one big Or. Each
+        # query gets a new solver: push/pop would switch Z3 to its incremental core, which lacks the nlsat procedure
+        # and can time out where a one-shot solver answers at once
         for name in lhs:
             for idx, a, b in _entries(lhs[name], rhs[name]):
                 entry = f"{name}[{', '.join(map(str, idx))}]" if idx else name
-                solver.push()
+                solver = z3.Solver(ctx=context)
+                solver.set("timeout", Z3_TIMEOUT_MS)
+                if premises is not None:
+                    solver.add(*premises(x))
                 solver.add(a != b)
                 verdict = solver.check()
                 queries += 1
@@ -224,7 +225,6 @@ def prove_identity_z3(
                             parents, dims, inputs, entry, z3_value(model, a), z3_value(model, b), names
                         ),
                     )
-                solver.pop()
     return Outcome(
         "proved", scope, detail=f"{len(cases)} (shape, dims) cases, {queries} output entries: each negation unsat"
     )

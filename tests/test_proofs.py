@@ -137,7 +137,8 @@ def test_cli_list(capsys):
 
 
 def test_z3_checks_do_not_depend_on_earlier_queries_in_the_process():
-    """Each case gets a fresh Z3 context: commit/z3 once timed out after closed-form/z3 in the same process."""
+    """Each case gets a fresh Z3 context and each query a one-shot solver: commit/z3 once timed out after
+    closed-form/z3 in the same process (reused context, push/pop switching Z3 to its incremental core)."""
     assert run_check("closed-form/z3", quick=True).status == "proved"
     result = run_check("commit/z3", quick=True)
     assert result.status == "proved", result.detail
