@@ -147,6 +147,8 @@ def build_model(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
         if args.backend == "reference":
             tensors = weights_to_tensors(build_random(config, seed=args.seed).weights, config)
         else:
+            from .model import random_tensors
+
             tensors = random_tensors(config, args.seed, _device(), _dtype(args))
     draft_layers = [int(x) for x in args.draft_layers.split(",") if x.strip()] if args.drafter == "draft-model" else []
     if args.backend == "reference":
@@ -187,34 +189,6 @@ def _dtype(args: argparse.Namespace):
     if args.dtype:
         return getattr(torch, args.dtype)
     return torch.bfloat16 if _device().type == "cuda" else torch.float32
-
-
-def random_tensors(config: Any, seed: int, device: Any, dtype: Any) -> dict[str, Any]:
-    """HF-named random weights drawn on ``device`` in ``dtype`` with the distributions of
-    :func:`lumotree.reference.model.build_random` (no float64 host copy; for large random models)."""
-    import torch
-
-    from lumotree.reference.model import hf_tensor_shapes
-
-    gen = torch.Generator(device=device).manual_seed(seed)
-    out = {}
-    for name, shape in hf_tensor_shapes(config).items():
-        leaf = name.rsplit(".", 2)[-2] if name.endswith(".weight") else name.rsplit(".", 1)[-1]
-        t = torch.empty(shape, dtype=torch.float32, device=device)
-        if name == "model.embed_tokens.weight":
-            t.normal_(generator=gen)
-        elif name.endswith("A_log"):
-            t.uniform_(0.1, 2.0, generator=gen).log_()
-        elif name.endswith("dt_bias") or leaf == "conv1d":
-            t.normal_(0.0, 0.5, generator=gen)
-        elif name.endswith("linear_attn.norm.weight"):
-            t.normal_(1.0, 0.1, generator=gen)
-        elif len(shape) == 1:
-            t.normal_(0.0, 0.1, generator=gen)
-        else:
-            t.normal_(0.0, shape[-1] ** -0.5, generator=gen)
-        out[name] = t.to(dtype)
-    return out
 
 
 class Progress:

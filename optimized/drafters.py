@@ -490,22 +490,9 @@ def layer_skip_checkpoint(config: Any, tensors: Mapping[str, Any], layers: Seque
     and HF-named tensors of a model made of the target layers ``layers`` (renumbered 0..), with the target's
     embedding, final norm and ``lm_head``. Tensors are passed through, not copied (a model built from tensors that
     already have its device and dtype shares their storage with the target)."""
-    chosen = [int(i) for i in layers]
-    if not chosen:
-        raise ValueError("layers must name at least one target layer")
-    for k, i in enumerate(chosen):
-        if not 0 <= i < config.num_hidden_layers:
-            raise ValueError(f"layers[{k}] = {i} is not a layer of the target (0..{config.num_hidden_layers - 1})")
-        if k and i <= chosen[k - 1]:
-            raise ValueError(f"layers must be strictly increasing, got {chosen}")
-    moe = [config.is_moe_layer(i) for i in chosen]
-    draft_config = config.replace(
-        num_hidden_layers=len(chosen),
-        layer_types=tuple(config.layer_types[i] for i in chosen),
-        decoder_sparse_step=1,
-        mlp_only_layers=tuple(j for j, is_moe in enumerate(moe) if not is_moe),
-        num_experts=config.num_experts if any(moe) else 0,
-    )
+    from lumotree.reference.drafters import layer_skip_config
+
+    draft_config, chosen = layer_skip_config(config, layers)
     out: dict[str, Any] = {}
     for name, t in tensors.items():
         if name.startswith("model.layers."):

@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     from lumotree.reference.config import HybridConfig
 
     from .budget import CostProfile
-    from .cli import RANDOM_CONFIGS, random_tensors
+    from .cli import RANDOM_CONFIGS
+    from .model import random_tensors
     from .drafters import DraftModelDrafter, SyntheticDrafter, layer_skip_checkpoint
     from .engine import Engine, OptimizedTarget
     from .model import OptimizedModel

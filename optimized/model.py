@@ -701,12 +701,11 @@ def from_reference(model: Any, **kwargs: Any) -> OptimizedModel:
     return OptimizedModel(model.config, weights_to_tensors(model.weights, model.config), **kwargs)
 
 
-def build_random(config: Any, seed: int = 0, **kwargs: Any) -> OptimizedModel:
-    """A seeded random model generated directly on the target device (no float64 host copy), with the reference's
-    weight distributions (:func:`lumotree.reference.model.build_random`): for large benchmark models."""
+def random_tensors(config: Any, seed: int, device: Any, dtype: Any = None) -> dict[str, torch.Tensor]:
+    """HF-named random weights drawn on ``device`` (cast to ``dtype`` if given) with the distributions of
+    :func:`lumotree.reference.model.build_random` (no float64 host copy; for large random models)."""
     from lumotree.reference.model import hf_tensor_shapes
 
-    device = torch.device(kwargs.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
     gen = torch.Generator(device=device).manual_seed(seed)
     tensors: dict[str, torch.Tensor] = {}
     for name, shape in hf_tensor_shapes(config).items():
@@ -724,5 +723,12 @@ def build_random(config: Any, seed: int = 0, **kwargs: Any) -> OptimizedModel:
             t.normal_(0.0, 0.1, generator=gen)
         else:
             t.normal_(0.0, shape[-1] ** -0.5, generator=gen)
-        tensors[name] = t
-    return OptimizedModel(config, tensors, **kwargs)
+        tensors[name] = t if dtype is None else t.to(dtype)
+    return tensors
+
+
+def build_random(config: Any, seed: int = 0, **kwargs: Any) -> OptimizedModel:
+    """A seeded random model generated directly on the target device (:func:`random_tensors`): for large benchmark
+    models."""
+    device = torch.device(kwargs.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return OptimizedModel(config, random_tensors(config, seed, device), **kwargs)

@@ -24,7 +24,7 @@ from .speculate import Sampling
 from .tree import TokenTree
 from .verify import VARIANTS, Coins, DraftBuilder, DraftProposal, VerifyResult
 
-__all__ = ["NGramDrafter", "DraftModelDrafter", "layer_skip_draft"]
+__all__ = ["NGramDrafter", "DraftModelDrafter", "layer_skip_config", "layer_skip_draft"]
 
 
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -188,14 +188,10 @@ class DraftModelDrafter:
         self.model.commit(list(tree.tokens), tree, result.last_node, self.cache)
 
 
-def layer_skip_draft(target: Any, layers: Sequence[int] = (0,)) -> Any:
-    """A draft model made of some of the target's layers (default: the first), with the target's embedding, final
-    norm and ``lm_head`` (self-speculation by layer skipping). The weights are shared, not copied or trained; it has
-    its own caches like any model. ``layers`` are target layer indices in increasing order.
-    """
-    from .model import HybridModel, ModelWeights
-
-    config = target.config
+def layer_skip_config(config: Any, layers: Sequence[int]) -> tuple[Any, list[int]]:
+    """The config of a model made of the target layers ``layers`` (strictly increasing, renumbered 0..), each keeping
+    its mixer kind and its MLP kind; returns ``(draft_config, chosen)``. Shared by :func:`layer_skip_draft` and the
+    optimized checkpoint-level version."""
     chosen = [int(i) for i in layers]
     if not chosen:
         raise ValueError("layers must name at least one target layer")
@@ -205,7 +201,6 @@ def layer_skip_draft(target: Any, layers: Sequence[int] = (0,)) -> Any:
         if k and i <= chosen[k - 1]:
             raise ValueError(f"layers must be strictly increasing, got {chosen}")
     moe = [config.is_moe_layer(i) for i in chosen]
-    # the draft's layer j is target layer chosen[j]: keep its mixer kind and its MLP kind
     draft_config = config.replace(
         num_hidden_layers=len(chosen),
         layer_types=tuple(config.layer_types[i] for i in chosen),
@@ -213,5 +208,16 @@ def layer_skip_draft(target: Any, layers: Sequence[int] = (0,)) -> Any:
         mlp_only_layers=tuple(j for j, is_moe in enumerate(moe) if not is_moe),
         num_experts=config.num_experts if any(moe) else 0,
     )
+    return draft_config, chosen
+
+
+def layer_skip_draft(target: Any, layers: Sequence[int] = (0,)) -> Any:
+    """A draft model made of some of the target's layers (default: the first), with the target's embedding, final
+    norm and ``lm_head`` (self-speculation by layer skipping). The weights are shared, not copied or trained; it has
+    its own caches like any model. ``layers`` are target layer indices in increasing order.
+    """
+    from .model import HybridModel, ModelWeights
+
+    draft_config, chosen = layer_skip_config(target.config, layers)
     w = target.weights
     return HybridModel(draft_config, ModelWeights(w.embed_tokens, [w.layers[i] for i in chosen], w.norm, w.lm_head))
