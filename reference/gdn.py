@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .numerics import check_finite, check_range, check_shape, coerce_inputs, default_scale
+from .numerics import check_finite, check_range, check_shape, coerce_inputs, default_scale, validate_weight_fields
 from .tree import TokenTree
 
 __all__ = [
@@ -333,11 +333,7 @@ class GDNWeights:
 
     def validate(self, spec: GDNLayerSpec, prefix: str = "GDNWeights") -> None:
         """Raise ``ValueError`` naming the field on a wrong shape or a non-finite entry."""
-        for name, shape in spec.weight_shapes().items():
-            value = np.asarray(getattr(self, name), dtype=np.float64)
-            setattr(self, name, value)
-            check_shape(f"{prefix}.{name}", value, shape, ", ".join(str(s) for s in shape))
-            check_finite(f"{prefix}.{name}", value)
+        validate_weight_fields(self, spec.weight_shapes(), prefix)
 
 
 @dataclass

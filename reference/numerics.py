@@ -25,6 +25,7 @@ __all__ = [
     "check_finite",
     "check_range",
     "default_scale",
+    "validate_weight_fields",
 ]
 
 
@@ -101,3 +102,13 @@ def default_scale(head_dim: int, exact: bool) -> Any:
     raise ValueError(
         f"scale=None needs sqrt(K) = sqrt({head_dim}), which is irrational: pass scale explicitly for exact inputs"
     )
+
+
+def validate_weight_fields(weights: Any, shapes: dict[str, tuple[int, ...]], prefix: str) -> None:
+    """Cast each named field of a weights dataclass to float64 in place and raise ``ValueError`` naming
+    ``prefix.field`` on a wrong shape or a non-finite entry."""
+    for name, shape in shapes.items():
+        value = np.asarray(getattr(weights, name), dtype=np.float64)
+        setattr(weights, name, value)
+        check_shape(f"{prefix}.{name}", value, shape, ", ".join(str(s) for s in shape))
+        check_finite(f"{prefix}.{name}", value)
