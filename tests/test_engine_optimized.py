@@ -245,12 +245,16 @@ def test_gpu_sampling_is_lossless_on_device():
 
 @pytest.mark.gpu
 def test_gpu_long_speculative_run_memory_and_state_drift():
-    """10^4 decode tokens of tree speculation on one request: device memory flat after warm-up; the GDN states then
-    compared with a float64 replay of the same tokens through the reference model built from the same (bf16-rounded)
-    weights; the relative Frobenius drift is reported and bounded."""
-    config = HybridConfig(**{**GPU_CFG, "vocab_size": 512, "num_hidden_layers": 2,
-                             "layer_types": ("linear_attention", "full_attention")})
-    ref, rounded = _bf16_rounded_reference(config, seed=6)
+    """10^4 decode tokens of tree speculation on one request (bf16 weights, fp32 GDN state): device memory flat after
+    warm-up; then the GDN state is compared with a float64 replay of the same tokens through the reference model built
+    from the same (bf16-rounded) weights; the relative Frobenius drift is reported and bounded. The GDN layer comes
+    first, so its state depends on the tokens alone and the replay runs that layer only (a one-layer reference model
+    with the same weights)."""
+    import time
+
+    config = HybridConfig(**{**GPU_CFG, "vocab_size": 512, "num_hidden_layers": 2, "linear_num_key_heads": 4,
+                             "linear_num_value_heads": 8, "layer_types": ("linear_attention", "full_attention")})
+    _, rounded = _bf16_rounded_reference(config, seed=6)
     total = 10_000
     model = om.OptimizedModel(config, rounded, num_slots=2, max_seq_len=total + 200, max_nodes=16)
     target = OptimizedTarget(model, validate=False)
@@ -260,30 +264,35 @@ def test_gpu_long_speculative_run_memory_and_state_drift():
     engine = Engine(target, PromptLookupDrafter(), mode="tree", budget="fixed", max_nodes=16, node_buckets=(1, 16))
     engine.submit(prompt, SamplingParams(max_new_tokens=total))
     memory = []
+    t0 = time.perf_counter()
     while engine.has_work():
         engine.step()
         if len(engine.stats.steps) % 200 == 0:
             torch.cuda.synchronize()
             memory.append(torch.cuda.memory_allocated())
+        if len(engine.stats.steps) % 2000 == 0:
+            print(f"long run: {len(engine.stats.steps)} steps, {time.perf_counter() - t0:.1f} s", flush=True)
         request = engine.running[0] if engine.running else None
         if request is not None and len(request.output) >= total - 64:
             break
     request = engine.running[0]
     tokens = request.prompt + request.output[:-1]  # what the model's cache holds
     assert model.cache_length(request.slot) == len(tokens)
-    cache = ref.new_cache()
-    for start in range(0, len(tokens), 512):  # chunks keep the reference's attention scores small
-        ref.forward(tokens[start : start + 512], cache)
-    gdn_layers = [i for i, kind in enumerate(config.layer_types) if kind == "linear_attention"]
-    drift = []
-    for pool, layer in zip(model.state_pools, gdn_layers):
-        mine = pool[request.slot].double().cpu().numpy()
-        exact = cache.layers[layer].state
-        drift.append(float(np.linalg.norm(mine - exact) / np.linalg.norm(exact)))
+    gdn_config, gdn_tensors = layer_skip_checkpoint(config, rounded, (0,))
+    replay = rm.HybridModel(gdn_config, rm.weights_from_tensors(gdn_tensors, gdn_config))
+    cache = replay.new_cache()
+    t1 = time.perf_counter()
+    for start in range(0, len(tokens), 512):
+        replay.forward(tokens[start : start + 512], cache)
+    mine = model.state_pools[0][request.slot].double().cpu().numpy()  # [HV, K, V]
+    exact = cache.layers[0].state
+    drift = float(np.linalg.norm(mine - exact) / np.linalg.norm(exact))
     steps = len([s for s in engine.stats.steps if s.kind != "prefill"])
     growth = max(memory[2:]) - min(memory[2:]) if len(memory) > 3 else 0
     _report("gpu_long_run", {"tokens": len(request.output), "steps": steps, "state_rel_drift": drift,
+                             "mean_accepted": engine.stats.summary()["mean_accepted"],
+                             "engine_s": t1 - t0, "replay_s": time.perf_counter() - t1,
                              "memory_bytes_after_warmup": [min(memory[2:]), max(memory[2:])] if len(memory) > 3
                              else memory, "growth_bytes": growth})
     assert growth == 0
-    assert max(drift) < 0.1
+    assert drift < 0.1
