@@ -15,7 +15,10 @@ EAGLE-2's cumulative confidence). Expected accepted draft tokens of a tree are t
     rate(N) = sum_b E_b(min(N, n_b)) / (T_verify(B, N) [+ T_draft(B) before drafting])
     rate_AR = B / T_decode(B)
 
-``kappa`` calibrates the drafter: an exponential moving average of accepted over predicted draft tokens. The budget
+``kappa`` calibrates the drafter: an exponential moving average of accepted over predicted draft tokens. The
+profile's times are calibrated too: ``lambda_verify`` and ``lambda_decode`` are moving averages of the measured over
+the profiled seconds of the engine's own speculative and autoregressive steps (host work the profile misses, other
+load on the device), and scale ``T_verify`` and ``T_decode`` in every decision. The budget
 takes the node bucket of largest rate (the draft of the step is paid for by then) and falls back to autoregressive
 decoding when ``rate_AR`` is larger. When speculation including the draft's measured cost, ``sum_b E_b / (T_draft +
 T_verify)``, loses to ``rate_AR``, drafting backs off (1, 2, 4, .. up to ``max_backoff`` autoregressive steps without
@@ -197,6 +200,7 @@ class BudgetPolicy:
         if self.max_nodes < 1:
             raise ValueError(f"max_nodes = {max_nodes} must be >= 1")
         self.max_nodes = min(self.max_nodes, profile.node_buckets[-1])
+        self._time_scale: dict[str, float] = {}
 
     def draft_size(self, batch: int) -> int:
         """How many nodes to ask the drafter for (the largest useful tree)."""
@@ -212,11 +216,36 @@ class BudgetPolicy:
         """``predicted_accepted``: sum over the batch of the verified trees' path confidences (uncalibrated);
         ``accepted``: draft tokens actually accepted."""
 
+    #: weight of the past in the step-time calibration (moving averages of measured / profiled seconds)
+    time_decay = 0.8
+
+    def observe_time(self, batch: int, nodes: int, seconds: float) -> None:
+        """A step's measured model seconds (``nodes`` = 0: an autoregressive decode step; else the node bucket of a
+        verify step): updates ``lambda_decode`` / ``lambda_verify`` = moving average of measured / profiled."""
+        if not (math.isfinite(seconds) and seconds > 0):
+            return
+        try:
+            profiled = self.profile.decode_time(batch) if nodes == 0 else self.profile.verify_time(batch, nodes)
+        except ValueError:  # outside the profiled buckets: nothing to compare with
+            return
+        key = "decode" if nodes == 0 else "verify"
+        old = self._time_scale.get(key)
+        ratio = seconds / profiled
+        self._time_scale[key] = ratio if old is None else self.time_decay * old + (1 - self.time_decay) * ratio
+
+    @property
+    def lambda_decode(self) -> float:
+        return self._time_scale.get("decode", 1.0)
+
+    @property
+    def lambda_verify(self) -> float:
+        return self._time_scale.get("verify", 1.0)
+
     def _buckets_upto(self, limit: int) -> list[int]:
         return [n for n in self.profile.node_buckets if n <= limit] or [self.profile.node_buckets[0]]
 
     def _ar(self, batch: int, reason: str) -> Decision:
-        return Decision(1, float(batch), self.profile.decode_time(batch), reason)
+        return Decision(1, float(batch), self.profile.decode_time(batch) * self.lambda_decode, reason)
 
 
 class ExpectedThroughputBudget(BudgetPolicy):
@@ -263,7 +292,7 @@ class ExpectedThroughputBudget(BudgetPolicy):
         for n in self._buckets_upto(self.max_nodes):
             m = min(n - 1, cumulative.shape[1] - 1)
             tokens = float(len(confidences) + kappa * cumulative[:, m].sum())
-            seconds = self.profile.verify_time(batch, n)
+            seconds = self.profile.verify_time(batch, n) * self.lambda_verify
             if best is None or tokens / seconds > best.predicted_tokens / best.predicted_seconds:
                 best = Decision(n, tokens, seconds, f"expected {tokens / seconds:.4g} tok/s at N = {n}")
         assert best is not None

@@ -436,8 +436,9 @@ class Engine:
         )
 
     def measure_profile(self, repeats: int = 5, prompt_len: int = 16) -> CostProfile:
-        """Time decode and verify + greedy verification + commit at every (batch, node) bucket on free slots, with
-        random tokens and random trees (median of ``repeats`` after one warm-up). Needs every slot free."""
+        """Time decode (+ argmax to the host) and tree packing + verify + greedy verification + commit + emitted tokens
+        at every (batch, node) bucket on free slots, with random tokens and random trees (median of ``repeats`` after
+        one warm-up): the model part of each step as :meth:`step` runs it. Needs every slot free."""
         if len(self.free_slots) < self.model.num_slots:
             raise RuntimeError("measure_profile needs every slot free (call it before submitting requests)")
         dev = self.model.device
@@ -480,14 +481,14 @@ class Engine:
             slots = setup(batch)
             parents = [[-1] + [int(rng.integers(0, i)) for i in range(1, nodes)] for _ in range(batch)]
             tokens = [list(range(nodes)) for _ in range(batch)]  # distinct tokens: valid for any shape
-            trees = TreeBatch.pack(tokens, parents, width=nodes)  # on the host, as in a step
 
-            def once() -> None:
+            def once() -> None:  # the model part of a speculative step as the engine runs it (trees packed)
+                trees = TreeBatch.pack(tokens, parents, width=nodes)  # on the host
                 logits = self.model.verify(slots, trees)
                 outcome = verify_batch(trees, logits, torch.zeros(batch), torch.zeros(batch, dtype=torch.long),
                                        torch.ones(batch), None)
                 self.model.commit(slots, trees, torch.zeros_like(outcome.accepted_node))  # root only
-                outcome.next_token.tolist()
+                outcome.emitted(trees)
 
             return run_timed(once)
 
@@ -655,6 +656,7 @@ class Engine:
             kind, reason = "verify", decision.reason
             self.budget.observe(decision, predicted, float(sum(accepted)), draft_s)
         model_s = time.perf_counter() - tm
+        self.budget.observe_time(B, 0 if kind == "autoregressive" else nodes, model_s)
         if self.drafter is not None:
             self.drafter.advance([self._draft_request(r) for r in batch], committed)
         emitted_total = 0

@@ -432,6 +432,30 @@ def test_budget_calibration_probes_and_backoff():
     assert budget.choose(64, [np.full(15, 0.99)] * 64, 0.0).autoregressive
 
 
+def test_budget_time_calibration_from_measured_steps():
+    """Measured step times scale the profile: verify steps that take 3x their profiled time make a tree that paid
+    on paper lose to decoding; decode steps that are slow make speculation pay again."""
+    profile = flat_profile(verify=lambda b, n: 1.0 + n / 16.0)  # decode: 1 unit
+    budget = ExpectedThroughputBudget(profile)
+    conf = [np.full(15, 0.5)]  # 1 + 7.5 tokens at N = 16 for 2 units: pays on paper
+    assert not budget.choose(1, conf, 0.0).autoregressive
+    assert budget.lambda_verify == 1.0 and budget.lambda_decode == 1.0
+    for _ in range(40):  # every speculative step actually takes 3x its profiled time
+        budget.observe_time(1, 16, 3.0 * profile.verify_time(1, 16))
+    assert abs(budget.lambda_verify - 3.0) < 1e-6
+    slow = budget.best(1, conf, 1.0)
+    assert abs(slow.predicted_seconds - 3.0 * profile.verify_time(1, slow.nodes)) < 1e-9
+    budget.backoff, budget.skip_remaining = 1, 0
+    assert budget.choose(1, [np.full(15, 0.3)], 0.0).autoregressive  # 1 + 4.5 tokens in 6 units < 1 token a unit
+    for _ in range(40):  # decode steps are slow too: speculation pays again
+        budget.observe_time(1, 0, 4.0 * profile.decode_time(1))
+    assert abs(budget.lambda_decode - 4.0) < 1e-6
+    assert not budget.choose(1, [np.full(15, 0.3)], 0.0).autoregressive
+    budget.observe_time(1, 1024, 1.0)  # outside the profiled buckets: ignored
+    budget.observe_time(1, 16, float("nan"))
+    assert abs(budget.lambda_verify - 3.0) < 1e-6
+
+
 def test_budget_backs_off_when_drafting_costs_more_than_it_gains():
     profile = flat_profile(verify=lambda b, n: 1.0 + n / 64.0)
     budget = ExpectedThroughputBudget(profile)
