@@ -59,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-draft-model", action="store_true", help="skip the real draft model runs")
     parser.add_argument("--device", default=None, help="default: cuda when available")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=2, help="timed generations per run (the fastest is kept)")
     parser.add_argument("--time-limit", type=float, default=float("inf"),
                         help="seconds after which no new run starts")
     parser.add_argument("--out", default="e2e_bench.json", help="JSON results")
@@ -206,12 +207,18 @@ def run(args: argparse.Namespace) -> int:
             return Engine(target, drafter, mode=mode, budget=budget, max_nodes=nodes, profile=profile,
                           node_buckets=node_buckets, batch_buckets=batches, seed=args.seed)
 
-        # untimed warm-up with the same drafter (first-call costs: drafter templates, host code paths)
+        # untimed warm-up with the same drafter (first-call costs: drafter templates, host code paths), then the
+        # timed generation `--repeats` times; the fastest repeat is kept (noise only ever slows a run down)
         make_engine().generate(prompts_for[B], SamplingParams(max_new_tokens=min(8, args.new_tokens)))
-        engine = make_engine()
-        wall = time.perf_counter()
-        out = engine.generate(prompts_for[B], SamplingParams(max_new_tokens=args.new_tokens))
-        wall = time.perf_counter() - wall
+        best = None
+        for _ in range(max(1, args.repeats)):
+            engine = make_engine()
+            wall = time.perf_counter()
+            out = engine.generate(prompts_for[B], SamplingParams(max_new_tokens=args.new_tokens))
+            wall = time.perf_counter() - wall
+            if best is None or engine.stats.summary()["decode_seconds"] < best[0].stats.summary()["decode_seconds"]:
+                best = (engine, out, wall)
+        engine, out, wall = best
         s = engine.stats.summary()
         steps = [x for x in engine.stats.steps if x.kind != "prefill"]
         spec = [x for x in steps if x.kind == "verify"]
@@ -270,13 +277,17 @@ def run(args: argparse.Namespace) -> int:
         ar = next((x for x in results if x["B"] == r["B"] and x["mode"] == "autoregressive"), None)
         r["speedup_vs_ar"] = r["tokens_per_s"] / ar["tokens_per_s"] if ar and ar["tokens_per_s"] else float("nan")
         r.pop("outputs", None)
-    floor_s = (weight_bytes + 2 * state_bytes) / bandwidth if cuda else float("nan")
+    # a decode step reads every weight once except the embedding table (one row a token) and reads + writes the GDN
+    # states
+    embed_bytes = config.vocab_size * config.hidden_size * (2 if dtype == torch.bfloat16 else 4)
+    step_weight_bytes = weight_bytes - (0 if config.tie_word_embeddings else embed_bytes)
+    floor_s = (step_weight_bytes + 2 * state_bytes) / bandwidth if cuda else float("nan")
     summary = {
         "config": {k: v for k, v in RANDOM_CONFIGS[args.config].items()},
         "parameters": params, "weight_bytes": weight_bytes, "dtype": str(dtype), "device": str(dev),
         "device_name": torch.cuda.get_device_name(dev) if cuda else "cpu",
         "copy_bandwidth_bytes_per_s": bandwidth,
-        "ar_step_floor_ms": 1e3 * floor_s,
+        "ar_step_floor_ms": 1e3 * floor_s, "ar_step_floor_bytes": step_weight_bytes + 2 * state_bytes,
         "ar_step_model_ms": {str(b): 1e3 * profile.decode_time(b) for b in batches},
         "ar_step_graph_replay_ms": {str(b): ms for b, ms in decode_graph_ms.items()},
         "profile": profile.to_dict(), "draft_layers": draft_layers, "new_tokens": args.new_tokens,
@@ -342,7 +353,8 @@ def markdown_table(summary: dict[str, Any]) -> str:
     floor = summary.get("ar_step_floor_ms")
     if floor and floor == floor:  # not NaN (GPU runs)
         lines.append("")
-        lines.append(f"Autoregressive step vs its floor (weights read once + GDN states read and written, "
+        lines.append(f"Autoregressive step vs its floor (weights but the embedding table read once + GDN states read "
+                     "and written, "
                      f"{floor:.3f} ms at B = 1 at the measured copy rate):")
         for b, ms in sorted(summary.get("ar_step_graph_replay_ms", {}).items(), key=lambda x: int(x[0])):
             engine_ms = summary["ar_step_model_ms"].get(b, float("nan"))
