@@ -22,7 +22,8 @@ load on the device), and scale ``T_verify`` and ``T_decode`` in every decision. 
 takes the node bucket of largest rate (the draft of the step is paid for by then) and falls back to autoregressive
 decoding when ``rate_AR`` is larger. When speculation including the draft's measured cost, ``sum_b E_b / (T_draft +
 T_verify)``, loses to ``rate_AR``, drafting backs off (1, 2, 4, .. up to ``max_backoff`` autoregressive steps without
-drafting before it drafts again), so a useless or too expensive drafter costs one drafted step per backoff period. When only the calibration
+drafting before it drafts again, and at least ``T_draft / (probe_cost_fraction T_decode)`` steps), so a useless or too
+expensive drafter costs one drafted step per backoff period, at most ~``probe_cost_fraction`` of the time in drafts. When only the calibration
 makes speculation lose (the uncalibrated confidences would pay), that drafted step runs as a *probe* so the
 calibration can recover once the drafts improve.
 
@@ -261,8 +262,12 @@ class ExpectedThroughputBudget(BudgetPolicy):
         calibration_decay: float = 0.8,
         max_backoff: int = 64,
         margin: float = 0.0,
+        probe_cost_fraction: float = 0.05,
     ):
         super().__init__(profile, max_nodes)
+        if not 0.0 < float(probe_cost_fraction) <= 1.0:
+            raise ValueError(f"probe_cost_fraction = {probe_cost_fraction!r} must be in (0, 1]")
+        self.probe_cost_fraction = float(probe_cost_fraction)
         self.calibration_decay = float(calibration_decay)
         self.max_backoff = int(max_backoff)
         self.margin = float(margin)
@@ -315,7 +320,10 @@ class ExpectedThroughputBudget(BudgetPolicy):
         if pays_with_draft:
             self.backoff = 1
             return spec
-        self.skip_remaining = self.backoff
+        # decode without drafting for the backoff period, and at least long enough that a wasted draft of this cost
+        # stays below `probe_cost_fraction` of the decoding time in between
+        amortize = math.ceil(max(draft_seconds, 0.0) / (self.probe_cost_fraction * ar.predicted_seconds))
+        self.skip_remaining = max(self.backoff, min(amortize, 64 * self.max_backoff))
         self.backoff = min(self.max_backoff, 2 * self.backoff)
         if spec_wins:
             spec.reason += f"; drafting ({1e3 * draft_seconds:.2f} ms) does not pay: next {self.skip_remaining} " \

@@ -432,6 +432,22 @@ def test_budget_calibration_probes_and_backoff():
     assert budget.choose(64, [np.full(15, 0.99)] * 64, 0.0).autoregressive
 
 
+def test_budget_amortizes_expensive_drafts():
+    """A draft that costs 3 decode steps and does not pay: drafting pauses for at least 3 / 0.05 = 60 steps, so the
+    wasted drafts stay near 5 % of the time; a free draft keeps the plain backoff (1, 2, 4, ..)."""
+    profile = flat_profile(verify=lambda b, n: 1.0 + n / 16.0)
+    budget = ExpectedThroughputBudget(profile, probe_cost_fraction=0.05)
+    useless = [np.zeros(15)]
+    assert budget.choose(1, useless, draft_seconds=3.0).autoregressive
+    assert budget.skip_remaining == 60
+    assert sum(not budget.want_draft(1) for _ in range(60)) == 60 and budget.want_draft(1)
+    free = ExpectedThroughputBudget(profile)
+    free.choose(1, useless, draft_seconds=0.0)
+    assert free.skip_remaining == 1
+    with pytest.raises(ValueError, match="probe_cost_fraction"):
+        ExpectedThroughputBudget(profile, probe_cost_fraction=0.0)
+
+
 def test_budget_time_calibration_from_measured_steps():
     """Measured step times scale the profile: verify steps that take 3x their profiled time make a tree that paid
     on paper lose to decoding; decode steps that are slow make speculation pay again."""
@@ -465,7 +481,8 @@ def test_budget_backs_off_when_drafting_costs_more_than_it_gains():
     expensive = budget.choose(1, confident, draft_seconds=20.0)  # 10 tokens / (1.25 + 20) s < 1 token / s
     assert not expensive.autoregressive  # the draft is paid for: verifying it still beats decoding now
     assert "does not pay" in expensive.reason
-    assert [budget.want_draft(1) for _ in range(2)] == [False, True]  # then decode a step without drafting
+    # then decode without drafting until the wasted draft is 5 % of the time: 20 / (0.05 * 1) = 400 steps
+    assert [budget.want_draft(1) for _ in range(401)] == [False] * 400 + [True]
 
 
 def test_engine_falls_back_to_autoregressive_when_drafts_are_useless():
