@@ -88,7 +88,9 @@ class KernelConfig(NamedTuple):
     ``heads_per_program`` > 0: verify as the per-head kernel instead (one program per request and that many value
     heads of one GVA group, 1 or HV // H: the ``[N, N]`` work done once per value head and ``K K^T``, ``Q K^T`` once
     per program, then a loop over the V blocks; ``split`` is ignored). The commit kernel reads ``block_v``,
-    ``block_k`` (state rows per program: K / block_k programs share a (request, value head, V block)) and the warps."""
+    ``block_k`` (state rows per program: K / block_k programs share a (request, value head, V block)) and the warps.
+    ``stage_solve`` (per-head kernel): park ``TB`` and ``QKD`` in a global scratch written and re-read by the same
+    program (L2-resident) instead of holding them in registers through the V loop."""
 
     block_v: int
     block_k: int
@@ -97,6 +99,7 @@ class KernelConfig(NamedTuple):
     split: bool = True
     solve_warps: int = 8
     heads_per_program: int = 0
+    stage_solve: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -358,11 +361,12 @@ def _gdn_tree_verify_kernel(
 def _gdn_tree_verify_head_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
     pool_ptr, slots_ptr, words_ptr, depth_ptr, num_nodes_ptr,
-    o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr,
+    o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, scratch_ptr,
     scale, N,
     s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, HPP: tl.constexpr,
+    STAGE: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
 ):
@@ -370,7 +374,8 @@ def _gdn_tree_verify_head_kernel(
     (shared by the HPP value heads), then per value head the mask, gates and ``TB = (I + A)^{-1} diag(beta)``,
     ``QKD = Q K^T ⊙ D`` once, kept in registers through a loop over the V blocks, each one pass over ``S0[:, block]``:
     ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)``. No ``[N, N]`` work is
-    redone across V blocks (the fused kernel's cost) and nothing goes through global memory (the split kernels')."""
+    redone across V blocks (the fused kernel's cost). ``STAGE``: ``TB`` and ``QKD`` go through this program's
+    ``scratch [2, NP, NP]`` (re-read after each V block's K loop, L2/L1 hits) instead of staying in registers."""
     pid = tl.program_id(0)
     b = pid // (HV // HPP)
     hv0 = (pid % (HV // HPP)) * HPP
@@ -416,11 +421,16 @@ def _gdn_tree_verify_head_kernel(
         gamma = tl.exp(log_gamma)  # [NP]
         decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
         tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=rows)
+        qkd = _tf32_round(qk * decay, PRECISION)  # [NP, NP] Q K^T ⊙ D
         strict = anc & (nodes[:, None] != nodes[None, :])  # [NP, NP] M°
         neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
         t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]
         tb = _tf32_round(t_inv * beta[None, :], PRECISION)  # [NP, NP] (I + A)^{-1} diag(beta)
-        qkd = _tf32_round(qk * decay, PRECISION)  # [NP, NP] Q K^T ⊙ D
+        if STAGE:
+            tile = scratch_ptr + pid.to(tl.int64) * (2 * NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
+            tl.store(tile, tb)
+            tl.store(tile + NP * NP, qkd)
+            tl.debug_barrier()  # the whole program reads the tiles back
         k_scale = gamma  # [NP] row scale of K S0 in the right-hand side
         q_scale = gamma  # [NP] row scale of Q S0 in the output
         if L2NORM:
@@ -442,6 +452,9 @@ def _gdn_tree_verify_head_kernel(
             v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
                           mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
             rhs = _tf32_round(v_t - k_scale[:, None] * ks, PRECISION)  # [NP, BV] V - diag(Gamma) K S0
+            if STAGE:
+                tb = tl.load(tile)  # [NP, NP]
+                qkd = tl.load(tile + NP * NP)  # [NP, NP]
             delta = tl.dot(tb, rhs, input_precision=PRECISION)  # [NP, BV]
             tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
             o = (q_scale[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
@@ -652,13 +665,16 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
                  PRECISION=precision)
     if cfg.heads_per_program:
-        _gdn_tree_verify_head_kernel[(B * HV // cfg.heads_per_program,)](
+        programs = B * HV // cfg.heads_per_program
+        scratch = (torch.empty((programs, 2, NP, NP), dtype=torch.float32, device=device) if cfg.stage_solve
+                   else log_gamma)  # [programs, 2, NP, NP] TB, QKD (an unused pointer without staging)
+        _gdn_tree_verify_head_kernel[(programs,)](
             q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             state_pool, slots, meta.words, meta.depth, num_nodes,
-            o, delta, log_gamma, k_rnorm_arg, scale, N,
+            o, delta, log_gamma, k_rnorm_arg, scratch, scale, N,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
-            BV=block_v, HPP=cfg.heads_per_program, WORD_BITS=WORD_BITS, num_warps=cfg.num_warps,
+            BV=block_v, HPP=cfg.heads_per_program, STAGE=bool(cfg.stage_solve), WORD_BITS=WORD_BITS, num_warps=cfg.num_warps,
             num_stages=cfg.num_stages, **flags,
         )
     elif cfg.split:
