@@ -17,6 +17,7 @@ import re
 import subprocess
 import tempfile
 
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -24,6 +25,7 @@ from triton.compiler import ASTSource
 from lumotree.optimized import gdn_tree as G
 
 H, HV, K, V = 16, 32, 128, 128
+H200_SMS = 132
 INT_POINTERS = ("slots_ptr", "words_ptr", "depth_ptr", "num_nodes_ptr", "accepted_ptr")
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
@@ -58,26 +60,43 @@ def resources(compiled) -> dict:
 
 
 def variants(N: int, precision: str):
-    """(label, kernel, constexprs, warps, stages) of every variant the probe times."""
+    """(label, kernel, constexprs, warps, stages) of the default configs and of every variant bench/gdn_probe.py
+    times (its config tables are the one list)."""
+    import gdn_probe  # noqa: PLC0415 - bench/ is on sys.path when this file runs as a script
+
     NP = max(16, triton.next_power_of_2(N))
-    common = dict(H=H, HV=HV, K=K, NP=NP, WORD_BITS=32, GATED=False, BETA_TWO=False, L2NORM=True, PRECISION=precision)
-    words = dict(W=(N + 31) // 32, LOG_NP=NP.bit_length() - 1)
-    out = []
-    for bv, nw in [(16, 4), (32, 4), (64, 4), (64, 8)]:
-        out.append((f"fused bv{bv} w{nw}", G._gdn_tree_verify_kernel, dict(common, **words, V=V, BK=32, BV=bv), nw, 2))
-    for nw in (4, 8):
-        out.append((f"solve w{nw}", G._gdn_tree_solve_kernel, dict(common, **words, BK=32), nw, 2))
-    for bv, nw in [(16, 4), (32, 4), (64, 4)]:
-        c = {k: v for k, v in common.items() if k not in ("WORD_BITS", "GATED", "BETA_TWO")}
-        out.append((f"apply bv{bv} w{nw}", G._gdn_tree_apply_kernel, dict(c, V=V, BK=32, BV=bv), nw, 2))
-    for hpp in (1, 2):
-        for bv, nw in [(32, 4), (32, 8), (64, 8), (128, 8)]:
-            out.append((f"head hpp{hpp} bv{bv} w{nw}", G._gdn_tree_verify_head_kernel,
-                        dict(common, **words, V=V, BK=32, BV=bv, HPP=hpp), nw, 2))
+    flags = dict(H=H, HV=HV, K=K, NP=NP, GATED=False, BETA_TWO=False, L2NORM=True, PRECISION=precision)
+    words = dict(W=(N + 31) // 32, LOG_NP=NP.bit_length() - 1, WORD_BITS=32)
+    G._NUM_SMS[0] = H200_SMS  # the default configs as chosen on the H200 (no GPU here to ask)
+    h200 = torch.device("cuda", 0)
+    defaults = {f"default_B{B}": G.verify_config(B, HV, N, K, V, h200) for B in (1, 64)}
+    configs = {**defaults, **gdn_probe.VERIFY_LARGE, **gdn_probe.VERIFY_SMALL}
+    out, seen = [], set()
+    for name, cfg in configs.items():
+        bv, bk = min(cfg.block_v, V), min(cfg.block_k, K)
+        flags["WORD_VECTORS"] = cfg.word_vectors
+        if cfg.heads_per_program:
+            parts = [("head", G._gdn_tree_verify_head_kernel,
+                      dict(flags, **words, V=V, BK=bk, BV=bv, HPP=cfg.heads_per_program, STAGE=cfg.stage_solve),
+                      cfg.num_warps)]
+        elif cfg.split:
+            parts = [("solve", G._gdn_tree_solve_kernel, dict(flags, **words, BK=bk), cfg.solve_warps),
+                     ("apply", G._gdn_tree_apply_kernel,
+                      dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, V=V, BK=bk, BV=bv),
+                      cfg.num_warps)]
+        else:
+            parts = [("fused", G._gdn_tree_verify_kernel, dict(flags, **words, V=V, BK=bk, BV=bv), cfg.num_warps)]
+        for part, kernel, constexprs, nw in parts:
+            key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages)
+            if key not in seen:
+                seen.add(key)
+                out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages))
     commit = dict(H=H, HV=HV, K=K, V=V, W=words["W"], NP=NP, PB=G.PATH_BLOCK, L2NORM=True, PRECISION=precision,
                   WORD_BITS=32)
-    for bv, bk, nw in [(64, 128, 4), (32, 128, 4), (64, 32, 4), (128, 32, 4), (64, 64, 4), (32, 32, 2)]:
-        out.append((f"commit bv{bv} bk{bk} w{nw}", G._gdn_tree_commit_kernel, dict(commit, BV=bv, BK=bk), nw, 1))
+    commit_defaults = {f"default_B{B}": G.commit_config(B, HV, N, K, V, h200) for B in (1, 64)}
+    for name, cfg in {**commit_defaults, **gdn_probe.COMMIT_LARGE, **gdn_probe.COMMIT_SMALL}.items():
+        out.append((f"commit {name}", G._gdn_tree_commit_kernel,
+                    dict(commit, BV=min(cfg.block_v, V), BK=min(cfg.block_k, K)), cfg.num_warps, cfg.num_stages))
     return out
 
 
@@ -85,7 +104,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--precision", default="tf32", choices=G.PRECISIONS)
-    parser.add_argument("--only", default="", help="comma-separated label prefixes (fused, solve, apply, head, commit)")
+    parser.add_argument("--only", default="", help="comma-separated label prefixes (verify, commit)")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     rows = []

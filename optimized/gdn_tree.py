@@ -90,7 +90,8 @@ class KernelConfig(NamedTuple):
     per program, then a loop over the V blocks; ``split`` is ignored). The commit kernel reads ``block_v``,
     ``block_k`` (state rows per program: K / block_k programs share a (request, value head, V block)) and the warps.
     ``stage_solve`` (per-head kernel): park ``TB`` and ``QKD`` in a global scratch written and re-read by the same
-    program (L2-resident) instead of holding them in registers through the V loop."""
+    program (L2-resident) instead of holding them in registers through the V loop. ``word_vectors`` (verify): read
+    the ancestor bitsets as W ``[N]`` vectors instead of an ``[N, N]`` gather (fewer registers)."""
 
     block_v: int
     block_k: int
@@ -100,6 +101,7 @@ class KernelConfig(NamedTuple):
     solve_warps: int = 8
     heads_per_program: int = 0
     stage_solve: bool = False
+    word_vectors: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -116,19 +118,23 @@ def _tf32_round(x, PRECISION: tl.constexpr):
 def _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
                     s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
                     W: tl.constexpr, NP: tl.constexpr, GATED: tl.constexpr, BETA_TWO: tl.constexpr,
-                    WORD_BITS: tl.constexpr):
-    """Inclusive ancestor mask ``M [NP, NP]`` and the gates ``g, beta [NP]`` of one (request, value head)."""
+                    WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr):
+    """Inclusive ancestor mask ``M [NP, NP]`` and the gates ``g, beta [NP]`` of one (request, value head).
+    ``WORD_VECTORS``: read the words as W ``[NP]`` vectors selected by ``j // WORD_BITS`` (no ``[NP, NP]`` tile of
+    64-bit pointers) instead of one ``[NP, NP]`` gather."""
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b  # [NP] padding rows are never read
     # M[i, j] = (words[i][j // WORD_BITS] >> (j % WORD_BITS)) & 1: the index arithmetic of
-    # lumotree.reference.tree.mask_bit (lumotree.proofs checks that arithmetic with Z3; keep it identical). The word
-    # index j // WORD_BITS selects among the W word vectors of the rows (loaded as [NP] vectors and broadcast over
-    # the columns: no [NP, NP] tile of 64-bit pointers, 188 instead of 217 registers in the per-head kernel).
-    word = tl.zeros([NP, NP], dtype=tl.int32)  # [NP, NP] words[i][j // WORD_BITS]
-    for w in tl.static_range(W):
-        word_w = tl.load(words_ptr + (b64 * N + nodes) * W + w, mask=real, other=0)  # [NP] words[i][w]
-        word = tl.where(nodes[None, :] // WORD_BITS == w, word_w[:, None], word)
-    word = tl.where(real[None, :], word, 0)
+    # lumotree.reference.tree.mask_bit (lumotree.proofs checks that arithmetic with Z3; keep it identical).
+    if WORD_VECTORS:  # per-head kernel at N = 64, 8 warps: 188 instead of 217 registers
+        word = tl.zeros([NP, NP], dtype=tl.int32)  # [NP, NP] words[i][j // WORD_BITS]
+        for w in tl.static_range(W):
+            word_w = tl.load(words_ptr + (b64 * N + nodes) * W + w, mask=real, other=0)  # [NP] words[i][w]
+            word = tl.where(nodes[None, :] // WORD_BITS == w, word_w[:, None], word)
+        word = tl.where(real[None, :], word, 0)
+    else:
+        word = tl.load(words_ptr + (b64 * N + nodes[:, None]) * W + nodes[None, :] // WORD_BITS,
+                       mask=real[:, None] & real[None, :], other=0)  # [NP, NP] int32
     anc = ((word >> (nodes[None, :] % WORD_BITS)) & 1) != 0  # [NP, NP] M
     if GATED:
         a_raw = tl.load(g_ptr + b64 * s_gb + nodes * s_gn + hv * s_gh, mask=real, other=0.0).to(tl.float32)
@@ -174,7 +180,7 @@ def _gdn_tree_solve_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
-    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
+    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, value head): the ``[N, N]`` quantities that do not depend on V.
 
@@ -216,7 +222,8 @@ def _gdn_tree_solve_kernel(
         tl.store(q_rnorm_ptr + (b64 * NP + nodes) * H + h, q_rn, mask=first)
     # the mask and the gates only now: fewer [NP, NP] tiles live through the K loop (registers)
     anc, g, beta = _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
-                                   s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS)
+                                   s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS,
+                                   WORD_VECTORS)
     log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
     decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
     tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=nodes < N)
@@ -288,7 +295,7 @@ def _gdn_tree_verify_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
-    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
+    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
     redone by every V block of a value head; pays off when there are few programs, i.e. small batches)."""
@@ -304,7 +311,8 @@ def _gdn_tree_verify_kernel(
     real = nodes < n_b  # [NP] padding rows are never read
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
     anc, g, beta = _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
-                                   s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS)
+                                   s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS,
+                                   WORD_VECTORS)
     log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
     gamma = tl.exp(log_gamma)  # [NP]
     decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
@@ -373,7 +381,7 @@ def _gdn_tree_verify_head_kernel(
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, HPP: tl.constexpr,
     STAGE: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
-    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
+    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr,
 ):
     """Per-head verify, one program per (request, HPP value heads of one GVA group): ``K K^T`` and ``Q K^T`` once
     (shared by the HPP value heads), then per value head the mask, gates and ``TB = (I + A)^{-1} diag(beta)``,
@@ -421,7 +429,8 @@ def _gdn_tree_verify_head_kernel(
     for j in tl.static_range(HPP):
         hv = hv0 + j
         anc, g, beta = _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
-                                       s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS)
+                                       s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS,
+                                   WORD_VECTORS)
         log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
         gamma = tl.exp(log_gamma)  # [NP]
         decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
@@ -668,7 +677,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     qk_strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2))
     k_rnorm_arg = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when not normalising
     flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
-                 PRECISION=precision)
+                 PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors))
     if cfg.heads_per_program:
         programs = B * HV // cfg.heads_per_program
         scratch = (torch.empty((programs, 2, NP, NP), dtype=torch.float32, device=device) if cfg.stage_solve
@@ -679,8 +688,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             o, delta, log_gamma, k_rnorm_arg, scratch, scale, N,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
-            BV=block_v, HPP=cfg.heads_per_program, STAGE=bool(cfg.stage_solve), WORD_BITS=WORD_BITS, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, **flags,
+            BV=block_v, HPP=cfg.heads_per_program, STAGE=bool(cfg.stage_solve), WORD_BITS=WORD_BITS,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
         )
     elif cfg.split:
         q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]

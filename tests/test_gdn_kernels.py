@@ -120,15 +120,17 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
 
 
 # --------------------------------------------------------------------------------------- differential (interpreter)
-VERIFY_PIPELINES = ("split", "fused", "head", "head_group", "head_staged")
+VERIFY_PIPELINES = ("split", "fused", "fused_vec", "head", "head_group", "head_staged")
 
 
 def verify_pipeline(name: str, group: int) -> G.KernelConfig:
     """Every verify kernel: split (solve + apply), fused per V block, per-head (one value head, or the whole GVA
-    group, per program; TB / QKD in registers or staged in scratch), with several V blocks a program (V = 16)."""
-    heads = {"split": 0, "fused": 0, "head": 1, "head_group": group, "head_staged": 1}[name]
-    return G.KernelConfig(16 if heads == 0 else 8, 16 if heads == 0 else 8, 4, 2, name == "split", 4, heads,
-                          name == "head_staged")
+    group, per program; TB / QKD in registers or staged in scratch) with several V blocks a program (V = 16); the
+    ancestor mask read as an [N, N] gather or as word vectors."""
+    heads = {"split": 0, "fused": 0, "fused_vec": 0, "head": 1, "head_group": group, "head_staged": 1}[name]
+    block = 16 if heads == 0 else 8
+    return G.KernelConfig(block, block, 4, 2, split=name == "split", solve_warps=4, heads_per_program=heads,
+                          stage_solve=name == "head_staged", word_vectors=name in ("fused_vec", "head", "head_group"))
 
 
 @settings(max_examples=20, deadline=None)
