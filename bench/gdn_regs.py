@@ -30,7 +30,7 @@ INT_POINTERS = ("slots_ptr", "words_ptr", "depth_ptr", "num_nodes_ptr", "accepte
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
-def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int):
+def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int, max_registers: int = 0):
     """Triton's compile for sm_90 of ``kernel`` with every pointer fp32 (int32 for the index arrays)."""
     signature = {}
     for name in kernel.arg_names:
@@ -43,7 +43,8 @@ def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int
     src = ASTSource(fn=kernel, signature=signature,
                     constexprs={(kernel.arg_names.index(n),): v for n, v in constexprs.items()})
     return triton.compile(src, target=GPUTarget("cuda", 90, 128),
-                          options=dict(num_warps=num_warps, num_stages=num_stages))
+                          options=dict(num_warps=num_warps, num_stages=num_stages,
+                                       **(dict(maxnreg=max_registers) if max_registers else {})))
 
 
 def resources(compiled) -> dict:
@@ -60,7 +61,7 @@ def resources(compiled) -> dict:
 
 
 def variants(N: int, precision: str):
-    """(label, kernel, constexprs, warps, stages) of the default configs and of every variant bench/gdn_probe.py
+    """(label, kernel, constexprs, warps, stages, register cap) of the default configs and of every variant bench/gdn_probe.py
     times (its config tables are the one list)."""
     import gdn_probe  # noqa: PLC0415 - bench/ is on sys.path when this file runs as a script
 
@@ -78,25 +79,25 @@ def variants(N: int, precision: str):
         if cfg.heads_per_program:
             parts = [("head", G._gdn_tree_verify_head_kernel,
                       dict(flags, **words, V=V, BK=bk, BV=bv, HPP=cfg.heads_per_program, STAGE=cfg.stage_solve),
-                      cfg.num_warps)]
+                      cfg.num_warps, cfg.max_registers)]
         elif cfg.split:
-            parts = [("solve", G._gdn_tree_solve_kernel, dict(flags, **words, BK=bk), cfg.solve_warps),
+            parts = [("solve", G._gdn_tree_solve_kernel, dict(flags, **words, BK=bk), cfg.solve_warps, 0),
                      ("apply", G._gdn_tree_apply_kernel,
                       dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, V=V, BK=bk, BV=bv),
-                      cfg.num_warps)]
+                      cfg.num_warps, 0)]
         else:
-            parts = [("fused", G._gdn_tree_verify_kernel, dict(flags, **words, V=V, BK=bk, BV=bv), cfg.num_warps)]
-        for part, kernel, constexprs, nw in parts:
-            key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages)
+            parts = [("fused", G._gdn_tree_verify_kernel, dict(flags, **words, V=V, BK=bk, BV=bv), cfg.num_warps, 0)]
+        for part, kernel, constexprs, nw, regs in parts:
+            key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages, regs)
             if key not in seen:
                 seen.add(key)
-                out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages))
+                out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages, regs))
     commit = dict(H=H, HV=HV, K=K, V=V, W=words["W"], NP=NP, PB=G.PATH_BLOCK, L2NORM=True, PRECISION=precision,
                   WORD_BITS=32)
     commit_defaults = {f"default_B{B}": G.commit_config(B, HV, N, K, V, h200) for B in (1, 64)}
     for name, cfg in {**commit_defaults, **gdn_probe.COMMIT_LARGE, **gdn_probe.COMMIT_SMALL}.items():
         out.append((f"commit {name}", G._gdn_tree_commit_kernel,
-                    dict(commit, BV=min(cfg.block_v, V), BK=min(cfg.block_k, K)), cfg.num_warps, cfg.num_stages))
+                    dict(commit, BV=min(cfg.block_v, V), BK=min(cfg.block_k, K)), cfg.num_warps, cfg.num_stages, 0))
     return out
 
 
@@ -108,11 +109,11 @@ def main() -> int:
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     rows = []
-    for label, kernel, constexprs, nw, ns in variants(args.nodes, args.precision):
+    for label, kernel, constexprs, nw, ns, regs in variants(args.nodes, args.precision):
         if args.only and not any(label.startswith(p) for p in args.only.split(",")):
             continue
         try:
-            row = dict(label=label, **resources(compile_for_hopper(kernel, constexprs, nw, ns)))
+            row = dict(label=label, **resources(compile_for_hopper(kernel, constexprs, nw, ns, regs)))
         except Exception as exc:  # noqa: BLE001 - record and go on
             row = dict(label=label, error=f"{type(exc).__name__}: {exc}"[:300])
         rows.append(row)

@@ -91,7 +91,9 @@ class KernelConfig(NamedTuple):
     ``block_k`` (state rows per program: K / block_k programs share a (request, value head, V block)) and the warps.
     ``stage_solve`` (per-head kernel): park ``TB`` and ``QKD`` in a global scratch written and re-read by the same
     program (L2-resident) instead of holding them in registers through the V loop. ``word_vectors`` (verify): read
-    the ancestor bitsets as W ``[N]`` vectors instead of an ``[N, N]`` gather (fewer registers)."""
+    the ancestor bitsets as W ``[N]`` vectors instead of an ``[N, N]`` gather (fewer registers).
+    ``max_registers`` > 0 (per-head kernel): cap on registers per thread (ptxas ``.maxnreg``; spills beyond it), e.g.
+    128 for two 8-warp programs per SM."""
 
     block_v: int
     block_k: int
@@ -102,6 +104,7 @@ class KernelConfig(NamedTuple):
     heads_per_program: int = 0
     stage_solve: bool = False
     word_vectors: bool = False
+    max_registers: int = 0
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -680,6 +683,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
                  PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors))
     if cfg.heads_per_program:
         programs = B * HV // cfg.heads_per_program
+        register_cap = dict(maxnreg=cfg.max_registers) if cfg.max_registers else {}
         scratch = (torch.empty((programs, 2, NP, NP), dtype=torch.float32, device=device) if cfg.stage_solve
                    else log_gamma)  # [programs, 2, NP, NP] TB, QKD (an unused pointer without staging)
         _gdn_tree_verify_head_kernel[(programs,)](
@@ -689,7 +693,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             BV=block_v, HPP=cfg.heads_per_program, STAGE=bool(cfg.stage_solve), WORD_BITS=WORD_BITS,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **register_cap,
         )
     elif cfg.split:
         q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]
