@@ -51,6 +51,7 @@ VERIFY_LARGE = {
 }
 VERIFY_SMALL = {
     "fused_bv16_bk32_w4": KC(16, 32, 4, 2, split=False),
+    "fused_bv16_bk32_w4_vec": KC(16, 32, 4, 2, split=False, word_vectors=True),
     "fused_bv32_bk32_w4_vec": KC(32, 32, 4, 2, split=False, word_vectors=True),  # the B=1 default + word vectors
     "split_bv16_bk32_w4": KC(16, 32, 4, 2, split=True),
     "head1_bv32_bk16_w8_s2_r128": VERIFY_LARGE["head1_bv32_bk16_w8_s2_r128"],
@@ -82,7 +83,8 @@ def workloads(tiny: bool) -> list[dict]:
            dict(B=1, N=64, precision="tf32", dtype=torch.float32, reduced=False),
            dict(B=64, N=64, precision="tf32", dtype=torch.bfloat16, reduced=True),
            dict(B=16, N=64, precision="tf32", dtype=torch.float32, reduced=False)]
-    out += [dict(B=B, N=N, precision="ieee", dtype=torch.float32, reduced=True) for B, N in ((64, 64), (1, 64), (16, 64))]
+    out += [dict(B=B, N=N, precision="ieee", dtype=torch.float32, reduced=True)
+            for B, N in ((64, 64), (1, 64), (16, 64))]
     out += [dict(B=64, N=128, precision=p, dtype=torch.float32, reduced=True) for p in ("tf32", "ieee")]
     return out
 
@@ -310,7 +312,8 @@ def main() -> int:
         return 2
     device = "cuda" if gpu else "cpu"
     dims = (1, 2, 16, 16) if args.tiny else (bench_gdn.H, bench_gdn.HV, bench_gdn.K, bench_gdn.V)
-    result = dict(card=torch.cuda.get_device_name(0) if gpu else "cpu (interpreter)", dims=dict(zip("H HV K V".split(), dims)),
+    result = dict(card=torch.cuda.get_device_name(0) if gpu else "cpu (interpreter)",
+                  dims=dict(zip("H HV K V".split(), dims)),
                   torch=torch.__version__, triton=__import__("triton").__version__, budget_s=args.budget, rows=[])
     # leave ~12 % of the budget for the last variant in flight, the summary and the JSON
     deadline = start + 0.88 * args.budget

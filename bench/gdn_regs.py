@@ -61,8 +61,8 @@ def resources(compiled) -> dict:
 
 
 def variants(N: int, precision: str):
-    """(label, kernel, constexprs, warps, stages, register cap) of the default configs and of every variant bench/gdn_probe.py
-    times (its config tables are the one list)."""
+    """(label, kernel, constexprs, warps, stages, register cap) of the default configs and of every variant that
+    bench/gdn_probe.py times (its config tables are the one list)."""
     import gdn_probe  # noqa: PLC0415 - bench/ is on sys.path when this file runs as a script
 
     NP = max(16, triton.next_power_of_2(N))

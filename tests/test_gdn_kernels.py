@@ -288,8 +288,9 @@ def test_bad_input_misc():
     with pytest.raises(ValueError, match="heads_per_program"):
         run_verify(two, l2norm=False, gated=False, config=G.KernelConfig(16, 16, 4, 2, False, 4, 3))
     with pytest.raises(TypeError, match="config"):
-        G.gdn_tree_commit(two["pool"], two["slots"], f, two["parents"], torch.zeros(2, dtype=torch.int32, device=DEVICE),
-                          num_nodes=two["num_nodes"], config=(16, 16, 4, 1))
+        G.gdn_tree_commit(two["pool"], two["slots"], f, two["parents"],
+                          torch.zeros(2, dtype=torch.int32, device=DEVICE), num_nodes=two["num_nodes"],
+                          config=(16, 16, 4, 1))
     with pytest.raises(TypeError, match="factors"):
         G.gdn_tree_commit(case["pool"], case["slots"], tuple(f), case["parents"], torch.zeros(1, device=DEVICE))
 
