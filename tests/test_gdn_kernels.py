@@ -120,7 +120,21 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
 
 
 # --------------------------------------------------------------------------------------- differential (interpreter)
-@settings(max_examples=14, deadline=None)
+VERIFY_PIPELINES = ("split", "fused", "fused_vec", "head", "head_group", "head_staged")
+
+
+def verify_pipeline(name: str, group: int) -> G.KernelConfig:
+    """Every verify kernel: split (solve + apply), fused per V block, per-head (one value head, or the whole GVA
+    group, per program; TB / QKD in registers or staged in scratch) with several V blocks a program (V = 16); the
+    ancestor mask read as an [N, N] gather or as word vectors."""
+    heads = {"split": 0, "fused": 0, "fused_vec": 0, "head": 1, "head_group": group, "head_staged": 1}[name]
+    block = 16 if heads == 0 else 8
+    return G.KernelConfig(block, block, 4, 2, split=name == "split", solve_warps=4, heads_per_program=heads,
+                          stage_solve=name == "head_staged", word_vectors=name in ("fused_vec", "head", "head_group"),
+                          max_registers=128 if name == "head" else 0)
+
+
+@settings(max_examples=20, deadline=None)
 @given(
     rows=st.lists(trees(max_nodes=11), min_size=1, max_size=3),
     group=st.sampled_from([1, 2]),
@@ -129,13 +143,13 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
     gated=st.booleans(),
     neg=st.booleans(),
     pick=st.lists(st.integers(0, 10**6), min_size=3, max_size=3),
-    split=st.booleans(),
+    pipeline=st.sampled_from(list(VERIFY_PIPELINES)),
+    commit_rows=st.sampled_from([8, 16]),
     seed=st.integers(0, 2**16),
 )
-def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg, pick, split, seed):
+def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg, pick, pipeline, commit_rows, seed):
     case = make_case(rows, H=1 if group == 2 else 2, group=group, pad=pad, gated=gated, seed=seed)
-    config = G.KernelConfig(16, 16, 4, 2, split, 4)  # both verify pipelines: split (solve + apply) and fused
-    o, factors = run_verify(case, l2norm=l2norm, gated=gated, neg=neg, config=config)
+    o, factors = run_verify(case, l2norm=l2norm, gated=gated, neg=neg, config=verify_pipeline(pipeline, group))
     check_against_reference(case, o, factors, l2norm=l2norm, gated=gated, neg=neg)
 
     # commit an arbitrary node of each tree (root, inner node or leaf) in place; other slots untouched
@@ -146,7 +160,8 @@ def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg,
         expected.append(gdn.tree_recurrent(q, k, v, alpha, beta, S0, tree)[1][int(accepted[b])])
     pool = case["pool"]
     before = pool.clone()
-    G.gdn_tree_commit(pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"])
+    G.gdn_tree_commit(pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
+                      config=G.KernelConfig(16, commit_rows, 4, 1))  # 16: one program per K; 8: two
     for b in range(len(rows)):
         assert rel_err(pool[int(case["slots"][b])], expected[b]) < 1e-4
     others = torch.ones(pool.shape[0], dtype=torch.bool, device=pool.device)
@@ -159,8 +174,8 @@ def test_multiword_trees(kind, n, seed):
     """Trees past 32 nodes: the mask reads words j // 32 > 0 (mixed with a small tree in the same batch)."""
     rows = [build_tree_parents(kind, n, np.random.default_rng(seed)), [-1, 0, 0, 1]]
     case = make_case(rows, H=1, group=2, seed=seed)
-    for split in (True, False):
-        o, factors = run_verify(case, l2norm=True, gated=False, config=G.KernelConfig(16, 16, 4, 2, split, 4))
+    for pipeline in VERIFY_PIPELINES:
+        o, factors = run_verify(case, l2norm=True, gated=False, config=verify_pipeline(pipeline, 2))
         check_against_reference(case, o, factors, l2norm=True, gated=False)
     accepted = torch.tensor([n - 1, 3], dtype=torch.int32, device=DEVICE)
     q, k, v, alpha, beta, S0, tree = reference_inputs(case, 0, l2norm=True, gated=False)
@@ -270,6 +285,12 @@ def test_bad_input_misc():
     with pytest.raises(ValueError, match="repeats a slot"):
         G.gdn_tree_commit(two["pool"], torch.zeros(2, dtype=torch.int64, device=DEVICE), f, two["parents"],
                           torch.zeros(2, dtype=torch.int32, device=DEVICE), num_nodes=two["num_nodes"])
+    with pytest.raises(ValueError, match="heads_per_program"):
+        run_verify(two, l2norm=False, gated=False, config=G.KernelConfig(16, 16, 4, 2, False, 4, 3))
+    with pytest.raises(TypeError, match="config"):
+        G.gdn_tree_commit(two["pool"], two["slots"], f, two["parents"],
+                          torch.zeros(2, dtype=torch.int32, device=DEVICE), num_nodes=two["num_nodes"],
+                          config=(16, 16, 4, 1))
     with pytest.raises(TypeError, match="factors"):
         G.gdn_tree_commit(case["pool"], case["slots"], tuple(f), case["parents"], torch.zeros(1, device=DEVICE))
 
@@ -324,3 +345,26 @@ def test_gpu_bf16_inputs_within_2x_of_torch_bf16():
     ours, theirs = rel_err(o[real], ref_o[real]), rel_err(bf16_o[real], ref_o[real])
     assert ours <= 2 * theirs, (ours, theirs)
     assert math.isfinite(ours)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision,tol", [("ieee", 1e-5), ("tf32", 1e-3)])
+@pytest.mark.parametrize("pipeline", ["head", "head_group", "head_staged"])
+def test_gpu_per_head_kernel_error_bounds(pipeline, precision, tol):
+    """The per-head verify kernel (Qwen3-Next shapes, mixed tree sizes) and the K-split commit, vs float64."""
+    case = make_case(_gpu_rows(5), **QWEN, seed=13)
+    config = verify_pipeline(pipeline, QWEN["group"])._replace(block_v=32, block_k=16, num_warps=8, num_stages=1)
+    o, factors = run_verify(case, l2norm=True, gated=False, precision=precision, config=config)
+    args = [case[n].double() for n in ("q", "k", "v", "a", "b", "pool")]
+    ref_o, ref_f = R.gdn_tree_closed_form_ref(*args, case["slots"], case["parents"], num_nodes=case["num_nodes"],
+                                              use_qk_l2norm=True)
+    real = torch.arange(o.shape[1], device=o.device)[None, :] < case["num_nodes"][:, None]
+    assert rel_err(o[real], ref_o[real]) < tol
+    assert rel_err(factors.delta[real], ref_f.delta[real]) < tol
+    assert torch.equal(o[~real], torch.zeros_like(o[~real]))
+    accepted = torch.tensor([37, 63, 16, 127, 0, 99], dtype=torch.int32, device=o.device)
+    ref_s = R.gdn_tree_commit_ref(case["pool"].double(), case["slots"], ref_f, case["parents"], accepted,
+                                  num_nodes=case["num_nodes"])
+    G.gdn_tree_commit(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
+                      input_precision=precision, config=G.KernelConfig(64, 32, 4, 1))
+    assert rel_err(case["pool"][case["slots"]], ref_s) < tol

@@ -1,0 +1,128 @@
+"""Compile-only resource analysis of the GDN tree kernels for Hopper (sm_90), no GPU needed.
+
+For each kernel variant and launch configuration: registers per thread, stack (spill) bytes and shared memory from
+``cuobjdump -res-usage`` on the cubin Triton builds for ``GPUTarget("cuda", 90, 128)``, and the number of ``wgmma``
+/ ``mma`` / ``cp.async`` instructions in the PTX. Qwen3-Next shapes (H=16, HV=32, K=V=128), fp32 inputs, q/k L2 norm
+in the kernel, precomputed gates.
+
+Run: ``PYTHONPATH=$PWD python bench/gdn_regs.py [--nodes 64] [--precision tf32] [--only head,commit] [--out PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import tempfile
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from lumotree.optimized import gdn_tree as G
+
+H, HV, K, V = 16, 32, 128, 128
+H200_SMS = 132
+INT_POINTERS = ("slots_ptr", "words_ptr", "depth_ptr", "num_nodes_ptr", "accepted_ptr")
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int, max_registers: int = 0):
+    """Triton's compile for sm_90 of ``kernel`` with every pointer fp32 (int32 for the index arrays)."""
+    signature = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            signature[name] = "*i32" if name in INT_POINTERS else "*fp32"
+        else:
+            signature[name] = "fp32" if name == "scale" else "i32"
+    src = ASTSource(fn=kernel, signature=signature,
+                    constexprs={(kernel.arg_names.index(n),): v for n, v in constexprs.items()})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 128),
+                          options=dict(num_warps=num_warps, num_stages=num_stages,
+                                       **(dict(maxnreg=max_registers) if max_registers else {})))
+
+
+def resources(compiled) -> dict:
+    """REG / STACK / SHARED of the cubin and instruction counts of the PTX."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        text = subprocess.run([CUOBJDUMP, "-res-usage", f.name], capture_output=True, text=True).stdout
+    usage = dict(re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", text))
+    ptx = compiled.asm["ptx"]
+    return dict(regs=int(usage.get("REG", -1)), stack=int(usage.get("STACK", -1)),
+                smem=int(compiled.metadata.shared), wgmma=ptx.count("wgmma.mma_async"),
+                mma=len(re.findall(r"\bmma\.sync", ptx)), cp_async=ptx.count("cp.async"))
+
+
+def variants(N: int, precision: str):
+    """(label, kernel, constexprs, warps, stages, register cap) of the default configs and of every variant that
+    bench/gdn_probe.py times (its config tables are the one list)."""
+    import gdn_probe  # noqa: PLC0415 - bench/ is on sys.path when this file runs as a script
+
+    NP = max(16, triton.next_power_of_2(N))
+    flags = dict(H=H, HV=HV, K=K, NP=NP, GATED=False, BETA_TWO=False, L2NORM=True, PRECISION=precision)
+    words = dict(W=(N + 31) // 32, LOG_NP=NP.bit_length() - 1, WORD_BITS=32)
+    G._NUM_SMS[0] = H200_SMS  # the default configs as chosen on the H200 (no GPU here to ask)
+    h200 = torch.device("cuda", 0)
+    defaults = {f"default_B{B}": G.verify_config(B, HV, N, K, V, h200) for B in (1, 64)}
+    configs = {**defaults, **gdn_probe.VERIFY_LARGE, **gdn_probe.VERIFY_SMALL}
+    out, seen = [], set()
+    for name, cfg in configs.items():
+        bv, bk = min(cfg.block_v, V), min(cfg.block_k, K)
+        flags["WORD_VECTORS"] = cfg.word_vectors
+        if cfg.heads_per_program:
+            parts = [("head", G._gdn_tree_verify_head_kernel,
+                      dict(flags, **words, V=V, BK=bk, BV=bv, HPP=cfg.heads_per_program, STAGE=cfg.stage_solve),
+                      cfg.num_warps, cfg.max_registers)]
+        elif cfg.split:
+            parts = [("solve", G._gdn_tree_solve_kernel, dict(flags, **words, BK=bk), cfg.solve_warps, 0),
+                     ("apply", G._gdn_tree_apply_kernel,
+                      dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, V=V, BK=bk, BV=bv),
+                      cfg.num_warps, 0)]
+        else:
+            parts = [("fused", G._gdn_tree_verify_kernel, dict(flags, **words, V=V, BK=bk, BV=bv), cfg.num_warps, 0)]
+        for part, kernel, constexprs, nw, regs in parts:
+            key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages, regs)
+            if key not in seen:
+                seen.add(key)
+                out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages, regs))
+    commit = dict(H=H, HV=HV, K=K, V=V, W=words["W"], NP=NP, PB=G.PATH_BLOCK, L2NORM=True, PRECISION=precision,
+                  WORD_BITS=32)
+    commit_defaults = {f"default_B{B}": G.commit_config(B, HV, N, K, V, h200) for B in (1, 64)}
+    for name, cfg in {**commit_defaults, **gdn_probe.COMMIT_LARGE, **gdn_probe.COMMIT_SMALL}.items():
+        out.append((f"commit {name}", G._gdn_tree_commit_kernel,
+                    dict(commit, BV=min(cfg.block_v, V), BK=min(cfg.block_k, K)), cfg.num_warps, cfg.num_stages, 0))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--precision", default="tf32", choices=G.PRECISIONS)
+    parser.add_argument("--only", default="", help="comma-separated label prefixes (verify, commit)")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    rows = []
+    for label, kernel, constexprs, nw, ns, regs in variants(args.nodes, args.precision):
+        if args.only and not any(label.startswith(p) for p in args.only.split(",")):
+            continue
+        try:
+            row = dict(label=label, **resources(compile_for_hopper(kernel, constexprs, nw, ns, regs)))
+        except Exception as exc:  # noqa: BLE001 - record and go on
+            row = dict(label=label, error=f"{type(exc).__name__}: {exc}"[:300])
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(dict(nodes=args.nodes, precision=args.precision, rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
