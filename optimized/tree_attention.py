@@ -46,6 +46,7 @@ __all__ = [
     "kv_commit",
     "choose_num_splits",
     "default_launch",
+    "default_tree_slack",
     "check_tree_batch",
 ]
 
@@ -353,12 +354,17 @@ def _tree_attn_kernel(
     sqb, sqn, sqh, sgb, sgn, sgh, sob, son, soh,
     skcp, skch, skcc, svcp, svch, svcc, swb, swn,
     spa_s, spa_b, spa_n, spa_h, spm_s, spm_b, spm_n, spm_h,
-    N, NW, HQ, D, qk_scale, NUM_SPLITS,
+    N, NW, HQ, D, qk_scale, NUM_SPLITS, TREE_SLACK,
     G: tl.constexpr, FINALIZE: tl.constexpr, HAS_GATE: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
 ):  # fmt: skip
     """Grid ``(row blocks, B * HKV, NUM_SPLITS)``. Rows are (node, query head in the GQA group) pairs. ``NW``: ancestor
-    words per node. Split partials are stored normalised (``acc / l``) with ``(m, l)``."""
+    words per node. Split partials are stored normalised (``acc / l``) with ``(m, l)``.
+
+    Work split: the committed range ``[0, L)`` is cut into ``Tc = cdiv(L, BLOCK_N)`` key tiles; every split but the
+    last takes ``per = cdiv(Tc + TREE_SLACK * Tt, NUM_SPLITS)`` consecutive tiles, the last split the remaining ones
+    plus the ``Tt`` tiles of the tree's own keys that this row block can see. ``TREE_SLACK`` (committed tiles the
+    last split gives up per tree tile) takes the tree off the critical path; 0 is the even split."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -390,10 +396,13 @@ def _tree_attn_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
-    # committed keys: this split's chunk of [0, L), a multiple of BLOCK_N long; full tiles first, without masks
-    chunk = tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    start = pid_s * chunk
-    end = tl.minimum(start + chunk, L)
+    # committed keys: this split's tiles of [0, L) (NUM_SPLITS * per >= cdiv(L, BLOCK_N): the last split ends at L
+    # and holds what the others leave); full tiles first, without masks
+    node_hi = tl.minimum((pid_m + 1) * NODES, N)  # this row block sees tree nodes [0, node_hi)
+    tree_tiles = tl.cdiv(node_hi, BLOCK_N)
+    per = tl.cdiv(tl.cdiv(L, BLOCK_N) + TREE_SLACK * tree_tiles, NUM_SPLITS)  # key tiles per split
+    start = tl.minimum(pid_s * per * BLOCK_N, L)
+    end = tl.minimum(start + per * BLOCK_N, L)
     full_end = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
     pos = start + offs_n  # [BLOCK_N]
     k_ptrs = k_base + pos[:, None].to(tl.int64) * skcc + offs_d[None, :]  # [BLOCK_N, BLOCK_D]
@@ -410,7 +419,6 @@ def _tree_attn_kernel(
                                      qk_scale, MASKED=True, IEEE=IEEE)
 
     # the tree's own keys (last split only): node j at position L + j, visible iff bit j of words[node]
-    node_hi = tl.minimum((pid_m + 1) * NODES, N)
     tree_end = tl.where(pid_s == NUM_SPLITS - 1, node_hi, 0)
     words_row = Words + b * swb + node * swn  # [BLOCK_M] each row's ancestor words
     for j0 in range(0, tree_end, BLOCK_N):
@@ -543,6 +551,13 @@ def default_launch(batch: int, num_nodes: int, num_heads: int, num_kv_heads: int
     return bm, bn, nw, ns, splits
 
 
+def default_tree_slack(batch: int, num_nodes: int, num_heads: int, num_kv_heads: int, head_dim: int,
+                       num_splits: int) -> int:
+    """The default ``tree_slack`` of :func:`tree_attention`: 0, the even split of the committed keys (run 3's
+    measured default). bench/attention_probe.py times 1, 2, 4 and 8 at B = 1; flip here after a GPU run."""
+    return 0
+
+
 def tree_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -560,6 +575,8 @@ def tree_attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    tree_slack: int | None = None,
+    combine_block_d: int | None = None,
     validate: bool = True,
 ) -> torch.Tensor:
     """Gated tree attention for a batch of trees over a slot-addressed KV cache pool.
@@ -572,7 +589,9 @@ def tree_attention(
     ``num_splits`` (default :func:`choose_num_splits` over ``max_len``, default the longest ``cache_lens``, one
     host sync) fixes the grid; pass both for CUDA graphs. ``validate`` checks values (slot range, lengths against
     the capacity, finiteness of q and gate) with device-to-host copies: switch it off inside graph capture.
-    Key tiles ``block_n`` of 16, 32 or 64.
+    Key tiles ``block_n`` of 16, 32 or 64. ``tree_slack`` (default :func:`default_tree_slack`): committed key tiles
+    the last split gives up per tile of tree keys it walks (0: even split). ``combine_block_d``: columns per
+    program of the split combine (power of two, default up to 4096 / splits).
     """
     device = q.device
     float_types = (torch.float32, torch.bfloat16, torch.float16)
@@ -623,6 +642,13 @@ def tree_attention(
                                                                        block_n=block_n)
     if not (isinstance(num_splits, int) and num_splits >= 1):
         raise ValueError(f"num_splits = {num_splits!r} must be a positive integer")
+    if tree_slack is None:
+        tree_slack = default_tree_slack(B, N, HQ, HKV, D, num_splits)
+    if not (isinstance(tree_slack, int) and 0 <= tree_slack <= 1024):
+        raise ValueError(f"tree_slack = {tree_slack!r} must be an integer in [0, 1024]")
+    if combine_block_d is not None and not (isinstance(combine_block_d, int) and combine_block_d >= 16
+                                            and combine_block_d & (combine_block_d - 1) == 0):
+        raise ValueError(f"combine_block_d = {combine_block_d!r} must be a power of two >= 16")
     if out is None:
         out = torch.empty((B, N, HQ, D), dtype=q.dtype, device=device)  # [B, N, HQ, D]
     elif out.shape != (B, N, HQ, D) or out.stride(-1) != 1 or out.dtype != q.dtype:
@@ -646,13 +672,13 @@ def tree_attention(
         out.stride(0), out.stride(1), out.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
         v_cache.stride(2), words.stride(0), words.stride(1), *pa_strides, *pm_strides,
-        N, W, HQ, D, float(scale) * _LOG2E, num_splits,
+        N, W, HQ, D, float(scale) * _LOG2E, num_splits, tree_slack,
         G=G, FINALIZE=num_splits == 1, HAS_GATE=gate is not None, IEEE=q.dtype == torch.float32,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, EVEN_D=block_d == D, **extra,
     )  # fmt: skip
     if num_splits > 1:
         block_s = min(128, triton.next_power_of_2(num_splits))  # all splits in one load up to 128
-        block_dc = min(block_d, max(16, 4096 // block_s))  # [block_s, block_dc] tiles of 4096 elements
+        block_dc = min(block_d, combine_block_d or max(16, 4096 // block_s))  # [block_s, block_dc] tiles
         _combine_kernel[(B * N * HQ, triton.cdiv(D, block_dc))](
             part_acc, part_ml, g, out, *pa_strides, *pm_strides, g.stride(0), g.stride(1), g.stride(2),
             out.stride(0), out.stride(1), out.stride(2), N, HQ, D, num_splits,

@@ -147,6 +147,49 @@ def test_tree_attention_matches_reference(tree_list, lens, gqa, num_splits, seed
     np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
 
 
+@settings(max_examples=8)
+@given(
+    tree_list=st.lists(trees(max_nodes=40), min_size=1, max_size=2),
+    lens=st.lists(st.sampled_from([0, 3, 16, 45, 96]), min_size=2, max_size=2),
+    num_splits=st.sampled_from([2, 3, 6]),
+    tree_slack=st.sampled_from([1, 2, 5, 300]),
+    combine_block_d=st.sampled_from([None, 16]),
+    seed=st.integers(0, 2**31),
+)
+def test_tree_attention_tree_slack_matches_reference(tree_list, lens, num_splits, tree_slack, combine_block_d, seed):
+    """Uneven work splits (the last split gives up committed tiles for the tree's; 300: it keeps none and the
+    trailing splits of the others are empty) and narrow combine column blocks give the reference output."""
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed % 2**31)
+    n = max(len(p) for p in tree_list)
+    rows = [p + [int(rng.integers(0, len(p) + k)) for k in range(n - len(p))] for p in tree_list]
+    lens = lens[: len(rows)]
+    q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, lens, 4, 2, 16, torch.float32)
+    meta = ta.tree_metadata(_batch_parents(rows))
+    out = torch.full_like(q, float("nan"))
+    ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=num_splits, out=out,
+                      block_n=16, tree_slack=tree_slack, combine_block_d=combine_block_d)
+    expected = _reference_output(q, gate, k_cache, v_cache, slots, lens, rows)
+    assert not torch.isnan(out).any()
+    np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("tree_slack", [0, 1, 4])
+def test_tree_attention_tree_slack_at_bench_shape_ratio(tree_slack):
+    """The B = 1 bench layout scaled down: GQA 8 (two kv heads), 2 row blocks of 4 nodes x 8 heads, a committed
+    length that is not a multiple of the tile, every split count from 1 to 7."""
+    rng = np.random.default_rng(11 + tree_slack)
+    rows = [build_tree_parents("deep_wide", 8, rng)]
+    q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, [77], 16, 2, 16, torch.float32)
+    meta = ta.tree_metadata(_batch_parents(rows))
+    expected = _reference_output(q, gate, k_cache, v_cache, slots, [77], rows)
+    for splits in range(1, 8):
+        out = torch.full_like(q, float("nan"))
+        ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=splits, out=out,
+                          block_m=32, block_n=16, tree_slack=tree_slack)
+        np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6, err_msg=str(splits))
+
+
 def test_tree_attention_many_splits_merge_in_chunks():
     """More splits than the combine merges at once (16): three chunks, most splits empty (-inf partials)."""
     rng = np.random.default_rng(8)
@@ -201,6 +244,10 @@ def test_tree_attention_validates_inputs():
         ta.tree_attention(q, k_cache, v_cache, slots.long(), lens_t, words, num_splits=2)
     with pytest.raises(ValueError, match="block_n"):
         ta.tree_attention(q, k_cache, v_cache, slots, lens_t, words, num_splits=2, block_n=128)
+    with pytest.raises(ValueError, match="tree_slack"):
+        ta.tree_attention(q, k_cache, v_cache, slots, lens_t, words, num_splits=2, tree_slack=-1)
+    with pytest.raises(ValueError, match="combine_block_d"):
+        ta.tree_attention(q, k_cache, v_cache, slots, lens_t, words, num_splits=2, combine_block_d=24)
 
 
 # ------------------------------------------------------------------------------------------------- kv commit
