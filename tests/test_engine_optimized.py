@@ -245,7 +245,7 @@ def test_gpu_sampling_is_lossless_on_device():
 
 @pytest.mark.gpu
 def test_gpu_long_speculative_run_memory_and_state_drift():
-    """10^4 decode steps of tree speculation on one request (bf16 weights, fp32 GDN state; ~2.6 tokens a step):
+    """10^4 decode steps of tree speculation on one request (bf16 weights, fp32 GDN state; trees of 4 nodes):
     device memory flat after warm-up; then the GDN state is compared with a float64 replay of the same tokens through the reference model built
     from the same (bf16-rounded) weights; the relative Frobenius drift is reported and bounded. The GDN layer comes
     first, so its state depends on the tokens alone and the replay runs that layer only (a one-layer reference model
@@ -256,13 +256,14 @@ def test_gpu_long_speculative_run_memory_and_state_drift():
                              "linear_num_value_heads": 8, "layer_types": ("linear_attention", "full_attention")})
     _, rounded = _bf16_rounded_reference(config, seed=6)
     total_steps = 10_000
-    max_tokens = 16 * total_steps  # a step emits at most 16 tokens: the run ends by its step count
-    model = om.OptimizedModel(config, rounded, num_slots=2, max_seq_len=40_000, max_nodes=16)
+    max_tokens = 4 * total_steps  # a step emits at most 4 tokens (4-node trees): the run ends by its step count
+    model = om.OptimizedModel(config, rounded, num_slots=2, max_seq_len=max_tokens + 200, max_nodes=4)
     target = OptimizedTarget(model, validate=False)
     prompt = [1, 2, 3, 4, 5, 6, 7, 8]
-    # two verify shapes only (root-only trees and 16-node trees): every graph is captured early, so device memory
-    # after warm-up must stay exactly flat
-    engine = Engine(target, PromptLookupDrafter(), mode="tree", budget="fixed", max_nodes=16, node_buckets=(1, 16))
+    # two verify shapes only (root-only trees and 4-node trees): every graph is captured early, so device memory
+    # after warm-up must stay exactly flat (small trees bound the tokens a step: random greedy models fall into cycles
+    # that prompt lookup then drafts perfectly)
+    engine = Engine(target, PromptLookupDrafter(), mode="tree", budget="fixed", max_nodes=4, node_buckets=(1, 4))
     engine.submit(prompt, SamplingParams(max_new_tokens=max_tokens))
     memory = []
     t0 = time.perf_counter()
@@ -275,7 +276,7 @@ def test_gpu_long_speculative_run_memory_and_state_drift():
             print(f"long run: {len(engine.stats.steps)} steps, {time.perf_counter() - t0:.1f} s", flush=True)
         if len(engine.stats.steps) > total_steps:  # the prefill plus 10^4 decode steps
             break
-        assert len(engine.running[0].output) < 40_000 - 200, "the context filled up before 10^4 steps"
+        assert len(engine.running[0].output) < max_tokens, "the context filled up before 10^4 steps"
     request = engine.running[0]
     tokens = request.prompt + request.output[:-1]  # what the model's cache holds
     assert model.cache_length(request.slot) == len(tokens)
