@@ -42,6 +42,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 
+from lumotree.reference.tree import random_parents  # noqa: E402
 from lumotree.optimized import tree_attention as ta  # noqa: E402
 
 FULL = dict(HQ=16, HKV=2, D=256, dtype=torch.bfloat16,
@@ -50,18 +51,6 @@ TINY = dict(HQ=16, HKV=2, D=16, dtype=torch.float32, points=[(1, 16, 70), (2, 4,
 REL_TOL = 1e-2
 
 
-def random_tree(n: int, rng: np.random.Generator, max_children: int = 4) -> list[int]:
-    """A random tree of n nodes in topological order, at most ``max_children`` children per node."""
-    parents, kids = [-1], [0]
-    for i in range(1, n):
-        while True:
-            p = int(rng.integers(0, i))
-            if kids[p] < max_children:
-                break
-        parents.append(p)
-        kids[p] += 1
-        kids.append(0)
-    return parents
 
 
 def variants(B: int, N: int, L: int, shape: dict, device: torch.device) -> dict[str, dict]:
@@ -107,7 +96,7 @@ class Point:
         self.v_cache = torch.randn(B, HKV, C, D, generator=gen).to(device, dtype)
         self.slots = torch.arange(B, dtype=torch.int32, device=device)  # [B]
         self.lens = torch.full((B,), L, dtype=torch.int32, device=device)  # [B]
-        self.parents = torch.tensor([random_tree(N, rng) for _ in range(B)], dtype=torch.int32, device=device)
+        self.parents = torch.tensor([random_parents(N, rng) for _ in range(B)], dtype=torch.int32, device=device)
         self.words = ta.tree_metadata(self.parents).words  # [B, N, W]
         self.q = torch.randn(B, N, HQ, D, generator=gen).to(device, dtype)  # [B, N, HQ, D]
         self.gate = (2 * torch.randn(B, N, HQ, D, generator=gen)).to(device, dtype)  # [B, N, HQ, D]

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from lumotree.reference.tree import random_parents
 from lumotree.optimized import gdn_tree as G
 from lumotree.optimized import gdn_tree_ref as R
 
@@ -50,18 +51,6 @@ FLA_METHODS = ("ar", "branch", "chunk")
 
 
 # ------------------------------------------------------------------------------------------------------------ trees
-def random_tree(n: int, rng: np.random.Generator, max_children: int = 4) -> list[int]:
-    """A random tree of n nodes, at most ``max_children`` children a node (the anchors' kind)."""
-    parents, kids = [-1], [0]
-    for i in range(1, n):
-        while True:
-            p = int(rng.integers(0, i))
-            if kids[p] < max_children:
-                break
-        parents.append(p)
-        kids[p] += 1
-        kids.append(0)
-    return parents
 
 
 def eagle_tree(n: int, rng: np.random.Generator, topk: int = 4, width: int = 8) -> list[int]:
@@ -90,7 +79,7 @@ def make_tree(kind: str, n: int, rng: np.random.Generator) -> list[int]:
         return [-1] + [0] * (n - 1)
     if kind == "eagle":
         return eagle_tree(n, rng)
-    return random_tree(n, rng)
+    return random_parents(n, rng)
 
 
 def depths(parents: list[int]) -> list[int]:

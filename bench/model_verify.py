@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import triton
 
+from lumotree.reference.tree import random_parents
 from lumotree.optimized import model as om
 from lumotree.reference.config import HybridConfig
 
@@ -42,17 +43,6 @@ CONFIG = dict(vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_h
               linear_num_value_heads=32, linear_conv_kernel_dim=4, num_experts=0)
 
 
-def random_tree(n: int, rng: np.random.Generator, max_children: int = 4) -> list[int]:
-    parents, kids = [-1], [0]
-    for i in range(1, n):
-        while True:
-            p = int(rng.integers(0, i))
-            if kids[p] < max_children:
-                break
-        parents.append(p)
-        kids[p] += 1
-        kids.append(0)
-    return parents
 
 
 def bench(fn, rep_ms: int = 100) -> float:
@@ -75,7 +65,7 @@ def profile_steps(model: om.OptimizedModel, B: int, L: int, N: int, rng: np.rand
 
     dev = model.device
     slots = torch.arange(B, dtype=torch.int32, device=dev)
-    parents = torch.tensor([random_tree(N, rng) for _ in range(B)], dtype=torch.int32, device=dev)
+    parents = torch.tensor([random_parents(N, rng) for _ in range(B)], dtype=torch.int32, device=dev)
     tokens = torch.tensor(rng.integers(0, model.vocab_size, (B, N)), device=dev)
     num_nodes = torch.full((B,), N, dtype=torch.int32, device=dev)
     steps = {"decode": lambda: model._decode_step(tokens[:, 0], slots),
@@ -145,7 +135,7 @@ def main() -> int:
         for B in args.B:
             fill_pools(model, min(args.L))
             slots = torch.arange(B, dtype=torch.int32, device=dev)
-            parents = torch.tensor([random_tree(args.N, rng) for _ in range(B)], dtype=torch.int32, device=dev)
+            parents = torch.tensor([random_parents(args.N, rng) for _ in range(B)], dtype=torch.int32, device=dev)
             model._decode_step(torch.tensor(rng.integers(0, config.vocab_size, B), device=dev), slots)
             for prec in args.gdn_precisions:
                 model.gdn_precision = prec
@@ -164,7 +154,7 @@ def main() -> int:
             fill_pools(model, L)
             slots = torch.arange(B, dtype=torch.int32, device=dev)
             tokens1 = torch.tensor(rng.integers(0, config.vocab_size, B), device=dev)
-            parents = torch.tensor([random_tree(args.N, rng) for _ in range(B)], dtype=torch.int32, device=dev)
+            parents = torch.tensor([random_parents(args.N, rng) for _ in range(B)], dtype=torch.int32, device=dev)
             tokens = torch.tensor(rng.integers(0, config.vocab_size, (B, args.N)), device=dev)
             depth = [0] * args.N
             for i in range(1, args.N):

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from lumotree.reference.tree import random_parents
 from lumotree.optimized import tree_attention as ta
 
 HQ, HKV, D = 16, 2, 256
@@ -44,18 +45,6 @@ WAVES = (1.0, 2.0)
 DECODE_WAVES = (1.0, 2.0, 4.0)
 
 
-def random_tree(n: int, rng: np.random.Generator, max_children: int = 4) -> list[int]:
-    """A random tree of n nodes, at most ``max_children`` children per node (as the anchors)."""
-    parents, kids = [-1], [0]
-    for i in range(1, n):
-        while True:
-            p = int(rng.integers(0, i))
-            if kids[p] < max_children:
-                break
-        parents.append(p)
-        kids[p] += 1
-        kids.append(0)
-    return parents
 
 
 def graph_time(fn, rep_ms: int = 60) -> float:
@@ -99,7 +88,7 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
     v_cache = torch.randn(B, HKV, C, D, device=dev, dtype=torch.bfloat16)
     slots = torch.arange(B, dtype=torch.int32, device=dev)
     lens = torch.full((B,), L, dtype=torch.int32, device=dev)
-    parents = torch.tensor([random_tree(N, rng) for _ in range(B)], dtype=torch.int32, device=dev)  # [B, N]
+    parents = torch.tensor([random_parents(N, rng) for _ in range(B)], dtype=torch.int32, device=dev)  # [B, N]
     meta = ta.tree_metadata(parents)
     q = torch.randn(B, N, HQ, D, device=dev, dtype=torch.bfloat16)
     gate = torch.randn(B, N, HQ, D, device=dev, dtype=torch.bfloat16)
@@ -252,7 +241,7 @@ def diagnose(rng: np.random.Generator, compile_only: bool = False) -> dict:
     v_cache = torch.randn_like(k_cache)
     slots = torch.zeros(B, dtype=torch.int32, device=dev)
     lens = torch.full((B,), L, dtype=torch.int32, device=dev)
-    words = ta.tree_metadata(torch.tensor([random_tree(N, rng)], dtype=torch.int32, device=dev)).words
+    words = ta.tree_metadata(torch.tensor([random_parents(N, rng)], dtype=torch.int32, device=dev)).words
     q = torch.randn(B, N, HQ, D, device=dev, dtype=torch.bfloat16)
     gate = torch.randn_like(q)
     words1 = torch.ones((B, 1, 1), dtype=torch.int32, device=dev)

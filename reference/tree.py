@@ -16,6 +16,7 @@ from numbers import Integral
 import numpy as np
 
 __all__ = [
+    "random_parents",
     "TokenTree",
     "ancestor_bits",
     "ancestor_row",
@@ -58,6 +59,23 @@ def validate_parents(parents: Sequence[int] | np.ndarray, name: str = "parents")
             )
         out.append(p)
     return tuple(out)
+
+
+def random_parents(n: int, rng: np.random.Generator, max_children: int = 4) -> list[int]:
+    """Parents of a random ``n``-node tree in topological order: node i picks a uniform parent among 0..i-1 that has
+    fewer than ``max_children`` children (the benchmarks' random tree, as in DESIGN.md's anchors)."""
+    if n < 1 or max_children < 1:
+        raise ValueError(f"n = {n} and max_children = {max_children} must be >= 1")
+    parents, kids = [-1], [0]
+    for i in range(1, n):
+        while True:
+            p = int(rng.integers(0, i))
+            if kids[p] < max_children:
+                break
+        parents.append(p)
+        kids[p] += 1
+        kids.append(0)
+    return parents
 
 
 def ancestor_bits(parents: Sequence[int]) -> list[int]:

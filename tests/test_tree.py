@@ -81,3 +81,18 @@ def test_render_shows_every_node():
     tree = TokenTree([-1, 0, 0, 1])
     text = tree.render()
     assert all(str(i) in text for i in range(4))
+
+
+def test_random_parents_is_a_bounded_topological_tree():
+    """The benchmarks' random tree: topological, at most ``max_children`` children a node, seeded, n = 1 allowed."""
+    from lumotree.reference.tree import random_parents
+
+    for n, k in ((1, 4), (2, 1), (64, 4), (200, 2)):
+        parents = random_parents(n, np.random.default_rng(n), max_children=k)
+        tree = TokenTree(parents)  # validates: root first, parents before children
+        assert tree.num_nodes == n
+        assert all(len(tree.children(i)) <= k for i in range(n))
+        assert parents == random_parents(n, np.random.default_rng(n), max_children=k)
+    assert random_parents(50, np.random.default_rng(0), max_children=1) == list(range(-1, 49))  # k = 1: a chain
+    with pytest.raises(ValueError, match="n = 0"):
+        random_parents(0, np.random.default_rng(0))
