@@ -5,7 +5,7 @@ For each kernel variant and launch configuration: registers per thread, stack (s
 / ``mma`` / ``cp.async`` instructions in the PTX. Qwen3-Next shapes (H=16, HV=32, K=V=128), fp32 inputs, q/k L2 norm
 in the kernel, precomputed gates.
 
-Run: ``PYTHONPATH=$PWD python bench/gdn_regs.py [--nodes 64] [--precision tf32] [--only head,commit] [--out PATH]``.
+Run: ``PYTHONPATH=$PWD python bench/gdn_regs.py [--nodes 64] [--precision tf32] [--only fused,commit] [--out PATH]``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ INT_POINTERS = ("slots_ptr", "words_ptr", "depth_ptr", "num_nodes_ptr", "accepte
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
-def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int, max_registers: int = 0):
+def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int):
     """Triton's compile for sm_90 of ``kernel`` with every pointer fp32 (int32 for the index arrays)."""
     signature = {}
     for name in kernel.arg_names:
@@ -43,8 +43,7 @@ def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int
     src = ASTSource(fn=kernel, signature=signature,
                     constexprs={(kernel.arg_names.index(n),): v for n, v in constexprs.items()})
     return triton.compile(src, target=GPUTarget("cuda", 90, 128),
-                          options=dict(num_warps=num_warps, num_stages=num_stages,
-                                       **(dict(maxnreg=max_registers) if max_registers else {})))
+                          options=dict(num_warps=num_warps, num_stages=num_stages))
 
 
 def resources(compiled) -> dict:
@@ -61,7 +60,7 @@ def resources(compiled) -> dict:
 
 
 def variants(N: int, precision: str):
-    """(label, kernel, constexprs, warps, stages, register cap) of the default configs and of every variant that
+    """(label, kernel, constexprs, warps, stages) of the default configs and of every variant that
     bench/gdn_probe.py times (its config tables are the one list)."""
     import gdn_probe  # noqa: PLC0415 - bench/ is on sys.path when this file runs as a script
 
@@ -76,28 +75,24 @@ def variants(N: int, precision: str):
     for name, cfg in configs.items():
         bv, bk = min(cfg.block_v, V), min(cfg.block_k, K)
         flags["WORD_VECTORS"] = cfg.word_vectors
-        if cfg.heads_per_program:
-            parts = [("head", G._gdn_tree_verify_head_kernel,
-                      dict(flags, **words, V=V, BK=bk, BV=bv, HPP=cfg.heads_per_program, STAGE=cfg.stage_solve),
-                      cfg.num_warps, cfg.max_registers)]
-        elif cfg.split:
-            parts = [("solve", G._gdn_tree_solve_kernel, dict(flags, **words, BK=bk), cfg.solve_warps, 0),
+        if cfg.split:
+            parts = [("solve", G._gdn_tree_solve_kernel, dict(flags, **words, BK=bk), cfg.solve_warps),
                      ("apply", G._gdn_tree_apply_kernel,
                       dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, V=V, BK=bk, BV=bv),
-                      cfg.num_warps, 0)]
+                      cfg.num_warps)]
         else:
-            parts = [("fused", G._gdn_tree_verify_kernel, dict(flags, **words, V=V, BK=bk, BV=bv), cfg.num_warps, 0)]
-        for part, kernel, constexprs, nw, regs in parts:
-            key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages, regs)
+            parts = [("fused", G._gdn_tree_verify_kernel, dict(flags, **words, V=V, BK=bk, BV=bv), cfg.num_warps)]
+        for part, kernel, constexprs, nw in parts:
+            key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages)
             if key not in seen:
                 seen.add(key)
-                out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages, regs))
+                out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages))
     commit = dict(H=H, HV=HV, K=K, V=V, W=words["W"], NP=NP, PB=G.PATH_BLOCK, L2NORM=True, PRECISION=precision,
                   WORD_BITS=32)
     commit_defaults = {f"default_B{B}": G.commit_config(B, HV, N, K, V, h200) for B in (1, 64)}
     for name, cfg in {**commit_defaults, **gdn_probe.COMMIT_LARGE, **gdn_probe.COMMIT_SMALL}.items():
         out.append((f"commit {name}", G._gdn_tree_commit_kernel,
-                    dict(commit, BV=min(cfg.block_v, V), BK=min(cfg.block_k, K)), cfg.num_warps, cfg.num_stages, 0))
+                    dict(commit, BV=min(cfg.block_v, V), BK=min(cfg.block_k, K)), cfg.num_warps, cfg.num_stages))
     return out
 
 
@@ -109,11 +104,11 @@ def main() -> int:
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     rows = []
-    for label, kernel, constexprs, nw, ns, regs in variants(args.nodes, args.precision):
+    for label, kernel, constexprs, nw, ns in variants(args.nodes, args.precision):
         if args.only and not any(label.startswith(p) for p in args.only.split(",")):
             continue
         try:
-            row = dict(label=label, **resources(compile_for_hopper(kernel, constexprs, nw, ns, regs)))
+            row = dict(label=label, **resources(compile_for_hopper(kernel, constexprs, nw, ns)))
         except Exception as exc:  # noqa: BLE001 - record and go on
             row = dict(label=label, error=f"{type(exc).__name__}: {exc}"[:300])
         rows.append(row)

@@ -85,15 +85,11 @@ class KernelConfig(NamedTuple):
     """Launch parameters: ``block_v`` (V columns per program), ``block_k`` (K rows per chunk), warps, stages;
     ``split``: verify as two kernels (a per-(request, value head) solve of the ``[N, N]`` system, then a
     per-V-block pass over ``S0``) instead of one fused kernel; ``solve_warps``: warps of the solve kernel;
-    ``heads_per_program`` > 0: verify as the per-head kernel instead (one program per request and that many value
-    heads of one GVA group, 1 or HV // H: the ``[N, N]`` work done once per value head and ``K K^T``, ``Q K^T`` once
-    per program, then a loop over the V blocks; ``split`` is ignored). The commit kernel reads ``block_v``,
-    ``block_k`` (state rows per program: K / block_k programs share a (request, value head, V block)) and the warps.
-    ``stage_solve`` (per-head kernel): park ``TB`` and ``QKD`` in a global scratch written and re-read by the same
-    program (L2-resident) instead of holding them in registers through the V loop. ``word_vectors`` (verify): read
-    the ancestor bitsets as W ``[N]`` vectors instead of an ``[N, N]`` gather (fewer registers).
-    ``max_registers`` > 0 (per-head kernel): cap on registers per thread (ptxas ``.maxnreg``; spills beyond it), e.g.
-    128 for two 8-warp programs per SM."""
+    The commit kernel reads ``block_v``, ``block_k`` (state rows per program: K / block_k programs share a (request,
+    value head, V block)) and the warps. ``word_vectors`` (verify): read the ancestor bitsets as W ``[N]`` vectors
+    instead of an ``[N, N]`` gather (fewer registers). (A per-(request, value head) verify kernel that did the
+    ``[N, N]`` work once and looped over V blocks was measured slower in every form on the H200 and removed:
+    bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
     block_v: int
     block_k: int
@@ -101,10 +97,7 @@ class KernelConfig(NamedTuple):
     num_stages: int = 2
     split: bool = True
     solve_warps: int = 8
-    heads_per_program: int = 0
-    stage_solve: bool = False
     word_vectors: bool = False
-    max_registers: int = 0
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -374,111 +367,6 @@ def _gdn_tree_verify_kernel(
 
 
 @triton.jit
-def _gdn_tree_verify_head_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
-    pool_ptr, slots_ptr, words_ptr, depth_ptr, num_nodes_ptr,
-    o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, scratch_ptr,
-    scale, N,
-    s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
-    NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, HPP: tl.constexpr,
-    STAGE: tl.constexpr,
-    GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
-    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr,
-):
-    """Per-head verify, one program per (request, HPP value heads of one GVA group): ``K K^T`` and ``Q K^T`` once
-    (shared by the HPP value heads), then per value head the mask, gates and ``TB = (I + A)^{-1} diag(beta)``,
-    ``QKD = Q K^T ⊙ D`` once, kept in registers through a loop over the V blocks, each one pass over ``S0[:, block]``:
-    ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)``. No ``[N, N]`` work is
-    redone across V blocks (the fused kernel's cost). ``STAGE``: ``TB`` and ``QKD`` go through this program's
-    ``scratch [2, NP, NP]`` (re-read after each V block's K loop, L2/L1 hits) instead of staying in registers."""
-    pid = tl.program_id(0)
-    b = pid // (HV // HPP)
-    hv0 = (pid % (HV // HPP)) * HPP
-    h = hv0 // (HV // H)
-    b64 = b.to(tl.int64)
-    n_b = tl.load(num_nodes_ptr + b)
-    slot = tl.load(slots_ptr + b).to(tl.int64)
-    nodes = tl.arange(0, NP)  # [NP]
-    real = nodes < n_b  # [NP] padding rows are never read
-    rows = nodes < N  # [NP] padding rows are written too (zeros)
-    q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
-    k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
-
-    # K K^T and Q K^T (and the squared norms of q and k), shared by the HPP value heads
-    kk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP]
-    qk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP]
-    k_sq = tl.zeros([NP], dtype=tl.float32)  # [NP]
-    q_sq = tl.zeros([NP], dtype=tl.float32)  # [NP]
-    for k0 in range(0, K, BK):
-        kc = k0 + tl.arange(0, BK)  # [BK]
-        q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
-        k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
-        if L2NORM:
-            k_sq += tl.sum(k_c * k_c, axis=1)
-            q_sq += tl.sum(q_c * q_c, axis=1)
-        q_c = _tf32_round(q_c, PRECISION)
-        k_c = _tf32_round(k_c, PRECISION)
-        kk = tl.dot(k_c, tl.trans(k_c), kk, input_precision=PRECISION)
-        qk = tl.dot(q_c, tl.trans(k_c), qk, input_precision=PRECISION)
-    k_rn = tl.where(real, 1.0 / tl.sqrt(k_sq + 1e-6), 0.0)  # [NP] (unused without L2NORM)
-    q_rn = tl.where(real, 1.0 / tl.sqrt(q_sq + 1e-6), 0.0)  # [NP]
-    if L2NORM:
-        kk = kk * k_rn[:, None] * k_rn[None, :]
-        qk = qk * q_rn[:, None] * k_rn[None, :]
-        first = (nodes * 0 + hv0) % (HV // H) == 0  # [NP] the program holding the group's first value head
-        tl.store(k_rnorm_ptr + (b64 * N + nodes) * H + h, k_rn, mask=rows & first)
-    state_head = pool_ptr + (slot * HV + hv0) * (K * V)
-    for j in tl.static_range(HPP):
-        hv = hv0 + j
-        anc, g, beta = _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
-                                       s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS,
-                                   WORD_VECTORS)
-        log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
-        gamma = tl.exp(log_gamma)  # [NP]
-        decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
-        tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=rows)
-        qkd = _tf32_round(qk * decay, PRECISION)  # [NP, NP] Q K^T ⊙ D
-        strict = anc & (nodes[:, None] != nodes[None, :])  # [NP, NP] M°
-        neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
-        t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]
-        tb = _tf32_round(t_inv * beta[None, :], PRECISION)  # [NP, NP] (I + A)^{-1} diag(beta)
-        if STAGE:
-            tile = scratch_ptr + pid.to(tl.int64) * (2 * NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
-            tl.store(tile, tb)
-            tl.store(tile + NP * NP, qkd)
-            tl.debug_barrier()  # the whole program reads the tiles back
-        k_scale = gamma  # [NP] row scale of K S0 in the right-hand side
-        q_scale = gamma  # [NP] row scale of Q S0 in the output
-        if L2NORM:
-            k_scale = gamma * k_rn
-            q_scale = gamma * q_rn
-        state = state_head + j * (K * V)
-        for v0 in range(0, V, BV):
-            vcols = v0 + tl.arange(0, BV)  # [BV]
-            ks = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] K S0 (keys not yet normalised)
-            qs = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] Q S0
-            for k0 in range(0, K, BK):
-                kc = k0 + tl.arange(0, BK)  # [BK]
-                q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
-                k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
-                s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
-                ks = tl.dot(_tf32_round(k_c, PRECISION), s_c, ks, input_precision=PRECISION)
-                qs = tl.dot(_tf32_round(q_c, PRECISION), s_c, qs, input_precision=PRECISION)
-            out_off = ((b64 * N + nodes[:, None]) * HV + hv) * V + vcols[None, :]  # [NP, BV]
-            v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
-                          mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
-            rhs = _tf32_round(v_t - k_scale[:, None] * ks, PRECISION)  # [NP, BV] V - diag(Gamma) K S0
-            if STAGE:
-                tb = tl.load(tile)  # [NP, NP]
-                qkd = tl.load(tile + NP * NP)  # [NP, NP]
-            delta = tl.dot(tb, rhs, input_precision=PRECISION)  # [NP, BV]
-            tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
-            o = (q_scale[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
-            tl.store(o_ptr + out_off, o.to(o_ptr.dtype.element_ty), mask=rows[:, None])
-
-
-@triton.jit
 def _gdn_tree_commit_kernel(
     pool_ptr, slots_ptr, words_ptr, num_nodes_ptr, accepted_ptr,
     delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,
@@ -669,9 +557,6 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     cfg = config or verify_config(B, HV, N, K, V, device)
     if not isinstance(cfg, KernelConfig):
         raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
-    if cfg.heads_per_program not in (0, 1, HV // H):
-        raise ValueError(f"config.heads_per_program = {cfg.heads_per_program}: expected 0 (per-V-block pipelines), "
-                         f"1 or the GVA group size HV // H = {HV // H}")
     NP = _padded_nodes(N)
     block_v = min(cfg.block_v, V)
     block_k = min(cfg.block_k, K)
@@ -681,21 +566,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     k_rnorm_arg = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when not normalising
     flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
                  PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors))
-    if cfg.heads_per_program:
-        programs = B * HV // cfg.heads_per_program
-        register_cap = dict(maxnreg=cfg.max_registers) if cfg.max_registers else {}
-        scratch = (torch.empty((programs, 2, NP, NP), dtype=torch.float32, device=device) if cfg.stage_solve
-                   else log_gamma)  # [programs, 2, NP, NP] TB, QKD (an unused pointer without staging)
-        _gdn_tree_verify_head_kernel[(programs,)](
-            q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
-            state_pool, slots, meta.words, meta.depth, num_nodes,
-            o, delta, log_gamma, k_rnorm_arg, scratch, scale, N,
-            *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides,
-            H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
-            BV=block_v, HPP=cfg.heads_per_program, STAGE=bool(cfg.stage_solve), WORD_BITS=WORD_BITS,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **register_cap,
-        )
-    elif cfg.split:
+    if cfg.split:
         q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]
         tb = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
         qkd = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D

@@ -1,4 +1,4 @@
-"""Shared hypothesis strategies and exact-number helpers for the test suite.
+"""Shared hypothesis strategies and exact-number / statistics helpers for the test suite.
 
 ``trees(max_nodes)`` draws parent arrays of every shape family the guide asks for: single node, chain, star,
 deep+wide, and uniformly random topological trees.
@@ -59,3 +59,20 @@ def random_gdn_inputs(rng: np.random.Generator, N: int, H: int, HV: int, K: int,
     alpha_fr = np.vectorize(lambda t: Fraction(max(1, round(t * 64)), 64), otypes=[object])(alpha)
     beta_fr = np.vectorize(lambda t: Fraction(round(t * 64), 64), otypes=[object])(beta)
     return to_fractions(q), to_fractions(k), to_fractions(v), alpha_fr, beta_fr, to_fractions(S0)
+
+
+def chi_square_pvalue(observed: np.ndarray, expected_probs: np.ndarray) -> float:
+    """Pearson chi-square goodness of fit of counts ``observed`` to ``expected_probs``; cells of expectation below 5
+    are pooled into one. The p-value is the regularised upper incomplete gamma Q(dof / 2, stat / 2)."""
+    import torch
+
+    n = observed.sum()
+    expected = expected_probs * n
+    big = expected >= 5
+    obs = np.append(observed[big], observed[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    dof = len(obs) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0)))

@@ -33,6 +33,7 @@ from lumotree.optimized.engine import Engine, ReferenceTarget
 from lumotree.optimized.sampling import SamplingParams, TreeBatch
 from lumotree.reference.drafters import layer_skip_draft
 from lumotree.reference.model import HybridConfig, build_random
+from strategies import chi_square_pvalue
 
 
 # ================================================================================================== test doubles
@@ -196,19 +197,6 @@ class SampledTableDrafter:
                                 None if deterministic else torch.stack(proposal),
                                 None if deterministic else [list(d) for d in draws]))
         return drafts
-
-
-def chi_square_pvalue(observed: np.ndarray, expected_probs: np.ndarray) -> float:
-    n = observed.sum()
-    expected = expected_probs * n
-    big = expected >= 5
-    obs = np.append(observed[big], observed[~big].sum())
-    exp = np.append(expected[big], expected[~big].sum())
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    stat = float(((obs - exp) ** 2 / exp).sum())
-    return float(torch.special.gammaincc(torch.tensor((len(obs) - 1) / 2.0, dtype=torch.float64),
-                                         torch.tensor(stat / 2.0)))
 
 
 def flat_profile(decode=1.0, verify=lambda b, n: 1.0, batches=(1, 2, 4, 8, 16, 32, 64), nodes=(1, 2, 4, 8, 16, 32, 64)):

@@ -22,6 +22,7 @@ from lumotree.optimized.engine import Engine, OptimizedTarget
 from lumotree.optimized.sampling import SamplingParams
 from lumotree.reference import model as rm
 from lumotree.reference.config import HybridConfig
+from strategies import chi_square_pvalue
 
 TINY = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
             layer_types=("linear_attention", "full_attention"), num_attention_heads=4,
@@ -221,7 +222,7 @@ def test_gpu_sampling_is_lossless_on_device():
         got = {tuple(tokens[i] for i in tree.path(n)[1:]) + (t,): c for (n, t), c in zip(pairs.tolist(),
                                                                                            counts.tolist())}
         observed = np.array([got.get(k, 0) for k in keys], dtype=np.float64)
-        pvalues[variant] = cpu_sampling.chi_square_pvalue(observed, np.array([float(exact[k]) for k in keys]))
+        pvalues[variant] = chi_square_pvalue(observed, np.array([float(exact[k]) for k in keys]))
         assert pvalues[variant] > 1e-3, pvalues
     # the engine end to end on the device (trigram double moved to the GPU)
     V, horizon, copies = 4, 3, 2000
@@ -237,7 +238,7 @@ def test_gpu_sampling_is_lossless_on_device():
     engine = Engine(target, cpu_engine.SampledTableDrafter(V, "deterministic"), mode="tree", budget="fixed",
                     max_nodes=16)
     counts = cpu_engine._first_tokens(engine, prompt, copies, params, horizon)
-    pvalues["engine"] = cpu_engine.chi_square_pvalue(np.array([counts.get(k, 0) for k in keys], dtype=np.float64),
+    pvalues["engine"] = chi_square_pvalue(np.array([counts.get(k, 0) for k in keys], dtype=np.float64),
                                                      np.array([exact[k] for k in keys]))
     assert pvalues["engine"] > 1e-3, pvalues
     _report("gpu_sampling_chi_square", pvalues)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import build_tree_parents, trees
+from strategies import build_tree_parents, chi_square_pvalue, trees
 
 from lumotree.optimized import sampling
 from lumotree.optimized.sampling import (
@@ -27,20 +27,6 @@ from lumotree.optimized.sampling import (
 )
 from lumotree.reference import verify as ref
 from lumotree.reference.tree import TokenTree
-
-
-def chi_square_pvalue(observed: np.ndarray, expected_probs: np.ndarray) -> float:
-    """Pearson chi-square goodness of fit; cells of tiny expectation are pooled into one."""
-    n = observed.sum()
-    expected = expected_probs * n
-    big = expected >= 5
-    obs = np.append(observed[big], observed[~big].sum())
-    exp = np.append(expected[big], expected[~big].sum())
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    stat = float(((obs - exp) ** 2 / exp).sum())
-    dof = len(obs) - 1
-    return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0)))
 
 
 def distinct_sibling_tokens(parents: list[int], vocab: int, rng: np.random.Generator) -> tuple[list[int], list[int]]:
