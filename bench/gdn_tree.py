@@ -320,7 +320,7 @@ def run_sweep(fla, log) -> list[dict]:
                 log(f"sweep B={B} N={N} {mode} {tuple(cfg)}: {type(exc).__name__}: {str(exc)[:120]}")
             out.append(dict(B=B, N=N, mode=mode, config=list(cfg), verify_us=us))
             log(f"sweep B={B:3d} N={N:3d} {mode:6s} cfg={tuple(cfg)} verify {us:8.1f} us")
-        default = G.verify_config(B, HV, N, K, V, torch.device(DEVICE))
+        default = G.verify_config(B, HV, N, K, V, torch.device(DEVICE), H)
         log(f"sweep default for B={B} N={N}: {tuple(default)}")
         if mode == "tf32" and N == 64:
             for cfg in COMMIT_SWEEP:

@@ -87,7 +87,9 @@ class KernelConfig(NamedTuple):
     per-V-block pass over ``S0``) instead of one fused kernel; ``solve_warps``: warps of the solve kernel;
     The commit kernel reads ``block_v``, ``block_k`` (state rows per program: K / block_k programs share a (request,
     value head, V block)) and the warps. ``word_vectors`` (verify): read the ancestor bitsets as W ``[N]`` vectors
-    instead of an ``[N, N]`` gather (fewer registers). (A per-(request, value head) verify kernel that did the
+    instead of an ``[N, N]`` gather (fewer registers). Split pipeline only: ``solve_heads`` value heads of one GVA
+    group per solve program (``K K^T`` and ``Q K^T`` formed once for them; a divisor of ``HV // H``),
+    ``solve_stages`` (0: ``num_stages``) for its K loop. (A per-(request, value head) verify kernel that did the
     ``[N, N]`` work once and looped over V blocks was measured slower in every form on the H200 and removed:
     bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
@@ -98,6 +100,8 @@ class KernelConfig(NamedTuple):
     split: bool = True
     solve_warps: int = 8
     word_vectors: bool = False
+    solve_heads: int = 1
+    solve_stages: int = 0
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -115,7 +119,17 @@ def _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv,
                     s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
                     W: tl.constexpr, NP: tl.constexpr, GATED: tl.constexpr, BETA_TWO: tl.constexpr,
                     WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr):
-    """Inclusive ancestor mask ``M [NP, NP]`` and the gates ``g, beta [NP]`` of one (request, value head).
+    """Inclusive ancestor mask ``M [NP, NP]`` and the gates ``g, beta [NP]`` of one (request, value head)."""
+    anc = _ancestor_mask(words_ptr, b64, n_b, N, W, NP, WORD_BITS, WORD_VECTORS)
+    g, beta = _gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+                     NP, GATED, BETA_TWO)
+    return anc, g, beta
+
+
+@triton.jit
+def _ancestor_mask(words_ptr, b64, n_b, N, W: tl.constexpr, NP: tl.constexpr, WORD_BITS: tl.constexpr,
+                   WORD_VECTORS: tl.constexpr):
+    """Inclusive ancestor mask ``M [NP, NP]`` of one request (padding rows and columns False).
     ``WORD_VECTORS``: read the words as W ``[NP]`` vectors selected by ``j // WORD_BITS`` (no ``[NP, NP]`` tile of
     64-bit pointers) instead of one ``[NP, NP]`` gather."""
     nodes = tl.arange(0, NP)  # [NP]
@@ -131,7 +145,17 @@ def _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv,
     else:
         word = tl.load(words_ptr + (b64 * N + nodes[:, None]) * W + nodes[None, :] // WORD_BITS,
                        mask=real[:, None] & real[None, :], other=0)  # [NP, NP] int32
-    anc = ((word >> (nodes[None, :] % WORD_BITS)) & 1) != 0  # [NP, NP] M
+    return ((word >> (nodes[None, :] % WORD_BITS)) & 1) != 0  # [NP, NP] M
+
+
+@triton.jit
+def _gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+           NP: tl.constexpr, GATED: tl.constexpr, BETA_TWO: tl.constexpr):
+    """Log decay ``g`` and write strength ``beta`` ``[NP]`` of one (request, value head), zero on padding nodes;
+    ``GATED``: from the raw projections (``g = -exp(A_log) softplus(a + dt_bias)``, ``beta = sigmoid(b)``, times 2
+    with ``BETA_TWO``)."""
+    nodes = tl.arange(0, NP)  # [NP]
+    real = nodes < n_b  # [NP]
     if GATED:
         a_raw = tl.load(g_ptr + b64 * s_gb + nodes * s_gn + hv * s_gh, mask=real, other=0.0).to(tl.float32)
         b_raw = tl.load(beta_ptr + b64 * s_bb + nodes * s_bn + hv * s_bh, mask=real, other=0.0).to(tl.float32)
@@ -145,7 +169,7 @@ def _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv,
     else:
         g = tl.load(g_ptr + b64 * s_gb + nodes * s_gn + hv * s_gh, mask=real, other=0.0).to(tl.float32)
         beta = tl.load(beta_ptr + b64 * s_bb + nodes * s_bn + hv * s_bh, mask=real, other=0.0).to(tl.float32)
-    return anc, g, beta
+    return g, beta
 
 
 @triton.jit
@@ -174,19 +198,20 @@ def _gdn_tree_solve_kernel(
     log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
     N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
-    NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr,
+    NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr,
 ):
-    """Split verify, part 1, one program per (request, value head): the ``[N, N]`` quantities that do not depend on V.
+    """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
+    quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
 
-    Writes ``log Gamma`` and ``k_rnorm`` (factors), ``q_rnorm`` and the two ``[NP, NP]`` operands of part 2:
-    ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D``.
+    Writes ``log Gamma`` and ``k_rnorm`` (factors), ``q_rnorm`` and the two ``[NP, NP]`` operands of part 2 per value
+    head: ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D``.
     """
     pid = tl.program_id(0)
-    b = pid // HV
-    hv = pid % HV
-    h = hv // (HV // H)
+    b = pid // (HV // HEADS)
+    hv0 = (pid % (HV // HEADS)) * HEADS  # first value head of this program
+    h = hv0 // (HV // H)
     b64 = b.to(tl.int64)
     n_b = tl.load(num_nodes_ptr + b)
     nodes = tl.arange(0, NP)  # [NP]
@@ -208,7 +233,7 @@ def _gdn_tree_solve_kernel(
         k_c = _tf32_round(k_c, PRECISION)
         kk = tl.dot(k_c, tl.trans(k_c), kk, input_precision=PRECISION)
         qk = tl.dot(q_c, tl.trans(k_c), qk, input_precision=PRECISION)
-    first = (nodes * 0 + hv) % (HV // H) == 0  # [NP] one value head of the group writes the q/k scalars
+    first = (nodes * 0 + hv0) % (HV // H) == 0  # [NP] one program of the group writes the q/k scalars
     if L2NORM:
         k_rn = tl.where(real, 1.0 / tl.sqrt(k_sq + 1e-6), 0.0)  # [NP]
         q_rn = tl.where(real, 1.0 / tl.sqrt(q_sq + 1e-6), 0.0)  # [NP]
@@ -217,18 +242,20 @@ def _gdn_tree_solve_kernel(
         tl.store(k_rnorm_ptr + (b64 * N + nodes) * H + h, k_rn, mask=(nodes < N) & first)
         tl.store(q_rnorm_ptr + (b64 * NP + nodes) * H + h, q_rn, mask=first)
     # the mask and the gates only now: fewer [NP, NP] tiles live through the K loop (registers)
-    anc, g, beta = _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
-                                   s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS,
-                                   WORD_VECTORS)
-    log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
-    decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
-    tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=nodes < N)
-    tile = pid.to(tl.int64) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
-    tl.store(qkd_ptr + tile, qk * decay)
+    anc = _ancestor_mask(words_ptr, b64, n_b, N, W, NP, WORD_BITS, WORD_VECTORS)  # [NP, NP] M
     strict = anc & (nodes[:, None] != nodes[None, :])  # [NP, NP] M°
-    neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
-    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]
-    tl.store(tb_ptr + tile, t_inv * beta[None, :])
+    for j in tl.static_range(HEADS):
+        hv = hv0 + j
+        g, beta = _gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+                         NP, GATED, BETA_TWO)  # [NP] each
+        log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
+        decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
+        tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=nodes < N)
+        tile = (b64 * HV + hv) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
+        tl.store(qkd_ptr + tile, qk * decay)
+        neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
+        t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]
+        tl.store(tb_ptr + tile, t_inv * beta[None, :])
 
 
 @triton.jit
@@ -252,6 +279,7 @@ def _gdn_tree_apply_kernel(
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
+    tile = pid_bh.to(tl.int64) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
     ks = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] K S0
     qs = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] Q S0
     state = pool_ptr + (slot * HV + hv) * (K * V)
@@ -270,10 +298,9 @@ def _gdn_tree_apply_kernel(
     gamma = tl.exp(tl.load(log_gamma_ptr + (b64 * N + nodes) * HV + hv, mask=real, other=0.0))  # [NP]
     v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
                   mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
-    tile = pid_bh.to(tl.int64) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
     tb = _tf32_round(tl.load(tb_ptr + tile), PRECISION)  # [NP, NP]
     delta = tl.dot(tb, _tf32_round(v_t - gamma[:, None] * ks, PRECISION), input_precision=PRECISION)  # [NP, BV]
-    qkd = _tf32_round(tl.load(qkd_ptr + tile), PRECISION)  # [NP, NP]
+    qkd = _tf32_round(tl.load(qkd_ptr + tile), PRECISION)  # [NP, NP] (loaded late: fewer live registers)
     o = (gamma[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
     rows = nodes < N  # padding rows are written too (zeros)
     out_off = ((b64 * N + nodes[:, None]) * HV + hv) * V + vcols[None, :]  # [NP, BV]
@@ -435,23 +462,29 @@ def _padded_nodes(N: int) -> int:
     return max(16, triton.next_power_of_2(N))
 
 
-def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
-    """Default launch parameters of verify, the best of the H200 sweep of 2026-11-29 (bench/NOTES-gdn.md): the split
-    pipeline when the batch fills the GPU with (request, value head) programs, else the fused kernel."""
+def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
+                  H: int | None = None) -> KernelConfig:
+    """Default launch parameters of verify, the best of the H200 sweeps of 2026-11-29 and 2026-12-01
+    (bench/NOTES-gdn.md): the split pipeline when the batch fills the GPU with (request, value head) programs, else
+    the fused kernel. The solve takes two value heads of a GVA group (``H`` q/k heads given, ``HV // H`` even) in
+    one 4-warp program up to N = 64 (at B = 64, N = 64: 116 against 280 us per value head at 8 warps), one value
+    head at 8 warps at N = 128; 3 stages."""
     NP = _padded_nodes(N)
-    solve_warps = 4 if NP <= 32 else 8 if NP <= 64 else 16
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
-        return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, solve_warps)
-    block_v, num_warps = (32, 4) if NP <= 64 else (64, 8)
-    return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, False, solve_warps)
+        pair = 2 if NP <= 64 and H is not None and (HV // H) % 2 == 0 else 1
+        return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 4 if NP <= 64 else 8,
+                            solve_heads=pair, solve_stages=3)
+    block_v, num_warps, stages = (32, 4, 3) if NP <= 64 else (64, 8, 2)
+    return KernelConfig(min(block_v, V), min(K, 32), num_warps, stages, False)
 
 
 def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
     """Default launch parameters of the commit kernel (memory-bound: a ``[K, BV]`` state tile per program; best of
-    the same sweep: 64 columns and 4 warps for large batches, 32 columns for small ones)."""
-    block_v = 64 if B * HV * 2 >= 2 * _num_sms(device) else 32
-    return KernelConfig(min(V, block_v), K, 4, 1)
+    the same sweeps: 64 columns and 4 warps for large batches, ``[32, 32]`` tiles at 2 warps for small ones)."""
+    if B * HV * 2 >= 2 * _num_sms(device):
+        return KernelConfig(min(V, 64), K, 4, 1)
+    return KernelConfig(min(V, 32), min(K, 32), 2, 1)
 
 
 # ---------------------------------------------------------------------------------------------------------- wrappers
@@ -554,9 +587,12 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     else:
         o, delta, log_gamma, k_rnorm = out
         k_rnorm = k_rnorm if use_qk_l2norm_in_kernel else None
-    cfg = config or verify_config(B, HV, N, K, V, device)
+    cfg = config or verify_config(B, HV, N, K, V, device, H)
     if not isinstance(cfg, KernelConfig):
         raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
+    if cfg.solve_heads < 1 or (HV // H) % cfg.solve_heads != 0:
+        raise ValueError(f"config.solve_heads = {cfg.solve_heads} must divide HV // H = {HV // H} "
+                         "(value heads per q/k head)")
     NP = _padded_nodes(N)
     block_v = min(cfg.block_v, V)
     block_k = min(cfg.block_k, K)
@@ -570,12 +606,13 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]
         tb = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
         qkd = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
-        _gdn_tree_solve_kernel[(B * HV,)](
+        _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
             q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd,
             N, *qk_strides, *gate_strides,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
-            WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps, num_stages=cfg.num_stages, **flags,
+            HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
+            num_stages=cfg.solve_stages or cfg.num_stages, **flags,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta,
@@ -590,7 +627,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             o, delta, log_gamma, k_rnorm_arg, scale, N,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
-            BV=block_v, WORD_BITS=WORD_BITS, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
+            BV=block_v, WORD_BITS=WORD_BITS, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            **flags,
         )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)
 

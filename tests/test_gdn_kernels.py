@@ -120,13 +120,17 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
 
 
 # --------------------------------------------------------------------------------------- differential (interpreter)
-VERIFY_PIPELINES = ("split", "fused", "fused_vec")
+VERIFY_PIPELINES = ("split", "split_group", "fused", "fused_vec")
 
 
-def verify_pipeline(name: str) -> G.KernelConfig:
-    """Every verify pipeline: split (solve + apply) and fused per V block (V = 16), the fused one with the ancestor
-    mask read as an [N, N] gather or as word vectors."""
-    return G.KernelConfig(16, 16, 4, 2, split=name == "split", solve_warps=4, word_vectors=name == "fused_vec")
+def verify_pipeline(name: str, group: int) -> G.KernelConfig:
+    """Every verify pipeline: split (solve + apply; ``split_group``: one solve program for the ``group`` value heads
+    of a q/k head, 3 stages) and fused per V block (V = 16), the fused one with the ancestor mask read as an [N, N]
+    gather or as word vectors."""
+    grouped = name == "split_group"
+    return G.KernelConfig(16, 16, 4, 2, split=name.startswith("split"), solve_warps=4,
+                          word_vectors=name == "fused_vec", solve_heads=group if grouped else 1,
+                          solve_stages=3 if grouped else 0)
 
 
 @settings(max_examples=20, deadline=None)
@@ -144,7 +148,7 @@ def verify_pipeline(name: str) -> G.KernelConfig:
 )
 def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg, pick, pipeline, commit_rows, seed):
     case = make_case(rows, H=1 if group == 2 else 2, group=group, pad=pad, gated=gated, seed=seed)
-    o, factors = run_verify(case, l2norm=l2norm, gated=gated, neg=neg, config=verify_pipeline(pipeline))
+    o, factors = run_verify(case, l2norm=l2norm, gated=gated, neg=neg, config=verify_pipeline(pipeline, group))
     check_against_reference(case, o, factors, l2norm=l2norm, gated=gated, neg=neg)
 
     # commit an arbitrary node of each tree (root, inner node or leaf) in place; other slots untouched
@@ -170,7 +174,7 @@ def test_multiword_trees(kind, n, seed):
     rows = [build_tree_parents(kind, n, np.random.default_rng(seed)), [-1, 0, 0, 1]]
     case = make_case(rows, H=1, group=2, seed=seed)
     for pipeline in VERIFY_PIPELINES:
-        o, factors = run_verify(case, l2norm=True, gated=False, config=verify_pipeline(pipeline))
+        o, factors = run_verify(case, l2norm=True, gated=False, config=verify_pipeline(pipeline, 2))
         check_against_reference(case, o, factors, l2norm=True, gated=False)
     accepted = torch.tensor([n - 1, 3], dtype=torch.int32, device=DEVICE)
     q, k, v, alpha, beta, S0, tree = reference_inputs(case, 0, l2norm=True, gated=False)
@@ -286,6 +290,10 @@ def test_bad_input_misc():
                           config=(16, 16, 4, 1))
     with pytest.raises(TypeError, match="factors"):
         G.gdn_tree_commit(case["pool"], case["slots"], tuple(f), case["parents"], torch.zeros(1, device=DEVICE))
+    grouped = make_case([[-1, 0]], H=1, group=2, seed=3)
+    for bad in (dict(solve_heads=3), dict(solve_heads=0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            run_verify(grouped, l2norm=False, gated=False, config=G.KernelConfig(16, 16, 4, 2, **bad))
 
 
 # ------------------------------------------------------------------------------------------------------------- GPU

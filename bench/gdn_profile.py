@@ -1,0 +1,218 @@
+"""Where the GDN tree verify spends its time: each kernel of the split pipeline timed alone, one GPU.
+
+Times (CUDA-graph replay, median of ``triton.testing.do_bench``) at Qwen3-Next shapes, random trees, tf32, fp32
+inputs: the whole verify, the solve kernel alone, the apply kernel alone (the other replaced by a no-op launch),
+the fused kernel, the commit; at (B, N) = (64, 64), (16, 64), (1, 64). With ``--ncu`` it instead launches each
+kernel once (after a compile launch) for Nsight Compute to profile:
+
+    ncu --clock-control none -k regex:_gdn_tree --launch-count 8 --set basic ... python bench/gdn_profile.py --ncu
+
+Run: ``PYTHONPATH=$PWD python bench/gdn_profile.py [--ncu] [--out PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gdn_tree as bench_gdn  # noqa: E402  make_inputs, graph_time
+
+from lumotree.optimized import gdn_tree as G  # noqa: E402
+
+H, HV, K, V = bench_gdn.H, bench_gdn.HV, bench_gdn.K, bench_gdn.V
+
+
+class _NoLaunch:
+    """Stands in for a Triton kernel whose launch is to be left out: ``kernel[grid](...)`` does nothing."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def _verify(x, mode, config=None):
+    return G.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], x["pool"], x["slots"], x["parents"],
+                             use_qk_l2norm_in_kernel=True, input_precision=mode, meta=x["meta"], validate=False,
+                             config=config)
+
+
+def _without(name: str, fn):
+    """``fn`` with the kernel ``G.<name>`` replaced by a no-op launch while it runs (also under graph capture)."""
+    def run():
+        kernel = getattr(G, name)
+        setattr(G, name, _NoLaunch())
+        try:
+            return fn()
+        finally:
+            setattr(G, name, kernel)
+    return run
+
+
+KC = G.KernelConfig
+# B >= 16: split pipeline variants (solve / apply knobs); B = 1: fused kernel variants
+BASE = KC(32, 32, 4, 2, True, 4, solve_heads=2, solve_stages=3)  # runs 2-3 of 2026-12-01: the best solve
+SPLIT_VARIANTS = {
+    "default": None,
+    "base": BASE,
+    "pf1": BASE._replace(prefetch=1),
+    "pf2": BASE._replace(prefetch=2),
+    "pf3": BASE._replace(prefetch=3),
+    "trunc": BASE._replace(truncate_qk=True),
+    "pf1_s3": BASE._replace(prefetch=1, num_stages=3),
+    "pf2_bv64": BASE._replace(prefetch=2, block_v=64),
+}
+FUSED_VARIANTS = {
+    "default": None,
+    "f_s3": KC(32, 32, 4, 3, False),
+    "f_s4": KC(32, 32, 4, 4, False),
+}
+N128_VARIANTS = {
+    "default": None,
+    "h2_w8": KC(128, 32, 8, 2, True, 8, solve_heads=2),
+    "h2_w8_s3": KC(128, 32, 8, 2, True, 8, solve_heads=2, solve_stages=3),
+    "h2_w16": KC(128, 32, 8, 2, True, 16, solve_heads=2),
+    "h1_w8_s3": KC(128, 32, 8, 2, True, 8, solve_stages=3),
+}
+N32_VARIANTS = {
+    "default": None,
+    "h2_w4_s3": KC(64, 32, 4, 2, True, 4, solve_heads=2, solve_stages=3),
+    "h2_w4_s3_pf2": KC(64, 32, 4, 2, True, 4, solve_heads=2, solve_stages=3, prefetch=2),
+}
+SHAPES = [((64, 64), SPLIT_VARIANTS), ((1, 64), FUSED_VARIANTS), ((16, 64), SPLIT_VARIANTS),
+          ((64, 128), N128_VARIANTS), ((64, 32), N32_VARIANTS), ((1, 128), FUSED_VARIANTS),
+          ((1, 32), FUSED_VARIANTS), ((16, 128), N128_VARIANTS)]
+
+
+def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
+    a = a.double()
+    return float((a - ref).norm() / ref.norm()) if bool(torch.isfinite(a).all()) else float("inf")
+
+
+def variants(mode: str, budget_s: float) -> list[dict]:
+    """Every variant: correctness against float64 (first 4 requests, NaN-poisoned outputs), then the whole verify,
+    and for split configs the solve and apply kernels alone."""
+    import time  # noqa: PLC0415
+
+    from lumotree.optimized import gdn_tree_ref as R  # noqa: PLC0415
+
+    start, rows = time.time(), []
+    for (B, N), table in SHAPES:
+        if time.time() - start > budget_s:
+            break
+        x = bench_gdn.make_inputs(B, N, "random", seed=B * 1000 + N + 1)
+        x["meta"] = G.tree_meta(x["parents"])
+        sub = slice(0, min(B, 4))
+        ref_o, ref_f = R.gdn_tree_closed_form_ref(*[x[n][sub].double() for n in ("q", "k", "v", "g", "beta")],
+                                                  x["pool"].double(), x["slots"][sub], x["parents"][sub],
+                                                  use_qk_l2norm=True)
+        for name, cfg in table.items():
+            if time.time() - start > budget_s:
+                rows.append(dict(B=B, N=N, variant=name, skipped="budget"))
+                continue
+            row = dict(B=B, N=N, variant=name, config=None if cfg is None else cfg._asdict())
+            try:
+                HVv = x["v"].shape[2]
+                out = (torch.full_like(x["v"], float("nan")), torch.full_like(x["v"], float("nan")),
+                       torch.full(x["g"].shape, float("nan"), device="cuda"),
+                       torch.full(x["q"].shape[:3], float("nan"), device="cuda"))
+                o, f = G.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], x["pool"], x["slots"],
+                                         x["parents"], use_qk_l2norm_in_kernel=True, input_precision=mode,
+                                         meta=x["meta"], validate=False, config=cfg, out=out)
+                torch.cuda.synchronize()
+                row["err_o"], row["err_delta"] = _rel(o[sub], ref_o), _rel(f.delta[sub], ref_f.delta)
+                assert HVv == HV
+                row["verify_us"], _ = bench_gdn.graph_time(lambda cfg=cfg: _verify(x, mode, cfg), rep_ms=60)
+                eff = cfg or G.verify_config(B, HV, N, K, V, torch.device("cuda"), H)
+                if eff.split:
+                    row["solve_us"], _ = bench_gdn.graph_time(
+                        _without("_gdn_tree_apply_kernel", lambda cfg=cfg: _verify(x, mode, cfg)), rep_ms=40)
+                    row["apply_us"], _ = bench_gdn.graph_time(
+                        _without("_gdn_tree_solve_kernel", lambda cfg=cfg: _verify(x, mode, cfg)), rep_ms=40)
+            except Exception as exc:  # noqa: BLE001 - record and go on
+                row["error"] = f"{type(exc).__name__}: {exc}"[-300:]
+            torch.cuda.synchronize()
+            rows.append(row)
+            print("variant " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                         for k, v in row.items() if k != "config"), flush=True)
+        _, factors = _verify(x, mode)
+        for name, cfg in COMMIT_VARIANTS.items() if N == 64 else ():
+            row = dict(B=B, N=N, variant="commit_" + name, config=None if cfg is None else cfg._asdict())
+            try:
+                pool = x["pool"].clone()
+                row["commit_us"], _ = bench_gdn.graph_time(
+                    lambda cfg=cfg: G.gdn_tree_commit(pool, x["slots"], factors, x["parents"], x["accepted"],
+                                                      input_precision=mode, meta=x["meta"], validate=False,
+                                                      config=cfg), rep_ms=40)
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = f"{type(exc).__name__}: {exc}"[-300:]
+            rows.append(row)
+            print("variant " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                         for k, v in row.items() if k != "config"), flush=True)
+        del x, factors
+        torch.cuda.empty_cache()
+    return rows
+
+
+COMMIT_VARIANTS = {"default": None, "bv32_bk32_w2": KC(32, 32, 2, 1), "bv16_bk128_w4": KC(16, 128, 4, 1),
+                   "bv64_bk128_w4_s2": KC(64, 128, 4, 2), "bv128_bk16_w4": KC(128, 16, 4, 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ncu", action="store_true", help="one launch of each kernel, for Nsight Compute")
+    parser.add_argument("--mode", default="tf32")
+    parser.add_argument("--out", default="gdn_profile.json")
+    parser.add_argument("--variants", action="store_true", help="time the launch-config variants of this file")
+    parser.add_argument("--budget-s", type=float, default=200.0)
+    args = parser.parse_args()
+    if args.variants:
+        rows = variants(args.mode, args.budget_s)
+        with open(args.out, "w") as fh:
+            json.dump(dict(card=torch.cuda.get_device_name(), mode=args.mode, rows=rows), fh, indent=1)
+        return 0
+    rows = []
+    for B, N in ((64, 64), (16, 64), (1, 64)) if not args.ncu else ((64, 64), (1, 64)):
+        x = bench_gdn.make_inputs(B, N, "random", seed=B * 1000 + N)
+        x["meta"] = G.tree_meta(x["parents"])
+        split = G.verify_config(B, HV, N, K, V, torch.device("cuda"), H)._replace(split=True)
+        fused = split._replace(split=False, block_v=64 if B > 1 else 32)
+        _, factors = _verify(x, args.mode)
+
+        def commit():
+            G.gdn_tree_commit(x["pool"], x["slots"], factors, x["parents"], x["accepted"], input_precision=args.mode,
+                              meta=x["meta"], validate=False)
+
+        fns = {
+            "verify_default": lambda: _verify(x, args.mode),
+            "verify_split": lambda: _verify(x, args.mode, split),
+            "solve_only": _without("_gdn_tree_apply_kernel", lambda: _verify(x, args.mode, split)),
+            "apply_only": _without("_gdn_tree_solve_kernel", lambda: _verify(x, args.mode, split)),
+            "verify_fused": lambda: _verify(x, args.mode, fused),
+            "commit": commit,
+        }
+        if args.ncu:
+            for name in ("verify_split", "verify_fused", "commit") if B > 1 else ("verify_fused", "commit"):
+                fns[name]()  # compile launch
+                torch.cuda.synchronize()
+                fns[name]()
+                torch.cuda.synchronize()
+            continue
+        row = dict(B=B, N=N, mode=args.mode, depth=x["max_depth"], split=list(split), fused=list(fused))
+        for name, fn in fns.items():
+            row[name + "_us"], _ = bench_gdn.graph_time(fn, rep_ms=80)
+        rows.append(row)
+        print("  ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+        del x
+        torch.cuda.empty_cache()
+    if not args.ncu:
+        with open(args.out, "w") as fh:
+            json.dump(dict(card=torch.cuda.get_device_name(), rows=rows), fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
