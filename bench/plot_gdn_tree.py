@@ -1,11 +1,12 @@
-"""Plot the GDN tree benchmark for docs/gdn-kernels.md (bench/results/2026-11-29-h200-gdn-tree-run3.json and, for the
-launch-config sweep, bench/results/2026-11-29-h200-gdn-tree.json).
+"""Plot the GDN tree benchmark for docs/gdn-kernels.md (bench/results/2026-12-01-h200-gdn-tree.json, the run of
+2026-11-29 it improves on, and the per-kernel variant sweep bench/results/2026-12-01-h200-gdn-variants.json).
 
-Left: one layer at B=64, N=64 (random tree, depth 10), run 3: our verify + commit in the three precision modes
-against the memory floors and fla's single-token decode step measured in the same run; branch-by-branch and per-node
-states from the anchors (DESIGN.md §7, same card type, not this run: fla's varlen kernel faults in fla-core 0.6.0 and
-the per-node baseline did not fit the run's time budget).
-Right: verify time of each launch configuration of the run-2 sweep (tf32), per (B, N).
+Left: one layer at B=64, N=64 (random tree, depth 10): our verify + commit in the three precision modes against the
+memory floors and fla's single-token decode step measured in the same run, and the 2026-11-29 run; branch-by-branch
+and per-node states from the anchors (DESIGN.md §7, same card type, not this run: fla's branch kernel faults in
+fla-core 0.6.0 at this size, and the per-node baseline did not fit the run's time budget).
+Right: where the verify time goes (solve and apply kernels timed alone, tf32) before and after this session's solve
+kernel (two value heads of a GVA group per 4-warp program, 3 stages), per (B, N).
 
 Run: ``python bench/plot_gdn_tree.py`` (writes docs/img/gdn-tree-h200.png).
 """
@@ -25,17 +26,18 @@ ANCHOR = {"branch-by-branch (fla)": 6486.9, "per-node states": 26768.8}
 
 
 def main() -> int:
-    runs = json.loads((ROOT / "bench/results/2026-11-29-h200-gdn-tree.json").read_text())["runs"]
-    run2 = runs[1]
-    run3 = json.loads((ROOT / "bench/results/2026-11-29-h200-gdn-tree-run3.json").read_text())
-    row3 = next(r for r in run3["rows"] if (r["B"], r["N"], r["kind"]) == (64, 64, "random"))
+    new = json.loads((ROOT / "bench/results/2026-12-01-h200-gdn-tree.json").read_text())
+    old = json.loads((ROOT / "bench/results/2026-11-29-h200-gdn-tree-run3.json").read_text())
+    pick = lambda run: next(r for r in run["rows"] if (r["B"], r["N"], r["kind"]) == (64, 64, "random"))  # noqa: E731
+    row, row_old = pick(new), pick(old)
     bars = [
-        ("state floor\n(read S0, write S)", row3["floor_us"], "0.6"),
-        ("io floor\n(+ tokens, factors)", row3["io_floor_us"], "0.6"),
-        ("ours tf32", row3["ours_tf32_us"], "C0"),
-        ("ours tf32x3", row3["ours_tf32x3_us"], "C0"),
-        ("ours ieee", row3["ours_ieee_us"], "C0"),
-        ("fla decode step\n(same run)", row3["ar_us"], "C1"),
+        ("state floor\n(read S0, write S)", row["floor_us"], "0.6"),
+        ("io floor\n(+ tokens, factors)", row["io_floor_us"], "0.6"),
+        ("ours tf32\n(2026-12-01)", row["ours_tf32_us"], "C0"),
+        ("ours tf32\n(2026-11-29)", row_old["ours_tf32_us"], "C9"),
+        ("ours tf32x3", row["ours_tf32x3_us"], "C0"),
+        ("ours ieee", row["ours_ieee_us"], "C0"),
+        ("fla decode step\n(same run)", row["ar_us"], "C1"),
         ("branch-by-branch\n(anchor)", ANCHOR["branch-by-branch (fla)"], "C3"),
         ("per-node states\n(anchor)", ANCHOR["per-node states"], "C3"),
     ]
@@ -45,22 +47,25 @@ def main() -> int:
     ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=7.5, rotation=30, ha="right")
     for i, (_, us, _) in enumerate(bars):
         ax.text(i, us * 1.08, f"{us:.0f}", ha="center", fontsize=8)
-    ax.axhline(2 * row3["ar_us"], color="C1", ls="--", lw=1)
-    ax.text(len(bars) - 0.5, 2 * row3["ar_us"] * 1.08, "target: 2x decode", color="C1", ha="right",
-            fontsize=8)
+    ax.axhline(2 * row["ar_us"], color="C1", ls="--", lw=1)
+    ax.text(len(bars) - 0.5, 2 * row["ar_us"] * 1.08, "target: 2x decode", color="C1", ha="right", fontsize=8)
     ax.set_ylabel("us per layer (CUDA graph, median)")
-    ax.set_title("B=64, N=64 random tree: verify + commit, one GDN layer (H200, run 3)", fontsize=10)
+    ax.set_title("B=64, N=64 random tree: verify + commit, one GDN layer (H200)", fontsize=10)
 
-    sweep = [s for s in run2["sweep"] if "verify_us" in s and s["mode"] == "tf32"]
-    shapes = sorted({(s["B"], s["N"]) for s in sweep})
+    sweep = json.loads((ROOT / "bench/results/2026-12-01-h200-gdn-variants.json").read_text())["runs"][-1]["rows"]
+    shapes = [(64, 64), (16, 64), (64, 32), (64, 128), (16, 128)]
+    best = {(64, 64): "base", (16, 64): "base", (64, 32): "h2_w4_s3", (64, 128): "h1_w8_s3", (16, 128): "h1_w8_s3"}
     for j, (B, N) in enumerate(shapes):
-        pts = [s for s in sweep if (s["B"], s["N"]) == (B, N)]
-        xs = [j + (i - len(pts) / 2) * 0.09 for i in range(len(pts))]
-        bx.scatter(xs, [p["verify_us"] for p in pts], c=["C0" if p["config"][4] else "C2" for p in pts], s=18)
-    bx.set_yscale("log")
+        rows = {r["variant"]: r for r in sweep if (r["B"], r["N"]) == (B, N) and "solve_us" in r}
+        for dx, name, color in ((-0.18, "default", "C9"), (0.18, best[(B, N)], "C0")):
+            r = rows[name]
+            bx.bar(j + dx, r["solve_us"], width=0.34, color=color, alpha=0.55)
+            bx.bar(j + dx, r["apply_us"], width=0.34, bottom=r["solve_us"], color=color)
+            bx.text(j + dx, r["solve_us"] + r["apply_us"] + 15, f"{r['solve_us']:.0f}+{r['apply_us']:.0f}",
+                    ha="center", fontsize=7)
     bx.set_xticks(range(len(shapes)), [f"B={B}\nN={N}" for B, N in shapes])
-    bx.set_ylabel("verify us (tf32)")
-    bx.set_title("launch-config sweep: blue split (solve + apply), green fused", fontsize=10)
+    bx.set_ylabel("us (tf32): solve (light) + apply (dark)")
+    bx.set_title("verify kernels alone: 2026-11-29 defaults (cyan) vs 2026-12-01 (blue)", fontsize=10)
     fig.tight_layout()
     out = ROOT / "docs/img/gdn-tree-h200.png"
     fig.savefig(out, dpi=130)

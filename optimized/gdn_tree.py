@@ -463,16 +463,18 @@ def _padded_nodes(N: int) -> int:
 
 
 def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
-                  H: int | None = None) -> KernelConfig:
+                  H: int | None = None, precision: str = "tf32") -> KernelConfig:
     """Default launch parameters of verify, the best of the H200 sweeps of 2026-11-29 and 2026-12-01
     (bench/NOTES-gdn.md): the split pipeline when the batch fills the GPU with (request, value head) programs, else
     the fused kernel. The solve takes two value heads of a GVA group (``H`` q/k heads given, ``HV // H`` even) in
     one 4-warp program up to N = 64 (at B = 64, N = 64: 116 against 280 us per value head at 8 warps), one value
-    head at 8 warps at N = 128; 3 stages."""
+    head at 8 warps at N = 128; 3 stages (``ieee`` at N = 128: 16 warps, 2 stages; 3 stages measured 3x slower)."""
     NP = _padded_nodes(N)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
         pair = 2 if NP <= 64 and H is not None and (HV // H) % 2 == 0 else 1
+        if NP > 64 and precision == "ieee":
+            return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 16)
         return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 4 if NP <= 64 else 8,
                             solve_heads=pair, solve_stages=3)
     block_v, num_warps, stages = (32, 4, 3) if NP <= 64 else (64, 8, 2)
@@ -587,7 +589,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     else:
         o, delta, log_gamma, k_rnorm = out
         k_rnorm = k_rnorm if use_qk_l2norm_in_kernel else None
-    cfg = config or verify_config(B, HV, N, K, V, device, H)
+    cfg = config or verify_config(B, HV, N, K, V, device, H, precision)
     if not isinstance(cfg, KernelConfig):
         raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
     if cfg.solve_heads < 1 or (HV // H) % cfg.solve_heads != 0:

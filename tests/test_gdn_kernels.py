@@ -368,3 +368,19 @@ def test_gpu_k_split_commit_error_bounds(precision, tol):
     G.gdn_tree_commit(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
                       input_precision=precision, config=G.KernelConfig(64, 32, 4, 1))
     assert rel_err(case["pool"][case["slots"]], ref_s) < tol
+
+
+def test_default_configs_follow_the_measured_rules():
+    """verify_config: the GVA-paired 4-warp solve up to N = 64 when the group is even (and H is known), one value head
+    at 8 warps at N = 128 (ieee there: the 16-warp, 2-stage solve); the fused kernel for small batches."""
+    cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
+    paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
+    assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
+    assert G.verify_config(64, 32, 64, 128, 128, cpu).solve_heads == 1  # H unknown: no pairing
+    assert G.verify_config(64, 48, 64, 128, 128, cpu, H=16).solve_heads == 1  # odd group (3)
+    big = G.verify_config(64, 32, 128, 128, 128, cpu, H=16)
+    assert (big.solve_heads, big.solve_warps, big.solve_stages) == (1, 8, 3)
+    ieee = G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="ieee")
+    assert (ieee.solve_warps, ieee.solve_stages or ieee.num_stages) == (16, 2)
+    small = G.verify_config(1, 2, 64, 128, 128, cpu, H=1)
+    assert not small.split and small.num_stages == 3
