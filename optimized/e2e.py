@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="default: cuda when available")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=2, help="timed generations per run (the fastest is kept)")
+    parser.add_argument("--linear", choices=("cublas", "gemv", "auto"), default="cublas",
+                        help="decode projections (<= 8 rows): cuBLAS, optimized.gemv, or whichever replays the B=1 "
+                             "(smallest batch) decode step faster (both times recorded)")
     parser.add_argument("--time-limit", type=float, default=float("inf"),
                         help="seconds after which no new run starts")
     parser.add_argument("--out", default="e2e_bench.json", help="JSON results")
@@ -172,6 +175,18 @@ def run(args: argparse.Namespace) -> int:
     gdn_layers = sum(1 for k in config.layer_types if k == "linear_attention")
     state_bytes = gdn_layers * config.linear_num_value_heads * config.linear_key_head_dim * \
         config.linear_value_head_dim * 4  # fp32, one request
+
+    linear_ms: dict[str, float] = {}
+    use_gemv = cuda and args.linear == "gemv"
+    if cuda and args.linear == "auto":  # the decode step replayed with each, before anything is profiled
+        for name, flag in (("cublas", False), ("gemv", True)):
+            model.set_small_batch_linear(flag)
+            linear_ms[name] = _decode_graph_replay_ms(model, [batches[0]], args.prompt_len)[batches[0]]
+        use_gemv = linear_ms["gemv"] < linear_ms["cublas"]
+        log(f"decode step B={batches[0]} (ms): {linear_ms}: using {'gemv' if use_gemv else 'cublas'}")
+    for m in (model, draft.model if draft is not None else None):
+        if m is not None:
+            m.set_small_batch_linear(use_gemv)
 
     node_buckets = tuple(n for n in (1, 2, 4, 8, 16, 32, 64, 128) if n <= max_nodes)
     profile_engine = Engine(target, None, mode="autoregressive", max_nodes=max_nodes, node_buckets=node_buckets,
@@ -290,6 +305,7 @@ def run(args: argparse.Namespace) -> int:
         "ar_step_floor_ms": 1e3 * floor_s, "ar_step_floor_bytes": step_weight_bytes + 2 * state_bytes,
         "ar_step_model_ms": {str(b): 1e3 * profile.decode_time(b) for b in batches},
         "ar_step_graph_replay_ms": {str(b): ms for b, ms in decode_graph_ms.items()},
+        "linear": "gemv" if use_gemv else "cublas", "linear_decode_ms": linear_ms,
         "profile": profile.to_dict(), "draft_layers": draft_layers, "new_tokens": args.new_tokens,
         "prompt_len": args.prompt_len, "results": results, "notes": note,
         "elapsed_s": time.perf_counter() - t_start,

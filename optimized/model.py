@@ -14,9 +14,10 @@ A *tree step* runs B requests with N nodes each through all layers: per GDN laye
 (:func:`~lumotree.optimized.gdn_tree.gdn_tree_verify_gated`) and the gated RMSNorm
 (:func:`~lumotree.optimized.gdn_decode.gated_rmsnorm`), per attention layer the fused q/k norm + RoPE + KV store
 (:func:`~lumotree.optimized.tree_attention.prepare_qkv`) and tree attention; the projections and MLPs are cuBLAS
-matmuls; each residual add is fused with the RMSNorm that follows it, and SwiGLU's ``silu(g) * u`` is one kernel. The
-*commit* advances every pool along each request's accepted path (GDN state from the factors, conv state from the
-path inputs, KV compaction). Then
+matmuls (with ``small_batch_linear``, steps of at most 8 token rows use the split-K weight-streaming GEMV of
+:mod:`~lumotree.optimized.gemv` instead); each residual add is fused with the RMSNorm that follows it, and
+SwiGLU's ``silu(g) * u`` is one kernel. The *commit* advances every pool along each request's accepted path (GDN
+state from the factors, conv state from the path inputs, KV compaction). Then
 
 - ``verify`` = tree step (logits of every node), caches untouched until ``commit``;
 - ``decode`` = a *decode step*: the same layers for one token per request without tree or commit — per GDN layer
@@ -54,6 +55,8 @@ from ._checks import MAX_NODES, check_tree_rows, interpreting
 from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import gdn_tree_commit, gdn_tree_verify_gated, tree_meta
+from .gemv import MAX_ROWS as MAX_GEMV_ROWS
+from .gemv import small_batch_linear
 
 __all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random"]
 
@@ -170,6 +173,9 @@ class OptimizedModel:
     - ``commit(slots [B], accepted [B])``: advance every cache of the last ``verify`` along root..accepted.
     - ``release(slot)``; ``cache_length(slot)``; attributes ``vocab_size, num_slots, max_seq_len, max_nodes,
       device, dtype, config``.
+
+    ``small_batch_linear`` (or :meth:`set_small_batch_linear`): decode projections of at most 8 rows on
+    :func:`~lumotree.optimized.gemv.small_batch_linear` instead of cuBLAS (GPU only).
     """
 
     def __init__(
@@ -185,6 +191,7 @@ class OptimizedModel:
         graphs: bool | None = None,
         gdn_precision: str | None = None,
         use_fla: bool | None = None,
+        small_batch_linear: bool = False,
     ):
         from lumotree.reference.config import HybridConfig
         from lumotree.reference.model import IGNORED_TENSOR_PREFIXES, hf_tensor_shapes
@@ -212,6 +219,7 @@ class OptimizedModel:
         if self.use_fla and not _fla_available():
             raise ValueError("use_fla=True but flash-linear-attention is not importable on a CUDA device")
         self.eps = float(config.rms_norm_eps)
+        self.small_batch_linear = bool(small_batch_linear)  # decode projections on optimized.gemv (see _linear)
 
         # ---- weights: validate names and shapes (HF layout), then fuse / reorder once
         expected = hf_tensor_shapes(config)
@@ -360,10 +368,26 @@ class OptimizedModel:
         HQ, HKV, D = self._attn_dims
         return ta.default_launch(B, N, HQ, HKV, D, self.capacity, self.device, self.dtype)[4]
 
+    def set_small_batch_linear(self, enabled: bool) -> None:
+        """Route the projections of steps with at most :data:`~lumotree.optimized.gemv.MAX_ROWS` token rows (decode at
+        small batch) through :func:`~lumotree.optimized.gemv.small_batch_linear` (a split-K weight-streaming GEMV)
+        instead of cuBLAS; drops the captured CUDA graphs (the next call of each shape captures anew)."""
+        self.small_batch_linear = bool(enabled)
+        self._graph_entries.clear()
+
+    def _linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``x [T, Din] @ w [Dout, Din]^T``: the GEMV of :mod:`~lumotree.optimized.gemv` for ``T <= 8`` rows when
+        enabled (on a GPU or under the Triton interpreter), else cuBLAS (``out_dtype``: default x's)."""
+        if self.small_batch_linear and x.shape[0] <= MAX_GEMV_ROWS and x.stride(-1) == 1 and (
+                x.is_cuda or interpreting()):
+            return small_batch_linear(x, w, out_dtype=out_dtype)
+        y = x @ w.T
+        return y if out_dtype is None else y.to(out_dtype)
+
     def _mlp(self, m: _MLP, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU MLP, or the MoE block computed densely (see the module docstring). ``x: [T, Dm]``."""
         if m.router is None:
-            return _silu_mul(x @ m.w_gate_up.T) @ m.w_down.T  # [T, 2I] -> [T, I] -> [T, Dm]
+            return self._linear(_silu_mul(self._linear(x, m.w_gate_up)), m.w_down)  # [T, 2I] -> [T, I] -> [T, Dm]
         probs = torch.softmax((x @ m.router.T).float(), dim=-1)  # [T, E]
         top_p, top_i = torch.topk(probs, self.config.num_experts_per_tok, dim=-1)  # [T, k]
         if self.config.norm_topk_prob:
@@ -454,7 +478,7 @@ class OptimizedModel:
             if isinstance(layer, _GDNLayer):
                 H, HV, K, V, W = self._gdn_dims
                 C = 2 * H * K + HV * V
-                proj = x @ layer.w_in.T  # [B, C + HV V + 2 HV]
+                proj = self._linear(x, layer.w_in)  # [B, C + HV V + 2 HV]
                 conv = conv_step(proj[:, :C], layer.conv_w, self.conv_pools[gi], slots, validate=False)  # [B, C]
                 gated = gdn_decode(
                     conv[:, : H * K].unflatten(-1, (H, K)), conv[:, H * K : 2 * H * K].unflatten(-1, (H, K)),
@@ -462,11 +486,11 @@ class OptimizedModel:
                     proj[:, C + HV * V : C + HV * V + HV], layer.A_log, layer.dt_bias, self.state_pools[gi], slots,
                     allow_neg_eigval=self.config.allow_neg_eigval, z=proj[:, C : C + HV * V].unflatten(-1, (HV, V)),
                     norm_weight=layer.norm_w, eps=self.eps, validate=False)  # [B, HV, V] gated-normed
-                mix = gated.view(B, HV * V) @ layer.w_out.T  # [B, Dm]
+                mix = self._linear(gated.view(B, HV * V), layer.w_out)  # [B, Dm]
                 gi += 1
             else:
                 HQ, HKV, D = self._attn_dims
-                proj = (x @ layer.w_qkv.T)[:, None]  # [B, 1, 2 HQ D + 2 HKV D]
+                proj = self._linear(x, layer.w_qkv)[:, None]  # [B, 1, 2 HQ D + 2 HKV D]
                 qg = proj[..., : 2 * HQ * D].unflatten(-1, (HQ, 2 * D))  # [B, 1, HQ, 2D]
                 kk = proj[..., 2 * HQ * D : 2 * HQ * D + HKV * D].unflatten(-1, (HKV, D))  # [B, 1, HKV, D]
                 vv = proj[..., 2 * HQ * D + HKV * D :].unflatten(-1, (HKV, D))  # [B, 1, HKV, D]
@@ -475,12 +499,12 @@ class OptimizedModel:
                                        eps=self.eps, validate=False)  # [B, 1, HQ, D]; K/V stored at lens
                 att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, self._root_words[:B],
                                         gate=qg[..., D:], num_splits=splits, validate=False)  # [B, 1, HQ, D]
-                mix = att.view(B, HQ * D) @ layer.w_o.T  # [B, Dm]
+                mix = self._linear(att.view(B, HQ * D), layer.w_o)  # [B, Dm]
                 ai += 1
             y = _add_rmsnorm(h, mix, m.post_norm, self.eps)
             x = _add_rmsnorm(h, self._mlp(m, y), self._norm_after(i), self.eps)
         self.lens.index_copy_(0, slots.long(), lens + 1)
-        return (x @ self.lm_head.T).float()  # [B, Vocab]
+        return self._linear(x, self.lm_head, torch.float32)  # [B, Vocab]
 
     def _commit(self, rec: _StepRecord, accepted: torch.Tensor) -> None:
         """Advance every pool of ``rec``'s slots along root..accepted (device tensors only: graph safe)."""

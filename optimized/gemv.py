@@ -1,0 +1,241 @@
+r"""Small-batch linear layer ``y = x @ w.T`` for decode (M <= 8 token rows), streaming the weight once.
+
+Math: ``y[m, n] = sum_k x[m, k] w[n, k]`` with ``x: [M, K]``, ``w: [N, K]`` row-major (a ``nn.Linear`` weight),
+products and sums in fp32, ``y: [M, N]`` rounded once to ``out_dtype`` (default: the input dtype).
+
+Memory floor: at M <= 8 the weight is the traffic (``x`` and ``y`` are ``M (K + N)`` elements against ``N K``), so a
+call cannot take less than ``bytes(w) / bandwidth``: ``2 N K / 4.26 TB/s`` for bf16 on an H200 (copy bandwidth),
+e.g. 11.9 us for the ``[12352, 2048]`` projection and 146 us for the ``[151936, 2048]`` LM head.
+
+Kernel (:func:`_gemv_kernel`, grid ``(cdiv(N, BLOCK_N), SPLIT_K)``): program ``(j, s)`` owns output columns
+``n in [j BLOCK_N, (j + 1) BLOCK_N)`` (rows of ``w``) and the K-range ``[s Ks, min((s + 1) Ks, K))`` (``Ks`` a
+multiple of ``BLOCK_K``). Each iteration loads one ``[BLOCK_N, BLOCK_K]`` tile of ``w`` (K contiguous: 16-byte
+vector loads, ``BLOCK_N BLOCK_K / (32 num_warps)`` elements per thread, all independent, so a large tile puts many
+bytes in flight; rows past N are clamped to row N - 1, so the loads stay in bounds and unmasked, their results are
+never stored) and the matching ``x`` chunk (rows past M masked off). Two forms of the tile product (``use_dot``):
+
+- broadcast + ``tl.sum`` (default for M <= 2): ``acc3[m, n, k] += x[m, k] w[n, k]`` elementwise in fp32 on a
+  ``[M_PAD, BLOCK_N, BLOCK_K]`` register tile (``M_PAD`` = M rounded up to a power of two), one ``tl.sum`` over k
+  after the loop, so the loop has no shuffles and no shared memory; x's pointers are broadcast over n (stride 0) so
+  its load gets w's register layout (one L1-resident x load per w load and row of x). Registers grow as
+  ``M_PAD BLOCK_N BLOCK_K / (32 num_warps)`` (sm_90 build, Triton 3.6, 4 warps: 146 at M = 1 on 16 x 512 tiles,
+  167 at M = 2 on 16 x 256, 255 and spills at M = 4 on 16 x 256). ``num_stages`` changes nothing here: Triton does
+  not pipeline these loads; the bytes in flight come from the tile size and the programs resident per SM;
+- ``tl.dot`` (default for M >= 4): x padded to 16 rows (the padding masked, not read), ``acc = x w^T`` on the
+  tensor cores, the tiles pipelined through shared memory over ``num_stages``.
+
+Split-K reduction, deterministic and in the same launch: with ``SPLIT_K == 1`` the program writes ``y`` directly.
+Otherwise split ``s`` stores its fp32 partial ``[M, BLOCK_N]`` to ``partials[s]`` (scratch ``[SPLIT_K, M, N]``),
+then (CTA barrier, one acq_rel atomic) increments the row block's counter; the program that reads back
+``SPLIT_K - 1`` is the last one, reads ``partials[0] + partials[1] + ... + partials[SPLIT_K - 1]`` in that fixed
+order (L2 loads, ``.cg``), so the result is bit-identical whichever program finishes last, writes ``y`` and resets
+the counter to 0 (a CUDA graph replays it unchanged). Scratch and counters (``torch.zeros``) are cached per
+(device, M, N, BLOCK_N, SPLIT_K): a graph capture after one eager call allocates nothing. Calls that share a cached
+scratch must be stream-ordered (one stream, as the model's forward): two concurrent calls of one shape on different
+streams would race on it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import FLOAT_DTYPES, check_tensor, interpreting
+from .tree_attention import _num_sms
+
+__all__ = ["GemvConfig", "gemv_config", "small_batch_linear", "split_k_scratch", "MAX_ROWS", "OUT_DTYPES"]
+
+MAX_ROWS = 8  # the largest M (token rows) the kernel is built for
+OUT_DTYPES = (None, torch.bfloat16, torch.float16, torch.float32)
+
+
+class GemvConfig(NamedTuple):
+    """Launch parameters: ``[block_n, block_k]`` weight tiles (powers of two), ``split_k`` K-ranges per row block
+    (the launch uses at most ``cdiv(K, block_k)``), Triton ``num_warps`` / ``num_stages``, and ``use_dot``: the tile
+    product on ``tl.dot`` (needs ``block_n, block_k >= 16``) instead of broadcast + ``tl.sum``."""
+
+    block_n: int
+    block_k: int
+    split_k: int
+    num_warps: int
+    num_stages: int
+    use_dot: bool = False
+
+
+# ------------------------------------------------------------------------------------------------------------ kernel
+@triton.jit
+def _gemv_kernel(
+    x_ptr, w_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, s_xm, s_ym, k_per_split, SPLIT_K,
+    M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    USE_DOT: tl.constexpr, IEEE: tl.constexpr,
+):  # fmt: skip
+    """Program (row block j, split s): ``acc[m, n] = sum_{k in split s} x[m, k] w[n, k]`` over the block's n, then
+    ``y = acc`` (one split) or the deterministic split-K reduction of the module docstring."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = tl.arange(0, M_PAD)  # [M_PAD]
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N] output columns = rows of w
+    ks = tl.arange(0, BLOCK_K)  # [BLOCK_K]
+    k_begin = pid_k * k_per_split
+    k_end = tl.minimum(k_begin + k_per_split, K)
+    if USE_DOT:
+        x_rows = x_ptr + rows[:, None] * s_xm  # [M_PAD, 1]
+        w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1] clamped: in bounds
+        x_ok = (rows < M)[:, None]  # [M_PAD, 1] padding rows are not read
+        acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)  # [M_PAD, BLOCK_N]
+        for k0 in range(k_begin, k_end, BLOCK_K):
+            k_idx = (k0 + ks)[None, :]  # [1, BLOCK_K]
+            if EVEN_K:
+                w = tl.load(w_rows + k_idx)  # [BLOCK_N, BLOCK_K]
+                x = tl.load(x_rows + k_idx, mask=x_ok, other=0.0)  # [M_PAD, BLOCK_K]
+            else:
+                w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [BLOCK_N, BLOCK_K]
+                x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_K]
+            if IEEE:
+                acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
+            else:
+                acc = tl.dot(x, tl.trans(w), acc)  # [M_PAD, BLOCK_N]
+    else:  # elementwise fp32 products summed over the K loop, one reduction over k at the end
+        # x's pointers are broadcast over the block's n (stride 0) so that its load gets w's register layout
+        x_rows = x_ptr + rows[:, None, None] * s_xm + 0 * cols[None, :, None]  # [M_PAD, BLOCK_N, 1]
+        w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[None, :, None] * K  # [1, BLOCK_N, 1] clamped
+        x_ok = (rows < M)[:, None, None]  # [M_PAD, 1, 1]
+        acc3 = tl.zeros([M_PAD, BLOCK_N, BLOCK_K], dtype=tl.float32)  # [M_PAD, BLOCK_N, BLOCK_K]
+        for k0 in range(k_begin, k_end, BLOCK_K):
+            k_idx = (k0 + ks)[None, None, :]  # [1, 1, BLOCK_K]
+            if EVEN_K:
+                w = tl.load(w_rows + k_idx)  # [1, BLOCK_N, BLOCK_K]
+                x = tl.load(x_rows + k_idx, mask=x_ok, other=0.0)  # [M_PAD, BLOCK_N, BLOCK_K]
+            else:
+                w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [1, BLOCK_N, BLOCK_K]
+                x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_N, BLOCK_K]
+            acc3 += x.to(tl.float32) * w.to(tl.float32)  # [M_PAD, BLOCK_N, BLOCK_K]
+        acc = tl.sum(acc3, axis=2)  # [M_PAD, BLOCK_N]
+    out_ok = (rows < M)[:, None] & (cols < N)[None, :]  # [M_PAD, BLOCK_N]
+    y_ptrs = y_ptr + rows[:, None] * s_ym + cols[None, :]  # [M_PAD, BLOCK_N]
+    if SPLIT_K == 1:
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=out_ok)
+    else:
+        part_ptrs = part_ptr + rows[:, None] * N + cols[None, :]  # [M_PAD, BLOCK_N] in partials[0]
+        tl.store(part_ptrs + pid_k * M * N, acc, mask=out_ok)
+        tl.debug_barrier()  # every thread's partial is stored before the (one-thread) release below
+        arrived = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT_K - 1:  # the last split of this row block: every partial is visible
+            total = tl.load(part_ptrs, mask=out_ok, other=0.0, cache_modifier=".cg")  # [M_PAD, BLOCK_N]
+            for s in range(1, SPLIT_K):  # fixed order: bit-identical whichever split arrived last
+                total += tl.load(part_ptrs + s * M * N, mask=out_ok, other=0.0, cache_modifier=".cg")
+            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=out_ok)
+            tl.atomic_xchg(count_ptr + pid_n, 0, sem="relaxed", scope="gpu")  # ready for the next launch / replay
+
+
+# ------------------------------------------------------------------------------------------------------ host side
+_SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def split_k_scratch(device: torch.device, M: int, N: int, block_n: int, split_k: int
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cached ``(partials [split_k, M, N] fp32, counters [cdiv(N, block_n)] int32)`` of one launch shape;
+    counters start at zero and every launch leaves them at zero."""
+    device = torch.device(device)
+    key = (device.type, device.index, M, N, block_n, split_k)
+    if key not in _SCRATCH:
+        partials = torch.empty((split_k, M, N), dtype=torch.float32, device=device)  # [S, M, N]
+        counters = torch.zeros((triton.cdiv(N, block_n),), dtype=torch.int32, device=device)  # [row blocks]
+        _SCRATCH[key] = (partials, counters)
+    return _SCRATCH[key]
+
+
+def gemv_config(M: int, N: int, K: int, device: torch.device | str) -> GemvConfig:
+    """Default launch for ``x: [M, K] @ w[N, K].T`` (a rule from the register/in-flight arithmetic of the module
+    docstring, to be replaced by ``bench/gemv.py``'s H200 sweep):
+
+    - M <= 2: broadcast + ``tl.sum`` on 16 x 512 (M = 1) or 16 x 256 (M = 2) tiles, 4 warps, 1 stage; about 8
+      programs per SM;
+    - M >= 4: ``tl.dot`` on 32 x 256 tiles, 4 warps, 3 stages (48 KiB of shared memory); about 4 programs per SM.
+
+    Split-K raises the program count to that target: ``split_k = cdiv(target, cdiv(N, block_n))``, at most 16 and
+    at most the number of K tiles (SM count from the device; 4 under the interpreter). So the N = 2048
+    projections split K by 6 to 8 and the wide ones (N >= 9216) by 1 or 2 (two waves or more rather than 1.2-1.5);
+    the tile's K shrinks to the problem below 512 columns.
+    """
+    device = torch.device(device)
+    sms = _num_sms(device) if device.type == "cuda" else 4
+    if M <= 2:
+        block_n, block_k, num_warps, num_stages, use_dot, target = 16, 512 if M == 1 else 256, 4, 1, False, 8 * sms
+    else:
+        block_n, block_k, num_warps, num_stages, use_dot, target = 32, 256, 4, 3, True, 4 * sms
+    block_k = min(block_k, max(16, triton.next_power_of_2(K)))
+    split_k, _ = _split_k_range(K, block_k, min(16, triton.cdiv(target, triton.cdiv(N, block_n))))
+    return GemvConfig(block_n, block_k, split_k, num_warps, num_stages, use_dot)
+
+
+def _split_k_range(K: int, block_k: int, split_k: int) -> tuple[int, int]:
+    """``(splits, K per split)``: at most ``split_k`` K-ranges of whole ``block_k`` tiles, none of them empty."""
+    k_tiles = triton.cdiv(K, block_k)
+    tiles_per_split = triton.cdiv(k_tiles, max(1, min(split_k, k_tiles)))
+    return triton.cdiv(k_tiles, tiles_per_split), tiles_per_split * block_k
+
+
+def _is_pow2(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0
+
+
+def _check_config(config: object) -> GemvConfig:
+    if not isinstance(config, GemvConfig):
+        raise TypeError(f"config must be a GemvConfig or None, got {type(config).__name__}")
+    for name in ("block_n", "block_k", "num_warps"):
+        if not _is_pow2(getattr(config, name)):
+            raise ValueError(f"config.{name} = {getattr(config, name)!r} must be a power of two")
+    for name in ("split_k", "num_stages"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"config.{name} = {value!r} must be a positive int")
+    if config.num_warps > 32:
+        raise ValueError(f"config.num_warps = {config.num_warps} must be at most 32")
+    if config.use_dot and (config.block_n < 16 or config.block_k < 16):
+        raise ValueError(f"config.use_dot needs block_n, block_k >= 16, got {config.block_n}, {config.block_k}")
+    return config
+
+
+def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dtype | None = None,
+                       config: GemvConfig | None = None) -> torch.Tensor:
+    """``y = x @ w.T`` for a few rows: ``x: [M, K]`` (1 <= M <= 8, contiguous last dim), ``w: [N, K]`` contiguous,
+    same float dtype and device; fp32 accumulation; returns ``y: [M, N]`` in ``out_dtype`` (None: x's dtype).
+    ``config`` (a :class:`GemvConfig`) overrides :func:`gemv_config`'s default launch."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    device = x.device
+    check_tensor("x", x, (None, None), "M, K", FLOAT_DTYPES, device)
+    M, K = x.shape
+    if not 1 <= M <= MAX_ROWS:
+        raise ValueError(f"x has {M} rows; small_batch_linear takes 1 to {MAX_ROWS} (use a matmul for more)")
+    if K < 1:
+        raise ValueError("x has K = 0 columns")
+    check_tensor("w", w, (None, K), "N, K", (x.dtype,), device, contiguous=True)
+    N = w.shape[0]
+    if N < 1:
+        raise ValueError("w has N = 0 rows")
+    if out_dtype not in OUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of None, bfloat16, float16, float32, got {out_dtype!r}")
+    cfg = gemv_config(M, N, K, device) if config is None else _check_config(config)
+
+    split_k, k_per_split = _split_k_range(K, cfg.block_k, cfg.split_k)
+    y = torch.empty((M, N), dtype=out_dtype or x.dtype, device=device)  # [M, N]
+    if split_k > 1:
+        partials, counters = split_k_scratch(device, M, N, cfg.block_n, split_k)  # [S, M, N], [row blocks]
+    else:
+        partials, counters = y, y  # unused
+    m_pad = 16 if cfg.use_dot else triton.next_power_of_2(M)
+    opts = {} if interpreting() else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    grid = (triton.cdiv(N, cfg.block_n), split_k)
+    _gemv_kernel[grid](
+        x, w, y, partials, counters,
+        M, N, K, x.stride(0), y.stride(0), k_per_split, split_k,
+        M_PAD=m_pad, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=K % cfg.block_k == 0,
+        USE_DOT=cfg.use_dot, IEEE=x.dtype == torch.float32, **opts,
+    )  # fmt: skip
+    return y

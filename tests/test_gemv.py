@@ -1,0 +1,211 @@
+"""Small-batch linear (lumotree.optimized.gemv) against a float64 matmul.
+
+CPU: the Triton interpreter on small float32 shapes (outputs must match ``x.double() @ w.double().T`` to 1e-5
+relative), every launch form (broadcast + sum and ``tl.dot``, split-K 1 to 4, K not a multiple of the tile, padded M
+and N), the split-K reduction bit-identical run to run with its counters back at zero, and every input error.
+GPU (``pytest -m gpu``): the bench model's bf16 projection shapes against torch in float32, the LM head in fp32 out,
+and a CUDA-graph replay.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from lumotree.optimized import gemv as G
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+RTOL = 1e-5  # float32 kernel against float64, norm-wise
+
+
+def _inputs(M: int, N: int, K: int, seed: int, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    x = torch.randn(M, K, generator=gen, device=DEVICE).to(dtype)  # [M, K]
+    w = torch.randn(N, K, generator=gen, device=DEVICE).to(dtype)  # [N, K]
+    return x, w
+
+
+def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def _ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x.double() @ w.double().T  # [M, N]
+
+
+def _counters_zero() -> bool:
+    return all(int(counters.abs().sum()) == 0 for _, counters in G._SCRATCH.values())
+
+
+# --------------------------------------------------------------------------------------------------- correctness
+@pytest.mark.parametrize("K", [16, 40, 128])
+@pytest.mark.parametrize("N", [1, 17, 64, 100])
+@pytest.mark.parametrize("M", [1, 3, 8])
+def test_default_config_matches_float64(M, N, K):
+    x, w = _inputs(M, N, K, seed=M * 10000 + N * 100 + K)
+    y = G.small_batch_linear(x, w)
+    assert y.shape == (M, N) and y.dtype == torch.float32
+    assert _rel_err(y, _ref(x, w)) < RTOL
+
+
+CONFIGS = [  # (block_n, block_k, split_k, num_warps, num_stages, use_dot)
+    G.GemvConfig(16, 16, 1, 4, 1),
+    G.GemvConfig(16, 16, 2, 4, 1),
+    G.GemvConfig(8, 32, 3, 4, 2),
+    G.GemvConfig(4, 16, 4, 2, 1),
+    G.GemvConfig(32, 64, 2, 8, 3),  # K = 40, 100: one partial tile
+    G.GemvConfig(16, 32, 1, 4, 3, True),
+    G.GemvConfig(16, 16, 3, 4, 3, True),
+    G.GemvConfig(32, 32, 4, 4, 2, True),
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "-".join(map(str, c)))
+@pytest.mark.parametrize("M,N,K", [(1, 100, 40), (3, 17, 128), (8, 64, 100), (5, 1, 72)])
+def test_configs_match_float64_and_leave_counters_at_zero(M, N, K, config):
+    x, w = _inputs(M, N, K, seed=7 * M + N + K)
+    y = G.small_batch_linear(x, w, config=config)
+    assert _rel_err(y, _ref(x, w)) < RTOL
+    assert _counters_zero()
+
+
+@pytest.mark.parametrize("config", [G.GemvConfig(8, 16, 4, 4, 1), G.GemvConfig(16, 16, 3, 4, 1, True)],
+                         ids=["sum", "dot"])
+def test_split_k_is_deterministic_and_reuses_its_scratch(config):
+    x, w = _inputs(4, 100, 128, seed=3)
+    first = G.small_batch_linear(x, w, config=config)
+    scratch = {k: v[0].data_ptr() for k, v in G._SCRATCH.items()}
+    for _ in range(3):
+        again = G.small_batch_linear(x, w, config=config)
+        assert torch.equal(first, again)  # bit-identical: fixed-order split-K sum
+    assert {k: v[0].data_ptr() for k, v in G._SCRATCH.items()} == scratch  # cached, not reallocated
+    assert _counters_zero()
+    assert any(k[2:] == (4, 100, config.block_n, config.split_k) for k in G._SCRATCH)  # (M, N, block_n, split)
+
+
+def test_split_k_scratch_counters_start_at_zero():
+    partials, counters = G.split_k_scratch(torch.device(DEVICE), 3, 50, 16, 2)
+    assert partials.shape == (2, 3, 50) and partials.dtype == torch.float32
+    assert counters.shape == (4,) and counters.dtype == torch.int32 and int(counters.abs().sum()) == 0
+    assert G.split_k_scratch(torch.device(DEVICE), 3, 50, 16, 2)[1] is counters
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_out_dtype_is_one_rounding_of_the_fp32_sum(out_dtype):
+    x, w = _inputs(2, 64, 40, seed=11)
+    y = G.small_batch_linear(x, w, out_dtype=out_dtype, config=G.GemvConfig(16, 16, 2, 4, 1))
+    assert y.dtype == out_dtype
+    ref = _ref(x, w)
+    tol = RTOL if out_dtype == torch.float32 else 1e-2
+    assert _rel_err(y, ref) < tol
+
+
+@pytest.mark.parametrize("use_dot", [False, True])
+def test_half_inputs_accumulate_in_fp32(use_dot):
+    """fp16 inputs (the interpreter's ``tl.dot`` does not take bf16): only the output rounding is lost."""
+    x, w = _inputs(4, 40, 64, seed=13, dtype=torch.float16)
+    y = G.small_batch_linear(x, w, out_dtype=torch.float32, config=G.GemvConfig(32, 32, 2, 4, 3, use_dot))
+    assert _rel_err(y, _ref(x, w)) < RTOL
+
+
+def test_strided_rows_of_x():
+    base, w = _inputs(3, 40, 72, seed=5)
+    x = base[:, 8:56]  # [3, 48] rows 72 elements apart
+    y = G.small_batch_linear(x, w[:, :48].contiguous(), config=G.GemvConfig(8, 16, 2, 4, 1))
+    assert _rel_err(y, _ref(x, w[:, :48])) < RTOL
+
+
+@settings(max_examples=10, deadline=None)
+@given(M=st.integers(1, 8), N=st.integers(1, 80), K=st.integers(1, 130), block_n=st.sampled_from([1, 4, 16, 32]),
+       block_k=st.sampled_from([16, 32, 64]), split_k=st.integers(1, 5), use_dot=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_random_shapes_and_configs(M, N, K, block_n, block_k, split_k, use_dot, seed):
+    use_dot = use_dot and block_n >= 16
+    x, w = _inputs(M, N, K, seed)
+    config = G.GemvConfig(block_n, block_k, split_k, 4, 2, use_dot)
+    y = G.small_batch_linear(x, w, config=config)
+    assert _rel_err(y, _ref(x, w)) < RTOL
+    assert torch.equal(y, G.small_batch_linear(x, w, config=config))
+    assert _counters_zero()
+
+
+def test_default_config_rule():
+    cfg = G.gemv_config(1, 2048, 4096, torch.device("cpu"))  # 4 SMs: target 32 programs
+    assert cfg == G.GemvConfig(16, 512, 1, 4, 1, False)
+    assert G.gemv_config(1, 64, 4096, "cpu").split_k == 8  # 4 row blocks x 8 splits
+    assert G.gemv_config(8, 64, 4096, "cpu").use_dot
+    assert G.gemv_config(2, 17, 40, "cpu").block_k == 64  # shrinks to the problem
+    assert G.gemv_config(1, 16, 5 * 512, "cpu").split_k == 5  # no empty split (<= K tiles)
+
+
+# ---------------------------------------------------------------------------------------------------- bad inputs
+def _bad_input_cases():
+    x, w = _inputs(2, 8, 16, seed=1)
+    return [
+        (dict(x=x.numpy() if DEVICE == "cpu" else [1.0], w=w), TypeError, "x must be a torch.Tensor"),
+        (dict(x=x[0], w=w), ValueError, r"x has shape \(16,\), expected \[M, K\]"),
+        (dict(x=torch.zeros(9, 16, device=DEVICE), w=w), ValueError, "x has 9 rows"),
+        (dict(x=torch.zeros(0, 16, device=DEVICE), w=w), ValueError, "x has 0 rows"),
+        (dict(x=torch.zeros(16, 2, device=DEVICE).T, w=w), ValueError, "x must have a contiguous last dimension"),
+        (dict(x=x.to(torch.int32), w=w), TypeError, "x has dtype torch.int32"),
+        (dict(x=torch.zeros(2, 0, device=DEVICE), w=torch.zeros(8, 0, device=DEVICE)), ValueError, "K = 0"),
+        (dict(x=x, w=w[None]), ValueError, r"w has shape \(1, 8, 16\), expected \[N, K\]"),
+        (dict(x=x, w=w[:, :8]), ValueError, r"w has shape \(8, 8\), expected \[N, K\] = \(None, 16\)"),
+        (dict(x=x, w=torch.zeros(16, 16, device=DEVICE)[::2]), ValueError, "w must be contiguous"),
+        (dict(x=x, w=w.half()), TypeError, "w has dtype torch.float16"),
+        (dict(x=x, w=torch.zeros(0, 16, device=DEVICE)), ValueError, "N = 0"),
+        (dict(x=x, w=torch.zeros(8, 16, device="meta")), ValueError, "w is on meta"),
+        (dict(x=x, w=w, out_dtype=torch.int32), TypeError, "out_dtype must be one of"),
+        (dict(x=x, w=w, out_dtype="bfloat16"), TypeError, "out_dtype must be one of"),
+        (dict(x=x, w=w, config=(16, 16, 1, 4, 1)), TypeError, "config must be a GemvConfig"),
+        (dict(x=x, w=w, config=G.GemvConfig(12, 16, 1, 4, 1)), ValueError, "config.block_n = 12"),
+        (dict(x=x, w=w, config=G.GemvConfig(16, 0, 1, 4, 1)), ValueError, "config.block_k = 0"),
+        (dict(x=x, w=w, config=G.GemvConfig(16, 16, 0, 4, 1)), ValueError, "config.split_k = 0"),
+        (dict(x=x, w=w, config=G.GemvConfig(16, 16, 1.5, 4, 1)), ValueError, "config.split_k = 1.5"),
+        (dict(x=x, w=w, config=G.GemvConfig(16, 16, 1, 64, 1)), ValueError, "config.num_warps = 64"),
+        (dict(x=x, w=w, config=G.GemvConfig(16, 16, 1, 4, 0)), ValueError, "config.num_stages = 0"),
+        (dict(x=x, w=w, config=G.GemvConfig(8, 16, 1, 4, 1, True)), ValueError, "use_dot needs block_n"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_bad_input_cases())))
+def test_bad_inputs_raise_naming_the_argument(case):
+    kwargs, error, message = _bad_input_cases()[case]
+    with pytest.raises(error, match=message):
+        G.small_batch_linear(**kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------- GPU
+BENCH_SHAPES = [(12352, 2048), (2048, 4096), (9216, 2048), (11264, 2048), (2048, 5632), (151936, 2048)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 2, 4, 8])
+@pytest.mark.parametrize("N,K", BENCH_SHAPES)
+def test_gpu_bench_shapes_bf16_match_torch(N, K, M):
+    x, w = _inputs(M, N, K, seed=N + K + M, dtype=torch.bfloat16)
+    lm_head = N > 100_000
+    y = G.small_batch_linear(x, w, out_dtype=torch.float32 if lm_head else None)
+    assert y.dtype == (torch.float32 if lm_head else torch.bfloat16)
+    ref = x.float() @ w.float().T  # [M, N]
+    assert _rel_err(y.float(), ref.double()) < 2e-2
+    assert torch.equal(y, G.small_batch_linear(x, w, out_dtype=y.dtype))
+    torch.cuda.synchronize()
+    assert _counters_zero()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", [None, G.GemvConfig(16, 256, 8, 4, 1), G.GemvConfig(32, 256, 8, 4, 3, True)],
+                         ids=["default", "sum-split8", "dot-split8"])
+def test_gpu_cuda_graph_replay_matches_eager(config):
+    x, w = _inputs(2, 2048, 4096, seed=9, dtype=torch.bfloat16)
+    eager = G.small_batch_linear(x, w, config=config)  # compiles and caches the scratch
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = G.small_batch_linear(x, w, config=config)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, eager)
+    assert _counters_zero()
