@@ -20,7 +20,10 @@ profile's times are calibrated too: ``lambda_verify`` and ``lambda_decode`` are 
 the profiled seconds of the engine's own speculative and autoregressive steps (host work the profile misses, other
 load on the device), and scale ``T_verify`` and ``T_decode`` in every decision. The budget
 takes the node bucket of largest rate (the draft of the step is paid for by then) and falls back to autoregressive
-decoding when ``rate_AR`` is larger. When speculation including the draft's measured cost, ``sum_b E_b / (T_draft +
+decoding unless that rate beats ``(1 + margin) rate_AR`` (``margin`` 0.1 by default: the cost model's measured error
+on the H200 is up to ~7 %, and a marginal call is a loss as often as a gain). The drafter's measured cost is kept per
+(drafter, batch bucket) in the profile: once known, a draft whose best case (every node accepted) cannot beat
+decoding is not drafted at all; only a probe of its cost runs, at most ``probe_cost_fraction`` of the time. When speculation including the draft's measured cost, ``sum_b E_b / (T_draft +
 T_verify)``, loses to ``rate_AR``, drafting backs off (1, 2, 4, .. up to ``max_backoff`` autoregressive steps without
 drafting before it drafts again, and at least ``T_draft / (probe_cost_fraction T_decode)`` steps), so a useless or too
 expensive drafter costs one drafted step per backoff period, at most ~``probe_cost_fraction`` of the time in drafts. When only the calibration
@@ -40,7 +43,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -68,7 +71,9 @@ def _bucket(value: int, buckets: Sequence[int], what: str) -> int:
 class CostProfile:
     """Measured seconds per step: ``decode_s[B]`` (one autoregressive decode step) and ``verify_s[(B, N)]`` (one
     batched tree verify + commit at node bucket N), for the batch buckets ``batch_buckets`` and node buckets
-    ``node_buckets`` (B and N are rounded up to a bucket, as the engine pads them)."""
+    ``node_buckets`` (B and N are rounded up to a bucket, as the engine pads them). ``draft_s[(drafter, B)]``: the
+    drafting seconds observed for a drafter at batch bucket B (a moving average the budget keeps here, so that engines
+    sharing a profile know a drafter's cost before they pay for a draft)."""
 
     batch_buckets: tuple[int, ...]
     node_buckets: tuple[int, ...]
@@ -76,6 +81,7 @@ class CostProfile:
     verify_s: dict[tuple[int, int], float]
     device: str = ""
     note: str = ""
+    draft_s: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.batch_buckets = tuple(sorted(int(b) for b in self.batch_buckets))
@@ -104,6 +110,17 @@ class CostProfile:
     def verify_time(self, batch: int, nodes: int) -> float:
         return self.verify_s[(self.batch_bucket(batch), self.node_bucket(nodes))]
 
+    def draft_time(self, drafter: str, batch: int) -> float | None:
+        """Observed drafting seconds of ``drafter`` at ``batch``'s bucket, or None before any draft."""
+        return self.draft_s.get((drafter, self.batch_bucket(batch)))
+
+    def observe_draft(self, drafter: str, batch: int, seconds: float, decay: float = 0.5) -> None:
+        if not (math.isfinite(seconds) and seconds >= 0):
+            return
+        key = (drafter, self.batch_bucket(batch))
+        old = self.draft_s.get(key)
+        self.draft_s[key] = seconds if old is None else decay * old + (1 - decay) * seconds
+
     @classmethod
     def measure(
         cls,
@@ -127,11 +144,12 @@ class CostProfile:
             "verify_s": {f"{b},{n}": t for (b, n), t in self.verify_s.items()},
             "device": self.device,
             "note": self.note,
+            "draft_s": {f"{d},{b}": t for (d, b), t in self.draft_s.items()},
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> CostProfile:
-        known = {"batch_buckets", "node_buckets", "decode_s", "verify_s", "device", "note"}
+        known = {"batch_buckets", "node_buckets", "decode_s", "verify_s", "device", "note", "draft_s"}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"cost profile has unknown keys {sorted(unknown)}")
@@ -146,6 +164,7 @@ class CostProfile:
             verify,
             d.get("device", ""),
             d.get("note", ""),
+            {(k.rsplit(",", 1)[0], int(k.rsplit(",", 1)[1])): float(t) for k, t in d.get("draft_s", {}).items()},
         )
 
     def save(self, path: str | os.PathLike) -> None:
@@ -261,10 +280,14 @@ class ExpectedThroughputBudget(BudgetPolicy):
         max_nodes: int | None = None,
         calibration_decay: float = 0.8,
         max_backoff: int = 64,
-        margin: float = 0.0,
+        margin: float = 0.1,
         probe_cost_fraction: float = 0.05,
+        drafter: str = "",
     ):
         super().__init__(profile, max_nodes)
+        if not (math.isfinite(float(margin)) and float(margin) >= 0):
+            raise ValueError(f"margin = {margin!r} must be a finite number >= 0")
+        self.drafter = str(drafter)
         if not 0.0 < float(probe_cost_fraction) <= 1.0:
             raise ValueError(f"probe_cost_fraction = {probe_cost_fraction!r} must be in (0, 1]")
         self.probe_cost_fraction = float(probe_cost_fraction)
@@ -275,6 +298,7 @@ class ExpectedThroughputBudget(BudgetPolicy):
         self.predicted_ema = 0.0
         self.skip_remaining = 0
         self.backoff = 1
+        self._probe_due = False
 
     @property
     def kappa(self) -> float:
@@ -284,11 +308,28 @@ class ExpectedThroughputBudget(BudgetPolicy):
         return float(min(2.0, self.accepted_ema / self.predicted_ema))
 
     def want_draft(self, batch: int) -> bool:
-        """False during a backoff period (autoregressive steps without drafting)."""
+        """False during a backoff period (autoregressive steps without drafting), and when the drafter's known cost
+        (:meth:`CostProfile.draft_time`) makes even a fully accepted tree lose to decoding: then no draft is paid
+        for, and the next draft (a probe of the cost) waits until it would cost ``probe_cost_fraction`` of the
+        decoding time in between."""
         if self.skip_remaining > 0:
             self.skip_remaining -= 1
             return False
-        return True
+        if self._probe_due:  # the pause for a hopeless draft is over: draft once, measuring its cost again
+            self._probe_due = False
+            return True
+        draft = self.profile.draft_time(self.drafter, batch)
+        if draft is None:
+            return True
+        ar = self._ar(batch, "")
+        ar_rate = ar.predicted_tokens / ar.predicted_seconds * (1.0 + self.margin)
+        best_case = max(batch * n / (self.profile.verify_time(batch, n) * self.lambda_verify + draft)
+                        for n in self._buckets_upto(self.draft_size(batch)))  # every node accepted
+        if best_case > ar_rate:
+            return True
+        self.skip_remaining = max(0, math.ceil(draft / (self.probe_cost_fraction * ar.predicted_seconds)) - 1)
+        self._probe_due = True
+        return False
 
     def best(self, batch: int, confidences: Sequence[np.ndarray], kappa: float) -> Decision:
         """The node bucket of highest expected tokens per second (bucket 1 = autoregressive through verify)."""
@@ -343,8 +384,10 @@ class ExpectedThroughputBudget(BudgetPolicy):
         self.predicted_ema = a * self.predicted_ema + (1 - a) * float(predicted_accepted)
 
     def record_draft_time(self, batch: int, seconds: float) -> None:
-        """Kept for reporting; the draft cost is sunk when ``choose`` runs."""
+        """A draft's measured seconds: into the profile's moving average for this drafter (the cost of *this* draft
+        is sunk when ``choose`` runs; the average decides whether the next ones are worth drafting)."""
         self.last_draft_seconds = float(seconds)
+        self.profile.observe_draft(self.drafter, batch, float(seconds))
 
 
 class RatioRuleBudget(BudgetPolicy):

@@ -422,7 +422,8 @@ class Engine:
         if budget == "ratio":
             return RatioRuleBudget(self.profile, eps=self.eps, max_nodes=self.max_nodes)
         if budget == "expected":
-            return ExpectedThroughputBudget(self.profile, max_nodes=self.max_nodes)
+            return ExpectedThroughputBudget(self.profile, max_nodes=self.max_nodes,
+                                            drafter=getattr(self.drafter, "name", type(self.drafter).__name__))
         return make_budget(budget, self.profile)
 
     def _flat_profile(self) -> CostProfile:

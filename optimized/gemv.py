@@ -44,7 +44,6 @@ import triton
 import triton.language as tl
 
 from ._checks import FLOAT_DTYPES, check_tensor, interpreting
-from .tree_attention import _num_sms
 
 __all__ = ["GemvConfig", "gemv_config", "small_batch_linear", "split_k_scratch", "MAX_ROWS", "OUT_DTYPES"]
 
@@ -150,27 +149,27 @@ def split_k_scratch(device: torch.device, M: int, N: int, block_n: int, split_k:
 
 
 def gemv_config(M: int, N: int, K: int, device: torch.device | str) -> GemvConfig:
-    """Default launch for ``x: [M, K] @ w[N, K].T`` (a rule from the register/in-flight arithmetic of the module
-    docstring, to be replaced by ``bench/gemv.py``'s H200 sweep):
+    """Default launch for ``x: [M, K] @ w[N, K].T``: the best of the H200 sweep of 2026-12-01 (``bench/gemv.py``,
+    bf16, the bench model's projections; ``bench/results/2026-12-01-h200-gemv.json``), by output width:
 
-    - M <= 2: broadcast + ``tl.sum`` on 16 x 512 (M = 1) or 16 x 256 (M = 2) tiles, 4 warps, 1 stage; about 8
-      programs per SM;
-    - M >= 4: ``tl.dot`` on 32 x 256 tiles, 4 warps, 3 stages (48 KiB of shared memory); about 4 programs per SM.
+    - M = 1: broadcast + ``tl.sum``, 4 warps, 1 stage: ``[4, 512]`` tiles, K split in 3 for N <= 4096 (``[2048,
+      4096]``: 8.2 against cuBLAS's 9.8 us), ``[8, 512]`` for N >= 65536 (the LM head: 140 against 155 us),
+      ``[16, 256]`` in between (``[12352, 2048]``: 14.4 against 16.3 us);
+    - M >= 2: ``tl.dot`` on ``[64, 128]`` tiles, 4 warps, 4 stages, K split in 8 for N <= 4096 and ``[64, 128]`` for
+      N >= 65536, ``[32, 128]`` unsplit in between (ties with cuBLAS there).
 
-    Split-K raises the program count to that target: ``split_k = cdiv(target, cdiv(N, block_n))``, at most 16 and
-    at most the number of K tiles (SM count from the device; 4 under the interpreter). So the N = 2048
-    projections split K by 6 to 8 and the wide ones (N >= 9216) by 1 or 2 (two waves or more rather than 1.2-1.5);
-    the tile's K shrinks to the problem below 512 columns.
+    ``split_k`` is reduced to whole, non-empty K tiles; the tile's K to the problem's below 512 columns.
     """
     device = torch.device(device)
-    sms = _num_sms(device) if device.type == "cuda" else 4
-    if M <= 2:
-        block_n, block_k, num_warps, num_stages, use_dot, target = 16, 512 if M == 1 else 256, 4, 1, False, 8 * sms
+    if M <= 1:
+        use_dot, num_stages = False, 1
+        block_n, block_k, split_k = (4, 512, 3) if N <= 4096 else (8, 512, 1) if N >= 65536 else (16, 256, 1)
     else:
-        block_n, block_k, num_warps, num_stages, use_dot, target = 32, 256, 4, 3, True, 4 * sms
+        use_dot, num_stages = True, 4
+        block_n, block_k, split_k = (64, 128, 8) if N <= 4096 else (64, 128, 1) if N >= 65536 else (32, 128, 1)
     block_k = min(block_k, max(16, triton.next_power_of_2(K)))
-    split_k, _ = _split_k_range(K, block_k, min(16, triton.cdiv(target, triton.cdiv(N, block_n))))
-    return GemvConfig(block_n, block_k, split_k, num_warps, num_stages, use_dot)
+    split_k, _ = _split_k_range(K, block_k, split_k)
+    return GemvConfig(block_n, block_k, split_k, 4, num_stages, use_dot)
 
 
 def _split_k_range(K: int, block_k: int, split_k: int) -> tuple[int, int]:

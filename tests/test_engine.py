@@ -9,6 +9,7 @@ the last two committed tokens per slot and computes tree logits from each node's
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -557,3 +558,33 @@ def test_more_requests_than_slots_are_queued_not_failed():
     out = engine.generate(prompts_for(6, 20, seed=9), SamplingParams(max_new_tokens=5))
     assert all(len(r.tokens) == 5 for r in out)
     assert max(s.batch for s in engine.stats.steps) == 3
+
+
+def test_budget_remembers_draft_costs_in_the_profile():
+    """A drafter's measured cost lands in the shared profile: a new budget for the same drafter does not pay for a
+    draft whose best case (every node accepted) loses to decoding, probes it once per amortization period, and
+    leaves other drafters alone; the costs survive the profile's JSON round trip."""
+    profile = flat_profile(verify=lambda b, n: 1.0 + n / 16.0)  # decode: 1 unit; verify at N = 16: 2 units
+    first = ExpectedThroughputBudget(profile, drafter="slow")
+    assert first.want_draft(1)  # cost unknown: draft
+    first.record_draft_time(1, 100.0)  # at best 64 tokens for 5 + 100 units (N = 64): hopeless
+    assert profile.draft_time("slow", 1) == 100.0
+    later = ExpectedThroughputBudget(profile, drafter="slow", probe_cost_fraction=0.05)
+    drafts = [later.want_draft(1) for _ in range(4002)]
+    assert drafts[:2000] == [False] * 2000 and drafts[2000] and sum(drafts) == 2  # one probe per 100 / 0.05 steps
+    assert ExpectedThroughputBudget(profile, drafter="other").want_draft(1)
+    cheap = ExpectedThroughputBudget(profile, drafter="cheap")
+    cheap.record_draft_time(1, 0.5)  # best case 64 / 5.5 > 1.1 tokens a unit: worth drafting
+    assert all(cheap.want_draft(1) for _ in range(5))
+    back = CostProfile.from_dict(json.loads(json.dumps(profile.to_dict())))
+    assert back.draft_time("slow", 1) == 100.0 and back.draft_time("cheap", 1) == 0.5
+    with pytest.raises(ValueError, match="margin"):
+        ExpectedThroughputBudget(profile, margin=-0.1)
+
+
+def test_budget_margin_declines_marginal_speculation():
+    """Speculation predicted 5 % faster than decoding is declined under the default 10 % margin, taken at 0."""
+    profile = flat_profile(verify=lambda b, n: 2.0)  # every tree costs 2 decode steps
+    conf = [np.full(15, 1.1 / 15)]  # 1 + 1.1 tokens in 2 units: 1.05 tokens a unit against 1
+    assert ExpectedThroughputBudget(profile).choose(1, conf, 0.0).autoregressive
+    assert not ExpectedThroughputBudget(profile, margin=0.0).choose(1, conf, 0.0).autoregressive

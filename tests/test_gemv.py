@@ -131,12 +131,14 @@ def test_random_shapes_and_configs(M, N, K, block_n, block_k, split_k, use_dot, 
 
 
 def test_default_config_rule():
-    cfg = G.gemv_config(1, 2048, 4096, torch.device("cpu"))  # 4 SMs: target 32 programs
-    assert cfg == G.GemvConfig(16, 512, 1, 4, 1, False)
-    assert G.gemv_config(1, 64, 4096, "cpu").split_k == 8  # 4 row blocks x 8 splits
-    assert G.gemv_config(8, 64, 4096, "cpu").use_dot
+    """The measured H200 rule (gemv_config's docstring), by output width, with splits cut to whole K tiles."""
+    assert G.gemv_config(1, 2048, 4096, "cpu") == G.GemvConfig(4, 512, 3, 4, 1, False)
+    assert G.gemv_config(1, 12352, 2048, "cpu") == G.GemvConfig(16, 256, 1, 4, 1, False)
+    assert G.gemv_config(1, 151936, 2048, "cpu") == G.GemvConfig(8, 512, 1, 4, 1, False)
+    assert G.gemv_config(8, 2048, 5632, "cpu") == G.GemvConfig(64, 128, 8, 4, 4, True)
+    assert G.gemv_config(2, 9216, 2048, "cpu") == G.GemvConfig(32, 128, 1, 4, 4, True)
     assert G.gemv_config(2, 17, 40, "cpu").block_k == 64  # shrinks to the problem
-    assert G.gemv_config(1, 16, 5 * 512, "cpu").split_k == 5  # no empty split (<= K tiles)
+    assert G.gemv_config(1, 16, 2 * 512, "cpu").split_k == 2  # no empty split (<= K tiles)
 
 
 # ---------------------------------------------------------------------------------------------------- bad inputs
