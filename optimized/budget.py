@@ -73,7 +73,8 @@ class CostProfile:
     batched tree verify + commit at node bucket N), for the batch buckets ``batch_buckets`` and node buckets
     ``node_buckets`` (B and N are rounded up to a bucket, as the engine pads them). ``draft_s[(drafter, B)]``: the
     drafting seconds observed for a drafter at batch bucket B (a moving average the budget keeps here, so that engines
-    sharing a profile know a drafter's cost before they pay for a draft)."""
+    sharing a profile know a drafter's cost before they pay for a draft), ``draft_depth[(drafter, B)]``: the deepest
+    draft seen there (no step accepts more draft tokens than that)."""
 
     batch_buckets: tuple[int, ...]
     node_buckets: tuple[int, ...]
@@ -82,6 +83,7 @@ class CostProfile:
     device: str = ""
     note: str = ""
     draft_s: dict[tuple[str, int], float] = field(default_factory=dict)
+    draft_depth: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.batch_buckets = tuple(sorted(int(b) for b in self.batch_buckets))
@@ -114,12 +116,18 @@ class CostProfile:
         """Observed drafting seconds of ``drafter`` at ``batch``'s bucket, or None before any draft."""
         return self.draft_s.get((drafter, self.batch_bucket(batch)))
 
-    def observe_draft(self, drafter: str, batch: int, seconds: float, decay: float = 0.5) -> None:
+    def draft_max_depth(self, drafter: str, batch: int) -> int | None:
+        return self.draft_depth.get((drafter, self.batch_bucket(batch)))
+
+    def observe_draft(self, drafter: str, batch: int, seconds: float, depth: int | None = None,
+                      decay: float = 0.5) -> None:
         if not (math.isfinite(seconds) and seconds >= 0):
             return
         key = (drafter, self.batch_bucket(batch))
         old = self.draft_s.get(key)
         self.draft_s[key] = seconds if old is None else decay * old + (1 - decay) * seconds
+        if depth is not None:
+            self.draft_depth[key] = max(int(depth), self.draft_depth.get(key, 0))
 
     @classmethod
     def measure(
@@ -145,11 +153,12 @@ class CostProfile:
             "device": self.device,
             "note": self.note,
             "draft_s": {f"{d},{b}": t for (d, b), t in self.draft_s.items()},
+            "draft_depth": {f"{d},{b}": n for (d, b), n in self.draft_depth.items()},
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> CostProfile:
-        known = {"batch_buckets", "node_buckets", "decode_s", "verify_s", "device", "note", "draft_s"}
+        known = {"batch_buckets", "node_buckets", "decode_s", "verify_s", "device", "note", "draft_s", "draft_depth"}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"cost profile has unknown keys {sorted(unknown)}")
@@ -165,6 +174,7 @@ class CostProfile:
             d.get("device", ""),
             d.get("note", ""),
             {(k.rsplit(",", 1)[0], int(k.rsplit(",", 1)[1])): float(t) for k, t in d.get("draft_s", {}).items()},
+            {(k.rsplit(",", 1)[0], int(k.rsplit(",", 1)[1])): int(n) for k, n in d.get("draft_depth", {}).items()},
         )
 
     def save(self, path: str | os.PathLike) -> None:
@@ -309,9 +319,10 @@ class ExpectedThroughputBudget(BudgetPolicy):
 
     def want_draft(self, batch: int) -> bool:
         """False during a backoff period (autoregressive steps without drafting), and when the drafter's known cost
-        (:meth:`CostProfile.draft_time`) makes even a fully accepted tree lose to decoding: then no draft is paid
-        for, and the next draft (a probe of the cost) waits until it would cost ``probe_cost_fraction`` of the
-        decoding time in between."""
+        (:meth:`CostProfile.draft_time`) makes even the best case lose to decoding (every request accepting as
+        many tokens as the deepest draft seen, or the whole tree when no depth is known): then no draft is paid for,
+        and the next draft (a probe of the cost) waits until it would cost ``probe_cost_fraction`` of the decoding
+        time in between."""
         if self.skip_remaining > 0:
             self.skip_remaining -= 1
             return False
@@ -323,8 +334,10 @@ class ExpectedThroughputBudget(BudgetPolicy):
             return True
         ar = self._ar(batch, "")
         ar_rate = ar.predicted_tokens / ar.predicted_seconds * (1.0 + self.margin)
-        best_case = max(batch * n / (self.profile.verify_time(batch, n) * self.lambda_verify + draft)
-                        for n in self._buckets_upto(self.draft_size(batch)))  # every node accepted
+        depth = self.profile.draft_max_depth(self.drafter, batch)
+        best_case = max(batch * (1 + min(n - 1, n if depth is None else depth))
+                        / (self.profile.verify_time(batch, n) * self.lambda_verify + draft)
+                        for n in self._buckets_upto(self.draft_size(batch)))
         if best_case > ar_rate:
             return True
         self.skip_remaining = max(0, math.ceil(draft / (self.probe_cost_fraction * ar.predicted_seconds)) - 1)
@@ -383,11 +396,11 @@ class ExpectedThroughputBudget(BudgetPolicy):
         self.accepted_ema = a * self.accepted_ema + (1 - a) * float(accepted)
         self.predicted_ema = a * self.predicted_ema + (1 - a) * float(predicted_accepted)
 
-    def record_draft_time(self, batch: int, seconds: float) -> None:
-        """A draft's measured seconds: into the profile's moving average for this drafter (the cost of *this* draft
-        is sunk when ``choose`` runs; the average decides whether the next ones are worth drafting)."""
+    def record_draft_time(self, batch: int, seconds: float, depth: int | None = None) -> None:
+        """A draft's measured seconds (and its deepest node): into the profile's record for this drafter (the cost of
+        *this* draft is sunk when ``choose`` runs; the record decides whether the next ones are worth drafting)."""
         self.last_draft_seconds = float(seconds)
-        self.profile.observe_draft(self.drafter, batch, float(seconds))
+        self.profile.observe_draft(self.drafter, batch, float(seconds), depth)
 
 
 class RatioRuleBudget(BudgetPolicy):

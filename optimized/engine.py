@@ -638,7 +638,7 @@ class Engine:
             _sync(self.model.device)
             draft_s = time.perf_counter() - td
             if isinstance(self.budget, ExpectedThroughputBudget):
-                self.budget.record_draft_time(B, draft_s)
+                self.budget.record_draft_time(B, draft_s, max(max(d.depth()) for d in drafts))
             if all(d.variant == "deterministic" for d in drafts):
                 decision = self.budget.choose(B, [d.sorted_confidences() for d in drafts], draft_s)
                 if decision.autoregressive:

@@ -576,8 +576,15 @@ def test_budget_remembers_draft_costs_in_the_profile():
     cheap = ExpectedThroughputBudget(profile, drafter="cheap")
     cheap.record_draft_time(1, 0.5)  # best case 64 / 5.5 > 1.1 tokens a unit: worth drafting
     assert all(cheap.want_draft(1) for _ in range(5))
+    shallow = ExpectedThroughputBudget(profile, drafter="shallow")
+    shallow.record_draft_time(1, 3.0, depth=3)  # at most 4 tokens a step: 4 / (1.25 + 3) < 1.1 at N = 4, less beyond
+    assert not shallow.want_draft(1) and profile.draft_max_depth("shallow", 1) == 3
+    deep = ExpectedThroughputBudget(profile, drafter="deep")
+    deep.record_draft_time(1, 3.0)  # depth unknown: the whole tree may be accepted, 64 / (5 + 3) tokens a unit
+    assert deep.want_draft(1)
     back = CostProfile.from_dict(json.loads(json.dumps(profile.to_dict())))
     assert back.draft_time("slow", 1) == 100.0 and back.draft_time("cheap", 1) == 0.5
+    assert back.draft_max_depth("shallow", 1) == 3
     with pytest.raises(ValueError, match="margin"):
         ExpectedThroughputBudget(profile, margin=-0.1)
 
