@@ -638,7 +638,8 @@ class Engine:
             _sync(self.model.device)
             draft_s = time.perf_counter() - td
             if isinstance(self.budget, ExpectedThroughputBudget):
-                self.budget.record_draft_time(B, draft_s, max(max(d.depth()) for d in drafts))
+                widest = max(drafts, key=lambda d: d.num_nodes)  # its depth: one O(N) pass, not one per request
+                self.budget.record_draft_time(B, draft_s, max(widest.depth()))
             if all(d.variant == "deterministic" for d in drafts):
                 decision = self.budget.choose(B, [d.sorted_confidences() for d in drafts], draft_s)
                 if decision.autoregressive:

@@ -629,8 +629,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             o, delta, log_gamma, k_rnorm_arg, scale, N,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
-            BV=block_v, WORD_BITS=WORD_BITS, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-            **flags,
+            BV=block_v, WORD_BITS=WORD_BITS, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
         )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)
 
