@@ -21,14 +21,15 @@ the profiled seconds of the engine's own speculative and autoregressive steps (h
 load on the device), and scale ``T_verify`` and ``T_decode`` in every decision. The budget
 takes the node bucket of largest rate (the draft of the step is paid for by then) and falls back to autoregressive
 decoding unless that rate beats ``(1 + margin) rate_AR`` (``margin`` 0.1 by default: the cost model's measured error
-on the H200 is up to ~7 %, and a marginal call is a loss as often as a gain). The drafter's measured cost is kept per
-(drafter, batch bucket) in the profile: once known, a draft whose best case (every node accepted) cannot beat
-decoding is not drafted at all; only a probe of its cost runs, at most ``probe_cost_fraction`` of the time. When speculation including the draft's measured cost, ``sum_b E_b / (T_draft +
-T_verify)``, loses to ``rate_AR``, drafting backs off (1, 2, 4, .. up to ``max_backoff`` autoregressive steps without
-drafting before it drafts again, and at least ``T_draft / (probe_cost_fraction T_decode)`` steps), so a useless or too
-expensive drafter costs one drafted step per backoff period, at most ~``probe_cost_fraction`` of the time in drafts. When only the calibration
-makes speculation lose (the uncalibrated confidences would pay), that drafted step runs as a *probe* so the
-calibration can recover once the drafts improve.
+on the H200 is up to ~7 %, and a marginal call is a loss as often as a gain). The drafter's measured cost and deepest
+draft are kept per (drafter, batch bucket) in the profile: once known, a draft whose best case (every request
+accepting as deep as the deepest draft seen) cannot beat decoding is not drafted at all; only a probe of its cost
+runs, at most ``probe_cost_fraction`` of the time. When speculation including the draft's measured cost,
+``sum_b E_b / (T_draft + T_verify)``, loses to ``rate_AR``, drafting backs off (1, 2, 4, .. up to ``max_backoff``
+autoregressive steps without drafting before it drafts again, and at least ``T_draft / (probe_cost_fraction
+T_decode)`` steps), so a useless or too expensive drafter costs one drafted step per backoff period, at most
+~``probe_cost_fraction`` of the time in drafts. When only the calibration makes speculation lose (the uncalibrated
+confidences would pay), that drafted step runs as a *probe* so the calibration can recover once the drafts improve.
 
 **Baseline rule** (:class:`RatioRuleBudget`): the largest N with ``T_verify(B, N) <= (1 + eps) * T_decode(B)``,
 confidences ignored.
@@ -58,6 +59,12 @@ __all__ = [
     "make_budget",
     "expected_tokens",
 ]
+
+
+def _drafter_key(text: str) -> tuple[str, int]:
+    """``"name,B"`` (a profile JSON key) -> ``(name, B)``; the name may hold commas."""
+    name, batch = text.rsplit(",", 1)
+    return name, int(batch)
 
 
 def _bucket(value: int, buckets: Sequence[int], what: str) -> int:
@@ -173,8 +180,8 @@ class CostProfile:
             verify,
             d.get("device", ""),
             d.get("note", ""),
-            {(k.rsplit(",", 1)[0], int(k.rsplit(",", 1)[1])): float(t) for k, t in d.get("draft_s", {}).items()},
-            {(k.rsplit(",", 1)[0], int(k.rsplit(",", 1)[1])): int(n) for k, n in d.get("draft_depth", {}).items()},
+            {_drafter_key(k): float(t) for k, t in d.get("draft_s", {}).items()},
+            {_drafter_key(k): int(n) for k, n in d.get("draft_depth", {}).items()},
         )
 
     def save(self, path: str | os.PathLike) -> None:
