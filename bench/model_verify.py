@@ -103,6 +103,8 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="per-kernel times of one eager decode and verify")
     ap.add_argument("--gdn-precisions", nargs="+", default=["ieee"], choices=["ieee", "tf32x3", "tf32"],
                     help="verify/commit GDN precision; the first is the row's verify_us, each gets verify_us_<name>")
+    ap.add_argument("--linear", choices=["gemv", "cublas"], default="gemv",
+                    help="projections of steps with <= 8 token rows: the split-K GEMV (the model's GPU default) or cuBLAS")
     args = ap.parse_args()
     dev = torch.device("cuda")
     x = torch.empty(1024**3, dtype=torch.bfloat16, device=dev).normal_()
@@ -116,7 +118,7 @@ def main() -> int:
     max_b, max_l = max(args.B), max(args.L)
     t0 = time.time()
     model = om.build_random(config, seed=0, num_slots=max_b, max_seq_len=max_l + 4096, max_nodes=args.N,
-                            device=dev)
+                            device=dev, small_batch_linear=args.linear == "gemv")
     params = sum(t.numel() for t in [model.embed, model.lm_head] +
                  [w for layer in model.layers for w in vars(layer).values()] +
                  [w for m in model.mlps for w in vars(m).values() if isinstance(w, torch.Tensor)])
@@ -207,6 +209,7 @@ def main() -> int:
             print(json.dumps(row), flush=True)
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "copy_bw": bw, "bf16_flops": flops, "params": params, "config": CONFIG, "fla": model.use_fla,
+              "linear": args.linear,
               "rows": rows}
     with open(args.out, "w") as f:  # written before the profile too: the timings survive a profiler failure
         json.dump(result, f, indent=1)
