@@ -55,6 +55,12 @@ def fill_pools(model: om.OptimizedModel, length: int) -> None:
         pool.normal_(0.0, 0.1)
     for pool in (*model.k_pools, *model.v_pools):
         pool.normal_()
+    set_lengths(model, length)
+
+
+def set_lengths(model: om.OptimizedModel, length: int) -> None:
+    """Every slot at committed length ``length`` (device and host; earlier commits' advances dropped)."""
+    model._settle_lengths()
     model.lens.fill_(length)
     model._host_lens = [length] * model.num_slots
 
@@ -172,16 +178,14 @@ def main() -> int:
             dec_graph = model._graph_entries[("decode", B)]["graph"]
             model.lens.fill_(L)
             decode_us = bench(dec_graph.replay)
-            model.lens.fill_(L)
-            model._host_lens = [L] * model.num_slots
+            set_lengths(model, L)
             variants = {}
             for prec in args.gdn_precisions:
                 model.gdn_precision = prec
                 model._graph_entries.clear()  # graphs of the other precision
                 model.verify(slots, tokens, parents)  # eager + capture
                 model.commit(slots, accepted)
-                model.lens.fill_(L)
-                model._host_lens = [L] * model.num_slots
+                set_lengths(model, L)
                 model.verify(slots, tokens, parents)  # replay: the record now lives in the graph
                 model.commit(slots, accepted)  # capture + replay of the commit graph
                 ver_graph = model._graph_entries[("verify", B, args.N)]["graph"]
@@ -189,8 +193,7 @@ def main() -> int:
                 model.lens.fill_(L)
                 variants[f"verify_us_{prec}"] = bench(ver_graph.replay)
                 variants[f"commit_us_{prec}"] = bench(com_graph.replay, rep_ms=50)  # advances the lengths
-                model.lens.fill_(L)
-                model._host_lens = [L] * model.num_slots
+                set_lengths(model, L)
             model.gdn_precision = args.gdn_precisions[0]
             model._graph_entries.clear()
             verify_us = variants[f"verify_us_{args.gdn_precisions[0]}"]

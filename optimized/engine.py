@@ -188,7 +188,7 @@ class OptimizedTarget:
         pad = [s for s in range(self.num_slots) if s not in self.busy and s not in host][: Bp - B]
         if len(pad) < Bp - B:
             raise RuntimeError(f"no free slots to pad a batch of {B} to {Bp}")
-        return torch.tensor(host + pad, dtype=torch.int32, device=self.device), pad
+        return torch.tensor(host + pad, dtype=torch.int32), pad  # on the host: the model copies it in
 
     def _reset(self, pad: list[int]) -> None:
         if pad:
@@ -683,7 +683,7 @@ class Engine:
 
     def _autoregressive_step(self, batch: list[Request]):
         dev = self.model.device
-        slots = torch.tensor([r.slot for r in batch], dtype=torch.int64, device=dev)
+        slots = torch.tensor([r.slot for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
         pending = torch.tensor([r.output[-1] for r in batch], dtype=torch.int64, device=dev)
         logits = self.model.decode(slots, pending)  # [B, V]
         nxt = self._sample_rows(batch, logits)
@@ -710,8 +710,11 @@ class Engine:
         width = max(c.num_nodes for c in cut)
         width = next((n for n in self.node_buckets if n >= width), width)
         draws = [c.draws for c in cut] if any(c.draws is not None for c in cut) else None
-        trees = TreeBatch.pack([c.tokens for c in cut], [c.parents for c in cut], width=width, draws=draws)  # host
-        slots = torch.tensor([r.slot for r in batch], dtype=torch.int64, device=dev)
+        host_trees = TreeBatch.pack([c.tokens for c in cut], [c.parents for c in cut], width=width, draws=draws)
+        # on the model's device before the verify is launched (a later host-to-device copy would wait for it); from
+        # here on nothing reads back to the host until the outcome, after the commit is queued: one wait a step
+        trees = host_trees.to(dev)
+        slots = torch.tensor([r.slot for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
         logits = self.model.verify(slots, trees)  # [B, N, V]
         temperature, top_k, top_p = self._param_tensors(batch)
         variants = {c.variant for c in cut if c.num_nodes > 1}
@@ -727,7 +730,8 @@ class Engine:
         coins = None if all(r.params.greedy for r in batch) else self._coins(batch, trees.num_coins)
         outcome = verify_batch(trees, logits, temperature, top_k, top_p, coins, variant, proposal)
         self.model.commit(slots, trees, outcome.accepted_node)
-        emitted = outcome.emitted(trees)
+        outcome = outcome.to("cpu")
+        emitted = outcome.emitted(host_trees)
         accepted = outcome.accepted_len.tolist()
         committed = [[r.output[-1]] + e[:-1] for r, e in zip(batch, emitted)]
         predicted = float(sum(float(np.sum(c.confidence[1:])) for c in cut))

@@ -310,7 +310,9 @@ class OptimizedModel:
         self.lens = torch.zeros(P, dtype=torch.int32, device=dev)  # [P] committed length per slot
         self._root_words = torch.ones((P, 1, 1), dtype=torch.int32, device=dev)  # decode: a one-node tree's bitset
         self._zero_offsets = torch.zeros((P, 1), dtype=torch.int32, device=dev)  # decode: RoPE at position lens
-        self._host_lens = [0] * P
+        self._host_lens = [0] * P  # committed lengths on the host (plus the advances below, once settled)
+        self._pending_advance: list[tuple[list[int], torch.Tensor]] = []  # commits not yet read back: (slots, [B])
+        self._last_slots: list[int] = []  # host copy of the last verify's slots
         self._last: _StepRecord | None = None
         self._graph_entries: dict[tuple, dict] = {}
 
@@ -320,11 +322,25 @@ class OptimizedModel:
         return int(self.config.vocab_size)
 
     def cache_length(self, slot: int) -> int:
+        self._settle_lengths()
         return self._host_lens[self._check_slot(slot)]
 
     def release(self, slot: int) -> None:
         """Free a slot (its pools are reset by the next ``prefill``)."""
+        self._settle_lengths()
         self._host_lens[self._check_slot(slot)] = 0
+
+    def _settle_lengths(self) -> None:
+        """Add the advances of earlier commits to the host lengths. A commit leaves its advance on the device (reading
+        it back would wait for the commit's kernels); it is read here, when a host length is next needed."""
+        for slots_host, advance in self._pending_advance:
+            for s, a in zip(slots_host, advance.tolist()):
+                self._host_lens[s] += a
+        self._pending_advance.clear()
+
+    def _host_slots(self, slots: torch.Tensor) -> list[int]:
+        """``slots`` as a host list: free for a CPU tensor (what the engine passes), a device read otherwise."""
+        return [int(s) for s in slots.tolist()]
 
     # ------------------------------------------------------------------------------------------------ checks
     def _check_slot(self, slot: Any) -> int:
@@ -360,6 +376,7 @@ class OptimizedModel:
 
     def _check_room(self, slots_host: list[int], n: int) -> None:
         """A step of ``n`` nodes needs the committed length below ``max_seq_len`` and ``n`` free cache rows."""
+        self._settle_lengths()
         for b, s in enumerate(slots_host):
             if self._host_lens[s] >= self.max_seq_len or self._host_lens[s] + n > self.capacity:
                 raise ValueError(f"slot {s} (request {b}) holds {self._host_lens[s]} tokens: no room for {n} more "
@@ -554,7 +571,7 @@ class OptimizedModel:
         """Eager on the first call of ``key`` (compiles), captured afterwards, replayed from then on."""
         entry = self._graph_entries.get(key)
         if entry is None:
-            static = {name: t.clone() for name, t in inputs.items()}
+            static = {name: t.to(self.device, copy=True) for name, t in inputs.items()}  # host inputs too
             side = torch.cuda.Stream(self.device)  # the eager run doubles as the capture warm-up (side stream)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
@@ -583,6 +600,7 @@ class OptimizedModel:
             raise ValueError(f"{ids.numel()} prompt tokens exceed max_seq_len = {self.max_seq_len}")
         for pool in (*self.state_pools, *self.conv_pools):
             pool[slot].zero_()
+        self._settle_lengths()
         self.lens[slot] = 0
         self._host_lens[slot] = 0
         slots = torch.tensor([slot], dtype=torch.int32, device=self.device)
@@ -628,22 +646,24 @@ class OptimizedModel:
             check_tree_rows(parents, num_nodes)
             self._check_room(slots.tolist(), N)
         B, N = tokens.shape
+        self._last_slots = self._host_slots(slots)  # before the launch: a device read would wait for the step
         inputs = {"tokens": tokens, "slots": slots, "parents": parents, "num_nodes": num_nodes}
         if self.graphs:
             rec = self._run_graph(("verify", B, N), inputs, lambda **kw: self._step(**kw))
         else:
-            rec = self._step(tokens, slots, parents, num_nodes)
+            rec = self._step(*(t.to(self.device) for t in (tokens, slots, parents, num_nodes)))
         self._last = rec
         return rec.logits
 
     def commit(self, slots: torch.Tensor, accepted: torch.Tensor, *, validate: bool = True) -> None:
-        """Advance the caches of the last :meth:`verify` along root..``accepted[b]`` for every request."""
+        """Advance the caches of the last :meth:`verify` along root..``accepted[b]`` for every request. Nothing is
+        read back to the host (the host lengths settle at their next use), so a device ``accepted`` never waits."""
         rec = self._last
         if rec is None:
             raise RuntimeError("commit() needs a verify() first (each verify can be committed once)")
         if validate:
             slots = self._check_slots(slots)
-            if slots.shape != rec.slots.shape or not torch.equal(slots, rec.slots):
+            if slots.shape != rec.slots.shape or not torch.equal(slots.to(rec.slots), rec.slots):
                 raise ValueError("slots differ from the slots of the last verify()")
             if not isinstance(accepted, torch.Tensor) or tuple(accepted.shape) != (rec.B,) or \
                     accepted.dtype not in (torch.int32, torch.int64):
@@ -666,10 +686,10 @@ class OptimizedModel:
             entry["static"]["accepted"].copy_(accepted)
             entry["graph"].replay()
         else:
+            accepted = accepted.to(self.device)
             self._commit(rec, accepted)
-        advance = rec.meta.depth.gather(1, accepted.long()[:, None])[:, 0] + 1
-        for s, a in zip(rec.slots.tolist(), advance.tolist()):
-            self._host_lens[s] += a
+        advance = rec.meta.depth.gather(1, accepted.to(self.device).long()[:, None])[:, 0] + 1  # [B] on the device
+        self._pending_advance.append((self._last_slots, advance))
         self._last = None
 
     def decode(self, slots: torch.Tensor, tokens: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
@@ -679,15 +699,13 @@ class OptimizedModel:
             tokens = self._check_tokens("tokens", tokens, tuple(slots.shape))
             self._check_room(slots.tolist(), 1)
         B = slots.shape[0]
-        tok = tokens.view(B, 1).to(self.device)
-
+        tok = tokens.view(B, 1)
+        for s in self._host_slots(slots):  # before the launch: a device read would wait for the step
+            self._host_lens[s] += 1
         if self.graphs:
             logits = self._run_graph(("decode", B), {"tokens": tok, "slots": slots}, self._decode_step)
         else:
-            logits = self._decode_step(tok, slots)
-        for s in slots.tolist():
-            self._host_lens[s] += 1
-        self._last = None
+            logits = self._decode_step(tok.to(self.device), slots.to(self.device))
         return logits
 
 

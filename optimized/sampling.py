@@ -315,13 +315,19 @@ class TreeBatch:
         self.draw_next = draw_next.to(dev)  # [B, D]
 
     def to(self, device: torch.device | str) -> TreeBatch:
-        """The same trees with every tensor (derived ones included) on ``device``; no recomputation."""
+        """The same trees with every tensor (derived ones included) on ``device``; no recomputation. One copy per
+        dtype (the tensors travel packed): call it before launching work that the copy must not wait for (a copy
+        from pageable host memory is ordered after the work already queued)."""
         device = torch.device(device)
         if self.tokens.device == device:
             return self
         moved = object.__new__(TreeBatch)
         for name, value in vars(self).items():
-            setattr(moved, name, value.to(device, non_blocking=True) if isinstance(value, torch.Tensor) else value)
+            if not isinstance(value, torch.Tensor):
+                setattr(moved, name, value)
+        for name, value in _moved_together({k: v for k, v in vars(self).items() if isinstance(v, torch.Tensor)},
+                                           device).items():
+            setattr(moved, name, value)
         return moved
 
     @property
@@ -374,6 +380,19 @@ class TreeBatch:
         return cls(tok_t, par_t, num_t, draws)
 
 
+def _moved_together(tensors: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """``tensors`` on ``device``, moved with one copy per dtype (flattened, concatenated, split again)."""
+    out: dict[str, torch.Tensor] = {}
+    by_dtype: dict[torch.dtype, list[str]] = {}
+    for name, t in tensors.items():
+        by_dtype.setdefault(t.dtype, []).append(name)
+    for names in by_dtype.values():
+        flat = torch.cat([tensors[n].reshape(-1) for n in names]).to(device)  # one transfer
+        for name, part in zip(names, flat.split([tensors[n].numel() for n in names])):
+            out[name] = part.view(tensors[name].shape)
+    return out
+
+
 @dataclass
 class VerifyOutcome:
     """Result of verifying B trees: ``accepted_node: [B]`` (deepest accepted node, the commit target),
@@ -384,6 +403,15 @@ class VerifyOutcome:
     accepted_len: torch.Tensor
     next_token: torch.Tensor
     on_path: torch.Tensor
+
+    def to(self, device: torch.device | str) -> VerifyOutcome:
+        """The outcome on ``device`` (one copy per dtype: a single wait when read back to the host)."""
+        device = torch.device(device)
+        if self.accepted_node.device == device:
+            return self
+        fields = {"accepted_node": self.accepted_node, "accepted_len": self.accepted_len.to(self.accepted_node.dtype),
+                  "next_token": self.next_token.to(self.accepted_node.dtype), "on_path": self.on_path}
+        return VerifyOutcome(**_moved_together(fields, device))
 
     def emitted(self, trees: TreeBatch) -> list[list[int]]:
         """Per request, the new tokens in order: the accepted drafted tokens (root excluded) then ``next_token``."""

@@ -1,0 +1,143 @@
+"""Where the host time of an engine step goes (issue 7): the bench model at B = 1, one tree run (synthetic drafter,
+fixed budget) and one autoregressive run, with every phase of a step timed between device synchronisations, plus a
+cProfile of the unsynchronised steps.
+
+Phases: ``draft`` (drafter.propose), ``pack`` (TreeBatch.pack), ``verify`` (target.verify: inputs, graph replay),
+``verification`` (verify_batch: acceptance on the device and its copy back), ``commit`` (target.commit), ``emit``
+(the rest of the step: outcome.emitted, drafter.advance, bookkeeping), ``decode`` / ``sample`` (autoregressive).
+A synchronisation before and after each phase charges the device work to the phase that launched it, so the phase
+times add up to more than an unsynchronised step; the unsynchronised step time is reported beside them.
+
+Run (GPU): ``PYTHONPATH=$PWD python bench/engine_step_profile.py --out engine_profile.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import time
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from lumotree.optimized import engine as eng
+from lumotree.optimized import sampling as smp
+from lumotree.optimized.cli import RANDOM_CONFIGS
+from lumotree.optimized.drafters import SyntheticDrafter
+from lumotree.optimized.model import OptimizedModel, random_tensors
+from lumotree.optimized.sampling import SamplingParams
+from lumotree.reference.config import HybridConfig
+
+
+class PhaseTimer:
+    """Wall time per phase, with a device synchronisation on entry and exit (``enabled``) or none."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.enabled, self.times = device, False, defaultdict(list)
+        self.sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+
+    def wrap(self, name: str, fn):
+        def timed(*args, **kwargs):
+            if not self.enabled:
+                return fn(*args, **kwargs)
+            self.sync()
+            t0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            self.sync()
+            self.times[name].append(time.perf_counter() - t0)
+            return out
+        return timed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="bench", choices=sorted(RANDOM_CONFIGS))
+    ap.add_argument("--nodes", type=int, default=64)
+    ap.add_argument("--acceptance", type=float, default=0.8)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--prompt-len", type=int, default=64)
+    ap.add_argument("--out", default="engine_profile.json")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke test (tiny config, Triton interpreter, fp32)")
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    config = HybridConfig(**RANDOM_CONFIGS[args.config])
+    tensors = random_tensors(config, 0, dev, dtype, successor=True)
+    model = OptimizedModel(config, tensors, num_slots=1, max_seq_len=args.prompt_len + args.new_tokens + 192,
+                           max_nodes=args.nodes, device=dev, dtype=dtype)
+    del tensors
+    target = eng.OptimizedTarget(model, batch_buckets=[1], validate=False)
+    buckets = tuple(n for n in (1, 2, 4, 8, 16, 32, 64, 128) if n <= args.nodes)
+    prompt = np.random.default_rng(0).integers(0, config.vocab_size, args.prompt_len).tolist()
+    params = SamplingParams(max_new_tokens=args.new_tokens)
+
+    timer = PhaseTimer(dev)
+    target.verify = timer.wrap("verify", target.verify)
+    target.commit = timer.wrap("commit", target.commit)
+    target.decode = timer.wrap("decode", target.decode)
+    eng.verify_batch = timer.wrap("verification", smp.verify_batch)
+    pack = smp.TreeBatch.pack
+    smp.TreeBatch.pack = staticmethod(timer.wrap("pack", pack))
+
+    def engine_for(mode: str, drafter):
+        e = eng.Engine(target, drafter, mode=mode, budget="fixed" if mode != "autoregressive" else "none",
+                       max_nodes=args.nodes, node_buckets=buckets, batch_buckets=[1], seed=0)
+        if drafter is not None:
+            drafter.propose = timer.wrap("draft", drafter.propose)
+        e._sample_rows = timer.wrap("sample", e._sample_rows)
+        return e
+
+    result = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "config": args.config, "nodes": args.nodes,
+              "acceptance": args.acceptance, "runs": {}}
+    oracle = None
+    for mode in ("autoregressive", "tree"):
+        drafter = None if mode == "autoregressive" else SyntheticDrafter(args.acceptance, oracle, config.vocab_size)
+        engine_for(mode, drafter).generate([prompt], SamplingParams(max_new_tokens=16))  # warm-up: graphs, caches
+        e = engine_for(mode, drafter)
+        prof = cProfile.Profile()
+        prof.enable()
+        out = e.generate([prompt], params)
+        prof.disable()
+        steps = [s for s in e.stats.steps if s.kind != "prefill"]
+        if mode == "autoregressive":
+            oracle = {tuple(prompt): out[0].tokens}
+        timer.times.clear()
+        timer.enabled = True
+        e2 = engine_for(mode, drafter)
+        e2.generate([prompt], params)
+        timer.enabled = False
+        stream = io.StringIO()
+        pstats.Stats(prof, stream=stream).sort_stats("tottime").print_stats(25)
+        run = {
+            "steps": len(steps),
+            "step_ms": 1e3 * float(np.median([s.total_s for s in steps])),
+            "model_ms": 1e3 * float(np.median([s.model_s for s in steps])),
+            "draft_ms": 1e3 * float(np.median([s.draft_s for s in steps])),
+            "tokens_per_step": float(np.mean([s.emitted for s in steps])),
+            "synced_phase_ms": {k: 1e3 * float(np.median(v)) for k, v in timer.times.items()},
+            "synced_phase_calls": {k: len(v) for k, v in timer.times.items()},
+            "cprofile_tottime": stream.getvalue(),
+        }
+        result["runs"][mode] = run
+        print(f"== {mode}: {run['steps']} steps, model {run['model_ms']:.3f} ms, draft {run['draft_ms']:.3f} ms, "
+              f"step {run['step_ms']:.3f} ms, {run['tokens_per_step']:.2f} tokens a step", flush=True)
+        for k, v in run["synced_phase_ms"].items():
+            print(f"   {k:14s} {v:8.3f} ms  x{run['synced_phase_calls'][k]}")
+        print(run["cprofile_tottime"][:6000])
+    from triton.testing import do_bench
+
+    for rows in (1, args.nodes):  # device time of the argmax the greedy check starts from
+        logits = torch.randn(1, rows, config.vocab_size, device=dev)
+        result[f"argmax_us_{rows}_rows"] = 1e3 * do_bench(lambda: logits.argmax(-1), return_mode="median")
+        print(f"argmax of [1, {rows}, {config.vocab_size}] fp32: {result[f'argmax_us_{rows}_rows']:.1f} us")
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
