@@ -1,7 +1,7 @@
-"""Decode projections ``y = x @ w.T`` (M = 1..8 rows, bf16): torch/cuBLAS against :mod:`lumotree.optimized.gemv`.
+"""Decode projections ``y = x @ w.T`` (M = 1..64 rows, bf16): torch/cuBLAS against :mod:`lumotree.optimized.gemv`.
 
 For every weight shape of the bench model (hidden 2048; the LM head ``[151936, 2048]`` with fp32 output, as the
-model's ``(x @ lm_head.T).float()``) and M in {1, 2, 4, 8} it
+model's ``(x @ lm_head.T).float()``) and M in ``--rows`` (default {1, 2, 4, 8}; up to 64: tree steps) it
 
 1. checks each variant against ``x.float() @ w.float().T`` (relative L2 error; above 2e-2 a variant is marked bad
    and never "best");
@@ -11,6 +11,7 @@ model's ``(x @ lm_head.T).float()``) and M in {1, 2, 4, 8} it
 
 for torch ``x @ w.T``, ``small_batch_linear`` with its default config and a small sweep (broadcast + sum tiles
 block_n in {4, 8, 16, 32} x block_k in {256, 512, 1024}, 4 or 8 warps; five ``tl.dot`` tiles with 2 to 4 stages;
+above 8 rows seven wider ``tl.dot`` tiles only;
 split-K from the default rule and its neighbours in {1, 2, 4, 8}). Achieved bandwidth = bytes of (w + x + y) / time,
 next to the copy bandwidth measured in the same run (a 2 GiB device-to-device copy, bytes read + written / time).
 Baselines (torch, default) run first for every case; the sweep gets what is left of a wall-clock budget
@@ -45,6 +46,10 @@ SUM_TILES = [  # (block_n, block_k, num_warps, num_stages), broadcast + tl.sum, 
     (8, 256, 4, 1), (4, 512, 4, 1),
 ]
 DOT_TILES = [(32, 256, 4, 3), (64, 128, 4, 4), (32, 512, 4, 2), (16, 256, 4, 2), (32, 128, 4, 4)]  # tl.dot
+WIDE_DOT_TILES = [  # tl.dot above 8 rows: wider row blocks (each program re-reads its K-range of x from L2)
+    (128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (256, 64, 8, 3), (128, 128, 4, 3), (64, 64, 4, 5),
+    (256, 128, 8, 3),
+]
 SPLITS = [1, 2, 4, 8]
 
 
@@ -79,8 +84,11 @@ def sweep_configs(M: int, N: int, K: int, sms: int, default: G.GemvConfig) -> li
     """Candidate configs for one case (default excluded), most promising first, distinct effective splits."""
     m_pad = triton.next_power_of_2(M)
     out, seen = [], {default._replace(split_k=G._split_k_range(K, default.block_k, default.split_k)[0])}
-    tiles = [(t, False) for t in SUM_TILES if m_pad * t[0] * t[1] <= (64 if M <= 2 else 128) * 32 * t[2]]
-    tiles += [(t, True) for t in DOT_TILES if M >= 2 or t in DOT_TILES[:2]]
+    if M > G.MAX_SUM_ROWS:
+        tiles = [(t, True) for t in WIDE_DOT_TILES]
+    else:
+        tiles = [(t, False) for t in SUM_TILES if m_pad * t[0] * t[1] <= (64 if M <= 2 else 128) * 32 * t[2]]
+        tiles += [(t, True) for t in DOT_TILES if M >= 2 or t in DOT_TILES[:2]]
     if M >= 4:  # the dot tiles first: the sum tiles need M_PAD times the registers
         tiles = [t for t in tiles if t[1]] + [t for t in tiles if not t[1]]
     for (block_n, block_k, warps, stages), use_dot in tiles:
@@ -133,6 +141,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--quick", action="store_true", help="torch and the default config only (no sweep)")
+    ap.add_argument("--rows", type=int, nargs="+", default=ROWS, help=f"values of M (default {ROWS}; at most "
+                    f"{G.MAX_ROWS})")
     ap.add_argument("--calls", type=int, default=20, help="calls per CUDA graph (default 20)")
     ap.add_argument("--budget-s", type=float, default=170.0,
                     help="wall-clock budget of the whole run; the sweep gets what the baselines leave (default 170)")
@@ -153,7 +163,7 @@ def main() -> int:
 
     cases = []  # (row, calls of ours with a config, reference)
     for (N, K), ws in weights.items():  # baselines: torch and the default config, every case
-        for M in ROWS:
+        for M in args.rows:
             lm_head = N == LM_HEAD_N
             out_dtype = torch.float32 if lm_head else torch.bfloat16
             x = torch.randn(M, K, generator=gen, device=device).to(torch.bfloat16)  # [M, K]

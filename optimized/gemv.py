@@ -1,9 +1,10 @@
-r"""Small-batch linear layer ``y = x @ w.T`` for decode (M <= 8 token rows), streaming the weight once.
+r"""Small-batch linear layer ``y = x @ w.T`` for decode and small tree steps (M <= 64 token rows), streaming the
+weight once.
 
 Math: ``y[m, n] = sum_k x[m, k] w[n, k]`` with ``x: [M, K]``, ``w: [N, K]`` row-major (a ``nn.Linear`` weight),
 products and sums in fp32, ``y: [M, N]`` rounded once to ``out_dtype`` (default: the input dtype).
 
-Memory floor: at M <= 8 the weight is the traffic (``x`` and ``y`` are ``M (K + N)`` elements against ``N K``), so a
+Memory floor: at small M the weight is the traffic (``x`` and ``y`` are ``M (K + N)`` elements against ``N K``), so a
 call cannot take less than ``bytes(w) / bandwidth``: ``2 N K / 4.26 TB/s`` for bf16 on an H200 (copy bandwidth),
 e.g. 11.9 us for the ``[12352, 2048]`` projection and 146 us for the ``[151936, 2048]`` LM head.
 
@@ -21,8 +22,10 @@ never stored) and the matching ``x`` chunk (rows past M masked off). Two forms o
   ``M_PAD BLOCK_N BLOCK_K / (32 num_warps)`` (sm_90 build, Triton 3.6, 4 warps: 146 at M = 1 on 16 x 512 tiles,
   167 at M = 2 on 16 x 256, 255 and spills at M = 4 on 16 x 256). ``num_stages`` changes nothing here: Triton does
   not pipeline these loads; the bytes in flight come from the tile size and the programs resident per SM;
-- ``tl.dot`` (default for M >= 4): x padded to 16 rows (the padding masked, not read), ``acc = x w^T`` on the
-  tensor cores, the tiles pipelined through shared memory over ``num_stages``.
+- ``tl.dot`` (default for M >= 2; the only form above 8 rows): x padded to ``max(16, next_pow2(M))`` rows (the
+  padding masked, not read), ``acc = x w^T`` on the tensor cores, the tiles pipelined through shared memory over
+  ``num_stages``. Each program re-reads its K-range of x from L2, ``cdiv(N, BLOCK_N)`` times in all: at 64 rows
+  that is as many bytes as the weight for ``BLOCK_N = 64``, hence the wider tiles there.
 
 Split-K reduction, deterministic and in the same launch: with ``SPLIT_K == 1`` the program writes ``y`` directly.
 Otherwise split ``s`` stores its fp32 partial ``[M, BLOCK_N]`` to ``partials[s]`` (scratch ``[SPLIT_K, M, N]``),
@@ -45,9 +48,12 @@ import triton.language as tl
 
 from ._checks import FLOAT_DTYPES, check_tensor, interpreting
 
-__all__ = ["GemvConfig", "gemv_config", "small_batch_linear", "split_k_scratch", "MAX_ROWS", "OUT_DTYPES"]
+__all__ = ["GemvConfig", "gemv_config", "small_batch_linear", "split_k_scratch", "MAX_ROWS", "MAX_SUM_ROWS",
+           "FASTER_ROWS", "OUT_DTYPES"]
 
-MAX_ROWS = 8  # the largest M (token rows) the kernel is built for
+MAX_ROWS = 64  # the largest M (token rows) the kernel is built for
+MAX_SUM_ROWS = 8  # the broadcast + sum form's limit (its registers grow with M)
+FASTER_ROWS = 8  # up to this M the default launch measured at least as fast as cuBLAS on every bench shape (H200)
 OUT_DTYPES = (None, torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -164,9 +170,15 @@ def gemv_config(M: int, N: int, K: int, device: torch.device | str) -> GemvConfi
     if M <= 1:
         use_dot, num_stages = False, 1
         block_n, block_k, split_k = (4, 512, 3) if N <= 4096 else (8, 512, 1) if N >= 65536 else (16, 256, 1)
-    else:
+    elif M <= MAX_SUM_ROWS:
         use_dot, num_stages = True, 4
         block_n, block_k, split_k = (64, 128, 8) if N <= 4096 else (64, 128, 1) if N >= 65536 else (32, 128, 1)
+    else:
+        use_dot, num_stages = True, 4
+        block_n, block_k, split_k = (128, 128, 4) if N <= 4096 else (128, 128, 1)
+        block_k = min(block_k, max(16, triton.next_power_of_2(K)))
+        split_k, _ = _split_k_range(K, block_k, split_k)
+        return GemvConfig(block_n, block_k, split_k, 8, num_stages, use_dot)
     block_k = min(block_k, max(16, triton.next_power_of_2(K)))
     split_k, _ = _split_k_range(K, block_k, split_k)
     return GemvConfig(block_n, block_k, split_k, 4, num_stages, use_dot)
@@ -200,9 +212,15 @@ def _check_config(config: object) -> GemvConfig:
     return config
 
 
+def _check_form(config: GemvConfig, M: int) -> None:
+    if not config.use_dot and M > MAX_SUM_ROWS:
+        raise ValueError(f"x has {M} rows: the broadcast + sum form (config.use_dot=False) takes at most "
+                         f"{MAX_SUM_ROWS}; use a tl.dot config")
+
+
 def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dtype | None = None,
                        config: GemvConfig | None = None) -> torch.Tensor:
-    """``y = x @ w.T`` for a few rows: ``x: [M, K]`` (1 <= M <= 8, contiguous last dim), ``w: [N, K]`` contiguous,
+    """``y = x @ w.T`` for a few rows: ``x: [M, K]`` (1 <= M <= 64, contiguous last dim), ``w: [N, K]`` contiguous,
     same float dtype and device; fp32 accumulation; returns ``y: [M, N]`` in ``out_dtype`` (None: x's dtype).
     ``config`` (a :class:`GemvConfig`) overrides :func:`gemv_config`'s default launch."""
     if not isinstance(x, torch.Tensor):
@@ -221,6 +239,7 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
     if out_dtype not in OUT_DTYPES:
         raise TypeError(f"out_dtype must be one of None, bfloat16, float16, float32, got {out_dtype!r}")
     cfg = gemv_config(M, N, K, device) if config is None else _check_config(config)
+    _check_form(cfg, M)
 
     split_k, k_per_split = _split_k_range(K, cfg.block_k, cfg.split_k)
     y = torch.empty((M, N), dtype=out_dtype or x.dtype, device=device)  # [M, N]
@@ -228,7 +247,7 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
         partials, counters = split_k_scratch(device, M, N, cfg.block_n, split_k)  # [S, M, N], [row blocks]
     else:
         partials, counters = y, y  # unused
-    m_pad = 16 if cfg.use_dot else triton.next_power_of_2(M)
+    m_pad = max(16, triton.next_power_of_2(M)) if cfg.use_dot else triton.next_power_of_2(M)
     opts = {} if interpreting() else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     grid = (triton.cdiv(N, cfg.block_n), split_k)
     _gemv_kernel[grid](

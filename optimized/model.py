@@ -55,7 +55,7 @@ from ._checks import MAX_NODES, check_tree_rows, interpreting
 from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import gdn_tree_commit, gdn_tree_verify_gated, tree_meta
-from .gemv import MAX_ROWS as MAX_GEMV_ROWS
+from .gemv import FASTER_ROWS as MAX_GEMV_ROWS
 from .gemv import small_batch_linear
 
 __all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random"]

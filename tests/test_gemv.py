@@ -41,7 +41,7 @@ def _counters_zero() -> bool:
 # --------------------------------------------------------------------------------------------------- correctness
 @pytest.mark.parametrize("K", [16, 40, 128])
 @pytest.mark.parametrize("N", [1, 17, 64, 100])
-@pytest.mark.parametrize("M", [1, 3, 8])
+@pytest.mark.parametrize("M", [1, 3, 8, 21, 64])
 def test_default_config_matches_float64(M, N, K):
     x, w = _inputs(M, N, K, seed=M * 10000 + N * 100 + K)
     y = G.small_batch_linear(x, w)
@@ -117,10 +117,12 @@ def test_strided_rows_of_x():
 
 
 @settings(max_examples=10, deadline=None)
-@given(M=st.integers(1, 8), N=st.integers(1, 80), K=st.integers(1, 130), block_n=st.sampled_from([1, 4, 16, 32]),
+@given(M=st.integers(1, 64), N=st.integers(1, 80), K=st.integers(1, 130), block_n=st.sampled_from([1, 4, 16, 32]),
        block_k=st.sampled_from([16, 32, 64]), split_k=st.integers(1, 5), use_dot=st.booleans(),
        seed=st.integers(0, 2**16))
 def test_random_shapes_and_configs(M, N, K, block_n, block_k, split_k, use_dot, seed):
+    if M > G.MAX_SUM_ROWS:  # only the tl.dot form takes more than 8 rows
+        use_dot, block_n = True, max(block_n, 16)
     use_dot = use_dot and block_n >= 16
     x, w = _inputs(M, N, K, seed)
     config = G.GemvConfig(block_n, block_k, split_k, 4, 2, use_dot)
@@ -147,7 +149,9 @@ def _bad_input_cases():
     return [
         (dict(x=x.numpy() if DEVICE == "cpu" else [1.0], w=w), TypeError, "x must be a torch.Tensor"),
         (dict(x=x[0], w=w), ValueError, r"x has shape \(16,\), expected \[M, K\]"),
-        (dict(x=torch.zeros(9, 16, device=DEVICE), w=w), ValueError, "x has 9 rows"),
+        (dict(x=torch.zeros(65, 16, device=DEVICE), w=w), ValueError, "x has 65 rows"),
+        (dict(x=torch.zeros(9, 16, device=DEVICE), w=w, config=G.GemvConfig(16, 16, 1, 4, 1)), ValueError,
+         "broadcast \\+ sum form"),
         (dict(x=torch.zeros(0, 16, device=DEVICE), w=w), ValueError, "x has 0 rows"),
         (dict(x=torch.zeros(16, 2, device=DEVICE).T, w=w), ValueError, "x must have a contiguous last dimension"),
         (dict(x=x.to(torch.int32), w=w), TypeError, "x has dtype torch.int32"),
@@ -183,7 +187,7 @@ BENCH_SHAPES = [(12352, 2048), (2048, 4096), (9216, 2048), (11264, 2048), (2048,
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("M", [1, 2, 4, 8])
+@pytest.mark.parametrize("M", [1, 2, 4, 8, 16, 64])
 @pytest.mark.parametrize("N,K", BENCH_SHAPES)
 def test_gpu_bench_shapes_bf16_match_torch(N, K, M):
     x, w = _inputs(M, N, K, seed=N + K + M, dtype=torch.bfloat16)
