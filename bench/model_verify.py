@@ -111,6 +111,9 @@ def main() -> int:
                     help="verify/commit GDN precision; the first is the row's verify_us, each gets verify_us_<name>")
     ap.add_argument("--linear", choices=["gemv", "cublas"], default="gemv",
                     help="projections of steps with <= 8 token rows: the split-K GEMV (the model's GPU default) or cuBLAS")
+    ap.add_argument("--pdl", choices=["on", "off", "both"], default="on",
+                    help="the GEMV as a programmatic dependent launch; both: the decode step timed each way (the "
+                         "row's decode_us is the first, 'on')")
     args = ap.parse_args()
     dev = torch.device("cuda")
     x = torch.empty(1024**3, dtype=torch.bfloat16, device=dev).normal_()
@@ -124,7 +127,8 @@ def main() -> int:
     max_b, max_l = max(args.B), max(args.L)
     t0 = time.time()
     model = om.build_random(config, seed=0, num_slots=max_b, max_seq_len=max_l + 4096, max_nodes=args.N,
-                            device=dev, small_batch_linear=args.linear == "gemv")
+                            device=dev, small_batch_linear=args.linear == "gemv",
+                            pdl=args.pdl != "off")
     params = sum(t.numel() for t in [model.embed, model.lm_head] +
                  [w for layer in model.layers for w in vars(layer).values()] +
                  [w for m in model.mlps for w in vars(m).values() if isinstance(w, torch.Tensor)])
@@ -172,12 +176,16 @@ def main() -> int:
             for b in range(B):  # the same depth-4 node index for every request: give all trees request 0's shape
                 parents[b] = parents[0]
 
-            model._graph_entries.clear()
-            model.decode(slots, tokens1)  # eager + capture
-            model.decode(slots, tokens1)  # replay
-            dec_graph = model._graph_entries[("decode", B)]["graph"]
-            model.lens.fill_(L)
-            decode_us = bench(dec_graph.replay)
+            decode_variants = {}
+            for pdl in ([True, False] if args.pdl == "both" else [args.pdl != "off"]):
+                model.set_small_batch_linear(model.small_batch_linear, pdl=pdl)
+                model.decode(slots, tokens1)  # eager + capture
+                model.decode(slots, tokens1)  # replay
+                dec_graph = model._graph_entries[("decode", B)]["graph"]
+                model.lens.fill_(L)
+                decode_variants[f"decode_us_pdl_{'on' if pdl else 'off'}"] = bench(dec_graph.replay)
+            model.set_small_batch_linear(model.small_batch_linear, pdl=args.pdl != "off")
+            decode_us = next(iter(decode_variants.values()))
             set_lengths(model, L)
             variants = {}
             for prec in args.gdn_precisions:
@@ -199,7 +207,8 @@ def main() -> int:
             verify_us = variants[f"verify_us_{args.gdn_precisions[0]}"]
             commit_us = variants[f"commit_us_{args.gdn_precisions[0]}"]
             row = {
-                "B": B, "L": L, "N": args.N, "decode_us": decode_us, "verify_us": verify_us, "commit_us": commit_us,
+                "B": B, "L": L, "N": args.N, "decode_us": decode_us, **decode_variants, "verify_us": verify_us,
+                "commit_us": commit_us,
                 **variants, "gdn_precision": args.gdn_precisions[0],
                 "ratio_verify_vs_decode": verify_us / decode_us,
                 "ratio_verify_commit_vs_decode": (verify_us + commit_us) / decode_us,
@@ -212,7 +221,7 @@ def main() -> int:
             print(json.dumps(row), flush=True)
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "copy_bw": bw, "bf16_flops": flops, "params": params, "config": CONFIG, "fla": model.use_fla,
-              "linear": args.linear,
+              "linear": args.linear, "pdl": args.pdl,
               "rows": rows}
     with open(args.out, "w") as f:  # written before the profile too: the timings survive a profiler failure
         json.dump(result, f, indent=1)

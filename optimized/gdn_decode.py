@@ -35,6 +35,7 @@ import triton.language as tl
 
 from ._checks import FLOAT_DTYPES, check_finite_nodes, check_scalar, check_slots, check_tensor, interpreting
 from .tree_attention import _num_sms
+from .pdl import allow_dependents, pdl_supported
 
 __all__ = ["conv_step", "gdn_decode", "gated_rmsnorm", "ACTIVATIONS"]
 
@@ -86,9 +87,10 @@ def _gdn_decode_kernel(
     scale, eps,
     s_qb, s_qh, s_kb, s_kh, s_vb, s_vh, s_ab, s_bb, s_zb, s_zh, s_ob, s_oh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
-    L2NORM: tl.constexpr, BETA_TWO: tl.constexpr, GATED_NORM: tl.constexpr,
+    L2NORM: tl.constexpr, BETA_TWO: tl.constexpr, GATED_NORM: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (request, value head, V block): one read and one write of the state tile ``[K, BV]``."""
+    allow_dependents(PDL)  # the output projection's GEMV may launch and prefetch its weight (optimized.pdl)
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = pid_bh // HV
@@ -268,7 +270,8 @@ def gdn_decode(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
         zz.stride(0), zz.stride(1), out.stride(0), out.stride(1),
         H=H, HV=HV, K=K, V=V, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel), BETA_TWO=bool(allow_neg_eigval),
-        GATED_NORM=gated, **({} if interpreting() else {"num_warps": 8 if K * block_v >= 8192 else 4}),
+        GATED_NORM=gated, PDL=pdl_supported(device),
+        **({} if interpreting() else {"num_warps": 8 if K * block_v >= 8192 else 4}),
     )  # fmt: skip
     return out
 

@@ -47,13 +47,15 @@ import triton
 import triton.language as tl
 
 from ._checks import FLOAT_DTYPES, check_tensor, interpreting
+from .pdl import pdl_supported
 
-__all__ = ["GemvConfig", "gemv_config", "small_batch_linear", "split_k_scratch", "MAX_ROWS", "MAX_SUM_ROWS",
-           "FASTER_ROWS", "OUT_DTYPES"]
+__all__ = ["GemvConfig", "gemv_config", "small_batch_linear", "split_k_scratch", "preferred", "MAX_ROWS",
+           "MAX_SUM_ROWS", "FASTER_ROWS", "WIDE_N", "OUT_DTYPES"]
 
 MAX_ROWS = 64  # the largest M (token rows) the kernel is built for
 MAX_SUM_ROWS = 8  # the broadcast + sum form's limit (its registers grow with M)
 FASTER_ROWS = 8  # up to this M the default launch measured at least as fast as cuBLAS on every bench shape (H200)
+WIDE_N = 65536  # outputs at least this wide (LM heads): the default launch beat cuBLAS up to MAX_ROWS rows
 OUT_DTYPES = (None, torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -76,10 +78,13 @@ def _gemv_kernel(
     x_ptr, w_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, s_xm, s_ym, k_per_split, SPLIT_K,
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    USE_DOT: tl.constexpr, IEEE: tl.constexpr,
+    USE_DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
 ):  # fmt: skip
     """Program (row block j, split s): ``acc[m, n] = sum_{k in split s} x[m, k] w[n, k]`` over the block's n, then
-    ``y = acc`` (one split) or the deterministic split-K reduction of the module docstring."""
+    ``y = acc`` (one split) or the deterministic split-K reduction of the module docstring. ``PDL``: launched as a
+    programmatic dependent launch: the next kernel may launch at once, this program prefetches the first ``PREFETCH``
+    tiles of its weight slice into L2 (one ``prefetch.global.L2`` per ``LINE`` elements = 128 bytes), and only
+    then waits for the previous kernel (``x`` and the output buffers may be its work; the weight is not)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, M_PAD)  # [M_PAD]
@@ -87,6 +92,16 @@ def _gemv_kernel(
     ks = tl.arange(0, BLOCK_K)  # [BLOCK_K]
     k_begin = pid_k * k_per_split
     k_end = tl.minimum(k_begin + k_per_split, K)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        pf_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1]
+        lines = tl.arange(0, BLOCK_K // LINE) * LINE  # [BLOCK_K / LINE] first element of each 128-byte line
+        for t in tl.static_range(PREFETCH):
+            k_line = k_begin + t * BLOCK_K + lines  # [BLOCK_K / LINE]
+            k_line = tl.where(k_line < k_end, k_line, k_begin)  # past the slice: the first line again
+            tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [pf_rows + k_line[None, :]],
+                                      dtype=tl.int32, is_pure=False, pack=1)
+        tl.extra.cuda.gdc_wait()  # from here on the previous kernel's writes are visible
     if USE_DOT:
         x_rows = x_ptr + rows[:, None] * s_xm  # [M_PAD, 1]
         w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1] clamped: in bounds
@@ -161,8 +176,11 @@ def gemv_config(M: int, N: int, K: int, device: torch.device | str) -> GemvConfi
     - M = 1: broadcast + ``tl.sum``, 4 warps, 1 stage: ``[4, 512]`` tiles, K split in 3 for N <= 4096 (``[2048,
       4096]``: 8.2 against cuBLAS's 9.8 us), ``[8, 512]`` for N >= 65536 (the LM head: 140 against 155 us),
       ``[16, 256]`` in between (``[12352, 2048]``: 14.4 against 16.3 us);
-    - M >= 2: ``tl.dot`` on ``[64, 128]`` tiles, 4 warps, 4 stages, K split in 8 for N <= 4096 and ``[64, 128]`` for
-      N >= 65536, ``[32, 128]`` unsplit in between (ties with cuBLAS there).
+    - M = 2..8: ``tl.dot`` on ``[64, 128]`` tiles, 4 warps, 4 stages, K split in 8 for N <= 4096 and ``[64, 128]``
+      for N >= 65536, ``[32, 128]`` unsplit in between (ties with cuBLAS there);
+    - M = 9..64 (``--rows 16 32 64``, same day): for N >= :data:`WIDE_N` ``[128, 128]`` tiles at 3 stages up to 32
+      rows, ``[64, 64]`` at 5 stages above (LM head 145-162 against cuBLAS's 160-187 us); else ``[128, 128]`` at 8
+      warps, 4 stages, K split in 4 for N <= 4096 (0.87-1.06x cuBLAS: :func:`preferred` leaves those to cuBLAS).
 
     ``split_k`` is reduced to whole, non-empty K tiles; the tile's K to the problem's below 512 columns.
     """
@@ -173,15 +191,26 @@ def gemv_config(M: int, N: int, K: int, device: torch.device | str) -> GemvConfi
     elif M <= MAX_SUM_ROWS:
         use_dot, num_stages = True, 4
         block_n, block_k, split_k = (64, 128, 8) if N <= 4096 else (64, 128, 1) if N >= 65536 else (32, 128, 1)
-    else:
-        use_dot, num_stages = True, 4
-        block_n, block_k, split_k = (128, 128, 4) if N <= 4096 else (128, 128, 1)
+    else:  # 9..64 rows (tree steps, batched decode)
+        if N >= WIDE_N:
+            (block_n, block_k, warps, num_stages) = (128, 128, 4, 3) if M <= 32 else (64, 64, 4, 5)
+            split_k = 1
+        else:
+            (block_n, block_k, warps, num_stages) = (128, 128, 8, 4)
+            split_k = 4 if N <= 4096 else 1
         block_k = min(block_k, max(16, triton.next_power_of_2(K)))
         split_k, _ = _split_k_range(K, block_k, split_k)
-        return GemvConfig(block_n, block_k, split_k, 8, num_stages, use_dot)
+        return GemvConfig(block_n, block_k, split_k, warps, num_stages, True)
     block_k = min(block_k, max(16, triton.next_power_of_2(K)))
     split_k, _ = _split_k_range(K, block_k, split_k)
     return GemvConfig(block_n, block_k, split_k, 4, num_stages, use_dot)
+
+
+def preferred(M: int, N: int) -> bool:
+    """Whether the default launch measured at least as fast as cuBLAS for ``M`` rows and ``N`` outputs on the H200
+    (``bench/gemv.py``): every shape up to :data:`FASTER_ROWS` rows, outputs of :data:`WIDE_N` or more up to
+    :data:`MAX_ROWS` rows."""
+    return 1 <= M <= FASTER_ROWS or (M <= MAX_ROWS and N >= WIDE_N)
 
 
 def _split_k_range(K: int, block_k: int, split_k: int) -> tuple[int, int]:
@@ -219,10 +248,12 @@ def _check_form(config: GemvConfig, M: int) -> None:
 
 
 def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dtype | None = None,
-                       config: GemvConfig | None = None) -> torch.Tensor:
+                       config: GemvConfig | None = None, pdl: bool = False, prefetch: int = 2) -> torch.Tensor:
     """``y = x @ w.T`` for a few rows: ``x: [M, K]`` (1 <= M <= 64, contiguous last dim), ``w: [N, K]`` contiguous,
     same float dtype and device; fp32 accumulation; returns ``y: [M, N]`` in ``out_dtype`` (None: x's dtype).
-    ``config`` (a :class:`GemvConfig`) overrides :func:`gemv_config`'s default launch."""
+    ``config`` (a :class:`GemvConfig`) overrides :func:`gemv_config`'s default launch. ``pdl`` (GPUs of compute
+    capability 9 or more; ignored elsewhere): a programmatic dependent launch that prefetches the first ``prefetch``
+    weight tiles of each program into L2 while the previous kernel finishes (see :func:`_gemv_kernel`)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     device = x.device
@@ -247,13 +278,21 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
         partials, counters = split_k_scratch(device, M, N, cfg.block_n, split_k)  # [S, M, N], [row blocks]
     else:
         partials, counters = y, y  # unused
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 0 <= prefetch <= 8:
+        raise ValueError(f"prefetch = {prefetch!r} must be an int in [0, 8] (weight tiles per program)")
     m_pad = max(16, triton.next_power_of_2(M)) if cfg.use_dot else triton.next_power_of_2(M)
+    pdl = bool(pdl) and pdl_supported(device)
     opts = {} if interpreting() else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    if pdl:
+        opts["launch_pdl"] = True
+    line = max(1, 128 // x.element_size())  # elements per 128-byte line
     grid = (triton.cdiv(N, cfg.block_n), split_k)
     _gemv_kernel[grid](
         x, w, y, partials, counters,
         M, N, K, x.stride(0), y.stride(0), k_per_split, split_k,
         M_PAD=m_pad, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=K % cfg.block_k == 0,
-        USE_DOT=cfg.use_dot, IEEE=x.dtype == torch.float32, **opts,
+        USE_DOT=cfg.use_dot, IEEE=x.dtype == torch.float32, PDL=pdl, PREFETCH=prefetch if pdl else 0,
+        LINE=min(line, cfg.block_k), **opts,
     )  # fmt: skip
     return y
+

@@ -55,16 +55,19 @@ from ._checks import MAX_NODES, check_tree_rows, interpreting
 from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import gdn_tree_commit, gdn_tree_verify_gated, tree_meta
-from .gemv import FASTER_ROWS as MAX_GEMV_ROWS
+from .gemv import preferred as gemv_preferred
 from .gemv import small_batch_linear
+from .pdl import allow_dependents, pdl_supported
 
 __all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random"]
 
 
 # ------------------------------------------------------------------------------------------- fused small kernels
 @triton.jit
-def _add_rmsnorm_kernel(h_ptr, delta_ptr, w_ptr, out_ptr, D, eps, HAS_DELTA: tl.constexpr, BLOCK: tl.constexpr):
+def _add_rmsnorm_kernel(h_ptr, delta_ptr, w_ptr, out_ptr, D, eps, HAS_DELTA: tl.constexpr, BLOCK: tl.constexpr,
+                        PDL: tl.constexpr):
     """One program per token row: ``h += delta`` (rounded to h's dtype, in place), ``out = h rsqrt(mean h^2 + eps) w``."""
+    allow_dependents(PDL)  # the GEMV after it may launch and prefetch its weight (optimized.pdl)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)  # [BLOCK]
     ok = cols < D
@@ -80,8 +83,9 @@ def _add_rmsnorm_kernel(h_ptr, delta_ptr, w_ptr, out_ptr, D, eps, HAS_DELTA: tl.
 
 
 @triton.jit
-def _silu_mul_kernel(gu_ptr, out_ptr, inner, BLOCK: tl.constexpr):
+def _silu_mul_kernel(gu_ptr, out_ptr, inner, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """``out[t] = silu(gu[t, :I]) * gu[t, I:]`` (SwiGLU), fp32 arithmetic, one rounding."""
+    allow_dependents(PDL)  # the GEMV after it may launch and prefetch its weight (optimized.pdl)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
     ok = cols < inner
@@ -101,7 +105,8 @@ def _add_rmsnorm(h: torch.Tensor, delta: torch.Tensor | None, weight1p: torch.Te
     out = torch.empty_like(h)  # [T, Dm]
     has_delta = delta is not None
     _add_rmsnorm_kernel[(T,)](h, delta if has_delta else h, weight1p, out, D, float(eps), HAS_DELTA=has_delta,
-                              BLOCK=triton.next_power_of_2(D), **_launch_opts(8 if D >= 2048 else 4))
+                              BLOCK=triton.next_power_of_2(D), PDL=pdl_supported(h.device),
+                              **_launch_opts(8 if D >= 2048 else 4))
     return out
 
 
@@ -111,7 +116,8 @@ def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
     inner = two_i // 2
     out = torch.empty((T, inner), dtype=gu.dtype, device=gu.device)  # [T, I]
     block = min(1024, triton.next_power_of_2(inner))
-    _silu_mul_kernel[(T, triton.cdiv(inner, block))](gu, out, inner, BLOCK=block, **_launch_opts(4))
+    _silu_mul_kernel[(T, triton.cdiv(inner, block))](gu, out, inner, BLOCK=block, PDL=pdl_supported(gu.device),
+                                                     **_launch_opts(4))
     return out
 
 
@@ -193,6 +199,7 @@ class OptimizedModel:
         gdn_precision: str | None = None,
         use_fla: bool | None = None,
         small_batch_linear: bool | None = None,
+        pdl: bool | None = None,
     ):
         from lumotree.reference.config import HybridConfig
         from lumotree.reference.model import IGNORED_TENSOR_PREFIXES, hf_tensor_shapes
@@ -223,6 +230,8 @@ class OptimizedModel:
         if small_batch_linear is None:  # decode projections on optimized.gemv (see _linear)
             small_batch_linear = self.device.type == "cuda" and self.dtype != torch.float32
         self.small_batch_linear = bool(small_batch_linear)
+        # the GEMV as a programmatic dependent launch (weight prefetched under the previous kernel; optimized.pdl)
+        self.pdl = pdl_supported(self.device) if pdl is None else bool(pdl) and pdl_supported(self.device)
 
         # ---- weights: validate names and shapes (HF layout), then fuse / reorder once
         expected = hf_tensor_shapes(config)
@@ -388,19 +397,24 @@ class OptimizedModel:
         HQ, HKV, D = self._attn_dims
         return ta.default_launch(B, N, HQ, HKV, D, self.capacity, self.device, self.dtype)[4]
 
-    def set_small_batch_linear(self, enabled: bool) -> None:
-        """Route the projections of steps with at most :data:`~lumotree.optimized.gemv.MAX_ROWS` token rows (decode at
-        small batch) through :func:`~lumotree.optimized.gemv.small_batch_linear` (a split-K weight-streaming GEMV)
-        instead of cuBLAS; drops the captured CUDA graphs (the next call of each shape captures anew)."""
+    def set_small_batch_linear(self, enabled: bool, pdl: bool | None = None) -> None:
+        """Route the projections of steps with few token rows (where :func:`~lumotree.optimized.gemv.preferred`:
+        decode at small batch, the LM head of small tree steps) through
+        :func:`~lumotree.optimized.gemv.small_batch_linear` (a split-K
+        weight-streaming GEMV) instead of cuBLAS, launched with PDL or not (``pdl``; None: unchanged; only where
+        supported); drops the captured CUDA graphs (the next call of each shape captures anew)."""
         self.small_batch_linear = bool(enabled)
+        if pdl is not None:
+            self.pdl = bool(pdl) and pdl_supported(self.device)
         self._graph_entries.clear()
 
     def _linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-        """``x [T, Din] @ w [Dout, Din]^T``: the GEMV of :mod:`~lumotree.optimized.gemv` for ``T <= 8`` rows when
-        enabled (on a GPU or under the Triton interpreter), else cuBLAS (``out_dtype``: default x's)."""
-        if self.small_batch_linear and x.shape[0] <= MAX_GEMV_ROWS and x.stride(-1) == 1 and (
+        """``x [T, Din] @ w [Dout, Din]^T``: the GEMV of :mod:`~lumotree.optimized.gemv` where it is
+        :func:`~lumotree.optimized.gemv.preferred` and enabled (on a GPU or under the Triton interpreter), else
+        cuBLAS (``out_dtype``: default x's)."""
+        if self.small_batch_linear and gemv_preferred(x.shape[0], w.shape[0]) and x.stride(-1) == 1 and (
                 x.is_cuda or interpreting()):
-            return small_batch_linear(x, w, out_dtype=out_dtype)
+            return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl)
         y = x @ w.T
         return y if out_dtype is None else y.to(out_dtype)
 

@@ -37,6 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import allow_dependents, pdl_supported
+
 __all__ = [
     "TreeMeta",
     "tree_metadata",
@@ -459,11 +461,12 @@ def _combine_kernel(
     PartAcc, PartML, Gate, Out,
     spa_s, spa_b, spa_n, spa_h, spm_s, spm_b, spm_n, spm_h, sgb, sgn, sgh, sob, son, soh,
     N, HQ, D, NUM_SPLITS,
-    HAS_GATE: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    HAS_GATE: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """Grid ``(B * N * HQ, D / BLOCK_D)``: one (request, node, query head) row and ``BLOCK_D`` of its columns per
     program. ``o = sum_s w_s o_s / sum_s w_s`` with ``w_s = l_s 2^(m_s - max m)`` over the normalised split partials
     ``o_s``, ``BLOCK_S`` splits per vector load (one round trip when ``BLOCK_S >= NUM_SPLITS``); then the gate."""
+    allow_dependents(PDL)  # the output projection's GEMV may launch and prefetch its weight (optimized.pdl)
     pid = tl.program_id(0)
     h = pid % HQ
     n = (pid // HQ) % N
@@ -682,7 +685,7 @@ def tree_attention(
         _combine_kernel[(B * N * HQ, triton.cdiv(D, block_dc))](
             part_acc, part_ml, g, out, *pa_strides, *pm_strides, g.stride(0), g.stride(1), g.stride(2),
             out.stride(0), out.stride(1), out.stride(2), N, HQ, D, num_splits,
-            HAS_GATE=gate is not None, BLOCK_D=block_dc, BLOCK_S=block_s,
+            HAS_GATE=gate is not None, BLOCK_D=block_dc, BLOCK_S=block_s, PDL=pdl_supported(out.device),
             **({} if _is_interpreter() else {"num_warps": 4}),
         )  # fmt: skip
     return out

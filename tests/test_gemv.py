@@ -140,6 +140,11 @@ def test_default_config_rule():
     assert G.gemv_config(8, 2048, 5632, "cpu") == G.GemvConfig(64, 128, 8, 4, 4, True)
     assert G.gemv_config(2, 9216, 2048, "cpu") == G.GemvConfig(32, 128, 1, 4, 4, True)
     assert G.gemv_config(2, 17, 40, "cpu").block_k == 64  # shrinks to the problem
+    assert G.gemv_config(64, 151936, 2048, "cpu") == G.GemvConfig(64, 64, 1, 4, 5, True)
+    assert G.gemv_config(16, 151936, 2048, "cpu") == G.GemvConfig(128, 128, 1, 4, 3, True)
+    assert G.gemv_config(64, 2048, 4096, "cpu") == G.GemvConfig(128, 128, 4, 8, 4, True)
+    assert [G.preferred(M, 12352) for M in (1, 8, 9, 64)] == [True, True, False, False]
+    assert [G.preferred(M, 151936) for M in (1, 16, 64, 65)] == [True, True, True, False]
     assert G.gemv_config(1, 16, 2 * 512, "cpu").split_k == 2  # no empty split (<= K tiles)
 
 
@@ -163,6 +168,7 @@ def _bad_input_cases():
         (dict(x=x, w=torch.zeros(0, 16, device=DEVICE)), ValueError, "N = 0"),
         (dict(x=x, w=torch.zeros(8, 16, device="meta")), ValueError, "w is on meta"),
         (dict(x=x, w=w, out_dtype=torch.int32), TypeError, "out_dtype must be one of"),
+        (dict(x=x, w=w, prefetch=9), ValueError, "prefetch = 9"),
         (dict(x=x, w=w, out_dtype="bfloat16"), TypeError, "out_dtype must be one of"),
         (dict(x=x, w=w, config=(16, 16, 1, 4, 1)), TypeError, "config must be a GemvConfig"),
         (dict(x=x, w=w, config=G.GemvConfig(12, 16, 1, 4, 1)), ValueError, "config.block_n = 12"),
@@ -214,4 +220,43 @@ def test_gpu_cuda_graph_replay_matches_eager(config):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(y, eager)
+    assert _counters_zero()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 4])
+def test_gpu_pdl_chain_sees_every_previous_write(M):
+    """A chain of GEMVs launched with PDL, each reading what the kernel before it wrote (the previous GEMV directly,
+    or through the model's add + RMSNorm kernel, which lets its successor launch early): bit-identical to the same
+    chain without PDL, eagerly and in a CUDA-graph replay. A wait placed too late would read stale inputs."""
+    from lumotree.optimized import model as om
+    from lumotree.optimized.pdl import pdl_supported
+
+    if not pdl_supported(DEVICE):
+        pytest.skip("programmatic dependent launch needs compute capability >= 9.0")
+    K = 2048
+    gen = torch.Generator(device=DEVICE).manual_seed(21)
+    ws = [(torch.randn(K, K, generator=gen, device=DEVICE) / K**0.5).to(torch.bfloat16) for _ in range(6)]
+    norm_w = torch.ones(K, device=DEVICE)
+    x0 = torch.randn(M, K, generator=gen, device=DEVICE).to(torch.bfloat16)
+
+    def chain(pdl: bool) -> torch.Tensor:
+        h = x0.clone()
+        y = x0
+        for i, w in enumerate(ws):
+            y = G.small_batch_linear(y, w, pdl=pdl)  # [M, K]
+            if i % 2:
+                y = om._add_rmsnorm(h, y, norm_w, 1e-6)  # h += y in place, then the norm
+        return torch.cat([y, h])
+
+    plain = chain(False)
+    assert torch.equal(chain(True), plain)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = chain(True)
+    for _ in range(3):
+        captured.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, plain)
     assert _counters_zero()
