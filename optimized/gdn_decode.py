@@ -90,7 +90,7 @@ def _gdn_decode_kernel(
     L2NORM: tl.constexpr, BETA_TWO: tl.constexpr, GATED_NORM: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (request, value head, V block): one read and one write of the state tile ``[K, BV]``."""
-    allow_dependents(PDL)  # the output projection's GEMV may launch and prefetch its weight (optimized.pdl)
+    allow_dependents(PDL)  # the output projection's GEMV may launch now (optimized.pdl)
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = pid_bh // HV

@@ -78,13 +78,13 @@ def _gemv_kernel(
     x_ptr, w_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, s_xm, s_ym, k_per_split, SPLIT_K,
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    USE_DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr, LINE: tl.constexpr,
+    USE_DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """Program (row block j, split s): ``acc[m, n] = sum_{k in split s} x[m, k] w[n, k]`` over the block's n, then
     ``y = acc`` (one split) or the deterministic split-K reduction of the module docstring. ``PDL``: launched as a
-    programmatic dependent launch: the next kernel may launch at once, this program prefetches the first ``PREFETCH``
-    tiles of its weight slice into L2 (one ``prefetch.global.L2`` per ``LINE`` elements = 128 bytes), and only
-    then waits for the previous kernel (``x`` and the output buffers may be its work; the weight is not)."""
+    programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program lets the next kernel launch, then
+    waits for the previous one before it touches memory (``x`` and the output buffers may be its work). Prefetching
+    the first weight tiles into L2 before the wait measured slower (bench/NOTES-attention.md, "PDL"): not done."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, M_PAD)  # [M_PAD]
@@ -94,13 +94,6 @@ def _gemv_kernel(
     k_end = tl.minimum(k_begin + k_per_split, K)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-        pf_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1]
-        lines = tl.arange(0, BLOCK_K // LINE) * LINE  # [BLOCK_K / LINE] first element of each 128-byte line
-        for t in tl.static_range(PREFETCH):
-            k_line = k_begin + t * BLOCK_K + lines  # [BLOCK_K / LINE]
-            k_line = tl.where(k_line < k_end, k_line, k_begin)  # past the slice: the first line again
-            tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [pf_rows + k_line[None, :]],
-                                      dtype=tl.int32, is_pure=False, pack=1)
         tl.extra.cuda.gdc_wait()  # from here on the previous kernel's writes are visible
     if USE_DOT:
         x_rows = x_ptr + rows[:, None] * s_xm  # [M_PAD, 1]
@@ -248,12 +241,12 @@ def _check_form(config: GemvConfig, M: int) -> None:
 
 
 def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dtype | None = None,
-                       config: GemvConfig | None = None, pdl: bool = False, prefetch: int = 2) -> torch.Tensor:
+                       config: GemvConfig | None = None, pdl: bool = False) -> torch.Tensor:
     """``y = x @ w.T`` for a few rows: ``x: [M, K]`` (1 <= M <= 64, contiguous last dim), ``w: [N, K]`` contiguous,
     same float dtype and device; fp32 accumulation; returns ``y: [M, N]`` in ``out_dtype`` (None: x's dtype).
     ``config`` (a :class:`GemvConfig`) overrides :func:`gemv_config`'s default launch. ``pdl`` (GPUs of compute
-    capability 9 or more; ignored elsewhere): a programmatic dependent launch that prefetches the first ``prefetch``
-    weight tiles of each program into L2 while the previous kernel finishes (see :func:`_gemv_kernel`)."""
+    capability 9 or more; ignored elsewhere): a programmatic dependent launch, whose programs are resident and
+    waiting when the previous kernel ends (:mod:`~lumotree.optimized.pdl`; -3 % on the decode step, H200)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     device = x.device
@@ -278,21 +271,17 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
         partials, counters = split_k_scratch(device, M, N, cfg.block_n, split_k)  # [S, M, N], [row blocks]
     else:
         partials, counters = y, y  # unused
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 0 <= prefetch <= 8:
-        raise ValueError(f"prefetch = {prefetch!r} must be an int in [0, 8] (weight tiles per program)")
     m_pad = max(16, triton.next_power_of_2(M)) if cfg.use_dot else triton.next_power_of_2(M)
     pdl = bool(pdl) and pdl_supported(device)
     opts = {} if interpreting() else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     if pdl:
         opts["launch_pdl"] = True
-    line = max(1, 128 // x.element_size())  # elements per 128-byte line
     grid = (triton.cdiv(N, cfg.block_n), split_k)
     _gemv_kernel[grid](
         x, w, y, partials, counters,
         M, N, K, x.stride(0), y.stride(0), k_per_split, split_k,
         M_PAD=m_pad, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=K % cfg.block_k == 0,
-        USE_DOT=cfg.use_dot, IEEE=x.dtype == torch.float32, PDL=pdl, PREFETCH=prefetch if pdl else 0,
-        LINE=min(line, cfg.block_k), **opts,
+        USE_DOT=cfg.use_dot, IEEE=x.dtype == torch.float32, PDL=pdl, **opts,
     )  # fmt: skip
     return y
 

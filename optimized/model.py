@@ -67,7 +67,7 @@ __all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random"
 def _add_rmsnorm_kernel(h_ptr, delta_ptr, w_ptr, out_ptr, D, eps, HAS_DELTA: tl.constexpr, BLOCK: tl.constexpr,
                         PDL: tl.constexpr):
     """One program per token row: ``h += delta`` (rounded to h's dtype, in place), ``out = h rsqrt(mean h^2 + eps) w``."""
-    allow_dependents(PDL)  # the GEMV after it may launch and prefetch its weight (optimized.pdl)
+    allow_dependents(PDL)  # the GEMV after it may launch now (optimized.pdl)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)  # [BLOCK]
     ok = cols < D
@@ -85,7 +85,7 @@ def _add_rmsnorm_kernel(h_ptr, delta_ptr, w_ptr, out_ptr, D, eps, HAS_DELTA: tl.
 @triton.jit
 def _silu_mul_kernel(gu_ptr, out_ptr, inner, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """``out[t] = silu(gu[t, :I]) * gu[t, I:]`` (SwiGLU), fp32 arithmetic, one rounding."""
-    allow_dependents(PDL)  # the GEMV after it may launch and prefetch its weight (optimized.pdl)
+    allow_dependents(PDL)  # the GEMV after it may launch now (optimized.pdl)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
     ok = cols < inner
@@ -230,7 +230,7 @@ class OptimizedModel:
         if small_batch_linear is None:  # decode projections on optimized.gemv (see _linear)
             small_batch_linear = self.device.type == "cuda" and self.dtype != torch.float32
         self.small_batch_linear = bool(small_batch_linear)
-        # the GEMV as a programmatic dependent launch (weight prefetched under the previous kernel; optimized.pdl)
+        # the GEMV as a programmatic dependent launch (resident when the previous kernel ends; optimized.pdl)
         self.pdl = pdl_supported(self.device) if pdl is None else bool(pdl) and pdl_supported(self.device)
 
         # ---- weights: validate names and shapes (HF layout), then fuse / reorder once
@@ -703,6 +703,7 @@ class OptimizedModel:
             accepted = accepted.to(self.device)
             self._commit(rec, accepted)
         advance = rec.meta.depth.gather(1, accepted.to(self.device).long()[:, None])[:, 0] + 1  # [B] on the device
+        self._settle_lengths()  # the earlier commits' advances (done by now, unless nothing waited since): one pending
         self._pending_advance.append((self._last_slots, advance))
         self._last = None
 

@@ -466,7 +466,7 @@ def _combine_kernel(
     """Grid ``(B * N * HQ, D / BLOCK_D)``: one (request, node, query head) row and ``BLOCK_D`` of its columns per
     program. ``o = sum_s w_s o_s / sum_s w_s`` with ``w_s = l_s 2^(m_s - max m)`` over the normalised split partials
     ``o_s``, ``BLOCK_S`` splits per vector load (one round trip when ``BLOCK_S >= NUM_SPLITS``); then the gate."""
-    allow_dependents(PDL)  # the output projection's GEMV may launch and prefetch its weight (optimized.pdl)
+    allow_dependents(PDL)  # the output projection's GEMV may launch now (optimized.pdl)
     pid = tl.program_id(0)
     h = pid % HQ
     n = (pid // HQ) % N

@@ -168,7 +168,6 @@ def _bad_input_cases():
         (dict(x=x, w=torch.zeros(0, 16, device=DEVICE)), ValueError, "N = 0"),
         (dict(x=x, w=torch.zeros(8, 16, device="meta")), ValueError, "w is on meta"),
         (dict(x=x, w=w, out_dtype=torch.int32), TypeError, "out_dtype must be one of"),
-        (dict(x=x, w=w, prefetch=9), ValueError, "prefetch = 9"),
         (dict(x=x, w=w, out_dtype="bfloat16"), TypeError, "out_dtype must be one of"),
         (dict(x=x, w=w, config=(16, 16, 1, 4, 1)), TypeError, "config must be a GemvConfig"),
         (dict(x=x, w=w, config=G.GemvConfig(12, 16, 1, 4, 1)), ValueError, "config.block_n = 12"),
