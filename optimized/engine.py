@@ -711,6 +711,8 @@ class Engine:
         width = next((n for n in self.node_buckets if n >= width), width)
         draws = [c.draws for c in cut] if any(c.draws is not None for c in cut) else None
         host_trees = TreeBatch.pack([c.tokens for c in cut], [c.parents for c in cut], width=width, draws=draws)
+        greedy = all(r.params.greedy for r in batch)
+        coins = None if greedy else self._coins(batch, host_trees.num_coins)  # builds the draw lists on the host
         # on the model's device before the verify is launched (a later host-to-device copy would wait for it); from
         # here on nothing reads back to the host until the outcome, after the commit is queued: one wait a step
         trees = host_trees.to(dev)
@@ -727,7 +729,6 @@ class Engine:
             for b, c in enumerate(cut):
                 if c.proposal is not None:
                     proposal[b, : c.num_nodes] = c.proposal.to(proposal)
-        coins = None if all(r.params.greedy for r in batch) else self._coins(batch, trees.num_coins)
         outcome = verify_batch(trees, logits, temperature, top_k, top_p, coins, variant, proposal)
         self.model.commit(slots, trees, outcome.accepted_node)
         outcome = outcome.to("cpu")

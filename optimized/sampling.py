@@ -197,7 +197,9 @@ class TreeBatch:
     ``depth: [B, N]``, ``ancestor: [B, N, N]`` (inclusive ancestor mask), ``valid: [B, N]``. Draw lists (a linked list
     per node): ``first_draw: [B, N]``, ``draw_child: [B, D]``, ``draw_next: [B, D]`` (-1 = none). By default the draws
     are the children in index order and draw d is node d + 1 (D = N - 1); ``draws`` (per tree, per node, the children
-    in draw order, repeats allowed for ``iid``) overrides that, as the reference's ``DraftProposal.draws``.
+    in draw order, repeats allowed for ``iid``) overrides that, as the reference's ``DraftProposal.draws``. The
+    default draw lists are built when first read (on the host, then placed next to ``tokens``: read them before
+    moving the batch with :meth:`to` to move them along).
     """
 
     def __init__(
@@ -239,9 +241,19 @@ class TreeBatch:
         self.depth = torch.from_numpy(depth).to(dev)  # [B, N]
         self.ancestor = torch.from_numpy(ancestor).to(dev)  # [B, N, N]
         if draws is None or all(d is None for d in draws):
-            self._default_draws(par, child)
+            self._draw_source = (par, child)  # the default draw lists are built when first read (sampling only)
         else:
             self._explicit_draws(draws)
+
+    _DRAW_FIELDS = ("first_draw", "draw_child", "draw_next")
+
+    def __getattr__(self, name: str):
+        """The default draw lists on first use (greedy verification never reads them: no host work for them)."""
+        source = self.__dict__.get("_draw_source")
+        if name in TreeBatch._DRAW_FIELDS and source is not None:
+            self._default_draws(*source)
+            return self.__dict__[name]
+        raise AttributeError(f"'TreeBatch' object has no attribute {name!r}")
 
     def _default_draws(self, par: np.ndarray, child: np.ndarray) -> None:
         """Children in index order; draw d = node d + 1. Sorting the non-root nodes by (parent, index) puts every
@@ -271,13 +283,14 @@ class TreeBatch:
         self.first_draw = torch.from_numpy(np.where(first_child > 0, first_child - 1, -1)).to(dev)  # [B, N]
         self.draw_next = torch.from_numpy(np.where(nxt > 0, nxt - 1, -1)).to(dev)  # [B, D]
         self.draw_child = torch.from_numpy(np.tile(np.arange(1, N, dtype=np.int64), (B, 1))).to(dev)  # [B, D]
+        self._draw_source = None
 
     def _explicit_draws(self, draws: list[list[list[int]] | None]) -> None:
         """Draw lists built on the host from per-node child orders (``None`` for a tree: index order)."""
         B, N = self.tokens.shape
         if len(draws) != B:
             raise ValueError(f"draws has {len(draws)} entries, expected one per tree (B = {B})")
-        parents = self.parents.cpu().tolist()
+        parents = self.parents.cpu().tolist()  # at construction: still where the caller built them
         counts = self.num_nodes.cpu().tolist()
         per_tree: list[list[list[int]]] = []
         for b in range(B):
@@ -297,8 +310,8 @@ class TreeBatch:
             per_tree.append([list(x) for x in d])
         D = max(1, max(sum(len(x) for x in t) for t in per_tree))
         first_draw = torch.full((B, N), -1, dtype=torch.int64)
-        draw_child = torch.zeros((B, D), dtype=torch.int64)
-        draw_next = torch.full((B, D), -1, dtype=torch.int64)
+        draw_child = torch.zeros((B, D), dtype=torch.int64)  # [B, D]
+        draw_next = torch.full((B, D), -1, dtype=torch.int64)  # [B, D]
         for b, lists in enumerate(per_tree):
             d = 0
             for u, kids_u in enumerate(lists):

@@ -328,3 +328,29 @@ def test_malformed_trees_and_shapes_rejected():
         verify_sampling(batch, torch.rand(1, 2, 4), torch.rand(1, 2), "lossy")
     with pytest.raises(ValueError, match="proposal"):
         verify_sampling(batch, torch.rand(1, 2, 4), torch.rand(1, 2), "iid")
+
+
+def test_tree_batch_moves_in_one_piece_with_lazy_draws():
+    """TreeBatch.to keeps every tensor's values, shape and dtype (one packed copy per dtype); the default draw lists
+    are built on first read, the same whether read before or after the move; VerifyOutcome.to likewise."""
+    rng = np.random.default_rng(8)
+    parents = [build_tree_parents(kind, 9, rng) for kind in ("single", "chain", "star", "deep_wide")]
+    tokens = [distinct_sibling_tokens(p, 50, rng) for p in parents]
+    batch = TreeBatch.pack([t for t, _ in tokens], [p for _, p in tokens])
+    assert "first_draw" not in vars(batch)  # not built yet
+    fresh = TreeBatch.pack([t for t, _ in tokens], [p for _, p in tokens])
+    expected = {name: getattr(fresh, name).clone() for name in ("first_draw", "draw_child", "draw_next")}
+    target = torch.device("meta")  # another device; the copy's bytes are checked through sampling._moved_together
+    moved = batch.to(target)
+    assert moved.tokens.device == target and moved.ancestor.dtype == torch.bool
+    assert moved.first_draw.shape == expected["first_draw"].shape  # built lazily from the host arrays
+    tensors = {k: v for k, v in vars(fresh).items() if isinstance(v, torch.Tensor)}
+    for name, t in sampling._moved_together(tensors, torch.device("cpu")).items():
+        assert t.dtype == tensors[name].dtype and torch.equal(t, tensors[name]), name
+    for name, t in expected.items():
+        assert torch.equal(getattr(batch, name), t), name  # the lazy build equals the eager one
+    logits = torch.randn(batch.batch_size, batch.width, 50, dtype=torch.float64)
+    outcome = verify_greedy(batch, logits.argmax(-1))
+    on_meta = outcome.to(target)
+    assert on_meta.on_path.device == target and on_meta.on_path.dtype == torch.bool
+    assert on_meta.next_token.shape == outcome.next_token.shape
