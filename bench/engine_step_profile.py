@@ -38,10 +38,14 @@ class PhaseTimer:
 
     def __init__(self, device: torch.device):
         self.device, self.enabled, self.times = device, False, defaultdict(list)
+        self.label = False  # profiler ranges (torch.profiler.record_function) around each phase, no synchronisation
         self.sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
     def wrap(self, name: str, fn):
         def timed(*args, **kwargs):
+            if self.label:
+                with torch.profiler.record_function(f"phase:{name}"):
+                    return fn(*args, **kwargs)
             if not self.enabled:
                 return fn(*args, **kwargs)
             self.sync()
@@ -53,6 +57,57 @@ class PhaseTimer:
         return timed
 
 
+def trace_tree_steps(args, target, oracle, config, buckets, prompt, timer) -> list[dict]:
+    """Profile a short tree run; per engine step: wall ms, GPU busy ms (union of kernel intervals), the idle gaps
+    longer than 20 us, and the host phases (from the record_function ranges)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    drafter = SyntheticDrafter(args.acceptance, oracle, config.vocab_size)
+    drafter.propose = timer.wrap("draft", drafter.propose)
+    e = eng.Engine(target, drafter, mode="tree", budget="fixed", max_nodes=args.nodes, node_buckets=buckets,
+                   batch_buckets=[1], seed=0)
+    e.generate([prompt], SamplingParams(max_new_tokens=8))
+    e = eng.Engine(target, drafter, mode="tree", budget="fixed", max_nodes=args.nodes, node_buckets=buckets,
+                   batch_buckets=[1], seed=0)
+    e.submit(prompt, SamplingParams(max_new_tokens=48))
+    e.step()  # the prefill
+    timer.label = True
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        while e.has_work():
+            with record_function("engine_step"):
+                e.step()
+        torch.cuda.synchronize()
+    timer.label = False
+    prof.export_chrome_trace(args.trace)
+    with open(args.trace) as f:
+        events = [ev for ev in json.load(f)["traceEvents"] if ev.get("ph") == "X"]
+    kernels = sorted((ev["ts"], ev["ts"] + ev["dur"]) for ev in events if ev.get("cat") == "kernel")
+    steps = sorted((ev["ts"], ev["ts"] + ev["dur"]) for ev in events
+                   if ev.get("cat") == "user_annotation" and ev["name"] == "engine_step")
+    phases = [ev for ev in events if ev.get("cat") == "user_annotation" and ev["name"].startswith("phase:")]
+    out = []
+    for t0, t1 in steps:
+        busy, gaps, cursor = 0.0, [], t0
+        for k0, k1 in kernels:
+            if k1 <= t0 or k0 >= t1:
+                continue
+            k0, k1 = max(k0, t0), min(k1, t1)
+            if k0 - cursor > 20:
+                gaps.append((round((cursor - t0) / 1e3, 3), round((k0 - cursor) / 1e3, 3)))
+            if k1 > cursor:
+                busy += k1 - max(k0, cursor)
+                cursor = k1
+        if t1 - cursor > 20:
+            gaps.append((round((cursor - t0) / 1e3, 3), round((t1 - cursor) / 1e3, 3)))
+        host = {ev["name"][6:]: (round((ev["ts"] - t0) / 1e3, 3), round(ev["dur"] / 1e3, 3)) for ev in phases
+                if t0 <= ev["ts"] < t1}
+        row = {"wall_ms": (t1 - t0) / 1e3, "gpu_busy_ms": busy / 1e3, "idle_gaps_ms (at, length)": gaps,
+               "phases_ms (at, length)": host}
+        out.append(row)
+        print(json.dumps(row), flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="bench", choices=sorted(RANDOM_CONFIGS))
@@ -62,6 +117,8 @@ def main() -> int:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--out", default="engine_profile.json")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test (tiny config, Triton interpreter, fp32)")
+    ap.add_argument("--trace", default=None, help="also trace a short tree run (torch profiler, CPU + CUDA) into this "
+                    "Chrome-trace JSON and print, per step, its wall time, the GPU's busy time and idle gaps")
     args = ap.parse_args()
     dev = torch.device(args.device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -129,6 +186,8 @@ def main() -> int:
         for k, v in run["synced_phase_ms"].items():
             print(f"   {k:14s} {v:8.3f} ms  x{run['synced_phase_calls'][k]}")
         print(run["cprofile_tottime"][:6000])
+    if args.trace and dev.type == "cuda":
+        result["trace"] = trace_tree_steps(args, target, oracle, config, buckets, prompt, timer)
     from triton.testing import do_bench
 
     for rows in (1, args.nodes):  # device time of the argmax the greedy check starts from

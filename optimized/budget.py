@@ -207,7 +207,7 @@ def _cumulative(confidences: Sequence[np.ndarray]) -> np.ndarray:
 def expected_tokens(sorted_confidences: np.ndarray, nodes: int, kappa: float = 1.0) -> float:
     """``E(n) = 1 + kappa * sum of the n - 1 largest path confidences`` (``sorted_confidences``: non-root nodes,
     descending)."""
-    return 1.0 + kappa * float(np.sum(sorted_confidences[: max(0, nodes - 1)]))
+    return 1.0 + kappa * float(np.asarray(sorted_confidences)[: max(0, nodes - 1)].sum())
 
 
 @dataclass

@@ -399,6 +399,12 @@ class SyntheticDrafter:
         self.acceptance = float(acceptance)
         self.rank_confidence = [self.acceptance * (1 - self.acceptance) ** r for r in range(branching)]
         self.oracle = {tuple(int(t) for t in k): [int(t) for t in v] for k, v in oracle.items()}
+        longest = max((len(v) for v in self.oracle.values()), default=0)
+        self._truth_rows = {}  # prompt -> [longest + 1] int64: its continuation, then -1 (built once, not per draft)
+        for k, v in self.oracle.items():
+            row = np.full(longest + 1, -1, dtype=np.int64)
+            row[: len(v)] = v
+            self._truth_rows[k] = row
         self.vocab_size = int(vocab_size)
         self.rng = np.random.default_rng(seed)
         self.description = (
@@ -440,7 +446,7 @@ class SyntheticDrafter:
         parents, ranks, conf, child_at = self._template(max_nodes, chain)
         n, B, V = len(parents), len(requests), self.vocab_size
         width = len(self.rank_confidence)
-        truths, pos = [], np.full(B, -1, dtype=np.int64)
+        rows_of, pos = [], np.full(B, -1, dtype=np.int64)
         for b, r in enumerate(requests):
             prompt = self._prompt[r.slot]
             truth = self.oracle[prompt]
@@ -449,10 +455,8 @@ class SyntheticDrafter:
                 pos[b] = done
             else:
                 self.desynced += 1
-            truths.append(truth)
-        truth_arr = np.full((B, max(len(t) for t in truths) + 1), -1, dtype=np.int64)  # [B, L + 1]; -1 past the end
-        for b, t in enumerate(truths):
-            truth_arr[b, : len(t)] = t
+            rows_of.append(self._truth_rows[prompt])
+        truth_arr = np.stack(rows_of)  # [B, L + 1] the continuations, -1 past their end
         base = self.rng.integers(0, V, size=(B, n))  # [B, n] per parent
         hit = np.searchsorted(np.cumsum(self.rank_confidence), self.rng.random((B, n)), side="right")  # [B, n]
         tokens = np.empty((B, n), dtype=np.int64)  # [B, n]

@@ -735,7 +735,7 @@ class Engine:
         emitted = outcome.emitted(host_trees)
         accepted = outcome.accepted_len.tolist()
         committed = [[r.output[-1]] + e[:-1] for r, e in zip(batch, emitted)]
-        predicted = float(sum(float(np.sum(c.confidence[1:])) for c in cut))
+        predicted = float(sum(c.confidence[1:].sum() for c in cut))
         return committed, emitted, accepted, predicted, width
 
     # ------------------------------------------------------------------------------------------------ drivers

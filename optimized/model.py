@@ -660,6 +660,8 @@ class OptimizedModel:
             check_tree_rows(parents, num_nodes)
             self._check_room(slots.tolist(), N)
         B, N = tokens.shape
+        if num_nodes is None:  # whole trees (also without validation)
+            num_nodes = torch.full((B,), N, dtype=torch.int32, device=self.device)
         self._last_slots = self._host_slots(slots)  # before the launch: a device read would wait for the step
         inputs = {"tokens": tokens, "slots": slots, "parents": parents, "num_nodes": num_nodes}
         if self.graphs:
@@ -692,7 +694,7 @@ class OptimizedModel:
         if graph_rec:  # the verify came from a graph replay: commit through a graph on its static record
             entry = self._graph_entries.get(key)
             if entry is None:
-                static = {"accepted": accepted.clone()}
+                static = {"accepted": accepted.to(self.device, copy=True)}
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
                     self._commit(rec, static["accepted"])

@@ -379,13 +379,17 @@ class TreeBatch:
                 raise ValueError(f"tree {b}: {n} tokens but {len(p)} parents")
             if not 1 <= n <= N:
                 raise ValueError(f"tree {b} has {n} nodes; expected 1..{N}")
-            if p[0] != -1 or not all(0 <= p[i] < i for i in range(1, n)):
-                raise ValueError(f"tree {b}: parents {list(p)} are not a topological parent array")
             tok_rows.append(list(t) + [0] * (N - n))
             par_rows.append(list(p) + [0] * (N - n))
             num.append(n)
         tok = np.array(tok_rows, dtype=np.int64).reshape(B, N)
         par = np.array(par_rows, dtype=np.int64).reshape(B, N)
+        node = np.arange(N)  # topological parent arrays: parents[0] = -1, 0 <= parents[i] < i (all trees at once)
+        real = node[None, :] < np.array(num)[:, None]  # [B, N]
+        bad = real & np.where(node[None, :] == 0, par != -1, (par < 0) | (par >= node[None, :]))  # [B, N]
+        if bad.any():
+            b = int(np.nonzero(bad.any(1))[0][0])
+            raise ValueError(f"tree {b}: parents {list(parents[b])} are not a topological parent array")
         tok_t, par_t = torch.from_numpy(tok), torch.from_numpy(par)
         num_t = torch.from_numpy(np.array(num, dtype=np.int64))
         if torch.device(device).type != "cpu":
