@@ -60,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="default: cuda when available")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=2, help="timed generations per run (the fastest is kept)")
-    parser.add_argument("--linear", choices=("cublas", "gemv", "auto"), default="cublas",
-                        help="decode projections (<= 8 rows): cuBLAS, optimized.gemv, or whichever replays the B=1 "
+    parser.add_argument("--linear", choices=("cublas", "gemv", "auto"), default="auto",
+                        help="decode projections (few rows): cuBLAS, optimized.gemv, or whichever replays the B=1 "
                              "(smallest batch) decode step faster (both times recorded)")
     parser.add_argument("--time-limit", type=float, default=float("inf"),
                         help="seconds after which no new run starts")

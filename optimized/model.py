@@ -14,8 +14,9 @@ A *tree step* runs B requests with N nodes each through all layers: per GDN laye
 (:func:`~lumotree.optimized.gdn_tree.gdn_tree_verify_gated`) and the gated RMSNorm
 (:func:`~lumotree.optimized.gdn_decode.gated_rmsnorm`), per attention layer the fused q/k norm + RoPE + KV store
 (:func:`~lumotree.optimized.tree_attention.prepare_qkv`) and tree attention; the projections and MLPs are cuBLAS
-matmuls (with ``small_batch_linear``, steps of at most 8 token rows use the split-K weight-streaming GEMV of
-:mod:`~lumotree.optimized.gemv` instead); each residual add is fused with the RMSNorm that follows it, and
+matmuls (with ``small_batch_linear``, the GPU default, the projections of steps with few token rows use the split-K
+weight-streaming GEMV of :mod:`~lumotree.optimized.gemv` where :func:`~lumotree.optimized.gemv.preferred`, launched
+with PDL, :mod:`~lumotree.optimized.pdl`); each residual add is fused with the RMSNorm that follows it, and
 SwiGLU's ``silu(g) * u`` is one kernel. The *commit* advances every pool along each request's accepted path (GDN
 state from the factors, conv state from the path inputs, KV compaction). Then
 
