@@ -146,8 +146,8 @@ def main() -> int:
         e._sample_rows = timer.wrap("sample", e._sample_rows)
         return e
 
-    result = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "config": args.config, "nodes": args.nodes,
-              "acceptance": args.acceptance, "runs": {}}
+    result = {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "config": args.config,
+              "nodes": args.nodes, "acceptance": args.acceptance, "runs": {}}
     oracle = None
     for mode in ("autoregressive", "tree"):
         drafter = None if mode == "autoregressive" else SyntheticDrafter(args.acceptance, oracle, config.vocab_size)

@@ -6,10 +6,9 @@ previous kernel has completed and its writes are visible) before it touches any 
 In this project only :func:`~lumotree.optimized.gemv.small_batch_linear` is launched with PDL (its programs then sit
 resident at the wait when the previous kernel ends: the B = 1 decode step of the bench model replays in 1583 instead
 of 1629 us on the H200; prefetching weight tiles into L2 before the wait made it slower, 1669-1960 us:
-``bench/pdl_probe.py``). The kernels that precede it in a decode step call :func:`allow_dependents` at their start,
-so that the GEMV can launch under their tail. The signal alone changes
-nothing for a successor launched without PDL (it starts after completion, as always); both instructions are no-ops
-when PDL is not in use.
+``bench/decode_probe.py --what pdl``). The kernels that precede it in a decode step call :func:`allow_dependents`
+at their start, so that the GEMV can launch under their tail. The signal alone changes nothing for a successor
+launched without PDL (it starts after completion, as always); both instructions are no-ops when PDL is not in use.
 """
 
 from __future__ import annotations

@@ -1,0 +1,123 @@
+"""Probes (GPU) of the bench model's (bench/model_verify.py's config) steps at B = 1, CUDA-graph replays:
+
+- ``pdl``: the decode step with the GEMV launched plainly and as a programmatic dependent launch
+  (``optimized.pdl``), median of ``triton.testing.do_bench``; the logits of each variant, eager and replayed, checked
+  bit-identical to the plain launch. (The run of 2026-12-01 also timed an L2 prefetch of 1-4 weight tiles per program
+  before the wait, with the GEMV of commit 4251649; the prefetch was then removed:
+  ``bench/results/2026-12-01b/pdl_probe.json``.)
+- ``launch``: host time of ``CUDAGraph.replay()`` (the ``cudaGraphLaunch`` call alone, after a synchronisation) and
+  wall time of replay + synchronisation, for the decode graph and the verify and commit graphs at N = 1, 16, 64.
+
+Run: ``PYTHONPATH=$PWD:$PWD/bench python bench/decode_probe.py --out decode_probe.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+import triton
+
+from lumotree.optimized import model as om
+from lumotree.reference.config import HybridConfig
+from lumotree.reference.tree import random_parents
+
+from model_verify import CONFIG, set_lengths  # noqa: E402  (bench/ is the script's directory)
+
+
+def pdl_rows(model: om.OptimizedModel, L: int) -> list[dict]:
+    slots, tokens = torch.zeros(1, dtype=torch.int32), torch.tensor([123])
+    pools = [*model.state_pools, *model.conv_pools, *model.k_pools, *model.v_pools]
+    for pool in pools:
+        pool.normal_(0.0, 0.1)
+    saved = [p.clone() for p in pools]
+
+    def restore() -> None:
+        for pool, copy in zip(pools, saved):
+            pool.copy_(copy)
+        set_lengths(model, L)
+
+    rows, reference = [], None
+    for name, pdl in (("plain", False), ("pdl", True)):
+        model.set_small_batch_linear(True, pdl=pdl)
+        restore()
+        logits = model.decode(slots, tokens).clone()  # the eager run (compiles), then the capture
+        graph = model._graph_entries[("decode", 1)]["graph"]
+
+        def replay() -> None:
+            graph.replay()
+            model.lens.fill_(L)
+
+        us = 1e3 * triton.testing.do_bench(replay, warmup=20, rep=200, return_mode="median")
+        restore()
+        graph.replay()  # the replay's logits too
+        torch.cuda.synchronize()
+        same_replay = bool(torch.equal(model._graph_entries[("decode", 1)]["result"], logits))
+        same = True if reference is None else bool(torch.equal(logits, reference))
+        reference = logits if reference is None else reference
+        rows.append({"variant": name, "pdl": pdl, "decode_us": us, "logits_equal_plain": same,
+                     "replay_equal_eager": same_replay})
+    return rows
+
+
+def host_and_wall_ms(graph: torch.cuda.CUDAGraph, reset, repeats: int = 30) -> tuple[float, float]:
+    host, wall = [], []
+    for _ in range(repeats):
+        reset()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        graph.replay()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        host.append(t1 - t0)
+        wall.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(host)), 1e3 * float(np.median(wall))
+
+
+def launch_rows(model: om.OptimizedModel, L: int) -> list[dict]:
+    rng = np.random.default_rng(0)
+    slots = torch.zeros(1, dtype=torch.int32)
+    reset = lambda: set_lengths(model, L)  # noqa: E731
+    rows = []
+    reset()
+    model.decode(slots, torch.tensor([5]))
+    model.decode(slots, torch.tensor([5]))
+    host, wall = host_and_wall_ms(model._graph_entries[("decode", 1)]["graph"], reset)
+    rows.append({"graph": "decode", "N": 1, "host_launch_ms": host, "wall_ms": wall})
+    for N in (1, 16, 64):
+        parents = torch.tensor([random_parents(N, rng)], dtype=torch.int32)
+        tokens = torch.tensor(rng.integers(0, 1000, (1, N)))
+        for _ in range(2):  # eager + capture, then a replay: the commit graph captures on the replayed record
+            reset()
+            model.verify(slots, tokens, parents, validate=False)
+            model.commit(slots, torch.zeros(1, dtype=torch.int32), validate=False)
+        for kind in ("verify", "commit"):
+            host, wall = host_and_wall_ms(model._graph_entries[(kind, 1, N)]["graph"], reset)
+            rows.append({"graph": kind, "N": N, "host_launch_ms": host, "wall_ms": wall})
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="decode_probe.json")
+    ap.add_argument("--L", type=int, default=1024, help="committed context length")
+    ap.add_argument("--what", nargs="+", choices=["pdl", "launch"], default=["pdl", "launch"])
+    args = ap.parse_args()
+    model = om.build_random(HybridConfig(**CONFIG), seed=0, num_slots=1, max_seq_len=args.L + 512, max_nodes=64,
+                            device=torch.device("cuda"))
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "L": args.L}
+    for what in args.what:
+        result[what] = pdl_rows(model, args.L) if what == "pdl" else launch_rows(model, args.L)
+        for row in result[what]:
+            print(json.dumps(row), flush=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
