@@ -181,9 +181,11 @@ class OptimizedModel:
     - ``release(slot)``; ``cache_length(slot)``; attributes ``vocab_size, num_slots, max_seq_len, max_nodes,
       device, dtype, config``.
 
-    ``small_batch_linear`` (or :meth:`set_small_batch_linear`): decode projections of at most 8 rows on
-    :func:`~lumotree.optimized.gemv.small_batch_linear` instead of cuBLAS (GPU only; default: on for a CUDA model in
-    bf16/fp16, where it measured 1.03-1.20x faster than cuBLAS per projection on the H200, bench/RESULTS.md).
+    ``small_batch_linear`` (or :meth:`set_small_batch_linear`): projections of few token rows (where
+    :func:`~lumotree.optimized.gemv.preferred`) on :func:`~lumotree.optimized.gemv.small_batch_linear` instead of
+    cuBLAS (GPU only; default: on for a CUDA model in bf16/fp16, where it measured 1.03-1.20x faster than cuBLAS per
+    projection at one row on the H200, bench/RESULTS.md); ``pdl`` (default: where supported): the GEMV as a
+    programmatic dependent launch (:mod:`~lumotree.optimized.pdl`).
     """
 
     def __init__(
