@@ -178,25 +178,20 @@ def gemv_config(M: int, N: int, K: int, device: torch.device | str) -> GemvConfi
     ``split_k`` is reduced to whole, non-empty K tiles; the tile's K to the problem's below 512 columns.
     """
     device = torch.device(device)
+    warps, use_dot = 4, True
     if M <= 1:
         use_dot, num_stages = False, 1
-        block_n, block_k, split_k = (4, 512, 3) if N <= 4096 else (8, 512, 1) if N >= 65536 else (16, 256, 1)
+        block_n, block_k, split_k = (4, 512, 3) if N <= 4096 else (8, 512, 1) if N >= WIDE_N else (16, 256, 1)
     elif M <= MAX_SUM_ROWS:
-        use_dot, num_stages = True, 4
-        block_n, block_k, split_k = (64, 128, 8) if N <= 4096 else (64, 128, 1) if N >= 65536 else (32, 128, 1)
-    else:  # 9..64 rows (tree steps, batched decode)
-        if N >= WIDE_N:
-            (block_n, block_k, warps, num_stages) = (128, 128, 4, 3) if M <= 32 else (64, 64, 4, 5)
-            split_k = 1
-        else:
-            (block_n, block_k, warps, num_stages) = (128, 128, 8, 4)
-            split_k = 4 if N <= 4096 else 1
-        block_k = min(block_k, max(16, triton.next_power_of_2(K)))
-        split_k, _ = _split_k_range(K, block_k, split_k)
-        return GemvConfig(block_n, block_k, split_k, warps, num_stages, True)
+        num_stages = 4
+        block_n, block_k, split_k = (64, 128, 8) if N <= 4096 else (64, 128, 1) if N >= WIDE_N else (32, 128, 1)
+    elif N >= WIDE_N:  # 9..64 rows (tree steps, batched decode)
+        (block_n, block_k, num_stages), split_k = ((128, 128, 3) if M <= 32 else (64, 64, 5)), 1
+    else:
+        (block_n, block_k, warps, num_stages), split_k = (128, 128, 8, 4), (4 if N <= 4096 else 1)
     block_k = min(block_k, max(16, triton.next_power_of_2(K)))
     split_k, _ = _split_k_range(K, block_k, split_k)
-    return GemvConfig(block_n, block_k, split_k, 4, num_stages, use_dot)
+    return GemvConfig(block_n, block_k, split_k, warps, num_stages, use_dot)
 
 
 def preferred(M: int, N: int) -> bool:

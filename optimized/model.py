@@ -543,8 +543,9 @@ class OptimizedModel:
         self.lens.index_copy_(0, slots.long(), lens + 1)
         return self._linear(x, self.lm_head, torch.float32)  # [B, Vocab]
 
-    def _commit(self, rec: _StepRecord, accepted: torch.Tensor) -> None:
-        """Advance every pool of ``rec``'s slots along root..accepted (device tensors only: graph safe)."""
+    def _commit(self, rec: _StepRecord, accepted: torch.Tensor) -> torch.Tensor:
+        """Advance every pool of ``rec``'s slots along root..accepted (device tensors only: graph safe); returns each
+        slot's length advance ``[B]`` (depth of the accepted node + 1) on the device."""
         gi = ai = 0
         for layer in self.layers:
             if isinstance(layer, _GDNLayer):
@@ -563,6 +564,7 @@ class OptimizedModel:
                 ai += 1
         advance = rec.meta.depth.gather(1, accepted.long()[:, None])[:, 0] + 1  # [B]
         self.lens.index_copy_(0, rec.slots.long(), rec.lens + advance)
+        return advance
 
     def _fla_chunk(self, q, k, v, a_gate, b_gate, layer: _GDNLayer, gi: int, slots) -> torch.Tensor:
         """Prefill chunk through flash-linear-attention's chunked GDN (one request); writes the final state."""
@@ -692,6 +694,9 @@ class OptimizedModel:
             if bool(bad.any()):
                 b = int(torch.nonzero(bad)[0])
                 raise ValueError(f"accepted[{b}] = {int(accepted[b])} is not a node of tree {b}")
+        # the earlier commits' advances first (done by now, unless nothing waited since; a graph's advance below is
+        # its static output, which the replay overwrites): one pending advance at a time
+        self._settle_lengths()
         key = ("commit", rec.B, rec.N)
         graph_rec = self.graphs and self._graph_entries.get(("verify", rec.B, rec.N), {}).get("result") is rec
         if graph_rec:  # the verify came from a graph replay: commit through a graph on its static record
@@ -700,15 +705,13 @@ class OptimizedModel:
                 static = {"accepted": accepted.to(self.device, copy=True)}
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
-                    self._commit(rec, static["accepted"])
-                entry = self._graph_entries[key] = {"graph": graph, "static": static}
+                    captured = self._commit(rec, static["accepted"])
+                entry = self._graph_entries[key] = {"graph": graph, "static": static, "result": captured}
             entry["static"]["accepted"].copy_(accepted)
             entry["graph"].replay()
+            advance = entry["result"]  # [B] on the device
         else:
-            accepted = accepted.to(self.device)
-            self._commit(rec, accepted)
-        advance = rec.meta.depth.gather(1, accepted.to(self.device).long()[:, None])[:, 0] + 1  # [B] on the device
-        self._settle_lengths()  # the earlier commits' advances (done by now, unless nothing waited since): one pending
+            advance = self._commit(rec, accepted.to(self.device))  # [B] on the device
         self._pending_advance.append((self._last_slots, advance))
         self._last = None
 
