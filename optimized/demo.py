@@ -38,7 +38,7 @@ from ._checks import MAX_NODES, interpreting
 from .drafters import DraftModelDrafter, EngineDrafter, PromptLookupDrafter, layer_skip_checkpoint
 from .engine import Engine, OptimizedTarget
 from .model import OptimizedModel, from_reference
-from .sampling import SamplingParams, TreeBatch
+from .sampling import SamplingParams, TreeBatch, VerifyOutcome
 
 __all__ = ["run_engine", "build_engine_target", "RecordingTarget", "DTYPES", "MIN_KERNEL_HEAD_DIM"]
 
@@ -68,6 +68,11 @@ class RecordingTarget:
     def commit(self, slots: torch.Tensor, trees: TreeBatch, accepted: torch.Tensor) -> None:
         self.commits.append((trees, [int(a) for a in accepted.tolist()]))
         self.inner.commit(slots, trees, accepted)
+
+    def speculate_greedy(self, slots: torch.Tensor, trees: TreeBatch) -> VerifyOutcome:
+        outcome = self.inner.speculate_greedy(slots, trees)
+        self.commits.append((trees, [int(a) for a in outcome.accepted_node.tolist()]))
+        return outcome
 
     def release(self, slot: int) -> None:
         self.inner.release(slot)

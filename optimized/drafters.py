@@ -427,23 +427,27 @@ class SyntheticDrafter:
     def advance(self, requests: Sequence[DraftRequest], committed: Sequence[Sequence[int]]) -> None:
         """Stateless: the position comes from the context."""
 
-    def _template(self, nodes: int, chain: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(parents, ranks, path confidences, child_at[node, rank]) of the best-first tree, cached per size."""
+    def _template(self, nodes: int, chain: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """(parents, ranks, path confidences, child_at[node, rank], depth of the deepest node) of the best-first
+        tree, cached per size."""
         key = (nodes, chain)
         if key not in self._templates:
             ranks_conf = self.rank_confidence[:1] if chain else self.rank_confidence
             parents, ranks, conf = best_first_template(nodes, ranks_conf)
             child_at = np.full((len(parents), len(self.rank_confidence)), -1, dtype=np.int64)  # [n, width]
+            depth = [0] * len(parents)
             for i in range(1, len(parents)):
                 child_at[parents[i], ranks[i]] = i
-            self._templates[key] = (np.array(parents), np.array(ranks), np.array(conf), child_at)
+                depth[i] = depth[parents[i]] + 1
+            self._templates[key] = (np.array(parents), np.array(ranks), np.array(conf), child_at, max(depth))
         return self._templates[key]
 
     def propose(self, requests: Sequence[DraftRequest], max_nodes: int, chain: bool) -> list[Draft]:
-        """Vectorised over requests. Children of node u carry ``(base_u + rank) mod V`` (distinct siblings); walking
-        down the oracle path (one node per depth and request), the child of the drawn rank gets the true token, and a
-        sibling that would repeat it takes the value the hit rank freed."""
-        parents, ranks, conf, child_at = self._template(max_nodes, chain)
+        """Vectorised over requests. Children of node u carry ``(base_u + rank) mod V`` (distinct siblings). The
+        oracle path of a request runs from the root through the child of each node's drawn rank while that child
+        exists and the oracle has a next token; along it, the child of the drawn rank gets the true token, and a
+        sibling that would repeat it takes the value the hit rank freed (also where the drawn rank misses)."""
+        parents, ranks, conf, child_at, max_depth = self._template(max_nodes, chain)
         n, B, V = len(parents), len(requests), self.vocab_size
         width = len(self.rank_confidence)
         rows_of, pos = [], np.full(B, -1, dtype=np.int64)
@@ -463,25 +467,28 @@ class SyntheticDrafter:
         tokens[:, 0] = [r.context[-1] for r in requests]
         tokens[:, 1:] = (base[:, parents[1:]] + ranks[1:]) % V
         rows = np.arange(B)
-        node = np.zeros(B, dtype=np.int64)  # the on-path node of each request
-        on = pos >= 0
-        while on.any():
-            t = truth_arr[rows, np.clip(pos, 0, truth_arr.shape[1] - 1)]  # [B] the true next token (-1: none)
-            on &= t >= 0
-            h = hit[rows, node]  # [B] drawn rank (width = none)
-            kids = child_at[node]  # [B, width]
-            c = np.where(h < width, kids[rows, np.minimum(h, width - 1)], -1)  # [B] the hit child, or -1
-            alt = (base[rows, node] + np.minimum(h, width)) % V  # [B] a value no sibling uses
-            kid_tok = tokens[rows[:, None], np.maximum(kids, 0)]  # [B, width]
-            collide = on[:, None] & (kids >= 0) & (kid_tok == t[:, None]) & (kids != c[:, None])  # [B, width]
-            if collide.any():
-                b_idx, r_idx = np.nonzero(collide)
-                tokens[b_idx, kids[b_idx, r_idx]] = alt[b_idx]
-            found = on & (c >= 0)
-            tokens[rows[found], c[found]] = t[found]
-            node = np.where(found, c, 0)
-            pos = pos + 1
-            on = found
+        nxt = np.where(hit < width, child_at[np.arange(n)[None, :], np.minimum(hit, width - 1)], -1)  # [B, n]
+        levels = max_depth + 1
+        cols = np.clip(pos[:, None] + np.arange(levels)[None, :], 0, truth_arr.shape[1] - 1)  # [B, levels]
+        truth_at = np.where(pos[:, None] >= 0, truth_arr[rows[:, None], cols], -1)  # [B, levels] (-1: none)
+        path = np.full((B, levels), -1, dtype=np.int64)  # [B, levels] the on-path node at each depth
+        node = np.zeros(B, dtype=np.int64)
+        for d in range(levels):
+            node = np.where(truth_at[:, d] >= 0, node, -1)  # the walk stops where the oracle has no next token
+            path[:, d] = node
+            node = np.where(node >= 0, nxt[rows, np.maximum(node, 0)], -1)
+            if (node < 0).all():
+                break
+        bb, dd = np.nonzero(path >= 0)  # every (request, depth) on a path: levels are independent (disjoint nodes)
+        u, t = path[bb, dd], truth_at[bb, dd]
+        c = nxt[bb, u]  # the hit child, or -1
+        kids = child_at[u]  # [P, width]
+        collide = (kids >= 0) & (tokens[bb[:, None], np.maximum(kids, 0)] == t[:, None]) & (kids != c[:, None])
+        alt = (base[bb, u] + np.minimum(hit[bb, u], width)) % V  # [P] a value no sibling uses
+        p_idx, r_idx = np.nonzero(collide)
+        tokens[bb[p_idx], kids[p_idx, r_idx]] = alt[p_idx]
+        found = c >= 0
+        tokens[bb[found], c[found]] = t[found]
         parent_list = parents.tolist()
         return [Draft(tokens[b].tolist(), parent_list, conf) for b in range(B)]
 

@@ -45,7 +45,16 @@ from .budget import (
     make_budget,
 )
 from .drafters import Draft, DraftRequest, EngineDrafter
-from .sampling import SamplingParams, TreeBatch, counter_uniforms, sample_from, target_probs, verify_batch
+from .sampling import (
+    SamplingParams,
+    TreeBatch,
+    VerifyOutcome,
+    counter_uniforms,
+    sample_from,
+    target_probs,
+    verify_batch,
+    verify_greedy,
+)
 
 __all__ = [
     "TargetModel",
@@ -78,6 +87,11 @@ class TargetModel(Protocol):
     - ``verify(slots [B], trees) -> [B, N, V]``: logits of every node; caches untouched.
     - ``commit(slots [B], trees, accepted [B])``: advance every cache along root..accepted of the last ``verify``.
     - ``release(slot)``: the slot is free again.
+
+    Optional: ``speculate_greedy(slots [B], trees) -> VerifyOutcome`` (on the host): ``verify``, greedy acceptance
+    (:func:`~lumotree.optimized.sampling.verify_greedy`) and ``commit`` of the accepted nodes in one call. A model
+    that has it runs a greedy speculative step with it (fused: fewer launches); without it the engine makes the three
+    calls.
     """
 
     vocab_size: int
@@ -210,21 +224,39 @@ class OptimizedTarget:
         self._reset(pad)
         return logits[:B]
 
-    def verify(self, slots: torch.Tensor, trees: TreeBatch) -> torch.Tensor:
+    @staticmethod
+    def _padded_trees(trees: TreeBatch, Bp: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``tokens [Bp, N]`` int64, ``parents [Bp, N]`` and ``num_nodes [Bp]`` int32 on the host (the model copies
+        them in): the trees, then one-node trees for the padding slots."""
         B, N = trees.tokens.shape
-        padded, pad = self._padded(slots)
-        Bp = padded.shape[0]
-        tokens = torch.zeros((Bp, N), dtype=torch.int64, device=self.device)
-        parents = torch.zeros((Bp, N), dtype=torch.int32, device=self.device)
+        tokens = torch.zeros((Bp, N), dtype=torch.int64)
+        parents = torch.zeros((Bp, N), dtype=torch.int32)
+        num_nodes = torch.ones(Bp, dtype=torch.int32)
         parents[:, 0] = -1
-        num_nodes = torch.ones(Bp, dtype=torch.int32, device=self.device)
         tokens[:B] = trees.tokens
         parents[:B] = trees.parents
         num_nodes[:B] = trees.num_nodes
+        return tokens, parents, num_nodes
+
+    def verify(self, slots: torch.Tensor, trees: TreeBatch) -> torch.Tensor:
+        B = int(slots.shape[0])
+        padded, pad = self._padded(slots)
+        tokens, parents, num_nodes = self._padded_trees(trees, padded.shape[0])
         self._pad_slots = pad
         self._padded_slots = padded
         logits = self.model.verify(padded, tokens, parents, num_nodes, validate=self.validate)  # [Bp, N, V]
         return logits[:B]
+
+    def speculate_greedy(self, slots: torch.Tensor, trees: TreeBatch) -> VerifyOutcome:
+        """Verify, greedy acceptance and commit in one model call (:meth:`OptimizedModel.speculate_greedy`: one graph
+        replay); the outcome comes back to the host in one copy."""
+        B = int(slots.shape[0])
+        padded, pad = self._padded(slots)
+        tokens, parents, num_nodes = self._padded_trees(trees, padded.shape[0])
+        packed = self.model.speculate_greedy(padded, tokens, parents, num_nodes, validate=self.validate)
+        outcome = VerifyOutcome.from_packed(packed[:B].cpu())  # [B, 3 + N]: the step's one wait
+        self._reset(pad)
+        return outcome
 
     def commit(self, slots: torch.Tensor, trees: TreeBatch, accepted: torch.Tensor) -> None:
         B = int(slots.shape[0])
@@ -437,61 +469,67 @@ class Engine:
         )
 
     def measure_profile(self, repeats: int = 5, prompt_len: int = 16) -> CostProfile:
-        """Time decode (+ argmax to the host) and tree packing + verify + greedy verification + commit + emitted tokens
-        at every (batch, node) bucket on free slots, with random tokens and random trees (median of ``repeats`` after
-        one warm-up): the model part of each step as :meth:`step` runs it. Needs every slot free."""
+        """Time decode (+ argmax to the host) and a greedy speculative step's model part (tree packing, verify, greedy
+        acceptance, commit, emitted tokens: :meth:`step`'s path) at every (batch, node) bucket on free slots, with
+        random tokens and random trees (median of ``repeats`` after one warm-up). Slots are prefilled again (untimed)
+        when the next call could run out of context. Needs every slot free."""
         if len(self.free_slots) < self.model.num_slots:
             raise RuntimeError("measure_profile needs every slot free (call it before submitting requests)")
         dev = self.model.device
         gen = torch.Generator().manual_seed(1234)
         V = self.model.vocab_size
-        steps = (repeats + 1) * (len(self.node_buckets) + 1)  # tokens each slot commits while being timed
-        room = self.model.max_seq_len - self.max_nodes - steps - 2
-        if room < 1:
+        prompt_len = min(prompt_len, self.model.max_seq_len - self.max_nodes - 2)
+        if prompt_len < 1:
             raise ValueError(f"max_seq_len = {self.model.max_seq_len} is too short to measure a cost profile")
-        prompt_len = min(prompt_len, room)
         rng = np.random.default_rng(0)
+        length: dict[int, int] = {}  # cache length of each slot in use
 
-        def run_timed(fn: Callable[[], None]) -> float:
-            fn()
-            _sync(dev)
+        def make_room(batch: int, nodes: int) -> torch.Tensor:
+            """Slots 0..batch-1, each prefilled (again) unless it has room for a step of ``nodes`` nodes."""
+            for s in range(batch):
+                if length.get(s, self.model.max_seq_len) + nodes + 1 >= self.model.max_seq_len:
+                    if s in length:
+                        self.model.release(s)
+                    self.model.prefill(s, torch.randint(V, (prompt_len,), generator=gen).tolist())
+                    length[s] = prompt_len
+            return torch.tensor(list(range(batch)), dtype=torch.int64)
+
+        def run_timed(fn: Callable[[], None], prepare: Callable[[], None]) -> float:
             times = []
-            for _ in range(repeats):
+            for i in range(repeats + 1):  # the first call warms up (compiles, captures)
+                prepare()
+                _sync(dev)
                 t0 = time.perf_counter()
                 fn()
                 _sync(dev)
-                times.append(time.perf_counter() - t0)
+                if i:
+                    times.append(time.perf_counter() - t0)
             return float(np.median(times))
 
-        prepared: dict[int, torch.Tensor] = {}
-
-        def setup(batch: int) -> torch.Tensor:
-            """Slots 0..batch-1 prefilled once per batch bucket (each verify below commits only its root)."""
-            if batch not in prepared:
-                for s in range(batch):
-                    self.model.prefill(s, torch.randint(V, (prompt_len,), generator=gen).tolist())
-                prepared[batch] = torch.tensor(list(range(batch)), dtype=torch.int64, device=dev)
-            return prepared[batch]
-
         def time_decode(batch: int) -> float:
-            slots = setup(batch)
+            slots = torch.tensor(list(range(batch)), dtype=torch.int64)
             tokens = torch.randint(V, (batch,), generator=gen).to(dev)
-            return run_timed(lambda: self.model.decode(slots, tokens).argmax(-1).tolist())
+
+            def once() -> None:
+                self.model.decode(slots, tokens).argmax(-1).tolist()
+                for s in range(batch):
+                    length[s] += 1
+
+            return run_timed(once, lambda: make_room(batch, 1))
 
         def time_verify(batch: int, nodes: int) -> float:
-            slots = setup(batch)
+            slots = torch.tensor(list(range(batch)), dtype=torch.int64)
             parents = [[-1] + [int(rng.integers(0, i)) for i in range(1, nodes)] for _ in range(batch)]
             tokens = [list(range(nodes)) for _ in range(batch)]  # distinct tokens: valid for any shape
 
-            def once() -> None:  # the model part of a speculative step as the engine runs it (trees packed)
+            def once() -> None:  # the model part of a greedy speculative step as the engine runs it
                 trees = TreeBatch.pack(tokens, parents, width=nodes)  # on the host
-                logits = self.model.verify(slots, trees)
-                outcome = verify_batch(trees, logits, torch.zeros(batch), torch.zeros(batch, dtype=torch.long),
-                                       torch.ones(batch), None)
-                self.model.commit(slots, trees, torch.zeros_like(outcome.accepted_node))  # root only
+                outcome = self._speculate_greedy(slots, trees)
                 outcome.emitted(trees)
+                for s, a in enumerate(outcome.accepted_len.tolist()):
+                    length[s] += a + 1
 
-            return run_timed(once)
+            return run_timed(once, lambda: make_room(batch, nodes))
 
         try:
             profile = CostProfile.measure(
@@ -499,7 +537,7 @@ class Engine:
                 note=f"measured by Engine.measure_profile, median of {repeats}",
             )
         finally:
-            for s in range(min(self.batch_buckets[-1], self.model.num_slots)):
+            for s in length:
                 self.model.release(s)
         return profile
 
@@ -691,7 +729,6 @@ class Engine:
         return committed, [[t] for t in nxt], [0] * len(batch), 0.0, 1
 
     def _speculative_step(self, batch: list[Request], drafts: list[Draft], nodes: int):
-        dev = self.model.device
         cut = []
         for r, d in zip(batch, drafts):
             if d.tokens[0] != r.output[-1]:
@@ -711,12 +748,36 @@ class Engine:
         width = next((n for n in self.node_buckets if n >= width), width)
         draws = [c.draws for c in cut] if any(c.draws is not None for c in cut) else None
         host_trees = TreeBatch.pack([c.tokens for c in cut], [c.parents for c in cut], width=width, draws=draws)
-        greedy = all(r.params.greedy for r in batch)
-        coins = None if greedy else self._coins(batch, host_trees.num_coins)  # builds the draw lists on the host
-        # on the model's device before the verify is launched (a later host-to-device copy would wait for it); from
-        # here on nothing reads back to the host until the outcome, after the commit is queued: one wait a step
-        trees = host_trees.to(dev)
         slots = torch.tensor([r.slot for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
+        if all(r.params.greedy for r in batch):
+            outcome = self._speculate_greedy(slots, host_trees)
+        else:
+            outcome = self._speculate_sampled(batch, cut, slots, host_trees)
+        emitted = outcome.emitted(host_trees)
+        accepted = outcome.accepted_len.tolist()
+        committed = [[r.output[-1]] + e[:-1] for r, e in zip(batch, emitted)]
+        predicted = float(sum(c.confidence[1:].sum() for c in cut))
+        return committed, emitted, accepted, predicted, width
+
+    def _speculate_greedy(self, slots: torch.Tensor, host_trees: TreeBatch) -> VerifyOutcome:
+        """Verify, greedy acceptance, commit: the model's fused call if it has one, else the three calls (queued
+        behind each other; the outcome is the one read back). Returns the outcome on the host."""
+        fused = getattr(self.model, "speculate_greedy", None)
+        if fused is not None:
+            return fused(slots, host_trees)
+        trees = host_trees.to(self.model.device)  # before the verify launch (a later copy would wait for it)
+        logits = self.model.verify(slots, trees)  # [B, N, V]
+        outcome = verify_greedy(trees, logits.argmax(-1))
+        self.model.commit(slots, trees, outcome.accepted_node)
+        return outcome.to("cpu")
+
+    def _speculate_sampled(self, batch: list[Request], cut: list[Draft], slots: torch.Tensor,
+                           host_trees: TreeBatch) -> VerifyOutcome:
+        """Verify, lossless acceptance (greedy rows: a point mass on the argmax), commit. The coins and the trees go
+        to the device before the verify launch; nothing reads back until the outcome, after the commit is queued:
+        one wait. Returns the outcome on the host."""
+        coins = self._coins(batch, host_trees.num_coins)  # builds the draw lists on the host
+        trees = host_trees.to(self.model.device)
         logits = self.model.verify(slots, trees)  # [B, N, V]
         temperature, top_k, top_p = self._param_tensors(batch)
         variants = {c.variant for c in cut if c.num_nodes > 1}
@@ -731,12 +792,7 @@ class Engine:
                     proposal[b, : c.num_nodes] = c.proposal.to(proposal)
         outcome = verify_batch(trees, logits, temperature, top_k, top_p, coins, variant, proposal)
         self.model.commit(slots, trees, outcome.accepted_node)
-        outcome = outcome.to("cpu")
-        emitted = outcome.emitted(host_trees)
-        accepted = outcome.accepted_len.tolist()
-        committed = [[r.output[-1]] + e[:-1] for r, e in zip(batch, emitted)]
-        predicted = float(sum(c.confidence[1:].sum() for c in cut))
-        return committed, emitted, accepted, predicted, width
+        return outcome.to("cpu")
 
     # ------------------------------------------------------------------------------------------------ drivers
     def stream(

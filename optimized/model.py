@@ -21,6 +21,8 @@ SwiGLU's ``silu(g) * u`` is one kernel. The *commit* advances every pool along e
 state from the factors, conv state from the path inputs, KV compaction). Then
 
 - ``verify`` = tree step (logits of every node), caches untouched until ``commit``;
+- ``speculate_greedy`` = tree step, greedy acceptance and commit in one call (one graph: the greedy engine step's
+  device work in a single launch);
 - ``decode`` = a *decode step*: the same layers for one token per request without tree or commit — per GDN layer
   :func:`~lumotree.optimized.gdn_decode.conv_step` and :func:`~lumotree.optimized.gdn_decode.gdn_decode` (state read
   and written once, gated norm fused), per attention layer tree attention on a one-node tree (its K/V written in
@@ -29,7 +31,7 @@ state from the factors, conv state from the path inputs, KV compaction). Then
   flash-linear-attention's ``chunk_gated_delta_rule`` on the chunk instead when it is importable on a GPU).
 
 CUDA graphs (GPU, ``graphs=True``): the first call of each shape runs eagerly (compiling the kernels) and captures a
-graph per ``("verify", B, N)``, ``("commit", B, N)`` and ``("decode", B)``; later calls of that shape copy their inputs
+graph per ``("verify", B, N)``, ``("commit", B, N)``, ``("greedy", B, N)`` and ``("decode", B)``; later calls of that shape copy their inputs
 into the graph's static buffers and replay. Returned logits of a replayed graph are its static output: valid until
 the next call of the same shape (clone to keep them). The engine pads B and N to its buckets.
 
@@ -55,10 +57,11 @@ from . import tree_attention as ta
 from ._checks import MAX_NODES, check_tree_rows, interpreting
 from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
-from .gdn_tree import gdn_tree_commit, gdn_tree_verify_gated, tree_meta
+from .gdn_tree import WORD_BITS, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
 from .gemv import preferred as gemv_preferred
 from .gemv import small_batch_linear
 from .pdl import allow_dependents, pdl_supported
+from .sampling import greedy_accept
 
 __all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random"]
 
@@ -394,6 +397,33 @@ class OptimizedModel:
                 raise ValueError(f"slot {s} (request {b}) holds {self._host_lens[s]} tokens: no room for {n} more "
                                  f"(max_seq_len = {self.max_seq_len})")
 
+    def _check_tree_step(self, slots, tokens, parents, num_nodes):
+        """The arguments of a tree step (:meth:`verify`, :meth:`speculate_greedy`), checked and on the device."""
+        slots = self._check_slots(slots)
+        B = slots.shape[0]
+        if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] != B:
+            raise ValueError(f"tokens must be a [B, N] tensor with B = {B}")
+        N = tokens.shape[1]
+        if not 1 <= N <= self.max_nodes:
+            raise ValueError(f"tokens has N = {N} nodes; this model was built for 1 <= N <= {self.max_nodes}")
+        tokens = self._check_tokens("tokens", tokens, (B, N))
+        if not isinstance(parents, torch.Tensor) or tuple(parents.shape) != (B, N) or \
+                parents.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"parents must be an int32/int64 tensor of shape [B, N] = {(B, N)}")
+        parents = parents.to(device=self.device, dtype=torch.int32)
+        if num_nodes is None:
+            num_nodes = torch.full((B,), N, dtype=torch.int32, device=self.device)
+        elif not isinstance(num_nodes, torch.Tensor) or tuple(num_nodes.shape) != (B,):
+            raise ValueError(f"num_nodes must be a tensor of shape [B] = ({B},)")
+        num_nodes = num_nodes.to(device=self.device, dtype=torch.int32)
+        bad = (num_nodes < 1) | (num_nodes > N)
+        if bool(bad.any()):
+            b = int(torch.nonzero(bad)[0])
+            raise ValueError(f"num_nodes[{b}] = {int(num_nodes[b])} is outside [1, N = {N}]")
+        check_tree_rows(parents, num_nodes)
+        self._check_room(slots.tolist(), N)
+        return slots, tokens, parents, num_nodes
+
     # ------------------------------------------------------------------------------------------------ core
     def _num_splits(self, B: int, N: int) -> int:
         """Fixed per (B, N) (graph safe): the default split count over the whole cache capacity."""
@@ -641,29 +671,7 @@ class OptimizedModel:
                num_nodes: torch.Tensor | None = None, *, validate: bool = True) -> torch.Tensor:
         """Logits ``[B, N, V]`` fp32 of every node of every request's tree; caches untouched until :meth:`commit`."""
         if validate:
-            slots = self._check_slots(slots)
-            B = slots.shape[0]
-            if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] != B:
-                raise ValueError(f"tokens must be a [B, N] tensor with B = {B}")
-            N = tokens.shape[1]
-            if not 1 <= N <= self.max_nodes:
-                raise ValueError(f"tokens has N = {N} nodes; this model was built for 1 <= N <= {self.max_nodes}")
-            tokens = self._check_tokens("tokens", tokens, (B, N))
-            if not isinstance(parents, torch.Tensor) or tuple(parents.shape) != (B, N) or \
-                    parents.dtype not in (torch.int32, torch.int64):
-                raise ValueError(f"parents must be an int32/int64 tensor of shape [B, N] = {(B, N)}")
-            parents = parents.to(device=self.device, dtype=torch.int32)
-            if num_nodes is None:
-                num_nodes = torch.full((B,), N, dtype=torch.int32, device=self.device)
-            elif not isinstance(num_nodes, torch.Tensor) or tuple(num_nodes.shape) != (B,):
-                raise ValueError(f"num_nodes must be a tensor of shape [B] = ({B},)")
-            num_nodes = num_nodes.to(device=self.device, dtype=torch.int32)
-            bad = (num_nodes < 1) | (num_nodes > N)
-            if bool(bad.any()):
-                b = int(torch.nonzero(bad)[0])
-                raise ValueError(f"num_nodes[{b}] = {int(num_nodes[b])} is outside [1, N = {N}]")
-            check_tree_rows(parents, num_nodes)
-            self._check_room(slots.tolist(), N)
+            slots, tokens, parents, num_nodes = self._check_tree_step(slots, tokens, parents, num_nodes)
         B, N = tokens.shape
         if num_nodes is None:  # whole trees (also without validation)
             num_nodes = torch.full((B,), N, dtype=torch.int32, device=self.device)
@@ -675,6 +683,48 @@ class OptimizedModel:
             rec = self._step(*(t.to(self.device) for t in (tokens, slots, parents, num_nodes)))
         self._last = rec
         return rec.logits
+
+    def speculate_greedy(self, slots: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor,
+                         num_nodes: torch.Tensor | None = None, *, validate: bool = True) -> torch.Tensor:
+        """:meth:`verify`, greedy acceptance and :meth:`commit` of the accepted nodes in one call (one CUDA graph per
+        ``("greedy", B, N)``; nothing is read back). Each request accepts its deepest node whose every inclusive
+        ancestor carries the target's argmax at its parent (:func:`~lumotree.optimized.sampling.greedy_accept` on the
+        step's own tree metadata), and its caches advance along root..that node. Returns the outcome
+        (:meth:`~lumotree.optimized.sampling.VerifyOutcome.packed`: ``[B, 3 + N]`` int64 on the device, accepted node,
+        its depth, the argmax there = the next pending token, the on-path mask)."""
+        if validate:
+            slots, tokens, parents, num_nodes = self._check_tree_step(slots, tokens, parents, num_nodes)
+        B, N = tokens.shape
+        if num_nodes is None:
+            num_nodes = torch.full((B,), N, dtype=torch.int32, device=self.device)
+        self._settle_lengths()  # one pending advance at a time: a replay overwrites its graph's static advance
+        host_slots = self._host_slots(slots)
+        self._last = None
+        # one input tensor (host inputs: one copy into the graph's static buffer)
+        step_in = torch.cat([t.reshape(B, -1).to(tokens.device, torch.int64)
+                             for t in (tokens, parents, num_nodes, slots)], 1)  # [B, 2N + 2]
+        if self.graphs:
+            packed, advance = self._run_graph(("greedy", B, N), {"step_in": step_in}, self._greedy_step)
+        else:
+            packed, advance = self._greedy_step(step_in.to(self.device))
+        self._pending_advance.append((host_slots, advance))
+        return packed
+
+    def _greedy_step(self, step_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The body of :meth:`speculate_greedy` on ``step_in = tokens | parents | num_nodes | slots: [B, 2N + 2]``
+        (device tensors only: graph safe): ``(packed outcome [B, 3 + N], length advance [B])``."""
+        N = (step_in.shape[1] - 2) // 2
+        tokens = step_in[:, :N].contiguous()  # [B, N]
+        parents = step_in[:, N : 2 * N].to(torch.int32).contiguous()  # [B, N]
+        num_nodes = step_in[:, 2 * N].to(torch.int32).contiguous()  # [B]
+        slots = step_in[:, 2 * N + 1].to(torch.int32).contiguous()  # [B]
+        rec = self._step(tokens, slots, parents, num_nodes)
+        node = torch.arange(rec.N, device=tokens.device)  # [N]
+        valid = node[None, :] < num_nodes[:, None]  # [B, N]
+        ancestor = (rec.meta.words[:, :, node // WORD_BITS] >> (node % WORD_BITS)) & 1  # [B, N, N] bit j of row i
+        outcome = greedy_accept(tokens, parents, valid, ancestor.bool(), rec.meta.depth, rec.logits.argmax(-1))
+        advance = self._commit(rec, outcome.accepted_node.to(torch.int32))  # [B]
+        return outcome.packed(), advance
 
     def commit(self, slots: torch.Tensor, accepted: torch.Tensor, *, validate: bool = True) -> None:
         """Advance the caches of the last :meth:`verify` along root..``accepted[b]`` for every request. Nothing is

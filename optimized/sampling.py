@@ -41,6 +41,7 @@ __all__ = [
     "counter_uniforms",
     "sample_from",
     "verify_greedy",
+    "greedy_accept",
     "verify_sampling",
     "verify_batch",
 ]
@@ -193,7 +194,7 @@ class TreeBatch:
 
     ``tokens: [B, N]`` (node 0 = the pending token), ``parents: [B, N]`` (``parents[b, 0] == -1``, topological),
     ``num_nodes: [B]`` (nodes at or past ``num_nodes[b]`` are padding and ignored). Derived (on the host, placed next
-    to ``tokens``):
+    to ``tokens``, when first read; :meth:`to` builds them first so that they move along):
     ``depth: [B, N]``, ``ancestor: [B, N, N]`` (inclusive ancestor mask), ``valid: [B, N]``. Draw lists (a linked list
     per node): ``first_draw: [B, N]``, ``draw_child: [B, D]``, ``draw_next: [B, D]`` (-1 = none). By default the draws
     are the children in index order and draw d is node d + 1 (D = N - 1); ``draws`` (per tree, per node, the children
@@ -217,15 +218,24 @@ class TreeBatch:
         self.tokens = tokens  # [B, N]
         self.parents = parents  # [B, N]
         self.num_nodes = num_nodes  # [B]
-        # The structure is built on the host in numpy by pointer jumping (ceil(log2 N) rounds of gathers: a few dozen
-        # vector ops, far cheaper than device launches or multi-threaded torch on tiny tensors), then placed next to
-        # ``tokens``.
         par_np = parents.cpu().numpy()  # [B, N]
         num_np = num_nodes.cpu().numpy()  # [B]
         node = np.arange(N)
         valid = node[None, :] < num_np[:, None]  # [B, N]
         child = valid & (node[None, :] > 0)  # [B, N] valid non-root nodes
         par = np.where(child, par_np, 0)  # [B, N] the root and padding point at the root: a fixed point
+        self._structure_source = (par, child, valid)  # depth / ancestor / valid are built when first read
+        if draws is None or all(d is None for d in draws):
+            self._draw_source = (par, child)  # the default draw lists are built when first read (sampling only)
+        else:
+            self._explicit_draws(draws)
+
+    def _structure(self, par: np.ndarray, child: np.ndarray, valid: np.ndarray) -> None:
+        """``valid``, ``depth`` and the inclusive ``ancestor`` masks, built on the host in numpy by pointer jumping
+        (ceil(log2 N) rounds of gathers: a few dozen vector ops, far cheaper than device launches or multi-threaded
+        torch on tiny tensors), then placed next to ``tokens``."""
+        B, N = par.shape
+        node = np.arange(N)
         rows = np.arange(B)[:, None]  # [B, 1]
         depth = child.astype(np.int64)  # [B, N]
         ancestor = np.zeros((B, N, N), dtype=bool)  # [B, N, N]
@@ -236,22 +246,23 @@ class TreeBatch:
             ancestor |= ancestor[rows, jump]
             jump = jump[rows, jump]
         ancestor &= valid[:, :, None] & valid[:, None, :]
-        dev = tokens.device
+        dev = self.tokens.device
         self.valid = torch.from_numpy(valid).to(dev)  # [B, N]
         self.depth = torch.from_numpy(depth).to(dev)  # [B, N]
         self.ancestor = torch.from_numpy(ancestor).to(dev)  # [B, N, N]
-        if draws is None or all(d is None for d in draws):
-            self._draw_source = (par, child)  # the default draw lists are built when first read (sampling only)
-        else:
-            self._explicit_draws(draws)
+        self._structure_source = None
 
+    _STRUCTURE_FIELDS = ("valid", "depth", "ancestor")
     _DRAW_FIELDS = ("first_draw", "draw_child", "draw_next")
 
     def __getattr__(self, name: str):
-        """The default draw lists on first use (greedy verification never reads them: no host work for them)."""
-        source = self.__dict__.get("_draw_source")
-        if name in TreeBatch._DRAW_FIELDS and source is not None:
-            self._default_draws(*source)
+        """Derived fields on first use: the structure (a model that verifies and accepts in one call never reads
+        it) and the default draw lists (greedy verification never reads them): no host work for what is not read."""
+        if name in TreeBatch._STRUCTURE_FIELDS and self.__dict__.get("_structure_source") is not None:
+            self._structure(*self.__dict__["_structure_source"])
+            return self.__dict__[name]
+        if name in TreeBatch._DRAW_FIELDS and self.__dict__.get("_draw_source") is not None:
+            self._default_draws(*self.__dict__["_draw_source"])
             return self.__dict__[name]
         raise AttributeError(f"'TreeBatch' object has no attribute {name!r}")
 
@@ -334,6 +345,8 @@ class TreeBatch:
         device = torch.device(device)
         if self.tokens.device == device:
             return self
+        for name in TreeBatch._STRUCTURE_FIELDS:  # every verification reads them: built here, moved in the pack
+            getattr(self, name)
         moved = object.__new__(TreeBatch)
         for name, value in vars(self).items():
             if not isinstance(value, torch.Tensor):
@@ -430,6 +443,17 @@ class VerifyOutcome:
                   "next_token": self.next_token.to(self.accepted_node.dtype), "on_path": self.on_path}
         return VerifyOutcome(**_moved_together(fields, device))
 
+    def packed(self) -> torch.Tensor:
+        """``[B, 3 + N]`` int64: accepted node, accepted length, next token, then the on-path mask (one tensor: one
+        copy to the host)."""
+        columns = [self.accepted_node[:, None], self.accepted_len[:, None], self.next_token[:, None], self.on_path]
+        return torch.cat([c.long() for c in columns], 1)
+
+    @classmethod
+    def from_packed(cls, packed: torch.Tensor) -> VerifyOutcome:
+        """The inverse of :meth:`packed` (on ``packed``'s device)."""
+        return cls(packed[:, 0], packed[:, 1], packed[:, 2], packed[:, 3:].bool())
+
     def emitted(self, trees: TreeBatch) -> list[list[int]]:
         """Per request, the new tokens in order: the accepted drafted tokens (root excluded) then ``next_token``."""
         on_path = self.on_path.cpu().numpy()  # [B, N]
@@ -440,18 +464,26 @@ class VerifyOutcome:
 
 def verify_greedy(trees: TreeBatch, target_argmax: torch.Tensor) -> VerifyOutcome:
     """Greedy tree verification. ``target_argmax: [B, N]`` = argmax of the target logits at every node."""
-    B, N = trees.tokens.shape
-    parent_pred = target_argmax.gather(1, trees.parents.clamp(min=0))  # [B, N] argmax at each node's parent
-    node = torch.arange(N, device=trees.tokens.device)
-    match = (trees.tokens == parent_pred) | (node[None, :] == 0)  # [B, N]
-    match &= trees.valid
-    # accepted[i] = AND of match over the inclusive ancestors of i
-    accepted = ~(trees.ancestor & ~match[:, None, :]).any(-1) & trees.valid  # [B, N]
-    score = torch.where(accepted, trees.depth, torch.full_like(trees.depth, -1))  # [B, N]
+    return greedy_accept(trees.tokens, trees.parents, trees.valid, trees.ancestor, trees.depth, target_argmax)
+
+
+def greedy_accept(tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor, ancestor: torch.Tensor,
+                  depth: torch.Tensor, target_argmax: torch.Tensor) -> VerifyOutcome:
+    """Greedy acceptance of B trees from their structure (``tokens, parents, valid, depth: [B, N]``, inclusive
+    ``ancestor: [B, N, N]``) and the target's argmax at every node ``[B, N]``: node i matches iff its token is the
+    argmax at its parent (the root always matches); it is accepted iff every inclusive ancestor matches; the deepest
+    accepted node wins. Device tensors only, no host reads (CUDA-graph safe)."""
+    B, N = tokens.shape
+    parent_pred = target_argmax.gather(1, parents.clamp(min=0).long())  # [B, N] argmax at each node's parent
+    node = torch.arange(N, device=tokens.device)
+    match = (tokens == parent_pred) | (node[None, :] == 0)  # [B, N]
+    match &= valid
+    accepted = ~(ancestor & ~match[:, None, :]).any(-1) & valid  # [B, N] AND of match over the inclusive ancestors
+    score = torch.where(accepted, depth, torch.full_like(depth, -1))  # [B, N]
     best = score.argmax(1)  # [B] (one accepted node per depth: siblings carry distinct tokens)
     next_token = target_argmax.gather(1, best[:, None]).squeeze(1)  # [B]
-    on_path = trees.ancestor.gather(1, best[:, None, None].expand(B, 1, N)).squeeze(1)  # [B, N]
-    return VerifyOutcome(best, trees.depth.gather(1, best[:, None]).squeeze(1), next_token, on_path)
+    on_path = ancestor.gather(1, best[:, None, None].expand(B, 1, N)).squeeze(1)  # [B, N]
+    return VerifyOutcome(best, depth.gather(1, best[:, None]).squeeze(1), next_token, on_path)
 
 
 def residual_after_rejection(residual: torch.Tensor, proposal: torch.Tensor) -> torch.Tensor:
