@@ -2,9 +2,9 @@
 fixed budget) and one autoregressive run, with every phase of a step timed between device synchronisations, plus a
 cProfile of the unsynchronised steps; the step times come from a third run with neither.
 
-Phases: ``draft`` (drafter.propose), ``pack`` (TreeBatch.pack), ``verify`` (target.verify: inputs, graph replay),
-``verification`` (verify_batch: acceptance on the device and its copy back), ``commit`` (target.commit), ``emit``
-(the rest of the step: outcome.emitted, drafter.advance, bookkeeping), ``decode`` / ``sample`` (autoregressive).
+Phases: ``draft`` (drafter.propose), ``pack`` (TreeBatch.pack), ``speculate`` (target.speculate_greedy: verify,
+greedy acceptance and commit in one graph replay, the outcome's copy back), ``decode`` / ``sample``
+(autoregressive); the rest of a step (outcome.emitted, drafter.advance, bookkeeping) is the step time minus these.
 A synchronisation before and after each phase charges the device work to the phase that launched it, so the phase
 times add up to more than an unsynchronised step; the unsynchronised step time is reported beside them.
 
@@ -108,6 +108,31 @@ def trace_tree_steps(args, target, oracle, config, buckets, prompt, timer) -> li
     return out
 
 
+def profile_check(args, target, oracle, config, buckets, prompt) -> dict:
+    """``Engine.measure_profile`` twice (as bench/e2e.py, 3 repeats) and once with 9 repeats, then fixed-N tree runs:
+    the profile's T(1, N) beside the median model time of those steps."""
+    profiles = []
+    for repeats in (3, 3, 9):
+        e = eng.Engine(target, None, mode="autoregressive", max_nodes=args.nodes, node_buckets=buckets,
+                       batch_buckets=[1])
+        profiles.append(e.measure_profile(repeats=repeats))
+    out = {"profile_ms": [{str(n): 1e3 * p.verify_time(1, n) for n in buckets} for p in profiles],
+           "decode_ms": [1e3 * p.decode_time(1) for p in profiles], "observed_model_ms": {}}
+    for n in args.profile_check:
+        drafter = SyntheticDrafter(args.acceptance, oracle, config.vocab_size)
+        e = eng.Engine(target, drafter, mode="tree", budget="fixed", max_nodes=n, node_buckets=buckets,
+                       batch_buckets=[1], seed=0)
+        e.generate([prompt], SamplingParams(max_new_tokens=args.new_tokens))
+        steps = [s for s in e.stats.steps if s.kind == "verify"]
+        out["observed_model_ms"][str(n)] = 1e3 * float(np.median([s.model_s for s in steps]))
+    print("profile check (ms): decode", [round(x, 3) for x in out["decode_ms"]], flush=True)
+    for n in buckets:
+        seen = out["observed_model_ms"].get(str(n))
+        print(f"   N={n:3d}  profile {[round(p[str(n)], 3) for p in out['profile_ms']]}"
+              + (f"  observed {seen:.3f}" if seen is not None else ""), flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="bench", choices=sorted(RANDOM_CONFIGS))
@@ -117,6 +142,9 @@ def main() -> int:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--out", default="engine_profile.json")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test (tiny config, Triton interpreter, fp32)")
+    ap.add_argument("--profile-check", type=int, nargs="*", default=[], metavar="N",
+                    help="also measure the engine's cost profile twice and compare T(1, N) with the model time of "
+                    "fixed-N tree steps (the budget's inputs against what the steps cost)")
     ap.add_argument("--trace", default=None, help="also trace a short tree run (torch profiler, CPU + CUDA) into this "
                     "Chrome-trace JSON and print, per step, its wall time, the GPU's busy time and idle gaps")
     args = ap.parse_args()
@@ -133,10 +161,8 @@ def main() -> int:
     params = SamplingParams(max_new_tokens=args.new_tokens)
 
     timer = PhaseTimer(dev)
-    target.verify = timer.wrap("verify", target.verify)
-    target.commit = timer.wrap("commit", target.commit)
+    target.speculate_greedy = timer.wrap("speculate", target.speculate_greedy)
     target.decode = timer.wrap("decode", target.decode)
-    eng.verify_batch = timer.wrap("verification", smp.verify_batch)
     pack = smp.TreeBatch.pack
     smp.TreeBatch.pack = staticmethod(timer.wrap("pack", pack))
 
@@ -186,11 +212,13 @@ def main() -> int:
         for k, v in run["synced_phase_ms"].items():
             print(f"   {k:14s} {v:8.3f} ms  x{run['synced_phase_calls'][k]}")
         print(run["cprofile_tottime"][:6000])
+    if args.profile_check:
+        result["profile_check"] = profile_check(args, target, oracle, config, buckets, prompt)
     if args.trace and dev.type == "cuda":
         result["trace"] = trace_tree_steps(args, target, oracle, config, buckets, prompt, timer)
     from triton.testing import do_bench
 
-    for rows in (1, args.nodes):  # device time of the argmax the greedy check starts from
+    for rows in (1, args.nodes) if dev.type == "cuda" else ():  # device time of the argmax greedy acceptance reads
         logits = torch.randn(1, rows, config.vocab_size, device=dev)
         result[f"argmax_us_{rows}_rows"] = 1e3 * do_bench(lambda: logits.argmax(-1), return_mode="median")
         print(f"argmax of [1, {rows}, {config.vocab_size}] fp32: {result[f'argmax_us_{rows}_rows']:.1f} us")

@@ -78,9 +78,9 @@ _DRAFT_STREAM = 1  # counter_uniforms stream of drafting coins (verification use
 # ======================================================================================================= model protocol
 @runtime_checkable
 class TargetModel(Protocol):
-    """What the engine needs from a model. Slots index the cache pools (a device tensor); ``trees`` is a
-    :class:`~lumotree.optimized.sampling.TreeBatch` on the host (node i at position ``cache_length + depth(i)``;
-    a model moves what it needs); ``accepted`` may live on either side.
+    """What the engine needs from a model. Slots index the cache pools; the engine passes ``slots`` and decode
+    ``tokens`` as host tensors and ``trees`` as a :class:`~lumotree.optimized.sampling.TreeBatch` on the host (node i
+    at position ``cache_length + depth(i)``); a model moves what it needs. ``accepted`` may live on either side.
 
     - ``prefill(slot, tokens) -> [V]``: reset the slot, run ``tokens``, return the logits after the last one.
     - ``decode(slots [B], tokens [B]) -> [B, V]``: one token per slot, caches advance by one.
@@ -218,7 +218,7 @@ class OptimizedTarget:
     def decode(self, slots: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         B = int(slots.shape[0])
         padded, pad = self._padded(slots)
-        tok = torch.zeros(padded.shape[0], dtype=torch.int64, device=self.device)
+        tok = torch.zeros(padded.shape[0], dtype=torch.int64, device=tokens.device)  # [Bp] the model copies it in
         tok[:B] = tokens
         logits = self.model.decode(padded, tok, validate=self.validate)  # [Bp, V]
         self._reset(pad)
@@ -720,9 +720,8 @@ class Engine:
         return DraftRequest(r.slot, r.context, r.params, r.seed, r.counter, r.request_id)
 
     def _autoregressive_step(self, batch: list[Request]):
-        dev = self.model.device
         slots = torch.tensor([r.slot for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
-        pending = torch.tensor([r.output[-1] for r in batch], dtype=torch.int64, device=dev)
+        pending = torch.tensor([r.output[-1] for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
         logits = self.model.decode(slots, pending)  # [B, V]
         nxt = self._sample_rows(batch, logits)
         committed = [[r.output[-1]] for r in batch]

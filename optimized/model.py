@@ -487,7 +487,7 @@ class OptimizedModel:
             if isinstance(layer, _GDNLayer):
                 H, HV, K, V, W = self._gdn_dims
                 C = 2 * H * K + HV * V
-                proj = (x @ layer.w_in.T).view(B, N, -1)  # [B, N, C + HV V + 2 HV]
+                proj = self._linear(x, layer.w_in).view(B, N, -1)  # [B, N, C + HV V + 2 HV]
                 mixed = proj[..., :C]  # [B, N, C] conv inputs (q | k | v)
                 z = proj[..., C : C + HV * V].unflatten(-1, (HV, V))  # [B, N, HV, V]
                 b_gate = proj[..., C + HV * V : C + HV * V + HV]  # [B, N, HV]
@@ -507,11 +507,11 @@ class OptimizedModel:
                         input_precision=self.gdn_precision, validate=False)  # o: [B, N, HV, V]
                     gdn_records.append((factors, mixed))
                 gated = gated_rmsnorm(o.reshape(T, HV, V), z.reshape(T, HV, V), layer.norm_w, eps=self.eps)
-                mix = gated.view(T, HV * V) @ layer.w_out.T  # [T, Dm]
+                mix = self._linear(gated.view(T, HV * V), layer.w_out)  # [T, Dm]
                 gi += 1
             else:
                 HQ, HKV, D = self._attn_dims
-                proj = (x @ layer.w_qkv.T).view(B, N, -1)  # [B, N, 2 HQ D + 2 HKV D]
+                proj = self._linear(x, layer.w_qkv).view(B, N, -1)  # [B, N, 2 HQ D + 2 HKV D]
                 qg = proj[..., : 2 * HQ * D].unflatten(-1, (HQ, 2 * D))  # [B, N, HQ, 2D] query_h | gate_h
                 kk = proj[..., 2 * HQ * D : 2 * HQ * D + HKV * D].unflatten(-1, (HKV, D))  # [B, N, HKV, D]
                 vv = proj[..., 2 * HQ * D + HKV * D :].unflatten(-1, (HKV, D))  # [B, N, HKV, D]
@@ -520,7 +520,7 @@ class OptimizedModel:
                                        validate=False)  # [B, N, HQ, D]; K/V stored at lens + n
                 att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, meta.words,
                                         gate=qg[..., D:], num_splits=splits, validate=False)  # [B, N, HQ, D]
-                mix = att.view(T, HQ * D) @ layer.w_o.T  # [T, Dm]
+                mix = self._linear(att.reshape(T, HQ * D), layer.w_o)  # [T, Dm]
                 ai += 1
             y = _add_rmsnorm(h, mix, m.post_norm, self.eps)  # h += mix
             x = _add_rmsnorm(h, self._mlp(m, y), self._norm_after(i), self.eps)  # h += mlp; next norm
@@ -528,7 +528,8 @@ class OptimizedModel:
         if prefill:  # only the chunk's last real token needs logits
             last = (num_nodes.long() - 1)[:, None, None].expand(B, 1, x.shape[-1])
             x = x.gather(1, last)  # [B, 1, Dm]
-        logits = (x @ self.lm_head.T).float()  # [B, N or 1, Vocab]
+        rows = x.shape[1]
+        logits = self._linear(x.reshape(B * rows, -1), self.lm_head, torch.float32).view(B, rows, -1)  # [B, N or 1, V]
         return _StepRecord(B, N, slots, parents, num_nodes, meta, lens, gdn_records, logits)
 
     def _decode_step(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -700,9 +701,7 @@ class OptimizedModel:
         self._settle_lengths()  # one pending advance at a time: a replay overwrites its graph's static advance
         host_slots = self._host_slots(slots)
         self._last = None
-        # one input tensor (host inputs: one copy into the graph's static buffer)
-        step_in = torch.cat([t.reshape(B, -1).to(tokens.device, torch.int64)
-                             for t in (tokens, parents, num_nodes, slots)], 1)  # [B, 2N + 2]
+        step_in = _step_input(B, tokens, parents, num_nodes, slots)  # [B, 2N + 2]
         if self.graphs:
             packed, advance = self._run_graph(("greedy", B, N), {"step_in": step_in}, self._greedy_step)
         else:
@@ -772,14 +771,22 @@ class OptimizedModel:
             tokens = self._check_tokens("tokens", tokens, tuple(slots.shape))
             self._check_room(slots.tolist(), 1)
         B = slots.shape[0]
-        tok = tokens.view(B, 1)
         for s in self._host_slots(slots):  # before the launch: a device read would wait for the step
             self._host_lens[s] += 1
+        step_in = _step_input(B, tokens, slots)  # [B, 2] tokens | slots
+
+        def body(step_in: torch.Tensor) -> torch.Tensor:
+            return self._decode_step(step_in[:, 0].contiguous(), step_in[:, 1].to(torch.int32))
+
         if self.graphs:
-            logits = self._run_graph(("decode", B), {"tokens": tok, "slots": slots}, self._decode_step)
-        else:
-            logits = self._decode_step(tok.to(self.device), slots.to(self.device))
-        return logits
+            return self._run_graph(("decode", B), {"step_in": step_in}, body)
+        return body(step_in.to(self.device))
+
+
+def _step_input(B: int, *parts: torch.Tensor) -> torch.Tensor:
+    """The inputs of a step side by side, ``[B, sum of widths]`` int64 where the first one lives: one tensor, so
+    host inputs take one copy into a graph's static buffer."""
+    return torch.cat([t.reshape(B, -1).to(parts[0].device, torch.int64) for t in parts], 1)
 
 
 def _gdn_row_orders(H: int, HV: int, K: int, V: int) -> tuple[torch.Tensor, torch.Tensor]:
