@@ -7,6 +7,10 @@
   ``bench/results/2026-12-01b/pdl_probe.json``.)
 - ``launch``: host time of ``CUDAGraph.replay()`` (the ``cudaGraphLaunch`` call alone, after a synchronisation) and
   wall time of replay + synchronisation, for the decode graph and the verify and commit graphs at N = 1, 16, 64.
+- ``speculate``: where the host time of the engine's fused greedy step goes
+  (``OptimizedTarget.speculate_greedy`` at N = 16, 64): each host piece timed alone (padding, pending length
+  advances, input packing, the input copy, ``cudaGraphLaunch``, the wait + outcome copy), beside the whole call and
+  the graph's replay + synchronisation alone.
 
 Run: ``PYTHONPATH=$PWD:$PWD/bench python bench/decode_probe.py --out decode_probe.json``.
 """
@@ -100,18 +104,68 @@ def launch_rows(model: om.OptimizedModel, L: int) -> list[dict]:
     return rows
 
 
+def speculate_rows(model: om.OptimizedModel, L: int, repeats: int = 30) -> list[dict]:
+    from lumotree.optimized.engine import OptimizedTarget
+    from lumotree.optimized.sampling import TreeBatch, VerifyOutcome
+
+    rng = np.random.default_rng(0)
+    target = OptimizedTarget(model, batch_buckets=[1], validate=False)
+    slots = torch.zeros(1, dtype=torch.int64)
+    rows = []
+    for N in (16, 64):
+        trees = TreeBatch.pack([rng.integers(0, 1000, N).tolist()], [random_parents(N, rng)])
+        for _ in range(2):  # eager + capture, then a replay
+            set_lengths(model, L)
+            target.speculate_greedy(slots, trees)
+        entry = model._graph_entries[("greedy", 1, N)]
+        pieces: dict[str, list[float]] = {k: [] for k in ("pad", "settle", "pack_input", "copy_in", "launch",
+                                                          "wait_and_copy_out", "whole_call", "graph_alone")}
+        for _ in range(repeats):
+            set_lengths(model, L)
+            torch.cuda.synchronize()
+            t = [time.perf_counter()]
+            padded, _ = target._padded(slots)
+            tokens, parents, num_nodes = target._padded_trees(trees, 1)
+            t.append(time.perf_counter())
+            model._settle_lengths()
+            t.append(time.perf_counter())
+            step_in = om._step_input(1, tokens, parents, num_nodes, padded)
+            t.append(time.perf_counter())
+            entry["static"]["step_in"].copy_(step_in)
+            t.append(time.perf_counter())
+            entry["graph"].replay()
+            t.append(time.perf_counter())
+            VerifyOutcome.from_packed(entry["result"][0][:1].cpu())
+            t.append(time.perf_counter())
+            for name, a, b in zip(list(pieces)[:6], t[:-1], t[1:]):
+                pieces[name].append(b - a)
+            set_lengths(model, L)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            target.speculate_greedy(slots, trees)
+            pieces["whole_call"].append(time.perf_counter() - t0)
+            set_lengths(model, L)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            entry["graph"].replay()
+            torch.cuda.synchronize()
+            pieces["graph_alone"].append(time.perf_counter() - t0)
+        rows.append({"N": N, **{f"{k}_ms": 1e3 * float(np.median(v)) for k, v in pieces.items()}})
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="decode_probe.json")
     ap.add_argument("--L", type=int, default=1024, help="committed context length")
-    ap.add_argument("--what", nargs="+", choices=["pdl", "launch"], default=["pdl", "launch"])
+    ap.add_argument("--what", nargs="+", choices=["pdl", "launch", "speculate"], default=["pdl", "launch"])
     args = ap.parse_args()
     model = om.build_random(HybridConfig(**CONFIG), seed=0, num_slots=1, max_seq_len=args.L + 512, max_nodes=64,
                             device=torch.device("cuda"))
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "L": args.L}
     for what in args.what:
-        result[what] = pdl_rows(model, args.L) if what == "pdl" else launch_rows(model, args.L)
+        result[what] = {"pdl": pdl_rows, "launch": launch_rows, "speculate": speculate_rows}[what](model, args.L)
         for row in result[what]:
             print(json.dumps(row), flush=True)
     with open(args.out, "w") as f:

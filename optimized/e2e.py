@@ -48,7 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", choices=("bench", "small", "tiny"), default="bench", help="model size")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--acceptance", type=float, nargs="+", default=[0.6, 0.8, 0.9])
-    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=128, help="tokens each request generates (at least)")
+    parser.add_argument("--min-decode-tokens", type=int, default=2048,
+                        help="tokens a run generates in all, at least: small batches generate longer (at B = 1 a "
+                             "128-token run has ~25 speculative steps, too few to tell a chain from a tree)")
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--max-nodes", type=int, default=64, help="largest tree the budget may choose")
     parser.add_argument("--sweep", type=int, nargs="*", default=[4, 8, 16, 32, 64],
@@ -148,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     batches = sorted(set(args.batches))
     max_batch = max(batches)
     max_nodes = max([args.max_nodes, *args.sweep])
-    max_seq_len = args.prompt_len + args.new_tokens + max_nodes + 64
+    new_tokens = {B: max(args.new_tokens, -(-args.min_decode_tokens // B)) for B in batches}  # per request
+    max_seq_len = args.prompt_len + max(new_tokens.values()) + max_nodes + 64
     note = []
 
     def log(msg: str) -> None:
@@ -191,7 +195,9 @@ def run(args: argparse.Namespace) -> int:
     node_buckets = tuple(n for n in (1, 2, 4, 8, 16, 32, 64, 128) if n <= max_nodes)
     profile_engine = Engine(target, None, mode="autoregressive", max_nodes=max_nodes, node_buckets=node_buckets,
                             batch_buckets=batches)
-    profile: CostProfile = profile_engine.measure_profile(repeats=3 if cuda else 1)
+    # 9 repeats: with 3, host jitter moved the median of small trees by up to 0.3 ms (bench/engine_step_profile.py
+    # --profile-check, 2026-12-01), and the budget chose by it
+    profile: CostProfile = profile_engine.measure_profile(repeats=9 if cuda else 1)
     log("cost profile measured")
     decode_graph_ms = _decode_graph_replay_ms(model, batches, args.prompt_len) if cuda else {}
     log(f"decode step, CUDA-graph replay alone (ms): {decode_graph_ms}")
@@ -224,12 +230,12 @@ def run(args: argparse.Namespace) -> int:
 
         # untimed warm-up with the same drafter (first-call costs: drafter templates, host code paths), then the
         # timed generation `--repeats` times; the fastest repeat is kept (noise only ever slows a run down)
-        make_engine().generate(prompts_for[B], SamplingParams(max_new_tokens=min(8, args.new_tokens)))
+        make_engine().generate(prompts_for[B], SamplingParams(max_new_tokens=min(8, new_tokens[B])))
         best = None
         for _ in range(max(1, args.repeats)):
             engine = make_engine()
             wall = time.perf_counter()
-            out = engine.generate(prompts_for[B], SamplingParams(max_new_tokens=args.new_tokens))
+            out = engine.generate(prompts_for[B], SamplingParams(max_new_tokens=new_tokens[B]))
             wall = time.perf_counter() - wall
             if best is None or engine.stats.summary()["decode_seconds"] < best[0].stats.summary()["decode_seconds"]:
                 best = (engine, out, wall)
@@ -306,7 +312,8 @@ def run(args: argparse.Namespace) -> int:
         "ar_step_model_ms": {str(b): 1e3 * profile.decode_time(b) for b in batches},
         "ar_step_graph_replay_ms": {str(b): ms for b, ms in decode_graph_ms.items()},
         "linear": "gemv" if use_gemv else "cublas", "linear_decode_ms": linear_ms,
-        "profile": profile.to_dict(), "draft_layers": draft_layers, "new_tokens": args.new_tokens,
+        "profile": profile.to_dict(), "draft_layers": draft_layers,
+        "new_tokens": {str(B): n for B, n in new_tokens.items()},
         "prompt_len": args.prompt_len, "results": results, "notes": note,
         "elapsed_s": time.perf_counter() - t_start,
     }

@@ -471,8 +471,8 @@ class Engine:
     def measure_profile(self, repeats: int = 5, prompt_len: int = 16) -> CostProfile:
         """Time decode (+ argmax to the host) and a greedy speculative step's model part (tree packing, verify, greedy
         acceptance, commit, emitted tokens: :meth:`step`'s path) at every (batch, node) bucket on free slots, with
-        random tokens and random trees (median of ``repeats`` after one warm-up). Slots are prefilled again (untimed)
-        when the next call could run out of context. Needs every slot free."""
+        random tokens and random trees (median of ``repeats`` after two warm-up calls). Slots are prefilled again
+        (untimed) when the next call could run out of context. Needs every slot free."""
         if len(self.free_slots) < self.model.num_slots:
             raise RuntimeError("measure_profile needs every slot free (call it before submitting requests)")
         dev = self.model.device
@@ -496,13 +496,13 @@ class Engine:
 
         def run_timed(fn: Callable[[], None], prepare: Callable[[], None]) -> float:
             times = []
-            for i in range(repeats + 1):  # the first call warms up (compiles, captures)
+            for i in range(repeats + 2):  # two warm-up calls: the first compiles and captures, the second replays
                 prepare()
                 _sync(dev)
                 t0 = time.perf_counter()
                 fn()
                 _sync(dev)
-                if i:
+                if i >= 2:
                     times.append(time.perf_counter() - t0)
             return float(np.median(times))
 
