@@ -785,7 +785,10 @@ class OptimizedModel:
 
 def _step_input(B: int, *parts: torch.Tensor) -> torch.Tensor:
     """The inputs of a step side by side, ``[B, sum of widths]`` int64 where the first one lives: one tensor, so
-    host inputs take one copy into a graph's static buffer."""
+    host inputs take one copy into a graph's static buffer (host parts joined in numpy: cheaper than torch's CPU
+    ops)."""
+    if all(t.device.type == "cpu" for t in parts):
+        return torch.from_numpy(np.concatenate([t.numpy().reshape(B, -1).astype(np.int64) for t in parts], 1))
     return torch.cat([t.reshape(B, -1).to(parts[0].device, torch.int64) for t in parts], 1)
 
 
