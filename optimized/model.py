@@ -63,7 +63,11 @@ from .gemv import small_batch_linear
 from .pdl import allow_dependents, pdl_supported
 from .sampling import greedy_accept
 
-__all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random"]
+__all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random", "HEAD_ROWS"]
+
+#: rows of the LM head computed at once by a greedy step (its logits are reduced to the argmax chunk by chunk; 1024
+#: rows of fp32 logits over a 151936-token vocabulary take 622 MB)
+HEAD_ROWS = 1024
 
 
 # ------------------------------------------------------------------------------------------- fused small kernels
@@ -168,7 +172,7 @@ class _StepRecord:
     meta: ta.TreeMeta
     lens: torch.Tensor  # [B] int32 committed lengths at the step
     gdn: list  # per GDN layer: (factors or None when the state was already advanced, conv inputs [B, N, C])
-    logits: torch.Tensor  # [B, N, V] fp32 (or [B, 1, V] for prefill chunks)
+    logits: torch.Tensor  # [B, N, V] fp32 (or [B, 1, V] for prefill chunks); greedy steps: argmax [B, N] int64
 
 
 class OptimizedModel:
@@ -472,8 +476,11 @@ class OptimizedModel:
         """The norm weight (``1 + w``) applied after layer ``i``'s MLP: the next layer's input norm or the final one."""
         return self.layers[i + 1].in_norm if i + 1 < len(self.layers) else self.final_norm
 
-    def _step(self, tokens, slots, parents, num_nodes, *, prefill: bool = False) -> _StepRecord:
-        """A tree step (module docstring). ``tokens, parents: [B, N]``, ``slots, num_nodes: [B]`` (device tensors)."""
+    def _step(self, tokens, slots, parents, num_nodes, *, prefill: bool = False, argmax: bool = False) -> _StepRecord:
+        """A tree step (module docstring). ``tokens, parents: [B, N]``, ``slots, num_nodes: [B]`` (device tensors).
+        ``argmax``: the record holds the argmax of every node's logits instead of the logits, computed over at most
+        :data:`HEAD_ROWS` rows at a time (the fp32 logits of a large step never exist at once: a 64 x 64-node step's
+        would take 2.5 GB of the graph's memory)."""
         B, N = tokens.shape
         T = B * N
         meta = tree_meta(parents, num_nodes, validate=False)
@@ -529,7 +536,12 @@ class OptimizedModel:
             last = (num_nodes.long() - 1)[:, None, None].expand(B, 1, x.shape[-1])
             x = x.gather(1, last)  # [B, 1, Dm]
         rows = x.shape[1]
-        logits = self._linear(x.reshape(B * rows, -1), self.lm_head, torch.float32).view(B, rows, -1)  # [B, N or 1, V]
+        flat = x.reshape(B * rows, -1)  # [B N or B, Dm]
+        if argmax:
+            best = torch.cat([self._linear(flat[r : r + HEAD_ROWS], self.lm_head, torch.float32).argmax(-1)
+                              for r in range(0, B * rows, HEAD_ROWS)])  # [B N]
+            return _StepRecord(B, N, slots, parents, num_nodes, meta, lens, gdn_records, best.view(B, rows))
+        logits = self._linear(flat, self.lm_head, torch.float32).view(B, rows, -1)  # [B, N or 1, V]
         return _StepRecord(B, N, slots, parents, num_nodes, meta, lens, gdn_records, logits)
 
     def _decode_step(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -690,7 +702,8 @@ class OptimizedModel:
         """:meth:`verify`, greedy acceptance and :meth:`commit` of the accepted nodes in one call (one CUDA graph per
         ``("greedy", B, N)``; nothing is read back). Each request accepts its deepest node whose every inclusive
         ancestor carries the target's argmax at its parent (:func:`~lumotree.optimized.sampling.greedy_accept` on the
-        step's own tree metadata), and its caches advance along root..that node. Returns the outcome
+        step's own tree metadata; the LM head's argmax taken :data:`HEAD_ROWS` rows at a time), and its caches
+        advance along root..that node. Returns the outcome
         (:meth:`~lumotree.optimized.sampling.VerifyOutcome.packed`: ``[B, 3 + N]`` int64 on the device, accepted node,
         its depth, the argmax there = the next pending token, the on-path mask)."""
         if validate:
@@ -717,11 +730,11 @@ class OptimizedModel:
         parents = step_in[:, N : 2 * N].to(torch.int32).contiguous()  # [B, N]
         num_nodes = step_in[:, 2 * N].to(torch.int32).contiguous()  # [B]
         slots = step_in[:, 2 * N + 1].to(torch.int32).contiguous()  # [B]
-        rec = self._step(tokens, slots, parents, num_nodes)
+        rec = self._step(tokens, slots, parents, num_nodes, argmax=True)
         node = torch.arange(rec.N, device=tokens.device)  # [N]
         valid = node[None, :] < num_nodes[:, None]  # [B, N]
         ancestor = (rec.meta.words[:, :, node // WORD_BITS] >> (node % WORD_BITS)) & 1  # [B, N, N] bit j of row i
-        outcome = greedy_accept(tokens, parents, valid, ancestor.bool(), rec.meta.depth, rec.logits.argmax(-1))
+        outcome = greedy_accept(tokens, parents, valid, ancestor.bool(), rec.meta.depth, rec.logits)
         advance = self._commit(rec, outcome.accepted_node.to(torch.int32))  # [B]
         return outcome.packed(), advance
 

@@ -90,11 +90,14 @@ def test_verify_commit_then_decode_equals_plain_decode(tiny):
     np.testing.assert_allclose(opt.k_pools[0][1, :, :L].numpy(), opt.k_pools[0][3, :, :L].numpy(), atol=1e-5)
 
 
-def test_speculate_greedy_equals_verify_accept_commit():
+def test_speculate_greedy_equals_verify_accept_commit(monkeypatch):
     """The fused greedy step (verify + greedy acceptance + commit, one call) equals the three calls: the same outcome
     (accepted node, depth, next token, path) and the same caches afterwards, on trees whose tokens follow the
-    target's argmax along a designed path (so acceptance goes deep), one tree padded via num_nodes."""
+    target's argmax along a designed path (so acceptance goes deep), one tree padded via num_nodes; the LM head's
+    argmax taken 3 rows at a time (HEAD_ROWS) covers the chunked head."""
     from lumotree.optimized.sampling import TreeBatch, VerifyOutcome, verify_greedy
+
+    monkeypatch.setattr(om, "HEAD_ROWS", 3)
 
     ref = rm.build_random(HybridConfig(**TINY), seed=3)
     opt = om.from_reference(ref, num_slots=4, max_seq_len=48, max_nodes=16, graphs=False)
