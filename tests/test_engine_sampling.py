@@ -19,6 +19,7 @@ from lumotree.optimized import sampling
 from lumotree.optimized.sampling import (
     SamplingParams,
     TreeBatch,
+    VerifyOutcome,
     counter_uniforms,
     target_probs,
     verify_batch,
@@ -331,20 +332,24 @@ def test_malformed_trees_and_shapes_rejected():
 
 
 def test_tree_batch_moves_in_one_piece_with_lazy_draws():
-    """TreeBatch.to keeps every tensor's values, shape and dtype (one packed copy per dtype); the default draw lists
-    are built on first read, the same whether read before or after the move; VerifyOutcome.to likewise."""
+    """TreeBatch.to keeps every tensor's values, shape and dtype (one packed copy per dtype); the structure (depth,
+    ancestor, valid) is built by ``to`` or on first read, the default draw lists on first read, the same whether read
+    before or after the move; VerifyOutcome.to and its packed form likewise."""
     rng = np.random.default_rng(8)
     parents = [build_tree_parents(kind, 9, rng) for kind in ("single", "chain", "star", "deep_wide")]
     tokens = [distinct_sibling_tokens(p, 50, rng) for p in parents]
     batch = TreeBatch.pack([t for t, _ in tokens], [p for _, p in tokens])
-    assert "first_draw" not in vars(batch)  # not built yet
+    assert "first_draw" not in vars(batch) and "ancestor" not in vars(batch)  # not built yet
     fresh = TreeBatch.pack([t for t, _ in tokens], [p for _, p in tokens])
     expected = {name: getattr(fresh, name).clone() for name in ("first_draw", "draw_child", "draw_next")}
     target = torch.device("meta")  # another device; the copy's bytes are checked through sampling._moved_together
     moved = batch.to(target)
+    assert "ancestor" in vars(batch) and "ancestor" in vars(moved)  # built by `to`, moved in its pack
     assert moved.tokens.device == target and moved.ancestor.dtype == torch.bool
     assert moved.first_draw.shape == expected["first_draw"].shape  # built lazily from the host arrays
+    fresh.ancestor  # noqa: B018  (builds the structure: every derived tensor goes through the packed copy below)
     tensors = {k: v for k, v in vars(fresh).items() if isinstance(v, torch.Tensor)}
+    assert {"depth", "ancestor", "valid", "first_draw"} <= set(tensors)
     for name, t in sampling._moved_together(tensors, torch.device("cpu")).items():
         assert t.dtype == tensors[name].dtype and torch.equal(t, tensors[name]), name
     for name, t in expected.items():
@@ -354,3 +359,6 @@ def test_tree_batch_moves_in_one_piece_with_lazy_draws():
     on_meta = outcome.to(target)
     assert on_meta.on_path.device == target and on_meta.on_path.dtype == torch.bool
     assert on_meta.next_token.shape == outcome.next_token.shape
+    unpacked = VerifyOutcome.from_packed(outcome.packed())
+    for name in ("accepted_node", "accepted_len", "next_token", "on_path"):
+        assert torch.equal(getattr(unpacked, name).long(), getattr(outcome, name).long()), name
