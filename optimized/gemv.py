@@ -74,17 +74,31 @@ class GemvConfig(NamedTuple):
 
 # ------------------------------------------------------------------------------------------------------------ kernel
 @triton.jit
+def _load_x(ptrs, mask, K, GLU: tl.constexpr):
+    """A tile of ``x`` (``GLU``: ``silu(gate) * up`` from gate | up, the up half ``K`` columns on, fp32 math, rounded
+    once to the input dtype; masked entries are 0 either way)."""
+    if GLU:
+        g = tl.load(ptrs, mask=mask, other=0.0)
+        u = tl.load(ptrs + K, mask=mask, other=0.0).to(tl.float32)
+        gf = g.to(tl.float32)
+        return (gf * tl.sigmoid(gf) * u).to(g.dtype)
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr, w_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, s_xm, s_ym, k_per_split, SPLIT_K,
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    USE_DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
+    USE_DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, GLU: tl.constexpr,
 ):  # fmt: skip
     """Program (row block j, split s): ``acc[m, n] = sum_{k in split s} x[m, k] w[n, k]`` over the block's n, then
     ``y = acc`` (one split) or the deterministic split-K reduction of the module docstring. ``PDL``: launched as a
     programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program lets the next kernel launch, then
     waits for the previous one before it touches memory (``x`` and the output buffers may be its work). Prefetching
-    the first weight tiles into L2 before the wait measured slower (bench/NOTES-attention.md, "PDL"): not done."""
+    the first weight tiles into L2 before the wait measured slower (bench/NOTES-attention.md, "PDL"): not done.
+    ``GLU``: ``x`` is SwiGLU's gate | up ``[M, 2K]`` and the kernel multiplies by ``silu(gate) * up`` (fp32, rounded once
+    to x's dtype: the values the separate SwiGLU kernel would store), computed as the tiles are loaded."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, M_PAD)  # [M_PAD]
@@ -104,10 +118,10 @@ def _gemv_kernel(
             k_idx = (k0 + ks)[None, :]  # [1, BLOCK_K]
             if EVEN_K:
                 w = tl.load(w_rows + k_idx)  # [BLOCK_N, BLOCK_K]
-                x = tl.load(x_rows + k_idx, mask=x_ok, other=0.0)  # [M_PAD, BLOCK_K]
+                x = _load_x(x_rows + k_idx, x_ok, K, GLU)  # [M_PAD, BLOCK_K]
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [BLOCK_N, BLOCK_K]
-                x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_K]
+                x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU)  # [M_PAD, BLOCK_K]
             if IEEE:
                 acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
             else:
@@ -122,10 +136,10 @@ def _gemv_kernel(
             k_idx = (k0 + ks)[None, None, :]  # [1, 1, BLOCK_K]
             if EVEN_K:
                 w = tl.load(w_rows + k_idx)  # [1, BLOCK_N, BLOCK_K]
-                x = tl.load(x_rows + k_idx, mask=x_ok, other=0.0)  # [M_PAD, BLOCK_N, BLOCK_K]
+                x = _load_x(x_rows + k_idx, x_ok, K, GLU)  # [M_PAD, BLOCK_N, BLOCK_K]
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [1, BLOCK_N, BLOCK_K]
-                x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_N, BLOCK_K]
+                x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU)  # [M_PAD, BLOCK_N, BLOCK_K]
             acc3 += x.to(tl.float32) * w.to(tl.float32)  # [M_PAD, BLOCK_N, BLOCK_K]
         acc = tl.sum(acc3, axis=2)  # [M_PAD, BLOCK_N]
     out_ok = (rows < M)[:, None] & (cols < N)[None, :]  # [M_PAD, BLOCK_N]
@@ -236,17 +250,23 @@ def _check_form(config: GemvConfig, M: int) -> None:
 
 
 def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dtype | None = None,
-                       config: GemvConfig | None = None, pdl: bool = False) -> torch.Tensor:
+                       config: GemvConfig | None = None, pdl: bool = False, glu: bool = False) -> torch.Tensor:
     """``y = x @ w.T`` for a few rows: ``x: [M, K]`` (1 <= M <= 64, contiguous last dim), ``w: [N, K]`` contiguous,
     same float dtype and device; fp32 accumulation; returns ``y: [M, N]`` in ``out_dtype`` (None: x's dtype).
     ``config`` (a :class:`GemvConfig`) overrides :func:`gemv_config`'s default launch. ``pdl`` (GPUs of compute
     capability 9 or more; ignored elsewhere): a programmatic dependent launch, whose programs are resident and
-    waiting when the previous kernel ends (:mod:`~lumotree.optimized.pdl`; -3 % on the decode step, H200)."""
+    waiting when the previous kernel ends (:mod:`~lumotree.optimized.pdl`; -3 % on the decode step, H200).
+    ``glu``: ``x`` is SwiGLU's ``gate | up: [M, 2K]`` and ``y = (silu(gate) * up) @ w.T``, the activation computed as
+    x's tiles are loaded (the same rounding as a separate SwiGLU kernel: one launch and one round trip less)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     device = x.device
-    check_tensor("x", x, (None, None), "M, K", FLOAT_DTYPES, device)
+    check_tensor("x", x, (None, None), "M, 2K (glu)" if glu else "M, K", FLOAT_DTYPES, device)
     M, K = x.shape
+    if glu:
+        if K % 2:
+            raise ValueError(f"x has {K} columns: with glu it holds gate | up, an even number")
+        K //= 2
     if not 1 <= M <= MAX_ROWS:
         raise ValueError(f"x has {M} rows; small_batch_linear takes 1 to {MAX_ROWS} (use a matmul for more)")
     if K < 1:
@@ -276,7 +296,7 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
         x, w, y, partials, counters,
         M, N, K, x.stride(0), y.stride(0), k_per_split, split_k,
         M_PAD=m_pad, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=K % cfg.block_k == 0,
-        USE_DOT=cfg.use_dot, IEEE=x.dtype == torch.float32, PDL=pdl, **opts,
+        USE_DOT=cfg.use_dot, IEEE=x.dtype == torch.float32, PDL=pdl, GLU=bool(glu), **opts,
     )  # fmt: skip
     return y
 

@@ -17,8 +17,9 @@ A *tree step* runs B requests with N nodes each through all layers: per GDN laye
 matmuls (with ``small_batch_linear``, the GPU default, the projections of steps with few token rows use the split-K
 weight-streaming GEMV of :mod:`~lumotree.optimized.gemv` where :func:`~lumotree.optimized.gemv.preferred`, launched
 with PDL, :mod:`~lumotree.optimized.pdl`); each residual add is fused with the RMSNorm that follows it, and
-SwiGLU's ``silu(g) * u`` is one kernel. The *commit* advances every pool along each request's accepted path (GDN
-state from the factors, conv state from the path inputs, KV compaction). Then
+SwiGLU's ``silu(g) * u`` is computed in the down projection's GEMV loads (one kernel before cuBLAS). The *commit*
+advances every pool along each request's accepted path (GDN state from the factors, conv state from the path inputs,
+KV compaction). Then
 
 - ``verify`` = tree step (logits of every node), caches untouched until ``commit``;
 - ``speculate_greedy`` = tree step, greedy acceptance and commit in one call (one graph: the greedy engine step's
@@ -445,20 +446,22 @@ class OptimizedModel:
             self.pdl = bool(pdl) and pdl_supported(self.device)
         self._graph_entries.clear()
 
-    def _linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    def _linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None,
+                glu: bool = False) -> torch.Tensor:
         """``x [T, Din] @ w [Dout, Din]^T``: the GEMV of :mod:`~lumotree.optimized.gemv` where it is
         :func:`~lumotree.optimized.gemv.preferred` and enabled (on a GPU or under the Triton interpreter), else
-        cuBLAS (``out_dtype``: default x's)."""
+        cuBLAS (``out_dtype``: default x's). ``glu``: ``x`` is SwiGLU's gate | up ``[T, 2 Din]``, activated first (in
+        the GEMV's loads, or by the SwiGLU kernel before cuBLAS)."""
         if self.small_batch_linear and gemv_preferred(x.shape[0], w.shape[0]) and x.stride(-1) == 1 and (
                 x.is_cuda or interpreting()):
-            return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl)
-        y = x @ w.T
+            return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl, glu=glu)
+        y = (_silu_mul(x) if glu else x) @ w.T
         return y if out_dtype is None else y.to(out_dtype)
 
     def _mlp(self, m: _MLP, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU MLP, or the MoE block computed densely (see the module docstring). ``x: [T, Dm]``."""
         if m.router is None:
-            return self._linear(_silu_mul(self._linear(x, m.w_gate_up)), m.w_down)  # [T, 2I] -> [T, I] -> [T, Dm]
+            return self._linear(self._linear(x, m.w_gate_up), m.w_down, glu=True)  # [T, 2I] -> SwiGLU -> [T, Dm]
         probs = torch.softmax((x @ m.router.T).float(), dim=-1)  # [T, E]
         top_p, top_i = torch.topk(probs, self.config.num_experts_per_tok, dim=-1)  # [T, k]
         if self.config.norm_topk_prob:

@@ -116,6 +116,25 @@ def test_strided_rows_of_x():
     assert _rel_err(y, _ref(x, w[:, :48])) < RTOL
 
 
+@pytest.mark.parametrize("config", [G.GemvConfig(4, 16, 3, 4, 1), G.GemvConfig(16, 32, 2, 4, 2, True), None],
+                         ids=["sum-split3", "dot-split2", "default"])
+@pytest.mark.parametrize("M,N,K", [(1, 37, 40), (3, 16, 72), (8, 64, 128)])
+def test_glu_prologue_equals_swiglu_then_gemv(M, N, K, config):
+    """``glu=True`` (SwiGLU computed in the GEMV's loads) matches ``(silu(g) * u) @ w.T`` in float64 and is
+    bit-identical to the model's separate SwiGLU kernel followed by the plain GEMV."""
+    from lumotree.optimized.model import _silu_mul
+
+    gu, w = _inputs(M, N, 2 * K, seed=M + N)
+    w = w[:, :K].contiguous()  # [N, K]
+    g, u = gu[:, :K].double(), gu[:, K:].double()
+    reference = (g * torch.sigmoid(g) * u) @ w.double().T  # [M, N]
+    fused = G.small_batch_linear(gu, w, config=config, glu=True)
+    assert _rel_err(fused, reference) < RTOL
+    assert torch.equal(fused, G.small_batch_linear(_silu_mul(gu), w, config=config))
+    with pytest.raises(ValueError, match="x has 5 columns: with glu"):
+        G.small_batch_linear(gu[:, :5].contiguous(), w[:, :2].contiguous(), glu=True)
+
+
 @settings(max_examples=10, deadline=None)
 @given(M=st.integers(1, 64), N=st.integers(1, 80), K=st.integers(1, 130), block_n=st.sampled_from([1, 4, 16, 32]),
        block_k=st.sampled_from([16, 32, 64]), split_k=st.integers(1, 5), use_dot=st.booleans(),
@@ -204,6 +223,20 @@ def test_gpu_bench_shapes_bf16_match_torch(N, K, M):
     assert torch.equal(y, G.small_batch_linear(x, w, out_dtype=y.dtype))
     torch.cuda.synchronize()
     assert _counters_zero()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 2, 8])
+def test_gpu_glu_prologue_bf16_bit_identical_to_swiglu_kernel(M):
+    """The bench model's down projection (gate | up [M, 2 x 5632] -> 2048) with SwiGLU in the GEMV's loads equals the
+    SwiGLU kernel + GEMV bit for bit in bf16 (the same fp32 math, one rounding), with and without PDL."""
+    from lumotree.optimized.model import _silu_mul
+
+    gu, w = _inputs(M, 2048, 2 * 5632, seed=M, dtype=torch.bfloat16)
+    w = w[:, :5632].contiguous()  # [2048, 5632]
+    two_kernels = G.small_batch_linear(_silu_mul(gu), w)
+    for pdl in (False, True):
+        assert torch.equal(G.small_batch_linear(gu, w, glu=True, pdl=pdl), two_kernels)
 
 
 @pytest.mark.gpu
