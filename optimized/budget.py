@@ -257,8 +257,9 @@ class BudgetPolicy:
     time_decay = 0.8
 
     def observe_time(self, batch: int, nodes: int, seconds: float) -> None:
-        """A step's measured model seconds (``nodes`` = 0: an autoregressive decode step; else the node bucket of a
-        verify step): updates ``lambda_decode`` / ``lambda_verify`` = moving average of measured / profiled."""
+        """A step's measured seconds, all but its draft (the engine's bookkeeping included: host time the profile
+        does not hold; ``nodes`` = 0: an autoregressive decode step; else the node bucket of a verify step): updates
+        ``lambda_decode`` / ``lambda_verify`` = moving average of measured / profiled."""
         if not (math.isfinite(seconds) and seconds > 0):
             return
         try:

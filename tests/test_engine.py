@@ -500,6 +500,22 @@ def test_engine_falls_back_to_autoregressive_when_drafts_are_useless():
     assert kinds.count("autoregressive") > 0.8 * len(kinds)
 
 
+def test_engine_calibrates_costs_with_each_step_but_its_draft(monkeypatch):
+    """The budget's time calibration sees every decode and speculative step, timed whole but for the draft (the
+    bookkeeping after the model call is host time a step costs too), with the step's node bucket (0 = decode)."""
+    target = TrigramTarget(vocab=8, num_slots=2, max_seq_len=400, scale=8.0)
+    profile = flat_profile(verify=lambda b, n: 1.0 + n / 64.0)
+    engine = Engine(target, PromptLookupDrafter(), mode="tree", budget="expected", profile=profile)
+    seen = []
+    monkeypatch.setattr(engine.budget, "observe_time", lambda b, n, seconds: seen.append((b, n, seconds)))
+    engine.generate(prompts_for(8, 2, seed=3), SamplingParams(max_new_tokens=40))
+    steps = [s for s in engine.stats.steps if s.kind != "prefill"]
+    assert len(seen) == len(steps) and any(s.kind == "verify" for s in steps)
+    for (b, n, seconds), s in zip(seen, steps):
+        assert (b, n) == (s.batch, 0 if s.kind == "autoregressive" else s.nodes)
+        assert seconds == s.total_s - s.draft_s and seconds >= s.model_s
+
+
 def test_cost_profile_round_trip_and_validation(tmp_path):
     profile = flat_profile(verify=lambda b, n: 1.0 + n / 10)
     path = tmp_path / "profile.json"
