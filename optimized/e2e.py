@@ -150,9 +150,6 @@ def run(args: argparse.Namespace) -> int:
     config = HybridConfig(**RANDOM_CONFIGS[args.config])
     batches = sorted(set(args.batches))
     max_batch = max(batches)
-    # every power of two up to the largest batch (the engine's default buckets), not only the measured batches: when
-    # a run's last requests finish, its steps shrink to a smaller bucket instead of paying for the full batch
-    buckets = sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= max_batch} | set(batches))
     max_nodes = max([args.max_nodes, *args.sweep])
     new_tokens = {B: max(args.new_tokens, -(-args.min_decode_tokens // B)) for B in batches}  # per request
     max_seq_len = args.prompt_len + max(new_tokens.values()) + max_nodes + 64
@@ -169,13 +166,16 @@ def run(args: argparse.Namespace) -> int:
     weight_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
     common = dict(num_slots=max_batch, max_seq_len=max_seq_len, device=dev, dtype=dtype)
     model = OptimizedModel(config, tensors, max_nodes=max_nodes, **common)
-    target = OptimizedTarget(model, batch_buckets=buckets, validate=not cuda)
+    # batch buckets: the defaults of OptimizedTarget and Engine (every power of two up to the largest batch), not only
+    # the measured batches: when a run's last requests finish, its steps shrink to a smaller bucket instead of paying
+    # for the full batch
+    target = OptimizedTarget(model, validate=not cuda)
     draft_layers = [int(x) for x in args.draft_layers.split(",")]
     draft = None
     if not args.no_draft_model:
         dc, dt = layer_skip_checkpoint(config, tensors, draft_layers)
         draft = OptimizedTarget(OptimizedModel(dc, dt, max_nodes=max(64, max_nodes), **common),
-                                batch_buckets=buckets, validate=not cuda)
+                                validate=not cuda)
     del tensors
     log(f"model: {params / 1e9:.2f} B parameters, {weight_bytes / 2**30:.2f} GiB weights, {dtype}, {dev}")
     bandwidth = _copy_bandwidth(dev) if cuda else float("nan")
@@ -196,8 +196,7 @@ def run(args: argparse.Namespace) -> int:
             m.set_small_batch_linear(use_gemv)
 
     node_buckets = tuple(n for n in (1, 2, 4, 8, 16, 32, 64, 128) if n <= max_nodes)
-    profile_engine = Engine(target, None, mode="autoregressive", max_nodes=max_nodes, node_buckets=node_buckets,
-                            batch_buckets=buckets)
+    profile_engine = Engine(target, None, mode="autoregressive", max_nodes=max_nodes, node_buckets=node_buckets)
     # 9 repeats: with 3, host jitter moved the median of small trees by up to 0.3 ms (bench/engine_step_profile.py
     # --profile-check, 2026-12-01), and the budget chose by it
     profile: CostProfile = profile_engine.measure_profile(repeats=9 if cuda else 1)
@@ -229,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
             torch.cuda.reset_peak_memory_stats(dev)
         def make_engine() -> Engine:
             return Engine(target, drafter, mode=mode, budget=budget, max_nodes=nodes, profile=profile,
-                          node_buckets=node_buckets, batch_buckets=buckets, seed=args.seed)
+                          node_buckets=node_buckets, seed=args.seed)
 
         # untimed warm-up with the same drafter (first-call costs: drafter templates, host code paths), then the
         # timed generation `--repeats` times; the fastest repeat is kept (noise only ever slows a run down)

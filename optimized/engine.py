@@ -218,8 +218,10 @@ class OptimizedTarget:
     def decode(self, slots: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         B = int(slots.shape[0])
         padded, pad = self._padded(slots)
-        tok = torch.zeros(padded.shape[0], dtype=torch.int64, device=tokens.device)  # [Bp] the model copies it in
-        tok[:B] = tokens
+        tok = tokens  # [Bp] the model copies it in
+        if pad:
+            tok = torch.zeros(padded.shape[0], dtype=torch.int64, device=tokens.device)
+            tok[:B] = tokens
         logits = self.model.decode(padded, tok, validate=self.validate)  # [Bp, V]
         self._reset(pad)
         return logits[:B]
@@ -484,7 +486,7 @@ class Engine:
         rng = np.random.default_rng(0)
         length: dict[int, int] = {}  # cache length of each slot in use
 
-        def make_room(batch: int, nodes: int) -> torch.Tensor:
+        def make_room(batch: int, nodes: int) -> None:
             """Slots 0..batch-1, each prefilled (again) unless it has room for a step of ``nodes`` nodes."""
             for s in range(batch):
                 if length.get(s, self.model.max_seq_len) + nodes + 1 >= self.model.max_seq_len:
@@ -492,7 +494,6 @@ class Engine:
                         self.model.release(s)
                     self.model.prefill(s, torch.randint(V, (prompt_len,), generator=gen).tolist())
                     length[s] = prompt_len
-            return torch.tensor(list(range(batch)), dtype=torch.int64)
 
         def run_timed(fn: Callable[[], None], prepare: Callable[[], None]) -> float:
             times = []

@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from . import tree_attention as ta
-from ._checks import MAX_NODES, check_tree_rows, interpreting
+from ._checks import MAX_NODES, check_tree_rows, interpreting, node_mask
 from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import WORD_BITS, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
@@ -712,8 +712,8 @@ class OptimizedModel:
         if validate:
             slots, tokens, parents, num_nodes = self._check_tree_step(slots, tokens, parents, num_nodes)
         B, N = tokens.shape
-        if num_nodes is None:
-            num_nodes = torch.full((B,), N, dtype=torch.int32, device=self.device)
+        if num_nodes is None:  # whole trees, next to the tokens (joined with them below)
+            num_nodes = torch.full((B,), N, dtype=torch.int32, device=tokens.device)
         self._settle_lengths()  # one pending advance at a time: a replay overwrites its graph's static advance
         host_slots = self._host_slots(slots)
         self._last = None
@@ -735,7 +735,7 @@ class OptimizedModel:
         slots = step_in[:, 2 * N + 1].to(torch.int32).contiguous()  # [B]
         rec = self._step(tokens, slots, parents, num_nodes, argmax=True)
         node = torch.arange(rec.N, device=tokens.device)  # [N]
-        valid = node[None, :] < num_nodes[:, None]  # [B, N]
+        valid = node_mask(num_nodes, rec.N)  # [B, N]
         ancestor = (rec.meta.words[:, :, node // WORD_BITS] >> (node % WORD_BITS)) & 1  # [B, N, N] bit j of row i
         outcome = greedy_accept(tokens, parents, valid, ancestor.bool(), rec.meta.depth, rec.logits)
         advance = self._commit(rec, outcome.accepted_node.to(torch.int32))  # [B]
