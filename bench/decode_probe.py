@@ -1,8 +1,9 @@
 """Probes (GPU) of the bench model's (bench/model_verify.py's config) steps at B = 1, CUDA-graph replays:
 
-- ``pdl``: the decode step with the GEMV launched plainly and as a programmatic dependent launch
-  (``optimized.pdl``), median of ``triton.testing.do_bench``; the logits of each variant, eager and replayed, checked
-  bit-identical to the plain launch. (The run of 2026-12-01 also timed an L2 prefetch of 1-4 weight tiles per program
+- ``pdl``: the decode step with the GEMV launched plainly, as a programmatic dependent launch (``optimized.pdl``),
+  and with PDL and the residual add + RMSNorm fused into the GEMVs (``fused_norms``), median of
+  ``triton.testing.do_bench``; the logits of each variant, eager and replayed: the unfused ones checked bit-identical
+  to the plain launch, the fused one within bf16 rounding of it (its RMS norms sum in another order). (The run of 2026-12-01 also timed an L2 prefetch of 1-4 weight tiles per program
   before the wait, with the GEMV of commit 4251649; the prefetch was then removed:
   ``bench/results/2026-12-01b/pdl_probe.json``.)
 - ``launch``: host time of ``CUDAGraph.replay()`` (the ``cudaGraphLaunch`` call alone, after a synchronisation) and
@@ -45,8 +46,8 @@ def pdl_rows(model: om.OptimizedModel, L: int) -> list[dict]:
         set_lengths(model, L)
 
     rows, reference = [], None
-    for name, pdl in (("plain", False), ("pdl", True)):
-        model.set_small_batch_linear(True, pdl=pdl)
+    for name, pdl, fused in (("plain", False, False), ("pdl", True, False), ("pdl+fused-norms", True, True)):
+        model.set_small_batch_linear(True, pdl=pdl, fused_norms=fused)
         restore()
         logits = model.decode(slots, tokens).clone()  # the eager run (compiles), then the capture
         graph = model._graph_entries[("decode", 1)]["graph"]
@@ -62,7 +63,10 @@ def pdl_rows(model: om.OptimizedModel, L: int) -> list[dict]:
         same_replay = bool(torch.equal(model._graph_entries[("decode", 1)]["result"], logits))
         same = True if reference is None else bool(torch.equal(logits, reference))
         reference = logits if reference is None else reference
-        rows.append({"variant": name, "pdl": pdl, "decode_us": us, "logits_equal_plain": same,
+        rel = 0.0 if reference is logits else float((logits - reference).norm() / reference.norm())
+        rows.append({"variant": name, "pdl": pdl, "fused_norms": fused, "decode_us": us, "logits_equal_plain": same,
+                     "logits_rel_diff_plain": rel,
+                     "argmax_equal_plain": bool(torch.equal(logits.argmax(-1), reference.argmax(-1))),
                      "replay_equal_eager": same_replay})
     return rows
 

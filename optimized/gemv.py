@@ -27,6 +27,15 @@ never stored) and the matching ``x`` chunk (rows past M masked off). Two forms o
   ``num_stages``. Each program re-reads its K-range of x from L2, ``cdiv(N, BLOCK_N)`` times in all: at 64 rows
   that is as many bytes as the weight for ``BLOCK_N = 64``, hence the wider tiles there.
 
+Fused neighbours (one launch and one round trip less each, the rounding of the separate kernels): ``glu=True``
+computes SwiGLU's ``silu(gate) * up`` in x's tile loads (the down projection); :func:`residual_linear` adds its
+product into the residual stream in the epilogue (``h = round(h + round(y))``, written by the program that stores
+the row block, which also stores the block's share of each new row's sum of squares); and a following
+``small_batch_linear(h, w, norm=RowNorm(parts, weight, eps))`` applies the RMSNorm in its loads, every program
+summing the same parts in the same order (so every program uses the same ``rstd``; the sum's order differs from a
+one-kernel row reduction: ``rstd`` agrees to fp32 rounding, not bit for bit). The add + RMSNorm between two decode
+projections then costs no launch: 47 of the bench model's 49 add + RMSNorm launches a decode step.
+
 Split-K reduction, deterministic and in the same launch: with ``SPLIT_K == 1`` the program writes ``y`` directly.
 Otherwise split ``s`` stores its fp32 partial ``[M, BLOCK_N]`` to ``partials[s]`` (scratch ``[SPLIT_K, M, N]``),
 then (CTA barrier, one acq_rel atomic) increments the row block's counter; the program that reads back
@@ -49,14 +58,27 @@ import triton.language as tl
 from ._checks import FLOAT_DTYPES, check_tensor, interpreting
 from .pdl import pdl_supported
 
-__all__ = ["GemvConfig", "gemv_config", "small_batch_linear", "split_k_scratch", "preferred", "MAX_ROWS",
-           "MAX_SUM_ROWS", "FASTER_ROWS", "WIDE_N", "OUT_DTYPES"]
+__all__ = ["GemvConfig", "RowNorm", "gemv_config", "small_batch_linear", "residual_linear", "split_k_scratch",
+           "preferred", "MAX_ROWS", "MAX_SUM_ROWS", "MAX_NORM_PARTS", "FASTER_ROWS", "WIDE_N", "OUT_DTYPES"]
 
 MAX_ROWS = 64  # the largest M (token rows) the kernel is built for
 MAX_SUM_ROWS = 8  # the broadcast + sum form's limit (its registers grow with M)
 FASTER_ROWS = 8  # up to this M the default launch measured at least as fast as cuBLAS on every bench shape (H200)
 WIDE_N = 65536  # outputs at least this wide (LM heads): the default launch beat cuBLAS up to MAX_ROWS rows
 OUT_DTYPES = (None, torch.bfloat16, torch.float16, torch.float32)
+
+
+MAX_NORM_PARTS = 4096  # the most pieces of a row's sum of squares a norm prologue reads (one load per program)
+
+
+class RowNorm(NamedTuple):
+    """The RMSNorm a GEMV applies to its residual-stream input ``x: [M, K]``: ``x rsqrt(sum(parts[m]) / K + eps)
+    weight``, with ``parts: [M, R]`` fp32 the rows' sums of squares in pieces (as :func:`residual_linear` returns
+    them), ``weight: [K]`` fp32 and ``eps > 0``."""
+
+    parts: torch.Tensor
+    weight: torch.Tensor
+    eps: float
 
 
 class GemvConfig(NamedTuple):
@@ -74,23 +96,44 @@ class GemvConfig(NamedTuple):
 
 # ------------------------------------------------------------------------------------------------------------ kernel
 @triton.jit
-def _load_x(ptrs, mask, K, GLU: tl.constexpr):
-    """A tile of ``x`` (``GLU``: ``silu(gate) * up`` from gate | up, the up half ``K`` columns on, fp32 math, rounded
-    once to the input dtype; masked entries are 0 either way)."""
+def _load_x(ptrs, mask, K, GLU: tl.constexpr, NORM: tl.constexpr, norm_ptrs, norm_mask, rstd):
+    """A tile of ``x``. ``GLU``: ``silu(gate) * up`` from gate | up, the up half ``K`` columns on, fp32 math, rounded
+    once to the input dtype. ``NORM``: ``h * rstd * weight`` from the residual rows ``h`` (``rstd`` broadcast over
+    the row's tile, ``weight`` fp32 at ``norm_ptrs``), fp32 math, rounded once. Masked entries are 0 either way."""
     if GLU:
         g = tl.load(ptrs, mask=mask, other=0.0)
         u = tl.load(ptrs + K, mask=mask, other=0.0).to(tl.float32)
         gf = g.to(tl.float32)
         return (gf * tl.sigmoid(gf) * u).to(g.dtype)
+    if NORM:
+        h = tl.load(ptrs, mask=mask, other=0.0)
+        weight = tl.load(norm_ptrs, mask=norm_mask, other=0.0)
+        return (h.to(tl.float32) * rstd * weight).to(h.dtype)
     return tl.load(ptrs, mask=mask, other=0.0)
 
 
 @triton.jit
+def _store_y(val, y_ptrs, out_ok, rows, M, pid_n, parts_ptr, N_PARTS, RESIDUAL: tl.constexpr):
+    """Store the fp32 block ``val: [M_PAD, BLOCK_N]``: ``y = val`` rounded, or (``RESIDUAL``: ``y`` is the residual
+    ``h``) ``h = round(h + round(val))`` and this block's share of each row's sum of squares of the new ``h`` into
+    ``parts[m, pid_n]``."""
+    if RESIDUAL:
+        delta = val.to(y_ptrs.dtype.element_ty).to(tl.float32)
+        h = (tl.load(y_ptrs, mask=out_ok, other=0.0).to(tl.float32) + delta).to(y_ptrs.dtype.element_ty)
+        tl.store(y_ptrs, h, mask=out_ok)
+        hf = tl.where(out_ok, h.to(tl.float32), 0.0)  # [M_PAD, BLOCK_N]
+        tl.store(parts_ptr + rows * N_PARTS + pid_n, tl.sum(hf * hf, axis=1), mask=rows < M)
+    else:
+        tl.store(y_ptrs, val.to(y_ptrs.dtype.element_ty), mask=out_ok)
+
+
+@triton.jit
 def _gemv_kernel(
-    x_ptr, w_ptr, y_ptr, part_ptr, count_ptr,
-    M, N, K, s_xm, s_ym, k_per_split, SPLIT_K,
+    x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, norm_w_ptr, norm_parts_ptr, out_parts_ptr,
+    M, N, K, s_xm, s_ym, k_per_split, SPLIT_K, eps, N_NORM_PARTS, N_OUT_PARTS,
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    USE_DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, GLU: tl.constexpr,
+    USE_DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, GLU: tl.constexpr, NORM: tl.constexpr,
+    NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr,
 ):  # fmt: skip
     """Program (row block j, split s): ``acc[m, n] = sum_{k in split s} x[m, k] w[n, k]`` over the block's n, then
     ``y = acc`` (one split) or the deterministic split-K reduction of the module docstring. ``PDL``: launched as a
@@ -98,7 +141,12 @@ def _gemv_kernel(
     waits for the previous one before it touches memory (``x`` and the output buffers may be its work). Prefetching
     the first weight tiles into L2 before the wait measured slower (bench/NOTES-attention.md, "PDL"): not done.
     ``GLU``: ``x`` is SwiGLU's gate | up ``[M, 2K]`` and the kernel multiplies by ``silu(gate) * up`` (fp32, rounded once
-    to x's dtype: the values the separate SwiGLU kernel would store), computed as the tiles are loaded."""
+    to x's dtype: the values the separate SwiGLU kernel would store), computed as the tiles are loaded. ``NORM``: ``x``
+    is the residual stream and the kernel multiplies by its RMSNorm ``x rsqrt(sum(norm_parts[m]) / K + eps) w``
+    (the row sums of squares in parts, from the GEMV that last added into it). ``RESIDUAL``: ``y`` is that residual
+    stream and is updated in place, ``y = round(y + round(acc))``, with each row block's sum of squares of the new
+    rows stored to ``out_parts[m, j]`` (the next GEMV's ``norm_parts``): the residual add + RMSNorm between two
+    projections costs no launch of its own."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, M_PAD)  # [M_PAD]
@@ -109,6 +157,12 @@ def _gemv_kernel(
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()  # from here on the previous kernel's writes are visible
+    rstd = tl.full([M_PAD], 1.0, tl.float32)  # [M_PAD] (NORM: 1 / RMS of each residual row)
+    if NORM:  # fixed-order sum of the producer's parts: the same rstd in every program
+        j = tl.arange(0, NORM_PARTS_PAD)  # [NORM_PARTS_PAD]
+        sq = tl.load(norm_parts_ptr + rows[:, None] * N_NORM_PARTS + j[None, :],
+                     mask=(rows < M)[:, None] & (j < N_NORM_PARTS)[None, :], other=0.0)  # [M_PAD, NORM_PARTS_PAD]
+        rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)  # [M_PAD]
     if USE_DOT:
         x_rows = x_ptr + rows[:, None] * s_xm  # [M_PAD, 1]
         w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1] clamped: in bounds
@@ -118,10 +172,12 @@ def _gemv_kernel(
             k_idx = (k0 + ks)[None, :]  # [1, BLOCK_K]
             if EVEN_K:
                 w = tl.load(w_rows + k_idx)  # [BLOCK_N, BLOCK_K]
-                x = _load_x(x_rows + k_idx, x_ok, K, GLU)  # [M_PAD, BLOCK_K]
+                x = _load_x(x_rows + k_idx, x_ok, K, GLU, NORM, norm_w_ptr + k_idx, k_idx < K,
+                            rstd[:, None])  # [M_PAD, BLOCK_K]
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [BLOCK_N, BLOCK_K]
-                x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU)  # [M_PAD, BLOCK_K]
+                x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU, NORM, norm_w_ptr + k_idx, k_idx < K,
+                            rstd[:, None])  # [M_PAD, BLOCK_K]
             if IEEE:
                 acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
             else:
@@ -136,16 +192,18 @@ def _gemv_kernel(
             k_idx = (k0 + ks)[None, None, :]  # [1, 1, BLOCK_K]
             if EVEN_K:
                 w = tl.load(w_rows + k_idx)  # [1, BLOCK_N, BLOCK_K]
-                x = _load_x(x_rows + k_idx, x_ok, K, GLU)  # [M_PAD, BLOCK_N, BLOCK_K]
+                x = _load_x(x_rows + k_idx, x_ok, K, GLU, NORM, norm_w_ptr + k_idx, k_idx < K,
+                            rstd[:, None, None])  # [M_PAD, BLOCK_N, BLOCK_K]
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [1, BLOCK_N, BLOCK_K]
-                x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU)  # [M_PAD, BLOCK_N, BLOCK_K]
+                x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU, NORM, norm_w_ptr + k_idx, k_idx < K,
+                            rstd[:, None, None])  # [M_PAD, BLOCK_N, BLOCK_K]
             acc3 += x.to(tl.float32) * w.to(tl.float32)  # [M_PAD, BLOCK_N, BLOCK_K]
         acc = tl.sum(acc3, axis=2)  # [M_PAD, BLOCK_N]
     out_ok = (rows < M)[:, None] & (cols < N)[None, :]  # [M_PAD, BLOCK_N]
     y_ptrs = y_ptr + rows[:, None] * s_ym + cols[None, :]  # [M_PAD, BLOCK_N]
     if SPLIT_K == 1:
-        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=out_ok)
+        _store_y(acc, y_ptrs, out_ok, rows, M, pid_n, out_parts_ptr, N_OUT_PARTS, RESIDUAL)
     else:
         part_ptrs = part_ptr + rows[:, None] * N + cols[None, :]  # [M_PAD, BLOCK_N] in partials[0]
         tl.store(part_ptrs + pid_k * M * N, acc, mask=out_ok)
@@ -155,7 +213,7 @@ def _gemv_kernel(
             total = tl.load(part_ptrs, mask=out_ok, other=0.0, cache_modifier=".cg")  # [M_PAD, BLOCK_N]
             for s in range(1, SPLIT_K):  # fixed order: bit-identical whichever split arrived last
                 total += tl.load(part_ptrs + s * M * N, mask=out_ok, other=0.0, cache_modifier=".cg")
-            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=out_ok)
+            _store_y(total, y_ptrs, out_ok, rows, M, pid_n, out_parts_ptr, N_OUT_PARTS, RESIDUAL)
             tl.atomic_xchg(count_ptr + pid_n, 0, sem="relaxed", scope="gpu")  # ready for the next launch / replay
 
 
@@ -250,14 +308,48 @@ def _check_form(config: GemvConfig, M: int) -> None:
 
 
 def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dtype | None = None,
-                       config: GemvConfig | None = None, pdl: bool = False, glu: bool = False) -> torch.Tensor:
+                       config: GemvConfig | None = None, pdl: bool = False, glu: bool = False,
+                       norm: RowNorm | None = None) -> torch.Tensor:
     """``y = x @ w.T`` for a few rows: ``x: [M, K]`` (1 <= M <= 64, contiguous last dim), ``w: [N, K]`` contiguous,
     same float dtype and device; fp32 accumulation; returns ``y: [M, N]`` in ``out_dtype`` (None: x's dtype).
     ``config`` (a :class:`GemvConfig`) overrides :func:`gemv_config`'s default launch. ``pdl`` (GPUs of compute
     capability 9 or more; ignored elsewhere): a programmatic dependent launch, whose programs are resident and
     waiting when the previous kernel ends (:mod:`~lumotree.optimized.pdl`; -3 % on the decode step, H200).
     ``glu``: ``x`` is SwiGLU's ``gate | up: [M, 2K]`` and ``y = (silu(gate) * up) @ w.T``, the activation computed as
-    x's tiles are loaded (the same rounding as a separate SwiGLU kernel: one launch and one round trip less)."""
+    x's tiles are loaded (the same rounding as a separate SwiGLU kernel: one launch and one round trip less).
+    ``norm`` (a :class:`RowNorm`): ``x`` is a residual stream left by :func:`residual_linear` and
+    ``y = round(x rsqrt(sum(norm.parts[m]) / K + eps) norm.weight) @ w.T``, the RMSNorm applied as the tiles are
+    loaded (its row sums of squares come with ``norm``)."""
+    x, w, K, cfg, out_dtype = _check_linear(x, w, out_dtype, config, glu)
+    if norm is not None:
+        if glu:
+            raise ValueError("glu and norm cannot be combined (norm applies to a residual stream x)")
+        _check_norm(norm, x.shape[0], K, x.device)
+    y = torch.empty((x.shape[0], w.shape[0]), dtype=out_dtype or x.dtype, device=x.device)  # [M, N]
+    _launch(x, w, y, cfg, pdl, glu, norm, None)
+    return y
+
+
+def residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, *, config: GemvConfig | None = None,
+                    pdl: bool = False, glu: bool = False) -> torch.Tensor:
+    """``residual += x @ w.T`` in place, for a few rows (``x: [M, K]``, ``w: [N, K]``, ``residual: [M, N]``
+    contiguous, one dtype): ``residual = round(residual + round(x @ w.T))``, the rounding of a separate GEMV followed
+    by an add in fp32 (``glu`` as in :func:`small_batch_linear`). Returns the new rows' sums of squares in pieces,
+    ``parts: [M, R]`` fp32 (``R`` row blocks of the launch: ``parts.sum(-1) = (residual.float() ** 2).sum(-1)``),
+    which a following ``small_batch_linear(residual, ..., norm=RowNorm(parts, weight, eps))`` needs to apply the
+    RMSNorm in its loads: the residual add + RMSNorm between two projections costs no launch of its own."""
+    x, w, K, cfg, _ = _check_linear(x, w, None, config, glu)
+    M, N = x.shape[0], w.shape[0]
+    check_tensor("residual", residual, (M, N), "M, N", (x.dtype,), x.device, contiguous=True)
+    if residual.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(), w.untyped_storage().data_ptr()):
+        raise ValueError("residual shares memory with x or w: the programs reading them would race with its update")
+    parts = torch.empty((M, triton.cdiv(N, cfg.block_n)), dtype=torch.float32, device=x.device)  # [M, R]
+    _launch(x, w, residual, cfg, pdl, glu, None, parts)
+    return parts
+
+
+def _check_linear(x, w, out_dtype, config, glu) -> tuple[torch.Tensor, torch.Tensor, int, GemvConfig, object]:
+    """The shared argument checks: ``(x, w, K, launch config, out_dtype)``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     device = x.device
@@ -279,9 +371,27 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
         raise TypeError(f"out_dtype must be one of None, bfloat16, float16, float32, got {out_dtype!r}")
     cfg = gemv_config(M, N, K, device) if config is None else _check_config(config)
     _check_form(cfg, M)
+    return x, w, K, cfg, out_dtype
 
+
+def _check_norm(norm: object, M: int, K: int, device: torch.device) -> None:
+    if not isinstance(norm, RowNorm):
+        raise TypeError(f"norm must be a RowNorm or None, got {type(norm).__name__}")
+    parts = check_tensor("norm.parts", norm.parts, (M, None), "M, R", (torch.float32,), device, contiguous=True)
+    if not 1 <= parts.shape[1] <= MAX_NORM_PARTS:
+        raise ValueError(f"norm.parts has {parts.shape[1]} pieces per row, expected 1 to {MAX_NORM_PARTS}")
+    check_tensor("norm.weight", norm.weight, (K,), "K", (torch.float32,), device, contiguous=True)
+    if isinstance(norm.eps, bool) or not isinstance(norm.eps, (int, float)) or not norm.eps > 0:
+        raise ValueError(f"norm.eps = {norm.eps!r} must be a positive number")
+
+
+def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, pdl: bool, glu: bool,
+            norm: RowNorm | None, out_parts: torch.Tensor | None) -> None:
+    """One launch of :func:`_gemv_kernel` writing ``y`` (``out_parts`` given: ``y`` is a residual stream, updated)."""
+    device = x.device
+    M, N = x.shape[0], w.shape[0]
+    K = w.shape[1]
     split_k, k_per_split = _split_k_range(K, cfg.block_k, cfg.split_k)
-    y = torch.empty((M, N), dtype=out_dtype or x.dtype, device=device)  # [M, N]
     if split_k > 1:
         partials, counters = split_k_scratch(device, M, N, cfg.block_n, split_k)  # [S, M, N], [row blocks]
     else:
@@ -291,12 +401,15 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
     opts = {} if interpreting() else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     if pdl:
         opts["launch_pdl"] = True
+    n_norm_parts = norm.parts.shape[1] if norm is not None else 1
     grid = (triton.cdiv(N, cfg.block_n), split_k)
     _gemv_kernel[grid](
         x, w, y, partials, counters,
-        M, N, K, x.stride(0), y.stride(0), k_per_split, split_k,
+        norm.weight if norm is not None else y, norm.parts if norm is not None else y,
+        out_parts if out_parts is not None else y,
+        M, N, K, x.stride(0), y.stride(0), k_per_split, split_k, float(norm.eps) if norm is not None else 1.0,
+        n_norm_parts, out_parts.shape[1] if out_parts is not None else 1,
         M_PAD=m_pad, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=K % cfg.block_k == 0,
-        USE_DOT=cfg.use_dot, IEEE=x.dtype == torch.float32, PDL=pdl, GLU=bool(glu), **opts,
+        USE_DOT=cfg.use_dot, IEEE=x.dtype == torch.float32, PDL=pdl, GLU=bool(glu), NORM=norm is not None,
+        NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, **opts,
     )  # fmt: skip
-    return y
-

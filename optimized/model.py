@@ -60,7 +60,7 @@ from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import WORD_BITS, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
 from .gemv import preferred as gemv_preferred
-from .gemv import small_batch_linear
+from .gemv import RowNorm, residual_linear, small_batch_linear
 from .pdl import allow_dependents, pdl_supported
 from .sampling import greedy_accept
 
@@ -176,6 +176,18 @@ class _StepRecord:
     logits: torch.Tensor  # [B, N, V] fp32 (or [B, 1, V] for prefill chunks); greedy steps: argmax [B, N] int64
 
 
+@dataclass
+class _Residual:
+    """A step's residual stream ``h: [T, Dm]`` (updated in place) and what is pending on it: ``delta: [T, Dm]``, a
+    layer output not yet added (the next add + RMSNorm kernel adds it), or ``parts: [T, R]`` fp32, the row sums of
+    squares of the current ``h`` in pieces, left by a GEMV that added its product into ``h``
+    (:func:`~lumotree.optimized.gemv.residual_linear`; the next GEMV can then apply the RMSNorm in its loads)."""
+
+    h: torch.Tensor
+    delta: torch.Tensor | None = None
+    parts: torch.Tensor | None = None
+
+
 class OptimizedModel:
     """Qwen3-Next hybrid model on the optimized kernels, with slot-addressed pools (see the module docstring).
 
@@ -241,6 +253,8 @@ class OptimizedModel:
         if small_batch_linear is None:  # decode projections on optimized.gemv (see _linear)
             small_batch_linear = self.device.type == "cuda" and self.dtype != torch.float32
         self.small_batch_linear = bool(small_batch_linear)
+        # residual add + RMSNorm inside the GEMVs around them wherever both run on the GEMV (see _add_linear)
+        self.fused_norms = True
         # the GEMV as a programmatic dependent launch (resident when the previous kernel ends; optimized.pdl)
         self.pdl = pdl_supported(self.device) if pdl is None else bool(pdl) and pdl_supported(self.device)
 
@@ -435,33 +449,71 @@ class OptimizedModel:
         HQ, HKV, D = self._attn_dims
         return ta.default_launch(B, N, HQ, HKV, D, self.capacity, self.device, self.dtype)[4]
 
-    def set_small_batch_linear(self, enabled: bool, pdl: bool | None = None) -> None:
+    def set_small_batch_linear(self, enabled: bool, pdl: bool | None = None, fused_norms: bool | None = None
+                               ) -> None:
         """Route the projections of steps with few token rows (where :func:`~lumotree.optimized.gemv.preferred`:
         decode at small batch, the LM head of small tree steps) through
         :func:`~lumotree.optimized.gemv.small_batch_linear` (a split-K
         weight-streaming GEMV) instead of cuBLAS, launched with PDL or not (``pdl``; None: unchanged; only where
-        supported); drops the captured CUDA graphs (the next call of each shape captures anew)."""
+        supported), with the residual add + RMSNorm between two GEMVs done inside them or by their own kernel
+        (``fused_norms``; None: unchanged); drops the captured CUDA graphs (the next call of each shape captures
+        anew)."""
         self.small_batch_linear = bool(enabled)
         if pdl is not None:
             self.pdl = bool(pdl) and pdl_supported(self.device)
+        if fused_norms is not None:
+            self.fused_norms = bool(fused_norms)
         self._graph_entries.clear()
+
+    def _on_gemv(self, x: torch.Tensor, n_out: int) -> bool:
+        """Whether ``x [T, Din] @ w [n_out, Din]^T`` runs on the GEMV (enabled, :func:`~lumotree.optimized.gemv.preferred`
+        for the shape, on a GPU or under the Triton interpreter)."""
+        return (self.small_batch_linear and gemv_preferred(x.shape[0], n_out) and x.stride(-1) == 1
+                and (x.is_cuda or interpreting()))
 
     def _linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None,
                 glu: bool = False) -> torch.Tensor:
-        """``x [T, Din] @ w [Dout, Din]^T``: the GEMV of :mod:`~lumotree.optimized.gemv` where it is
-        :func:`~lumotree.optimized.gemv.preferred` and enabled (on a GPU or under the Triton interpreter), else
+        """``x [T, Din] @ w [Dout, Din]^T``: the GEMV of :mod:`~lumotree.optimized.gemv` where :meth:`_on_gemv`, else
         cuBLAS (``out_dtype``: default x's). ``glu``: ``x`` is SwiGLU's gate | up ``[T, 2 Din]``, activated first (in
         the GEMV's loads, or by the SwiGLU kernel before cuBLAS)."""
-        if self.small_batch_linear and gemv_preferred(x.shape[0], w.shape[0]) and x.stride(-1) == 1 and (
-                x.is_cuda or interpreting()):
+        if self._on_gemv(x, w.shape[0]):
             return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl, glu=glu)
         y = (_silu_mul(x) if glu else x) @ w.T
         return y if out_dtype is None else y.to(out_dtype)
 
-    def _mlp(self, m: _MLP, x: torch.Tensor) -> torch.Tensor:
-        """SwiGLU MLP, or the MoE block computed densely (see the module docstring). ``x: [T, Dm]``."""
+    def _normed(self, res: _Residual, weight1p: torch.Tensor) -> torch.Tensor:
+        """``RMSNorm(h + delta)`` of the residual stream (its pending add done in place first): ``[T, Dm]``."""
+        x = _add_rmsnorm(res.h, res.delta, weight1p, self.eps)  # [T, Dm]
+        res.delta = res.parts = None
+        return x
+
+    def _norm_linear(self, res: _Residual, weight1p: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """``RMSNorm(h) @ w^T`` (``weight1p = 1 + w_norm``): the norm inside the GEMV's loads when the last add into
+        ``h`` left its row sums of squares and this projection runs on the GEMV too, else the add + RMSNorm kernel
+        and then :meth:`_linear`."""
+        if res.parts is not None and res.delta is None and self._on_gemv(res.h, w.shape[0]):
+            return small_batch_linear(res.h, w, pdl=self.pdl, norm=RowNorm(res.parts, weight1p, self.eps))
+        return self._linear(self._normed(res, weight1p), w)
+
+    def _add_linear(self, res: _Residual, x: torch.Tensor, w: torch.Tensor, glu: bool = False) -> None:
+        """``h += x @ w^T`` (``glu`` as in :meth:`_linear`): in the GEMV's epilogue, which also leaves the new rows'
+        sums of squares for the next norm (:func:`~lumotree.optimized.gemv.residual_linear`; ``fused_norms``), or as
+        a pending ``delta`` that the next add + RMSNorm kernel adds."""
+        if res.delta is not None:  # an earlier add is still pending: settle it first (adds stay in order)
+            res.h += res.delta
+            res.delta = None
+        if self.fused_norms and self._on_gemv(x, w.shape[0]):
+            res.parts = residual_linear(x, w, res.h, pdl=self.pdl, glu=glu)
+        else:
+            res.delta, res.parts = self._linear(x, w, glu=glu), None
+
+    def _mlp(self, m: _MLP, res: _Residual) -> None:
+        """``h += MLP(RMSNorm(h))``: SwiGLU (on the GEMVs, the norm and the add inside them), or the MoE block
+        computed densely (see the module docstring)."""
         if m.router is None:
-            return self._linear(self._linear(x, m.w_gate_up), m.w_down, glu=True)  # [T, 2I] -> SwiGLU -> [T, Dm]
+            self._add_linear(res, self._norm_linear(res, m.post_norm, m.w_gate_up), m.w_down, glu=True)  # [T, 2I]
+            return
+        x = self._normed(res, m.post_norm)  # [T, Dm]
         probs = torch.softmax((x @ m.router.T).float(), dim=-1)  # [T, E]
         top_p, top_i = torch.topk(probs, self.config.num_experts_per_tok, dim=-1)  # [T, k]
         if self.config.norm_topk_prob:
@@ -473,11 +525,7 @@ class OptimizedModel:
         out = torch.einsum("etd,te->td", y, weights)
         sg, su = (x @ m.shared_gate_up.T).chunk(2, dim=-1)
         shared = (F.silu(sg) * su) @ m.shared_down.T
-        return out + torch.sigmoid(x @ m.shared_gate.T) * shared
-
-    def _norm_after(self, i: int) -> torch.Tensor:
-        """The norm weight (``1 + w``) applied after layer ``i``'s MLP: the next layer's input norm or the final one."""
-        return self.layers[i + 1].in_norm if i + 1 < len(self.layers) else self.final_norm
+        res.delta = out + torch.sigmoid(x @ m.shared_gate.T) * shared  # [T, Dm]
 
     def _step(self, tokens, slots, parents, num_nodes, *, prefill: bool = False, argmax: bool = False) -> _StepRecord:
         """A tree step (module docstring). ``tokens, parents: [B, N]``, ``slots, num_nodes: [B]`` (device tensors).
@@ -488,8 +536,7 @@ class OptimizedModel:
         T = B * N
         meta = tree_meta(parents, num_nodes, validate=False)
         lens = self.lens.index_select(0, slots.long())  # [B]
-        h = self.embed[tokens.reshape(T).long()]  # [T, Dm] residual stream (a fresh tensor: updated in place)
-        x = _add_rmsnorm(h, None, self.layers[0].in_norm, self.eps)  # [T, Dm]
+        res = _Residual(self.embed[tokens.reshape(T).long()])  # [T, Dm] residual stream (fresh: updated in place)
         gdn_records: list = []
         gi = ai = 0
         splits = self._num_splits(B, N) if self.k_pools else 1
@@ -497,7 +544,7 @@ class OptimizedModel:
             if isinstance(layer, _GDNLayer):
                 H, HV, K, V, W = self._gdn_dims
                 C = 2 * H * K + HV * V
-                proj = self._linear(x, layer.w_in).view(B, N, -1)  # [B, N, C + HV V + 2 HV]
+                proj = self._norm_linear(res, layer.in_norm, layer.w_in).view(B, N, -1)  # [B, N, C + HV V + 2 HV]
                 mixed = proj[..., :C]  # [B, N, C] conv inputs (q | k | v)
                 z = proj[..., C : C + HV * V].unflatten(-1, (HV, V))  # [B, N, HV, V]
                 b_gate = proj[..., C + HV * V : C + HV * V + HV]  # [B, N, HV]
@@ -517,11 +564,11 @@ class OptimizedModel:
                         input_precision=self.gdn_precision, validate=False)  # o: [B, N, HV, V]
                     gdn_records.append((factors, mixed))
                 gated = gated_rmsnorm(o.reshape(T, HV, V), z.reshape(T, HV, V), layer.norm_w, eps=self.eps)
-                mix = self._linear(gated.view(T, HV * V), layer.w_out)  # [T, Dm]
+                self._add_linear(res, gated.view(T, HV * V), layer.w_out)  # h += [T, Dm]
                 gi += 1
             else:
                 HQ, HKV, D = self._attn_dims
-                proj = self._linear(x, layer.w_qkv).view(B, N, -1)  # [B, N, 2 HQ D + 2 HKV D]
+                proj = self._norm_linear(res, layer.in_norm, layer.w_qkv).view(B, N, -1)  # [B, N, 2 HQ D + 2 HKV D]
                 qg = proj[..., : 2 * HQ * D].unflatten(-1, (HQ, 2 * D))  # [B, N, HQ, 2D] query_h | gate_h
                 kk = proj[..., 2 * HQ * D : 2 * HQ * D + HKV * D].unflatten(-1, (HKV, D))  # [B, N, HKV, D]
                 vv = proj[..., 2 * HQ * D + HKV * D :].unflatten(-1, (HKV, D))  # [B, N, HKV, D]
@@ -530,11 +577,10 @@ class OptimizedModel:
                                        validate=False)  # [B, N, HQ, D]; K/V stored at lens + n
                 att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, meta.words,
                                         gate=qg[..., D:], num_splits=splits, validate=False)  # [B, N, HQ, D]
-                mix = self._linear(att.reshape(T, HQ * D), layer.w_o)  # [T, Dm]
+                self._add_linear(res, att.reshape(T, HQ * D), layer.w_o)  # h += [T, Dm]
                 ai += 1
-            y = _add_rmsnorm(h, mix, m.post_norm, self.eps)  # h += mix
-            x = _add_rmsnorm(h, self._mlp(m, y), self._norm_after(i), self.eps)  # h += mlp; next norm
-        x = x.view(B, N, -1)  # [B, N, Dm] final-normed
+            self._mlp(m, res)
+        x = self._normed(res, self.final_norm).view(B, N, -1)  # [B, N, Dm] final-normed
         if prefill:  # only the chunk's last real token needs logits
             last = (num_nodes.long() - 1)[:, None, None].expand(B, 1, x.shape[-1])
             x = x.gather(1, last)  # [B, 1, Dm]
@@ -553,15 +599,14 @@ class OptimizedModel:
         written once; tree attention on one-node trees for the attention layers). Returns logits ``[B, V]`` fp32."""
         B = slots.shape[0]
         lens = self.lens.index_select(0, slots.long())  # [B]
-        h = self.embed[tokens.reshape(B).long()]  # [B, Dm] residual stream
-        x = _add_rmsnorm(h, None, self.layers[0].in_norm, self.eps)  # [B, Dm]
+        res = _Residual(self.embed[tokens.reshape(B).long()])  # [B, Dm] residual stream
         gi = ai = 0
         splits = self._num_splits(B, 1) if self.k_pools else 1
         for i, (layer, m) in enumerate(zip(self.layers, self.mlps)):
             if isinstance(layer, _GDNLayer):
                 H, HV, K, V, W = self._gdn_dims
                 C = 2 * H * K + HV * V
-                proj = self._linear(x, layer.w_in)  # [B, C + HV V + 2 HV]
+                proj = self._norm_linear(res, layer.in_norm, layer.w_in)  # [B, C + HV V + 2 HV]
                 conv = conv_step(proj[:, :C], layer.conv_w, self.conv_pools[gi], slots, validate=False)  # [B, C]
                 gated = gdn_decode(
                     conv[:, : H * K].unflatten(-1, (H, K)), conv[:, H * K : 2 * H * K].unflatten(-1, (H, K)),
@@ -569,11 +614,11 @@ class OptimizedModel:
                     proj[:, C + HV * V : C + HV * V + HV], layer.A_log, layer.dt_bias, self.state_pools[gi], slots,
                     allow_neg_eigval=self.config.allow_neg_eigval, z=proj[:, C : C + HV * V].unflatten(-1, (HV, V)),
                     norm_weight=layer.norm_w, eps=self.eps, validate=False)  # [B, HV, V] gated-normed
-                mix = self._linear(gated.view(B, HV * V), layer.w_out)  # [B, Dm]
+                self._add_linear(res, gated.view(B, HV * V), layer.w_out)  # h += [B, Dm]
                 gi += 1
             else:
                 HQ, HKV, D = self._attn_dims
-                proj = self._linear(x, layer.w_qkv)[:, None]  # [B, 1, 2 HQ D + 2 HKV D]
+                proj = self._norm_linear(res, layer.in_norm, layer.w_qkv)[:, None]  # [B, 1, 2 HQ D + 2 HKV D]
                 qg = proj[..., : 2 * HQ * D].unflatten(-1, (HQ, 2 * D))  # [B, 1, HQ, 2D]
                 kk = proj[..., 2 * HQ * D : 2 * HQ * D + HKV * D].unflatten(-1, (HKV, D))  # [B, 1, HKV, D]
                 vv = proj[..., 2 * HQ * D + HKV * D :].unflatten(-1, (HKV, D))  # [B, 1, HKV, D]
@@ -582,12 +627,11 @@ class OptimizedModel:
                                        eps=self.eps, validate=False)  # [B, 1, HQ, D]; K/V stored at lens
                 att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, self._root_words[:B],
                                         gate=qg[..., D:], num_splits=splits, validate=False)  # [B, 1, HQ, D]
-                mix = self._linear(att.view(B, HQ * D), layer.w_o)  # [B, Dm]
+                self._add_linear(res, att.view(B, HQ * D), layer.w_o)  # h += [B, Dm]
                 ai += 1
-            y = _add_rmsnorm(h, mix, m.post_norm, self.eps)
-            x = _add_rmsnorm(h, self._mlp(m, y), self._norm_after(i), self.eps)
+            self._mlp(m, res)
         self.lens.index_copy_(0, slots.long(), lens + 1)
-        return self._linear(x, self.lm_head, torch.float32)  # [B, Vocab]
+        return self._linear(self._normed(res, self.final_norm), self.lm_head, torch.float32)  # [B, Vocab]
 
     def _commit(self, rec: _StepRecord, accepted: torch.Tensor) -> torch.Tensor:
         """Advance every pool of ``rec``'s slots along root..accepted (device tensors only: graph safe); returns each

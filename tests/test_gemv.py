@@ -9,6 +9,7 @@ and a CUDA-graph replay.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -286,6 +287,141 @@ def test_gpu_pdl_chain_sees_every_previous_write(M):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = chain(True)
+    for _ in range(3):
+        captured.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, plain)
+    assert _counters_zero()
+
+
+# ------------------------------------------------------------------------- residual add + RMSNorm in the GEMV
+FUSED_CONFIGS = [G.GemvConfig(4, 16, 3, 4, 1), G.GemvConfig(16, 16, 2, 4, 2, True), G.GemvConfig(8, 32, 1, 4, 1),
+                 None]
+FUSED_IDS = ["sum-split3", "dot-split2", "sum-unsplit", "default"]
+
+
+def _rmsnorm64(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    hd = h.double()
+    return hd * torch.rsqrt((hd * hd).mean(-1, keepdim=True) + eps) * weight.double()  # [M, K]
+
+
+@pytest.mark.parametrize("config", FUSED_CONFIGS, ids=FUSED_IDS)
+@pytest.mark.parametrize("M,N,K", [(1, 40, 24), (3, 33, 48), (8, 64, 72)])
+def test_residual_linear_adds_in_place_and_returns_row_squares(M, N, K, config):
+    """``residual_linear`` leaves ``h + GEMV(x)`` in ``h`` bit for bit (the same fp32 product, one add) and returns
+    pieces that sum to each new row's sum of squares; with ``glu`` the product is the SwiGLU GEMV's."""
+    x, w = _inputs(M, N, 2 * K, seed=M * 7 + N)
+    h = torch.randn(M, N, generator=torch.Generator(device=DEVICE).manual_seed(N), device=DEVICE)  # [M, N]
+    for glu, xin, wk in ((False, x[:, :K].contiguous(), w[:, :K].contiguous()), (True, x, w[:, :K].contiguous())):
+        updated = h.clone()
+        parts = G.residual_linear(xin, wk, updated, config=config, glu=glu)
+        assert torch.equal(updated, h + G.small_batch_linear(xin, wk, config=config, glu=glu))
+        assert parts.dtype == torch.float32 and parts.shape[0] == M
+        np.testing.assert_allclose(parts.double().sum(-1).cpu(), (updated.double() ** 2).sum(-1).cpu(), rtol=1e-6)
+    assert _counters_zero()
+
+
+@pytest.mark.parametrize("config", FUSED_CONFIGS, ids=FUSED_IDS)
+@pytest.mark.parametrize("M,N,K", [(1, 17, 40), (3, 64, 33), (8, 24, 128)])
+def test_norm_prologue_equals_rmsnorm_then_gemv(M, N, K, config):
+    """``small_batch_linear(h, w, norm=RowNorm(parts, weight, eps))`` after ``residual_linear`` equals
+    ``RMSNorm(h) @ w.T`` in float64 and the model's add + RMSNorm kernel followed by the plain GEMV (to fp32 rounding:
+    the sum of squares is summed in another order)."""
+    from lumotree.optimized.model import _add_rmsnorm
+
+    gen = torch.Generator(device=DEVICE).manual_seed(M + N + K)
+    x = torch.randn(M, 20, generator=gen, device=DEVICE)  # [M, 20] the producer's input
+    w_in = torch.randn(K, 20, generator=gen, device=DEVICE)  # [K, 20]
+    h = torch.randn(M, K, generator=gen, device=DEVICE)  # [M, K]
+    w = torch.randn(N, K, generator=gen, device=DEVICE)  # [N, K]
+    weight = torch.rand(K, generator=gen, device=DEVICE) + 0.5  # [K] 1 + w
+    h_kernel = h.clone()
+    parts = G.residual_linear(x, w_in, h, config=config)
+    y = G.small_batch_linear(h, w, config=config, norm=G.RowNorm(parts, weight, 1e-6))
+    assert _rel_err(y, _rmsnorm64(h, weight, 1e-6) @ w.double().T) < RTOL
+    two_kernels = G.small_batch_linear(_add_rmsnorm(h_kernel, G.small_batch_linear(x, w_in, config=config), weight,
+                                                    1e-6), w, config=config)
+    assert torch.equal(h_kernel, h)  # the same residual either way
+    assert _rel_err(y, two_kernels.double()) < RTOL
+
+
+def _norm_bad_cases():
+    x, w = _inputs(2, 8, 16, seed=3)
+    parts, weight = torch.ones(2, 4, device=DEVICE), torch.ones(16, device=DEVICE)
+    h = torch.zeros(2, 8, device=DEVICE)
+    lin = G.small_batch_linear
+    return [
+        (lin, dict(x=x, w=w, norm=(parts, weight, 1e-6)), TypeError, "norm must be a RowNorm"),
+        (lin, dict(x=x, w=w, norm=G.RowNorm(parts[:1], weight, 1e-6)), ValueError, r"norm.parts has shape \(1, 4\)"),
+        (lin, dict(x=x, w=w, norm=G.RowNorm(parts.double(), weight, 1e-6)), TypeError, "norm.parts has dtype"),
+        (lin, dict(x=x, w=w, norm=G.RowNorm(torch.ones(2, G.MAX_NORM_PARTS + 1, device=DEVICE), weight, 1e-6)),
+         ValueError, "pieces per row"),
+        (lin, dict(x=x, w=w, norm=G.RowNorm(parts, weight[:8], 1e-6)), ValueError, r"norm.weight has shape \(8,\)"),
+        (lin, dict(x=x, w=w, norm=G.RowNorm(parts, weight, 0.0)), ValueError, "norm.eps = 0.0"),
+        (lin, dict(x=torch.zeros(2, 32, device=DEVICE), w=w, glu=True, norm=G.RowNorm(parts, weight, 1e-6)),
+         ValueError, "glu and norm"),
+        (G.residual_linear, dict(x=x, w=w, residual=h[:1]), ValueError, r"residual has shape \(1, 8\)"),
+        (G.residual_linear, dict(x=x, w=w, residual=h.double()), TypeError, "residual has dtype"),
+        (G.residual_linear, dict(x=x, w=w, residual=torch.zeros(8, 2, device=DEVICE).T), ValueError,
+         "residual must be contiguous"),
+        (G.residual_linear, dict(x=x, w=w, residual=x.view(-1)[:16].view(2, 8)), ValueError, "residual shares memory"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_norm_bad_cases())))
+def test_fused_norm_bad_inputs_raise_naming_the_argument(case):
+    fn, kwargs, error, message = _norm_bad_cases()[case]
+    with pytest.raises(error, match=message):
+        fn(**kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 2, 8])
+def test_gpu_fused_norm_chain_bf16_matches_separate_kernels(M):
+    """The decode step's pattern on the bench model's shapes in bf16: w_out (``[2048, 4096]``) adds into the residual,
+    gate | up (``[11264, 2048]``) normalises it in its loads, down (SwiGLU, ``[2048, 5632]``) adds, the next ``w_in``
+    (``[12352, 2048]``) normalises. The residual stream equals the GEMV + add + RMSNorm kernel path bit for bit; the
+    normalised projections agree to bf16 rounding (the norms sum in another order); with PDL, eagerly and replayed
+    in a CUDA graph, everything is bit-identical to the fused chain without PDL.
+
+    Returned: ``[h after the first add | h at the end | last projection]``; the first add sees identical inputs
+    either way (bit-identical), later values inherit the norm's rounding differences."""
+    from lumotree.optimized import model as om
+
+    gen = torch.Generator(device=DEVICE).manual_seed(M)
+
+    def weight(n: int, k: int) -> torch.Tensor:
+        return (torch.randn(n, k, generator=gen, device=DEVICE) / k**0.5).to(torch.bfloat16)
+
+    w_out, w_gu, w_down, w_in = weight(2048, 4096), weight(11264, 2048), weight(2048, 5632), weight(12352, 2048)
+    norm1, norm2 = (torch.rand(2048, generator=gen, device=DEVICE) + 0.5 for _ in range(2))
+    h0 = torch.randn(M, 2048, generator=gen, device=DEVICE).to(torch.bfloat16)
+    att = torch.randn(M, 4096, generator=gen, device=DEVICE).to(torch.bfloat16)
+
+    def fused(pdl: bool) -> torch.Tensor:
+        h = h0.clone()
+        parts = G.residual_linear(att, w_out, h, pdl=pdl)
+        first = h.clone()
+        gu = G.small_batch_linear(h, w_gu, pdl=pdl, norm=G.RowNorm(parts, norm1, 1e-6))
+        parts = G.residual_linear(gu, w_down, h, pdl=pdl, glu=True)
+        return torch.cat([first, h, G.small_batch_linear(h, w_in, pdl=pdl, norm=G.RowNorm(parts, norm2, 1e-6))], 1)
+
+    def separate() -> torch.Tensor:
+        h = h0.clone()
+        x = om._add_rmsnorm(h, G.small_batch_linear(att, w_out), norm1, 1e-6)
+        first = h.clone()
+        x = om._add_rmsnorm(h, G.small_batch_linear(G.small_batch_linear(x, w_gu), w_down, glu=True), norm2, 1e-6)
+        return torch.cat([first, h, G.small_batch_linear(x, w_in)], 1)
+
+    plain = fused(False)
+    expected = separate()
+    assert torch.equal(plain[:, :2048], expected[:, :2048])
+    assert _rel_err(plain[:, 2048:].float(), expected[:, 2048:].double()) < 1e-2
+    assert torch.equal(fused(True), plain)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fused(True)
     for _ in range(3):
         captured.zero_()
         graph.replay()

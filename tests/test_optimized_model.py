@@ -146,6 +146,36 @@ def test_small_batch_linear_decode_matches_reference(tiny):
         np.testing.assert_allclose(got[0].numpy(), ref.forward([tok], cache)[-1], atol=ATOL)
 
 
+def test_fused_norms_keep_two_norm_launches_and_the_same_logits(tiny, monkeypatch):
+    """With the GEMVs fusing the residual add + RMSNorm between projections (``fused_norms``), a decode step launches
+    the add + RMSNorm kernel only for the first layer's input and the final norm (instead of 1 + 2 per layer), and a
+    small tree step (at most 8 rows: on the GEMV) the same; logits equal the unfused model's and the reference's."""
+    ref, _ = tiny
+    opt = om.from_reference(ref, num_slots=2, max_seq_len=48, max_nodes=16, graphs=False, small_batch_linear=True)
+    calls = []
+    real = om._add_rmsnorm
+    monkeypatch.setattr(om, "_add_rmsnorm", lambda *a: calls.append(1) or real(*a))
+    prompt = [2, 7, 1, 8, 2, 8]
+    tree_tokens, tree_parents = torch.tensor([[5, 9, 3, 11]]), torch.tensor([[-1, 0, 0, 1]], dtype=torch.int32)
+    results = {}
+    for fused in (True, False):
+        opt.set_small_batch_linear(True, fused_norms=fused)
+        opt.prefill(0, prompt)
+        calls.clear()
+        decoded = opt.decode(_slots(0), torch.tensor([31]))[0].clone()
+        decode_calls = len(calls)
+        calls.clear()
+        tree = opt.verify(_slots(0), tree_tokens, tree_parents)[0].clone()
+        results[fused] = (decoded, tree, decode_calls, len(calls))
+    layers = len(opt.layers)
+    assert results[True][2:] == (2, 2) and results[False][2:] == (1 + 2 * layers, 1 + 2 * layers)
+    for i in (0, 1):
+        np.testing.assert_allclose(results[True][i].numpy(), results[False][i].numpy(), atol=1e-5)
+    cache = ref.new_cache()
+    ref.forward(prompt, cache)
+    np.testing.assert_allclose(results[True][0].numpy(), ref.forward([31], cache)[-1], atol=ATOL)
+
+
 def test_moe_model_and_checkpoint_round_trip_match_reference_and_transformers(tmp_path):
     """MoE layers (top-2 of 4 experts, shared expert); loaded from a HF checkpoint; also against transformers."""
     config = HybridConfig(**{**TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
