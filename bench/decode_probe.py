@@ -13,6 +13,10 @@
   advances, input packing, the input copy, ``cudaGraphLaunch``, the wait + outcome copy), beside the whole call and
   the graph's replay + synchronisation alone.
 
+- ``fused``: the GEMV forms the decode step uses at one row, alone (CUDA graph of 20 calls over distinct weights,
+  bench/gemv.py's timing): the plain GEMV beside ``residual_linear`` (the add + sums of squares in the epilogue) and
+  the row factor of the norm (``norm=RowNorm``), per projection shape of the bench model.
+
 Run: ``PYTHONPATH=$PWD:$PWD/bench python bench/decode_probe.py --out decode_probe.json``.
 """
 
@@ -68,6 +72,37 @@ def pdl_rows(model: om.OptimizedModel, L: int) -> list[dict]:
                      "logits_rel_diff_plain": rel,
                      "argmax_equal_plain": bool(torch.equal(logits.argmax(-1), reference.argmax(-1))),
                      "replay_equal_eager": same_replay})
+    return rows
+
+
+def fused_rows(model: om.OptimizedModel, L: int) -> list[dict]:
+    from gemv import graph_time_us  # noqa: E402  (bench/)
+
+    from lumotree.optimized import gemv as G
+
+    dev, rows = torch.device("cuda"), []
+    gen = torch.Generator(device=dev).manual_seed(0)
+    for N, K, form in ((2048, 4096, "residual"), (2048, 5632, "residual+glu"), (11264, 2048, "norm"),
+                       (12352, 2048, "norm"), (9216, 2048, "norm")):
+        copies = max(2, int(120e6 // (2 * N * K)) + 1)
+        ws = [(torch.randn(N, K, generator=gen, device=dev) / K**0.5).to(torch.bfloat16) for _ in range(copies)]
+        kin = 2 * K if form == "residual+glu" else K
+        x = torch.randn(1, kin, generator=gen, device=dev).to(torch.bfloat16)  # [1, K or 2K]
+        h = torch.randn(1, N, generator=gen, device=dev).to(torch.bfloat16)  # [1, N] residual (producer forms)
+        parts = torch.full((1, 512), float(K) / 512, device=dev)  # [1, 512]: rows of mean square 1
+        scale = torch.ones(N, device=dev)  # the next norm's weight (producer forms)
+        glu = form == "residual+glu"
+        variants = {"plain": lambda i: G.small_batch_linear(x, ws[i % copies], glu=glu, pdl=True)}
+        if form.startswith("residual"):
+            variants["fused"] = lambda i: G.residual_linear(x, ws[i % copies], h, scale=scale, glu=glu, pdl=True)
+        else:
+            variants["fused"] = lambda i: G.small_batch_linear(x, ws[i % copies], pdl=True,
+                                                               norm=G.RowNorm(parts, 1e-6))
+        row = {"N": N, "K": K, "form": form}
+        for name, call in variants.items():
+            row[f"{name}_us"] = graph_time_us(call, 20, warmup_ms=5.0, rep_ms=25.0)
+        rows.append(row)
+        del ws
     return rows
 
 
@@ -162,14 +197,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="decode_probe.json")
     ap.add_argument("--L", type=int, default=1024, help="committed context length")
-    ap.add_argument("--what", nargs="+", choices=["pdl", "launch", "speculate"], default=["pdl", "launch"])
+    ap.add_argument("--what", nargs="+", choices=["pdl", "launch", "speculate", "fused"], default=["pdl", "launch"])
     args = ap.parse_args()
     model = om.build_random(HybridConfig(**CONFIG), seed=0, num_slots=1, max_seq_len=args.L + 512, max_nodes=64,
                             device=torch.device("cuda"))
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "L": args.L}
     for what in args.what:
-        result[what] = {"pdl": pdl_rows, "launch": launch_rows, "speculate": speculate_rows}[what](model, args.L)
+        result[what] = {"pdl": pdl_rows, "launch": launch_rows, "speculate": speculate_rows,
+                        "fused": fused_rows}[what](model, args.L)
         for row in result[what]:
             print(json.dumps(row), flush=True)
     with open(args.out, "w") as f:

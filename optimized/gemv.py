@@ -27,14 +27,18 @@ never stored) and the matching ``x`` chunk (rows past M masked off). Two forms o
   ``num_stages``. Each program re-reads its K-range of x from L2, ``cdiv(N, BLOCK_N)`` times in all: at 64 rows
   that is as many bytes as the weight for ``BLOCK_N = 64``, hence the wider tiles there.
 
-Fused neighbours (one launch and one round trip less each, the rounding of the separate kernels): ``glu=True``
-computes SwiGLU's ``silu(gate) * up`` in x's tile loads (the down projection); :func:`residual_linear` adds its
-product into the residual stream in the epilogue (``h = round(h + round(y))``, written by the program that stores
-the row block, which also stores the block's share of each new row's sum of squares); and a following
-``small_batch_linear(h, w, norm=RowNorm(parts, weight, eps))`` applies the RMSNorm in its loads, every program
-summing the same parts in the same order (so every program uses the same ``rstd``; the sum's order differs from a
-one-kernel row reduction: ``rstd`` agrees to fp32 rounding, not bit for bit). The add + RMSNorm between two decode
-projections then costs no launch: 47 of the bench model's 49 add + RMSNorm launches a decode step.
+Fused neighbours (one launch and one round trip less each): ``glu=True`` computes SwiGLU's ``silu(gate) * up`` in
+x's tile loads (the down projection; the rounding of the separate kernel). The residual add + RMSNorm between two
+projections, ``x' = RMSNorm(h + x W1^T) = (h' * g) / rms(h')`` then ``x' W2^T``, is split over the two GEMVs:
+:func:`residual_linear` adds its product into ``h`` in the epilogue (``h' = round(h + round(x W1^T))``, by the
+program that stores the row block) and stores, per row block, its share of each row's sum of squares and the rows
+scaled by the norm weight ``round(h' * g)``; the next launch, ``small_batch_linear(round(h' * g), W2,
+norm=RowNorm(parts, eps))``, streams those rows like any ``x`` and multiplies row m of its product by
+``rsqrt(sum(parts[m]) / K + eps)`` (every program sums the same parts in the same order). The result equals
+``RMSNorm(h') W2^T`` exactly in real arithmetic; in floating point the rounding moves (``h' g`` is rounded instead
+of ``h' g / rms``, and the sum of squares runs in another order), an error of the size of the one rounding either
+way. Applying ``rstd * g`` to each x tile in the loads instead measured 1.8x slower at one row (the broadcast
+tiles repeat that work ``BLOCK_N`` times; ``bench/decode_probe.py --what fused``).
 
 Split-K reduction, deterministic and in the same launch: with ``SPLIT_K == 1`` the program writes ``y`` directly.
 Otherwise split ``s`` stores its fp32 partial ``[M, BLOCK_N]`` to ``partials[s]`` (scratch ``[SPLIT_K, M, N]``),
@@ -58,7 +62,8 @@ import triton.language as tl
 from ._checks import FLOAT_DTYPES, check_tensor, interpreting
 from .pdl import pdl_supported
 
-__all__ = ["GemvConfig", "RowNorm", "gemv_config", "small_batch_linear", "residual_linear", "split_k_scratch",
+__all__ = ["GemvConfig", "RowNorm", "ResidualRows", "gemv_config", "small_batch_linear", "residual_linear",
+           "split_k_scratch",
            "preferred", "MAX_ROWS", "MAX_SUM_ROWS", "MAX_NORM_PARTS", "FASTER_ROWS", "WIDE_N", "OUT_DTYPES"]
 
 MAX_ROWS = 64  # the largest M (token rows) the kernel is built for
@@ -72,13 +77,21 @@ MAX_NORM_PARTS = 4096  # the most pieces of a row's sum of squares a norm prolog
 
 
 class RowNorm(NamedTuple):
-    """The RMSNorm a GEMV applies to its residual-stream input ``x: [M, K]``: ``x rsqrt(sum(parts[m]) / K + eps)
-    weight``, with ``parts: [M, R]`` fp32 the rows' sums of squares in pieces (as :func:`residual_linear` returns
-    them), ``weight: [K]`` fp32 and ``eps > 0``."""
+    """The per-row factor a GEMV applies to its product: row m times ``rsqrt(sum(parts[m]) / K + eps)``, with
+    ``parts: [M, R]`` fp32 the rows' sums of squares in pieces (as :func:`residual_linear` leaves them) and
+    ``eps > 0``."""
 
     parts: torch.Tensor
-    weight: torch.Tensor
     eps: float
+
+
+class ResidualRows(NamedTuple):
+    """What :func:`residual_linear` leaves besides the updated residual ``h: [M, N]``: ``parts: [M, R]`` fp32, the
+    new rows' sums of squares in ``R`` pieces (``parts.sum(-1) = (h.float() ** 2).sum(-1)``), and ``scaled: [M, N]``
+    = ``round(h * scale)`` (None without a ``scale``)."""
+
+    parts: torch.Tensor
+    scaled: torch.Tensor | None
 
 
 class GemvConfig(NamedTuple):
@@ -96,44 +109,43 @@ class GemvConfig(NamedTuple):
 
 # ------------------------------------------------------------------------------------------------------------ kernel
 @triton.jit
-def _load_x(ptrs, mask, K, GLU: tl.constexpr, NORM: tl.constexpr, norm_ptrs, norm_mask, rstd):
-    """A tile of ``x``. ``GLU``: ``silu(gate) * up`` from gate | up, the up half ``K`` columns on, fp32 math, rounded
-    once to the input dtype. ``NORM``: ``h * rstd * weight`` from the residual rows ``h`` (``rstd`` broadcast over
-    the row's tile, ``weight`` fp32 at ``norm_ptrs``), fp32 math, rounded once. Masked entries are 0 either way."""
+def _load_x(ptrs, mask, K, GLU: tl.constexpr):
+    """A tile of ``x`` (``GLU``: ``silu(gate) * up`` from gate | up, the up half ``K`` columns on, fp32 math, rounded
+    once to the input dtype; masked entries are 0 either way)."""
     if GLU:
         g = tl.load(ptrs, mask=mask, other=0.0)
         u = tl.load(ptrs + K, mask=mask, other=0.0).to(tl.float32)
         gf = g.to(tl.float32)
         return (gf * tl.sigmoid(gf) * u).to(g.dtype)
-    if NORM:
-        h = tl.load(ptrs, mask=mask, other=0.0)
-        weight = tl.load(norm_ptrs, mask=norm_mask, other=0.0)
-        return (h.to(tl.float32) * rstd * weight).to(h.dtype)
     return tl.load(ptrs, mask=mask, other=0.0)
 
 
 @triton.jit
-def _store_y(val, y_ptrs, out_ok, rows, M, pid_n, parts_ptr, N_PARTS, RESIDUAL: tl.constexpr):
+def _store_y(val, y_ptrs, out_ok, rows, cols, M, N, pid_n, parts_ptr, N_PARTS, scale_ptr, scaled_ptr,
+             RESIDUAL: tl.constexpr, SCALED: tl.constexpr):
     """Store the fp32 block ``val: [M_PAD, BLOCK_N]``: ``y = val`` rounded, or (``RESIDUAL``: ``y`` is the residual
-    ``h``) ``h = round(h + round(val))`` and this block's share of each row's sum of squares of the new ``h`` into
-    ``parts[m, pid_n]``."""
+    ``h``) ``h = round(h + round(val))``, this block's share of each row's sum of squares of the new ``h`` into
+    ``parts[m, pid_n]`` and (``SCALED``) ``scaled = round(h * scale)`` (``scale: [N]`` fp32)."""
     if RESIDUAL:
         delta = val.to(y_ptrs.dtype.element_ty).to(tl.float32)
         h = (tl.load(y_ptrs, mask=out_ok, other=0.0).to(tl.float32) + delta).to(y_ptrs.dtype.element_ty)
         tl.store(y_ptrs, h, mask=out_ok)
         hf = tl.where(out_ok, h.to(tl.float32), 0.0)  # [M_PAD, BLOCK_N]
         tl.store(parts_ptr + rows * N_PARTS + pid_n, tl.sum(hf * hf, axis=1), mask=rows < M)
+        if SCALED:
+            scale = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)  # [BLOCK_N]
+            tl.store(scaled_ptr + rows[:, None] * N + cols[None, :], (hf * scale[None, :]).to(h.dtype), mask=out_ok)
     else:
         tl.store(y_ptrs, val.to(y_ptrs.dtype.element_ty), mask=out_ok)
 
 
 @triton.jit
 def _gemv_kernel(
-    x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, norm_w_ptr, norm_parts_ptr, out_parts_ptr,
+    x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, norm_parts_ptr, out_parts_ptr, scale_ptr, scaled_ptr,
     M, N, K, s_xm, s_ym, k_per_split, SPLIT_K, eps, N_NORM_PARTS, N_OUT_PARTS,
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     USE_DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, GLU: tl.constexpr, NORM: tl.constexpr,
-    NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr,
+    NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr,
 ):  # fmt: skip
     """Program (row block j, split s): ``acc[m, n] = sum_{k in split s} x[m, k] w[n, k]`` over the block's n, then
     ``y = acc`` (one split) or the deterministic split-K reduction of the module docstring. ``PDL``: launched as a
@@ -141,12 +153,12 @@ def _gemv_kernel(
     waits for the previous one before it touches memory (``x`` and the output buffers may be its work). Prefetching
     the first weight tiles into L2 before the wait measured slower (bench/NOTES-attention.md, "PDL"): not done.
     ``GLU``: ``x`` is SwiGLU's gate | up ``[M, 2K]`` and the kernel multiplies by ``silu(gate) * up`` (fp32, rounded once
-    to x's dtype: the values the separate SwiGLU kernel would store), computed as the tiles are loaded. ``NORM``: ``x``
-    is the residual stream and the kernel multiplies by its RMSNorm ``x rsqrt(sum(norm_parts[m]) / K + eps) w``
-    (the row sums of squares in parts, from the GEMV that last added into it). ``RESIDUAL``: ``y`` is that residual
-    stream and is updated in place, ``y = round(y + round(acc))``, with each row block's sum of squares of the new
-    rows stored to ``out_parts[m, j]`` (the next GEMV's ``norm_parts``): the residual add + RMSNorm between two
-    projections costs no launch of its own."""
+    to x's dtype: the values the separate SwiGLU kernel would store), computed as the tiles are loaded. ``NORM``: row m
+    of the product is multiplied by ``rsqrt(sum(norm_parts[m]) / K + eps)`` (the parts summed in a fixed order before
+    the loop: every program the same factor). ``RESIDUAL``: ``y`` is a residual stream updated in place,
+    ``y = round(y + round(acc))``, with each row block's sum of squares of the new rows stored to ``out_parts[m, j]``
+    and (``SCALED``) ``scaled = round(y * scale)``: a following ``NORM`` launch on ``scaled`` computes
+    ``RMSNorm(y) @ w.T`` (module docstring)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, M_PAD)  # [M_PAD]
@@ -157,8 +169,7 @@ def _gemv_kernel(
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()  # from here on the previous kernel's writes are visible
-    rstd = tl.full([M_PAD], 1.0, tl.float32)  # [M_PAD] (NORM: 1 / RMS of each residual row)
-    if NORM:  # fixed-order sum of the producer's parts: the same rstd in every program
+    if NORM:  # fixed-order sum of the producer's parts: the same factor in every program
         j = tl.arange(0, NORM_PARTS_PAD)  # [NORM_PARTS_PAD]
         sq = tl.load(norm_parts_ptr + rows[:, None] * N_NORM_PARTS + j[None, :],
                      mask=(rows < M)[:, None] & (j < N_NORM_PARTS)[None, :], other=0.0)  # [M_PAD, NORM_PARTS_PAD]
@@ -172,12 +183,10 @@ def _gemv_kernel(
             k_idx = (k0 + ks)[None, :]  # [1, BLOCK_K]
             if EVEN_K:
                 w = tl.load(w_rows + k_idx)  # [BLOCK_N, BLOCK_K]
-                x = _load_x(x_rows + k_idx, x_ok, K, GLU, NORM, norm_w_ptr + k_idx, k_idx < K,
-                            rstd[:, None])  # [M_PAD, BLOCK_K]
+                x = _load_x(x_rows + k_idx, x_ok, K, GLU)  # [M_PAD, BLOCK_K]
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [BLOCK_N, BLOCK_K]
-                x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU, NORM, norm_w_ptr + k_idx, k_idx < K,
-                            rstd[:, None])  # [M_PAD, BLOCK_K]
+                x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU)  # [M_PAD, BLOCK_K]
             if IEEE:
                 acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
             else:
@@ -192,18 +201,19 @@ def _gemv_kernel(
             k_idx = (k0 + ks)[None, None, :]  # [1, 1, BLOCK_K]
             if EVEN_K:
                 w = tl.load(w_rows + k_idx)  # [1, BLOCK_N, BLOCK_K]
-                x = _load_x(x_rows + k_idx, x_ok, K, GLU, NORM, norm_w_ptr + k_idx, k_idx < K,
-                            rstd[:, None, None])  # [M_PAD, BLOCK_N, BLOCK_K]
+                x = _load_x(x_rows + k_idx, x_ok, K, GLU)  # [M_PAD, BLOCK_N, BLOCK_K]
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [1, BLOCK_N, BLOCK_K]
-                x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU, NORM, norm_w_ptr + k_idx, k_idx < K,
-                            rstd[:, None, None])  # [M_PAD, BLOCK_N, BLOCK_K]
+                x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU)  # [M_PAD, BLOCK_N, BLOCK_K]
             acc3 += x.to(tl.float32) * w.to(tl.float32)  # [M_PAD, BLOCK_N, BLOCK_K]
         acc = tl.sum(acc3, axis=2)  # [M_PAD, BLOCK_N]
+    if NORM:
+        acc = acc * rstd[:, None]  # [M_PAD, BLOCK_N] (split-K: each partial; the sum is linear)
     out_ok = (rows < M)[:, None] & (cols < N)[None, :]  # [M_PAD, BLOCK_N]
     y_ptrs = y_ptr + rows[:, None] * s_ym + cols[None, :]  # [M_PAD, BLOCK_N]
     if SPLIT_K == 1:
-        _store_y(acc, y_ptrs, out_ok, rows, M, pid_n, out_parts_ptr, N_OUT_PARTS, RESIDUAL)
+        _store_y(acc, y_ptrs, out_ok, rows, cols, M, N, pid_n, out_parts_ptr, N_OUT_PARTS, scale_ptr, scaled_ptr,
+                 RESIDUAL, SCALED)
     else:
         part_ptrs = part_ptr + rows[:, None] * N + cols[None, :]  # [M_PAD, BLOCK_N] in partials[0]
         tl.store(part_ptrs + pid_k * M * N, acc, mask=out_ok)
@@ -213,7 +223,8 @@ def _gemv_kernel(
             total = tl.load(part_ptrs, mask=out_ok, other=0.0, cache_modifier=".cg")  # [M_PAD, BLOCK_N]
             for s in range(1, SPLIT_K):  # fixed order: bit-identical whichever split arrived last
                 total += tl.load(part_ptrs + s * M * N, mask=out_ok, other=0.0, cache_modifier=".cg")
-            _store_y(total, y_ptrs, out_ok, rows, M, pid_n, out_parts_ptr, N_OUT_PARTS, RESIDUAL)
+            _store_y(total, y_ptrs, out_ok, rows, cols, M, N, pid_n, out_parts_ptr, N_OUT_PARTS, scale_ptr,
+                     scaled_ptr, RESIDUAL, SCALED)
             tl.atomic_xchg(count_ptr + pid_n, 0, sem="relaxed", scope="gpu")  # ready for the next launch / replay
 
 
@@ -317,35 +328,39 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
     waiting when the previous kernel ends (:mod:`~lumotree.optimized.pdl`; -3 % on the decode step, H200).
     ``glu``: ``x`` is SwiGLU's ``gate | up: [M, 2K]`` and ``y = (silu(gate) * up) @ w.T``, the activation computed as
     x's tiles are loaded (the same rounding as a separate SwiGLU kernel: one launch and one round trip less).
-    ``norm`` (a :class:`RowNorm`): ``x`` is a residual stream left by :func:`residual_linear` and
-    ``y = round(x rsqrt(sum(norm.parts[m]) / K + eps) norm.weight) @ w.T``, the RMSNorm applied as the tiles are
-    loaded (its row sums of squares come with ``norm``)."""
+    ``norm`` (a :class:`RowNorm`): ``y[m] = (x[m] @ w.T) rsqrt(sum(norm.parts[m]) / K + norm.eps)`` before the
+    rounding; with ``x = round(h * g)`` and the parts of :func:`residual_linear` that is ``RMSNorm(h) @ w.T``."""
     x, w, K, cfg, out_dtype = _check_linear(x, w, out_dtype, config, glu)
     if norm is not None:
-        if glu:
-            raise ValueError("glu and norm cannot be combined (norm applies to a residual stream x)")
-        _check_norm(norm, x.shape[0], K, x.device)
+        _check_norm(norm, x.shape[0], x.device)
     y = torch.empty((x.shape[0], w.shape[0]), dtype=out_dtype or x.dtype, device=x.device)  # [M, N]
-    _launch(x, w, y, cfg, pdl, glu, norm, None)
+    _launch(x, w, y, cfg, pdl, glu, norm, None, None)
     return y
 
 
-def residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, *, config: GemvConfig | None = None,
-                    pdl: bool = False, glu: bool = False) -> torch.Tensor:
+def residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, *, scale: torch.Tensor | None = None,
+                    config: GemvConfig | None = None, pdl: bool = False, glu: bool = False) -> ResidualRows:
     """``residual += x @ w.T`` in place, for a few rows (``x: [M, K]``, ``w: [N, K]``, ``residual: [M, N]``
     contiguous, one dtype): ``residual = round(residual + round(x @ w.T))``, the rounding of a separate GEMV followed
-    by an add in fp32 (``glu`` as in :func:`small_batch_linear`). Returns the new rows' sums of squares in pieces,
-    ``parts: [M, R]`` fp32 (``R`` row blocks of the launch: ``parts.sum(-1) = (residual.float() ** 2).sum(-1)``),
-    which a following ``small_batch_linear(residual, ..., norm=RowNorm(parts, weight, eps))`` needs to apply the
-    RMSNorm in its loads: the residual add + RMSNorm between two projections costs no launch of its own."""
+    by an add in fp32 (``glu`` as in :func:`small_batch_linear`). Returns :class:`ResidualRows`: the new rows' sums
+    of squares in pieces and, with ``scale: [N]`` fp32 (an RMSNorm's weight), ``scaled = round(residual * scale)``;
+    ``small_batch_linear(scaled, w2, norm=RowNorm(parts, eps))`` is then ``RMSNorm(residual) @ w2.T``: the residual
+    add + RMSNorm between two projections costs no launch of its own (module docstring)."""
     x, w, K, cfg, _ = _check_linear(x, w, None, config, glu)
     M, N = x.shape[0], w.shape[0]
     check_tensor("residual", residual, (M, N), "M, N", (x.dtype,), x.device, contiguous=True)
     if residual.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(), w.untyped_storage().data_ptr()):
         raise ValueError("residual shares memory with x or w: the programs reading them would race with its update")
+    scaled = None
+    if scale is not None:
+        check_tensor("scale", scale, (N,), "N", (torch.float32,), x.device, contiguous=True)
+        scaled = torch.empty_like(residual)  # [M, N]
     parts = torch.empty((M, triton.cdiv(N, cfg.block_n)), dtype=torch.float32, device=x.device)  # [M, R]
-    _launch(x, w, residual, cfg, pdl, glu, None, parts)
-    return parts
+    if parts.shape[1] > MAX_NORM_PARTS:
+        raise ValueError(f"w has {N} rows: {parts.shape[1]} row blocks of {cfg.block_n} exceed the {MAX_NORM_PARTS} "
+                         "pieces a norm reads")
+    _launch(x, w, residual, cfg, pdl, glu, None, parts, (scale, scaled) if scale is not None else None)
+    return ResidualRows(parts, scaled)
 
 
 def _check_linear(x, w, out_dtype, config, glu) -> tuple[torch.Tensor, torch.Tensor, int, GemvConfig, object]:
@@ -374,20 +389,20 @@ def _check_linear(x, w, out_dtype, config, glu) -> tuple[torch.Tensor, torch.Ten
     return x, w, K, cfg, out_dtype
 
 
-def _check_norm(norm: object, M: int, K: int, device: torch.device) -> None:
+def _check_norm(norm: object, M: int, device: torch.device) -> None:
     if not isinstance(norm, RowNorm):
         raise TypeError(f"norm must be a RowNorm or None, got {type(norm).__name__}")
     parts = check_tensor("norm.parts", norm.parts, (M, None), "M, R", (torch.float32,), device, contiguous=True)
     if not 1 <= parts.shape[1] <= MAX_NORM_PARTS:
         raise ValueError(f"norm.parts has {parts.shape[1]} pieces per row, expected 1 to {MAX_NORM_PARTS}")
-    check_tensor("norm.weight", norm.weight, (K,), "K", (torch.float32,), device, contiguous=True)
     if isinstance(norm.eps, bool) or not isinstance(norm.eps, (int, float)) or not norm.eps > 0:
         raise ValueError(f"norm.eps = {norm.eps!r} must be a positive number")
 
 
 def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, pdl: bool, glu: bool,
-            norm: RowNorm | None, out_parts: torch.Tensor | None) -> None:
-    """One launch of :func:`_gemv_kernel` writing ``y`` (``out_parts`` given: ``y`` is a residual stream, updated)."""
+            norm: RowNorm | None, out_parts: torch.Tensor | None, scaling: tuple | None) -> None:
+    """One launch of :func:`_gemv_kernel` writing ``y`` (``out_parts`` given: ``y`` is a residual stream, updated;
+    ``scaling = (scale, scaled)``: also ``scaled = round(y * scale)``)."""
     device = x.device
     M, N = x.shape[0], w.shape[0]
     K = w.shape[1]
@@ -405,11 +420,12 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
     grid = (triton.cdiv(N, cfg.block_n), split_k)
     _gemv_kernel[grid](
         x, w, y, partials, counters,
-        norm.weight if norm is not None else y, norm.parts if norm is not None else y,
-        out_parts if out_parts is not None else y,
+        norm.parts if norm is not None else y, out_parts if out_parts is not None else y,
+        *(scaling if scaling is not None else (y, y)),
         M, N, K, x.stride(0), y.stride(0), k_per_split, split_k, float(norm.eps) if norm is not None else 1.0,
         n_norm_parts, out_parts.shape[1] if out_parts is not None else 1,
         M_PAD=m_pad, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=K % cfg.block_k == 0,
         USE_DOT=cfg.use_dot, IEEE=x.dtype == torch.float32, PDL=pdl, GLU=bool(glu), NORM=norm is not None,
-        NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, **opts,
+        NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, SCALED=scaling is not None,
+        **opts,
     )  # fmt: skip

@@ -60,7 +60,7 @@ from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import WORD_BITS, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
 from .gemv import preferred as gemv_preferred
-from .gemv import RowNorm, residual_linear, small_batch_linear
+from .gemv import ResidualRows, RowNorm, residual_linear, small_batch_linear
 from .pdl import allow_dependents, pdl_supported
 from .sampling import greedy_accept
 
@@ -179,13 +179,14 @@ class _StepRecord:
 @dataclass
 class _Residual:
     """A step's residual stream ``h: [T, Dm]`` (updated in place) and what is pending on it: ``delta: [T, Dm]``, a
-    layer output not yet added (the next add + RMSNorm kernel adds it), or ``parts: [T, R]`` fp32, the row sums of
-    squares of the current ``h`` in pieces, left by a GEMV that added its product into ``h``
-    (:func:`~lumotree.optimized.gemv.residual_linear`; the next GEMV can then apply the RMSNorm in its loads)."""
+    layer output not yet added (the next add + RMSNorm kernel adds it), or ``rows``, left by a GEMV that added its
+    product into ``h`` (:func:`~lumotree.optimized.gemv.residual_linear`): the rows' sums of squares in pieces and
+    ``h`` scaled by the next norm's weight ``norm_for``, from which the next GEMV computes ``RMSNorm(h) @ w^T``."""
 
     h: torch.Tensor
     delta: torch.Tensor | None = None
-    parts: torch.Tensor | None = None
+    rows: ResidualRows | None = None
+    norm_for: torch.Tensor | None = None
 
 
 class OptimizedModel:
@@ -484,34 +485,38 @@ class OptimizedModel:
     def _normed(self, res: _Residual, weight1p: torch.Tensor) -> torch.Tensor:
         """``RMSNorm(h + delta)`` of the residual stream (its pending add done in place first): ``[T, Dm]``."""
         x = _add_rmsnorm(res.h, res.delta, weight1p, self.eps)  # [T, Dm]
-        res.delta = res.parts = None
+        res.delta = res.rows = res.norm_for = None
         return x
 
     def _norm_linear(self, res: _Residual, weight1p: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """``RMSNorm(h) @ w^T`` (``weight1p = 1 + w_norm``): the norm inside the GEMV's loads when the last add into
-        ``h`` left its row sums of squares and this projection runs on the GEMV too, else the add + RMSNorm kernel
-        and then :meth:`_linear`."""
-        if res.parts is not None and res.delta is None and self._on_gemv(res.h, w.shape[0]):
-            return small_batch_linear(res.h, w, pdl=self.pdl, norm=RowNorm(res.parts, weight1p, self.eps))
+        """``RMSNorm(h) @ w^T`` (``weight1p = 1 + w_norm``): from the rows the last add into ``h`` left scaled by
+        this norm's weight when this projection runs on the GEMV too (the norm's factor applied to the product), else
+        the add + RMSNorm kernel and then :meth:`_linear`."""
+        rows = res.rows
+        if rows is not None and res.norm_for is weight1p and self._on_gemv(rows.scaled, w.shape[0]):
+            return small_batch_linear(rows.scaled, w, pdl=self.pdl, norm=RowNorm(rows.parts, self.eps))
         return self._linear(self._normed(res, weight1p), w)
 
-    def _add_linear(self, res: _Residual, x: torch.Tensor, w: torch.Tensor, glu: bool = False) -> None:
-        """``h += x @ w^T`` (``glu`` as in :meth:`_linear`): in the GEMV's epilogue, which also leaves the new rows'
-        sums of squares for the next norm (:func:`~lumotree.optimized.gemv.residual_linear`; ``fused_norms``), or as
-        a pending ``delta`` that the next add + RMSNorm kernel adds."""
+    def _add_linear(self, res: _Residual, x: torch.Tensor, w: torch.Tensor, next_norm: torch.Tensor | None,
+                    glu: bool = False) -> None:
+        """``h += x @ w^T`` (``glu`` as in :meth:`_linear`): in the GEMV's epilogue, which also leaves what the next
+        norm (weight ``next_norm``, ``1 + w``) needs (:func:`~lumotree.optimized.gemv.residual_linear`;
+        ``fused_norms``), or as a pending ``delta`` that the next add + RMSNorm kernel adds."""
         if res.delta is not None:  # an earlier add is still pending: settle it first (adds stay in order)
             res.h += res.delta
             res.delta = None
-        if self.fused_norms and self._on_gemv(x, w.shape[0]):
-            res.parts = residual_linear(x, w, res.h, pdl=self.pdl, glu=glu)
+        if self.fused_norms and next_norm is not None and self._on_gemv(x, w.shape[0]):
+            res.rows = residual_linear(x, w, res.h, scale=next_norm, pdl=self.pdl, glu=glu)
+            res.norm_for = next_norm
         else:
-            res.delta, res.parts = self._linear(x, w, glu=glu), None
+            res.delta, res.rows, res.norm_for = self._linear(x, w, glu=glu), None, None
 
-    def _mlp(self, m: _MLP, res: _Residual) -> None:
-        """``h += MLP(RMSNorm(h))``: SwiGLU (on the GEMVs, the norm and the add inside them), or the MoE block
-        computed densely (see the module docstring)."""
+    def _mlp(self, m: _MLP, res: _Residual, next_norm: torch.Tensor | None) -> None:
+        """``h += MLP(RMSNorm(h))``: SwiGLU (on the GEMVs, the norm and the add inside them, ``next_norm`` the norm
+        after it, None before the final one), or the MoE block computed densely (see the module docstring)."""
         if m.router is None:
-            self._add_linear(res, self._norm_linear(res, m.post_norm, m.w_gate_up), m.w_down, glu=True)  # [T, 2I]
+            gate_up = self._norm_linear(res, m.post_norm, m.w_gate_up)  # [T, 2I]
+            self._add_linear(res, gate_up, m.w_down, next_norm, glu=True)
             return
         x = self._normed(res, m.post_norm)  # [T, Dm]
         probs = torch.softmax((x @ m.router.T).float(), dim=-1)  # [T, E]
@@ -564,7 +569,7 @@ class OptimizedModel:
                         input_precision=self.gdn_precision, validate=False)  # o: [B, N, HV, V]
                     gdn_records.append((factors, mixed))
                 gated = gated_rmsnorm(o.reshape(T, HV, V), z.reshape(T, HV, V), layer.norm_w, eps=self.eps)
-                self._add_linear(res, gated.view(T, HV * V), layer.w_out)  # h += [T, Dm]
+                self._add_linear(res, gated.view(T, HV * V), layer.w_out, m.post_norm)  # h += [T, Dm]
                 gi += 1
             else:
                 HQ, HKV, D = self._attn_dims
@@ -577,9 +582,9 @@ class OptimizedModel:
                                        validate=False)  # [B, N, HQ, D]; K/V stored at lens + n
                 att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, meta.words,
                                         gate=qg[..., D:], num_splits=splits, validate=False)  # [B, N, HQ, D]
-                self._add_linear(res, att.reshape(T, HQ * D), layer.w_o)  # h += [T, Dm]
+                self._add_linear(res, att.reshape(T, HQ * D), layer.w_o, m.post_norm)  # h += [T, Dm]
                 ai += 1
-            self._mlp(m, res)
+            self._mlp(m, res, self.layers[i + 1].in_norm if i + 1 < len(self.layers) else None)
         x = self._normed(res, self.final_norm).view(B, N, -1)  # [B, N, Dm] final-normed
         if prefill:  # only the chunk's last real token needs logits
             last = (num_nodes.long() - 1)[:, None, None].expand(B, 1, x.shape[-1])
@@ -614,7 +619,7 @@ class OptimizedModel:
                     proj[:, C + HV * V : C + HV * V + HV], layer.A_log, layer.dt_bias, self.state_pools[gi], slots,
                     allow_neg_eigval=self.config.allow_neg_eigval, z=proj[:, C : C + HV * V].unflatten(-1, (HV, V)),
                     norm_weight=layer.norm_w, eps=self.eps, validate=False)  # [B, HV, V] gated-normed
-                self._add_linear(res, gated.view(B, HV * V), layer.w_out)  # h += [B, Dm]
+                self._add_linear(res, gated.view(B, HV * V), layer.w_out, m.post_norm)  # h += [B, Dm]
                 gi += 1
             else:
                 HQ, HKV, D = self._attn_dims
@@ -627,9 +632,9 @@ class OptimizedModel:
                                        eps=self.eps, validate=False)  # [B, 1, HQ, D]; K/V stored at lens
                 att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, self._root_words[:B],
                                         gate=qg[..., D:], num_splits=splits, validate=False)  # [B, 1, HQ, D]
-                self._add_linear(res, att.view(B, HQ * D), layer.w_o)  # h += [B, Dm]
+                self._add_linear(res, att.view(B, HQ * D), layer.w_o, m.post_norm)  # h += [B, Dm]
                 ai += 1
-            self._mlp(m, res)
+            self._mlp(m, res, self.layers[i + 1].in_norm if i + 1 < len(self.layers) else None)
         self.lens.index_copy_(0, slots.long(), lens + 1)
         return self._linear(self._normed(res, self.final_norm), self.lm_head, torch.float32)  # [B, Vocab]
 

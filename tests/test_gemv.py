@@ -309,25 +309,34 @@ def _rmsnorm64(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tenso
 @pytest.mark.parametrize("config", FUSED_CONFIGS, ids=FUSED_IDS)
 @pytest.mark.parametrize("M,N,K", [(1, 40, 24), (3, 33, 48), (8, 64, 72)])
 def test_residual_linear_adds_in_place_and_returns_row_squares(M, N, K, config):
-    """``residual_linear`` leaves ``h + GEMV(x)`` in ``h`` bit for bit (the same fp32 product, one add) and returns
-    pieces that sum to each new row's sum of squares; with ``glu`` the product is the SwiGLU GEMV's."""
+    """``residual_linear`` leaves ``h + GEMV(x)`` in ``h`` bit for bit (the same fp32 product, one add), returns
+    pieces that sum to each new row's sum of squares and, with a scale, the new rows times it; with ``glu`` the
+    product is the SwiGLU GEMV's."""
     x, w = _inputs(M, N, 2 * K, seed=M * 7 + N)
-    h = torch.randn(M, N, generator=torch.Generator(device=DEVICE).manual_seed(N), device=DEVICE)  # [M, N]
+    gen = torch.Generator(device=DEVICE).manual_seed(N)
+    h = torch.randn(M, N, generator=gen, device=DEVICE)  # [M, N]
+    scale = torch.rand(N, generator=gen, device=DEVICE) + 0.5  # [N]
     for glu, xin, wk in ((False, x[:, :K].contiguous(), w[:, :K].contiguous()), (True, x, w[:, :K].contiguous())):
-        updated = h.clone()
-        parts = G.residual_linear(xin, wk, updated, config=config, glu=glu)
-        assert torch.equal(updated, h + G.small_batch_linear(xin, wk, config=config, glu=glu))
-        assert parts.dtype == torch.float32 and parts.shape[0] == M
-        np.testing.assert_allclose(parts.double().sum(-1).cpu(), (updated.double() ** 2).sum(-1).cpu(), rtol=1e-6)
+        for with_scale in (False, True):
+            updated = h.clone()
+            rows = G.residual_linear(xin, wk, updated, config=config, glu=glu, scale=scale if with_scale else None)
+            assert torch.equal(updated, h + G.small_batch_linear(xin, wk, config=config, glu=glu))
+            assert rows.parts.dtype == torch.float32 and rows.parts.shape[0] == M
+            np.testing.assert_allclose(rows.parts.double().sum(-1).cpu(), (updated.double() ** 2).sum(-1).cpu(),
+                                       rtol=1e-6)
+            if with_scale:
+                assert torch.equal(rows.scaled, updated * scale)
+            else:
+                assert rows.scaled is None
     assert _counters_zero()
 
 
 @pytest.mark.parametrize("config", FUSED_CONFIGS, ids=FUSED_IDS)
 @pytest.mark.parametrize("M,N,K", [(1, 17, 40), (3, 64, 33), (8, 24, 128)])
-def test_norm_prologue_equals_rmsnorm_then_gemv(M, N, K, config):
-    """``small_batch_linear(h, w, norm=RowNorm(parts, weight, eps))`` after ``residual_linear`` equals
-    ``RMSNorm(h) @ w.T`` in float64 and the model's add + RMSNorm kernel followed by the plain GEMV (to fp32 rounding:
-    the sum of squares is summed in another order)."""
+def test_norm_factor_after_residual_linear_is_rmsnorm_then_gemv(M, N, K, config):
+    """``small_batch_linear(rows.scaled, w, norm=RowNorm(rows.parts, eps))`` after ``residual_linear(..., scale=g)``
+    equals ``RMSNorm(h) @ w.T`` in float64 (to fp32 rounding) and the model's add + RMSNorm kernel followed by the
+    plain GEMV (which rounds at other places)."""
     from lumotree.optimized.model import _add_rmsnorm
 
     gen = torch.Generator(device=DEVICE).manual_seed(M + N + K)
@@ -337,35 +346,41 @@ def test_norm_prologue_equals_rmsnorm_then_gemv(M, N, K, config):
     w = torch.randn(N, K, generator=gen, device=DEVICE)  # [N, K]
     weight = torch.rand(K, generator=gen, device=DEVICE) + 0.5  # [K] 1 + w
     h_kernel = h.clone()
-    parts = G.residual_linear(x, w_in, h, config=config)
-    y = G.small_batch_linear(h, w, config=config, norm=G.RowNorm(parts, weight, 1e-6))
+    rows = G.residual_linear(x, w_in, h, config=config, scale=weight)
+    y = G.small_batch_linear(rows.scaled, w, config=config, norm=G.RowNorm(rows.parts, 1e-6))
     assert _rel_err(y, _rmsnorm64(h, weight, 1e-6) @ w.double().T) < RTOL
     two_kernels = G.small_batch_linear(_add_rmsnorm(h_kernel, G.small_batch_linear(x, w_in, config=config), weight,
                                                     1e-6), w, config=config)
     assert torch.equal(h_kernel, h)  # the same residual either way
     assert _rel_err(y, two_kernels.double()) < RTOL
+    # the factor alone: row m of the product times rsqrt(sum(parts[m]) / K + eps)
+    parts = torch.rand(M, 5, generator=gen, device=DEVICE)  # [M, 5]
+    factor = torch.rsqrt(parts.double().sum(-1, keepdim=True) / K + 0.5)  # [M, 1]
+    got = G.small_batch_linear(h, w, config=config, norm=G.RowNorm(parts, 0.5))
+    assert _rel_err(got, _ref(h, w) * factor) < RTOL
 
 
 def _norm_bad_cases():
     x, w = _inputs(2, 8, 16, seed=3)
-    parts, weight = torch.ones(2, 4, device=DEVICE), torch.ones(16, device=DEVICE)
+    parts = torch.ones(2, 4, device=DEVICE)
     h = torch.zeros(2, 8, device=DEVICE)
     lin = G.small_batch_linear
     return [
-        (lin, dict(x=x, w=w, norm=(parts, weight, 1e-6)), TypeError, "norm must be a RowNorm"),
-        (lin, dict(x=x, w=w, norm=G.RowNorm(parts[:1], weight, 1e-6)), ValueError, r"norm.parts has shape \(1, 4\)"),
-        (lin, dict(x=x, w=w, norm=G.RowNorm(parts.double(), weight, 1e-6)), TypeError, "norm.parts has dtype"),
-        (lin, dict(x=x, w=w, norm=G.RowNorm(torch.ones(2, G.MAX_NORM_PARTS + 1, device=DEVICE), weight, 1e-6)),
+        (lin, dict(x=x, w=w, norm=(parts, 1e-6)), TypeError, "norm must be a RowNorm"),
+        (lin, dict(x=x, w=w, norm=G.RowNorm(parts[:1], 1e-6)), ValueError, r"norm.parts has shape \(1, 4\)"),
+        (lin, dict(x=x, w=w, norm=G.RowNorm(parts.double(), 1e-6)), TypeError, "norm.parts has dtype"),
+        (lin, dict(x=x, w=w, norm=G.RowNorm(torch.ones(2, G.MAX_NORM_PARTS + 1, device=DEVICE), 1e-6)),
          ValueError, "pieces per row"),
-        (lin, dict(x=x, w=w, norm=G.RowNorm(parts, weight[:8], 1e-6)), ValueError, r"norm.weight has shape \(8,\)"),
-        (lin, dict(x=x, w=w, norm=G.RowNorm(parts, weight, 0.0)), ValueError, "norm.eps = 0.0"),
-        (lin, dict(x=torch.zeros(2, 32, device=DEVICE), w=w, glu=True, norm=G.RowNorm(parts, weight, 1e-6)),
-         ValueError, "glu and norm"),
+        (lin, dict(x=x, w=w, norm=G.RowNorm(parts, 0.0)), ValueError, "norm.eps = 0.0"),
         (G.residual_linear, dict(x=x, w=w, residual=h[:1]), ValueError, r"residual has shape \(1, 8\)"),
         (G.residual_linear, dict(x=x, w=w, residual=h.double()), TypeError, "residual has dtype"),
         (G.residual_linear, dict(x=x, w=w, residual=torch.zeros(8, 2, device=DEVICE).T), ValueError,
          "residual must be contiguous"),
         (G.residual_linear, dict(x=x, w=w, residual=x.view(-1)[:16].view(2, 8)), ValueError, "residual shares memory"),
+        (G.residual_linear, dict(x=x, w=w, residual=h, scale=torch.ones(16, device=DEVICE)), ValueError,
+         r"scale has shape \(16,\)"),
+        (G.residual_linear, dict(x=x, w=w, residual=h, scale=torch.ones(8, device=DEVICE).half()), TypeError,
+         "scale has dtype"),
     ]
 
 
@@ -380,13 +395,12 @@ def test_fused_norm_bad_inputs_raise_naming_the_argument(case):
 @pytest.mark.parametrize("M", [1, 2, 8])
 def test_gpu_fused_norm_chain_bf16_matches_separate_kernels(M):
     """The decode step's pattern on the bench model's shapes in bf16: w_out (``[2048, 4096]``) adds into the residual,
-    gate | up (``[11264, 2048]``) normalises it in its loads, down (SwiGLU, ``[2048, 5632]``) adds, the next ``w_in``
-    (``[12352, 2048]``) normalises. The residual stream equals the GEMV + add + RMSNorm kernel path bit for bit; the
-    normalised projections agree to bf16 rounding (the norms sum in another order); with PDL, eagerly and replayed
-    in a CUDA graph, everything is bit-identical to the fused chain without PDL.
+    gate | up (``[11264, 2048]``) normalises it (from the scaled rows and the row factor), down (SwiGLU,
+    ``[2048, 5632]``) adds, the next ``w_in`` (``[12352, 2048]``) normalises. The first residual update equals the
+    GEMV + add + RMSNorm kernel path bit for bit, the rest agrees to bf16 rounding (rounded at other places); with
+    PDL, eagerly and replayed in a CUDA graph, everything is bit-identical to the fused chain without PDL.
 
-    Returned: ``[h after the first add | h at the end | last projection]``; the first add sees identical inputs
-    either way (bit-identical), later values inherit the norm's rounding differences."""
+    Returned: ``[h after the first add | h at the end | last projection]``."""
     from lumotree.optimized import model as om
 
     gen = torch.Generator(device=DEVICE).manual_seed(M)
@@ -401,11 +415,12 @@ def test_gpu_fused_norm_chain_bf16_matches_separate_kernels(M):
 
     def fused(pdl: bool) -> torch.Tensor:
         h = h0.clone()
-        parts = G.residual_linear(att, w_out, h, pdl=pdl)
+        rows = G.residual_linear(att, w_out, h, scale=norm1, pdl=pdl)
         first = h.clone()
-        gu = G.small_batch_linear(h, w_gu, pdl=pdl, norm=G.RowNorm(parts, norm1, 1e-6))
-        parts = G.residual_linear(gu, w_down, h, pdl=pdl, glu=True)
-        return torch.cat([first, h, G.small_batch_linear(h, w_in, pdl=pdl, norm=G.RowNorm(parts, norm2, 1e-6))], 1)
+        gu = G.small_batch_linear(rows.scaled, w_gu, pdl=pdl, norm=G.RowNorm(rows.parts, 1e-6))
+        rows = G.residual_linear(gu, w_down, h, scale=norm2, pdl=pdl, glu=True)
+        out = G.small_batch_linear(rows.scaled, w_in, pdl=pdl, norm=G.RowNorm(rows.parts, 1e-6))
+        return torch.cat([first, h, out], 1)
 
     def separate() -> torch.Tensor:
         h = h0.clone()
