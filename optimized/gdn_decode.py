@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from ._checks import FLOAT_DTYPES, check_finite_nodes, check_scalar, check_slots, check_tensor, interpreting
+from .gemv import split_k_scratch
 from .tree_attention import _num_sms
 from .pdl import allow_dependents, pdl_supported
 
@@ -84,12 +85,15 @@ def _gated_norm(o, z, w, eps, V: tl.constexpr):
 @triton.jit
 def _gdn_decode_kernel(
     q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, a_log_ptr, dt_bias_ptr, pool_ptr, slots_ptr, z_ptr, norm_w_ptr, out_ptr,
-    scale, eps,
+    o_part_ptr, count_ptr, scale, eps,
     s_qb, s_qh, s_kb, s_kh, s_vb, s_vh, s_ab, s_bb, s_zb, s_zh, s_ob, s_oh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
     L2NORM: tl.constexpr, BETA_TWO: tl.constexpr, GATED_NORM: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
-    """One program per (request, value head, V block): one read and one write of the state tile ``[K, BV]``."""
+    """One program per (request, value head, V block): one read and one write of the state tile ``[K, BV]``.
+    ``GATED_NORM`` with ``BV < V``: the norm needs the whole head, so each program stores its fp32 ``o`` block to
+    ``o_part [B, HV, V]`` and counts itself in ``count[b, hv]`` (acq_rel); the head's last program reads the whole
+    head back (L2), normalises and writes it, and resets the counter (a CUDA graph replays it unchanged)."""
     allow_dependents(PDL)  # the output projection's GEMV may launch now (optimized.pdl)
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
@@ -119,10 +123,24 @@ def _gdn_decode_kernel(
     delta = beta * (v - alpha * k_s)  # [BV]
     tl.store(tile, alpha * s + k[:, None] * delta[None, :])
     o = alpha * q_s + tl.sum(q * k, axis=0) * delta  # [BV]
-    if GATED_NORM:  # BV == V: this program holds the whole head
+    if GATED_NORM and BV == V:  # this program holds the whole head
         z = tl.load(z_ptr + b * s_zb + hv * s_zh + vcols).to(tl.float32)
         o = _gated_norm(o, z, tl.load(norm_w_ptr + vcols).to(tl.float32), eps, V)
-    tl.store(out_ptr + b * s_ob + hv * s_oh + vcols, o.to(out_ptr.dtype.element_ty))
+        tl.store(out_ptr + b * s_ob + hv * s_oh + vcols, o.to(out_ptr.dtype.element_ty))
+    elif GATED_NORM:  # V / BV programs per head: the last one to arrive normalises the head
+        head = pid_bh.to(tl.int64) * V
+        tl.store(o_part_ptr + head + vcols, o)
+        tl.debug_barrier()  # every thread's block is stored before the (one-thread) release below
+        arrived = tl.atomic_add(count_ptr + pid_bh, 1, sem="acq_rel", scope="gpu")
+        if arrived == V // BV - 1:
+            cols = tl.arange(0, V)  # [V]
+            o_head = tl.load(o_part_ptr + head + cols, cache_modifier=".cg")  # [V] fp32
+            z = tl.load(z_ptr + b * s_zb + hv * s_zh + cols).to(tl.float32)
+            o_head = _gated_norm(o_head, z, tl.load(norm_w_ptr + cols).to(tl.float32), eps, V)
+            tl.store(out_ptr + b * s_ob + hv * s_oh + cols, o_head.to(out_ptr.dtype.element_ty))
+            tl.atomic_xchg(count_ptr + pid_bh, 0, sem="relaxed", scope="gpu")
+    else:
+        tl.store(out_ptr + b * s_ob + hv * s_oh + vcols, o.to(out_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -219,8 +237,9 @@ def gdn_decode(
     ``q, k: [B, H, K]``, ``v: [B, HV, V]``, ``a, b: [B, HV]`` (last dims contiguous, other strides free);
     ``A_log, dt_bias: [HV]``; ``state_pool: [P, HV, K, V]`` fp32 at ``slots: [B]`` (distinct). Returns
     ``o = scale S'^T q: [B, HV, V]`` in v's dtype, or, with ``z: [B, HV, V]`` and ``norm_weight: [V]``, the gated
-    RMSNorm of it in z's dtype. ``scale`` defaults to ``K ** -0.5``; ``block_v``: V columns per program (the whole
-    head with the norm; default: the whole head when the batch alone fills the GPU, else 32).
+    RMSNorm of it in z's dtype. ``scale`` defaults to ``K ** -0.5``; ``block_v``: V columns per program (default:
+    the whole head when the batch alone fills the GPU, else 32; with the norm and ``block_v < V`` the head's last
+    program normalises it, see the kernel: at B = 1 one program per head left 100 of the H200's 132 SMs idle).
     """
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     check_tensor("q", q, (None, None, None), "B, H, K", FLOAT_DTYPES, device)
@@ -251,11 +270,9 @@ def gdn_decode(
     if out is not None:
         check_tensor("out", out, (B, HV, V), "B, HV, V", (out_dtype,), device)
     if block_v is None:
-        block_v = V if gated or B * HV >= 2 * _num_sms(device) else min(V, 32)
+        block_v = V if B * HV >= 2 * _num_sms(device) else min(V, 32)
     if block_v not in (16, 32, 64, 128, 256) or V % block_v:
         raise ValueError(f"block_v = {block_v} must be a power of two in [16, 256] dividing V = {V}")
-    if gated and block_v != V:
-        raise ValueError(f"the fused gated RMSNorm needs block_v = V = {V} (one program per head), got {block_v}")
     if validate:
         for name, t in (("q", q), ("k", k), ("v", v), ("a", a), ("b", b), ("A_log", A_log), ("dt_bias", dt_bias)):
             check_finite_nodes(name, t.reshape(1, 1, -1) if t.ndim == 1 else t[:, None], None)
@@ -264,8 +281,12 @@ def gdn_decode(
             check_finite_nodes("norm_weight", norm_weight.reshape(1, 1, -1), None)
     out = torch.empty((B, HV, V), dtype=out_dtype, device=device) if out is None else out  # [B, HV, V]
     zz = z if gated else v
+    if gated and block_v < V:  # the head's o blocks and arrival counters (cached: no allocation in a graph capture)
+        o_part, counts = split_k_scratch(device, 1, B * HV * V, V, 1)  # [1, 1, B HV V] fp32, [B HV] int32
+    else:
+        o_part, counts = out, out  # unused
     _gdn_decode_kernel[(B * HV, V // block_v)](
-        q, k, v, a, b, A_log, dt_bias, state_pool, slots, zz, norm_weight if gated else A_log, out,
+        q, k, v, a, b, A_log, dt_bias, state_pool, slots, zz, norm_weight if gated else A_log, out, o_part, counts,
         float(scale), float(eps),
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
         zz.stride(0), zz.stride(1), out.stride(0), out.stride(1),
