@@ -121,19 +121,19 @@ def _load_x(ptrs, mask, K, GLU: tl.constexpr):
 
 
 @triton.jit
-def _store_y(val, y_ptrs, out_ok, rows, cols, M, N, pid_n, parts_ptr, N_PARTS, h_old, scale, scaled_ptr,
+def _store_y(val, y_ptrs, out_ok, rows, cols, M, N, pid_n, parts_ptr, N_PARTS, scale_ptr, scaled_ptr,
              RESIDUAL: tl.constexpr, SCALED: tl.constexpr):
     """Store the fp32 block ``val: [M_PAD, BLOCK_N]``: ``y = val`` rounded, or (``RESIDUAL``: ``y`` is the residual
-    ``h``, ``h_old`` its block as loaded) ``h = round(h_old + round(val))``, this block's share of each row's sum of
-    squares of the new ``h`` into ``parts[m, pid_n]`` and (``SCALED``) ``scaled = round(h * scale)`` (``scale:
-    [BLOCK_N]`` fp32, the block's norm weight)."""
+    ``h``) ``h = round(h + round(val))``, this block's share of each row's sum of squares of the new ``h`` into
+    ``parts[m, pid_n]`` and (``SCALED``) ``scaled = round(h * scale)`` (``scale: [N]`` fp32)."""
     if RESIDUAL:
         delta = val.to(y_ptrs.dtype.element_ty).to(tl.float32)
-        h = (h_old.to(tl.float32) + delta).to(y_ptrs.dtype.element_ty)
+        h = (tl.load(y_ptrs, mask=out_ok, other=0.0).to(tl.float32) + delta).to(y_ptrs.dtype.element_ty)
         tl.store(y_ptrs, h, mask=out_ok)
         hf = tl.where(out_ok, h.to(tl.float32), 0.0)  # [M_PAD, BLOCK_N]
         tl.store(parts_ptr + rows * N_PARTS + pid_n, tl.sum(hf * hf, axis=1), mask=rows < M)
         if SCALED:
+            scale = tl.load(scale_ptr + cols, mask=cols < N, other=0.0)  # [BLOCK_N]
             tl.store(scaled_ptr + rows[:, None] * N + cols[None, :], (hf * scale[None, :]).to(h.dtype), mask=out_ok)
     else:
         tl.store(y_ptrs, val.to(y_ptrs.dtype.element_ty), mask=out_ok)
@@ -169,18 +169,11 @@ def _gemv_kernel(
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()  # from here on the previous kernel's writes are visible
-    out_ok = (rows < M)[:, None] & (cols < N)[None, :]  # [M_PAD, BLOCK_N]
-    y_ptrs = y_ptr + rows[:, None] * s_ym + cols[None, :]  # [M_PAD, BLOCK_N]
-    # the epilogue's inputs are loaded before the weight stream and used after it (their latency hidden under it)
-    if NORM:
+    if NORM:  # fixed-order sum of the producer's parts: the same factor in every program
         j = tl.arange(0, NORM_PARTS_PAD)  # [NORM_PARTS_PAD]
         sq = tl.load(norm_parts_ptr + rows[:, None] * N_NORM_PARTS + j[None, :],
                      mask=(rows < M)[:, None] & (j < N_NORM_PARTS)[None, :], other=0.0)  # [M_PAD, NORM_PARTS_PAD]
-    if RESIDUAL:  # every program reads its block of h: only the block's last program writes it, after its read
-        h_old = tl.load(y_ptrs, mask=out_ok, other=0.0)  # [M_PAD, BLOCK_N]
-        scale = tl.load(scale_ptr + cols, mask=cols < N, other=0.0) if SCALED else None  # [BLOCK_N]
-    else:
-        h_old, scale = None, None
+        rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)  # [M_PAD]
     if USE_DOT:
         x_rows = x_ptr + rows[:, None] * s_xm  # [M_PAD, 1]
         w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1] clamped: in bounds
@@ -214,11 +207,12 @@ def _gemv_kernel(
                 x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU)  # [M_PAD, BLOCK_N, BLOCK_K]
             acc3 += x.to(tl.float32) * w.to(tl.float32)  # [M_PAD, BLOCK_N, BLOCK_K]
         acc = tl.sum(acc3, axis=2)  # [M_PAD, BLOCK_N]
-    if NORM:  # fixed-order sum of the producer's parts: the same factor in every program
-        rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)  # [M_PAD]
+    if NORM:
         acc = acc * rstd[:, None]  # [M_PAD, BLOCK_N] (split-K: each partial; the sum is linear)
+    out_ok = (rows < M)[:, None] & (cols < N)[None, :]  # [M_PAD, BLOCK_N]
+    y_ptrs = y_ptr + rows[:, None] * s_ym + cols[None, :]  # [M_PAD, BLOCK_N]
     if SPLIT_K == 1:
-        _store_y(acc, y_ptrs, out_ok, rows, cols, M, N, pid_n, out_parts_ptr, N_OUT_PARTS, h_old, scale, scaled_ptr,
+        _store_y(acc, y_ptrs, out_ok, rows, cols, M, N, pid_n, out_parts_ptr, N_OUT_PARTS, scale_ptr, scaled_ptr,
                  RESIDUAL, SCALED)
     else:
         part_ptrs = part_ptr + rows[:, None] * N + cols[None, :]  # [M_PAD, BLOCK_N] in partials[0]
@@ -229,7 +223,7 @@ def _gemv_kernel(
             total = tl.load(part_ptrs, mask=out_ok, other=0.0, cache_modifier=".cg")  # [M_PAD, BLOCK_N]
             for s in range(1, SPLIT_K):  # fixed order: bit-identical whichever split arrived last
                 total += tl.load(part_ptrs + s * M * N, mask=out_ok, other=0.0, cache_modifier=".cg")
-            _store_y(total, y_ptrs, out_ok, rows, cols, M, N, pid_n, out_parts_ptr, N_OUT_PARTS, h_old, scale,
+            _store_y(total, y_ptrs, out_ok, rows, cols, M, N, pid_n, out_parts_ptr, N_OUT_PARTS, scale_ptr,
                      scaled_ptr, RESIDUAL, SCALED)
             tl.atomic_xchg(count_ptr + pid_n, 0, sem="relaxed", scope="gpu")  # ready for the next launch / replay
 
