@@ -59,10 +59,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import FLOAT_DTYPES, check_tensor, interpreting
+from ._checks import FLOAT_DTYPES, check_slots, check_tensor, interpreting
 from .pdl import pdl_supported
 
-__all__ = ["GemvConfig", "RowNorm", "ResidualRows", "gemv_config", "small_batch_linear", "residual_linear",
+__all__ = ["GemvConfig", "RowNorm", "ResidualRows", "ConvStep", "gemv_config", "small_batch_linear", "residual_linear",
            "split_k_scratch",
            "preferred", "MAX_ROWS", "MAX_SUM_ROWS", "MAX_NORM_PARTS", "FASTER_ROWS", "WIDE_N", "OUT_DTYPES"]
 
@@ -92,6 +92,18 @@ class ResidualRows(NamedTuple):
 
     parts: torch.Tensor
     scaled: torch.Tensor | None
+
+
+class ConvStep(NamedTuple):
+    """One step of a depthwise causal conv applied to a GEMV's first ``C`` output columns (the GDN layer's q | k | v
+    inputs): ``weight: [C, W]``, ``state_pool: [P, W - 1, C]`` fp32 (oldest row first) advanced in place at
+    ``slots: [M]`` (row m of ``x`` is the token of the request at ``slots[m]``; distinct), ``silu``: SiLU after the
+    conv (else none). Same math as :func:`~lumotree.optimized.gdn_decode.conv_step`."""
+
+    weight: torch.Tensor
+    state_pool: torch.Tensor
+    slots: torch.Tensor
+    silu: bool = True
 
 
 class GemvConfig(NamedTuple):
@@ -140,12 +152,42 @@ def _store_y(val, y_ptrs, out_ok, rows, cols, M, N, pid_n, parts_ptr, N_PARTS, s
 
 
 @triton.jit
+def _conv_step_columns(val, rows, cols, M, slots_ptr, conv_w_ptr, conv_pool_ptr, C,
+                       WIDTH: tl.constexpr, RP: tl.constexpr, SILU: tl.constexpr):
+    """One step of the depthwise causal conv on the block's first-``C`` columns (``val: [M_PAD, BLOCK_N]`` fp32, the
+    product as rounded to y's dtype; row m is the token of the request at ``slots[m]``): returns the block with those
+    columns replaced by ``act(sum_{t < W-1} w[c, t] state[t, c] + w[c, W-1] x[c])`` and shifts each state by one row
+    (``state <- (state[1:], x)``, fp32 pool ``[P, W - 1, C]``) in place: every channel of a row belongs to one
+    program, so no other program reads it (:func:`~lumotree.optimized.gdn_decode.conv_step`'s math)."""
+    taps = tl.arange(0, RP)  # [RP] state rows, oldest first
+    ch_ok = (rows < M)[:, None, None] & (cols < C)[None, None, :]  # [M_PAD, 1, BLOCK_N]
+    tap_ok = ch_ok & (taps < WIDTH - 1)[None, :, None]  # [M_PAD, RP, BLOCK_N]
+    slot = tl.load(slots_ptr + rows, mask=rows < M, other=0).to(tl.int64)  # [M_PAD]
+    state = conv_pool_ptr + slot[:, None, None] * ((WIDTH - 1) * C) + cols[None, None, :]  # [M_PAD, 1, BLOCK_N]
+    old = tl.load(state + taps[None, :, None] * C, mask=tap_ok, other=0.0).to(tl.float32)  # [M_PAD, RP, BLOCK_N]
+    nxt = tl.load(state + (taps + 1)[None, :, None] * C, mask=tap_ok & (taps + 1 < WIDTH - 1)[None, :, None],
+                  other=0.0).to(tl.float32)  # [M_PAD, RP, BLOCK_N] row t + 1
+    w_old = tl.load(conv_w_ptr + cols[None, None, :] * WIDTH + taps[None, :, None],
+                    mask=(cols < C)[None, None, :] & (taps < WIDTH - 1)[None, :, None], other=0.0).to(tl.float32)
+    w_new = tl.load(conv_w_ptr + cols * WIDTH + (WIDTH - 1), mask=cols < C, other=0.0).to(tl.float32)  # [BLOCK_N]
+    y = tl.sum(old * w_old, axis=1) + w_new[None, :] * val  # [M_PAD, BLOCK_N]
+    if SILU:
+        y = y * tl.sigmoid(y)
+    new = tl.where((taps == WIDTH - 2)[None, :, None], val[:, None, :], nxt)  # [M_PAD, RP, BLOCK_N]
+    tl.debug_barrier()  # every thread's loads of the state are done before any store (in place)
+    tl.store(state + taps[None, :, None] * C, new, mask=tap_ok)
+    return tl.where((cols < C)[None, :], y, val)
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, norm_parts_ptr, out_parts_ptr, scale_ptr, scaled_ptr,
     M, N, K, s_xm, s_ym, k_per_split, SPLIT_K, eps, N_NORM_PARTS, N_OUT_PARTS,
+    slots_ptr, conv_w_ptr, conv_pool_ptr, C_CONV,
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     USE_DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, GLU: tl.constexpr, NORM: tl.constexpr,
-    NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr,
+    NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr, CONV: tl.constexpr,
+    CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_SILU: tl.constexpr,
 ):  # fmt: skip
     """Program (row block j, split s): ``acc[m, n] = sum_{k in split s} x[m, k] w[n, k]`` over the block's n, then
     ``y = acc`` (one split) or the deterministic split-K reduction of the module docstring. ``PDL``: launched as a
@@ -158,7 +200,8 @@ def _gemv_kernel(
     the loop: every program the same factor). ``RESIDUAL``: ``y`` is a residual stream updated in place,
     ``y = round(y + round(acc))``, with each row block's sum of squares of the new rows stored to ``out_parts[m, j]``
     and (``SCALED``) ``scaled = round(y * scale)``: a following ``NORM`` launch on ``scaled`` computes
-    ``RMSNorm(y) @ w.T`` (module docstring)."""
+    ``RMSNorm(y) @ w.T`` (module docstring). ``CONV``: the first ``C_CONV`` output columns go through one step of a
+    depthwise causal conv whose state is advanced in place (:func:`_conv_step_columns`)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, M_PAD)  # [M_PAD]
@@ -209,6 +252,9 @@ def _gemv_kernel(
         acc = tl.sum(acc3, axis=2)  # [M_PAD, BLOCK_N]
     if NORM:
         acc = acc * rstd[:, None]  # [M_PAD, BLOCK_N] (split-K: each partial; the sum is linear)
+    if CONV:  # one split only (the host checks): the block's final product, as y would hold it
+        acc = _conv_step_columns(acc.to(y_ptr.dtype.element_ty).to(tl.float32), rows, cols, M, slots_ptr,
+                                 conv_w_ptr, conv_pool_ptr, C_CONV, CONV_WIDTH, CONV_RP, CONV_SILU)
     out_ok = (rows < M)[:, None] & (cols < N)[None, :]  # [M_PAD, BLOCK_N]
     y_ptrs = y_ptr + rows[:, None] * s_ym + cols[None, :]  # [M_PAD, BLOCK_N]
     if SPLIT_K == 1:
@@ -320,7 +366,8 @@ def _check_form(config: GemvConfig, M: int) -> None:
 
 def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dtype | None = None,
                        config: GemvConfig | None = None, pdl: bool = False, glu: bool = False,
-                       norm: RowNorm | None = None) -> torch.Tensor:
+                       norm: RowNorm | None = None, conv: ConvStep | None = None, validate: bool = True
+                       ) -> torch.Tensor:
     """``y = x @ w.T`` for a few rows: ``x: [M, K]`` (1 <= M <= 64, contiguous last dim), ``w: [N, K]`` contiguous,
     same float dtype and device; fp32 accumulation; returns ``y: [M, N]`` in ``out_dtype`` (None: x's dtype).
     ``config`` (a :class:`GemvConfig`) overrides :func:`gemv_config`'s default launch. ``pdl`` (GPUs of compute
@@ -329,12 +376,19 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
     ``glu``: ``x`` is SwiGLU's ``gate | up: [M, 2K]`` and ``y = (silu(gate) * up) @ w.T``, the activation computed as
     x's tiles are loaded (the same rounding as a separate SwiGLU kernel: one launch and one round trip less).
     ``norm`` (a :class:`RowNorm`): ``y[m] = (x[m] @ w.T) rsqrt(sum(norm.parts[m]) / K + norm.eps)`` before the
-    rounding; with ``x = round(h * g)`` and the parts of :func:`residual_linear` that is ``RMSNorm(h) @ w.T``."""
+    rounding; with ``x = round(h * g)`` and the parts of :func:`residual_linear` that is ``RMSNorm(h) @ w.T``.
+    ``conv`` (a :class:`ConvStep`): the first ``C`` columns of ``y`` are then (as rounded) the input of one step of a
+    depthwise causal conv, replaced by its output, its state advanced in place in the epilogue of the program that
+    owns the columns (one launch less than the GEMV + :func:`~lumotree.optimized.gdn_decode.conv_step`, the same
+    values); one K split. ``validate``: check the slots' values (reads them to the host; off in graph capture)."""
     x, w, K, cfg, out_dtype = _check_linear(x, w, out_dtype, config, glu)
     if norm is not None:
         _check_norm(norm, x.shape[0], x.device)
+    if conv is not None:
+        conv = _check_conv(conv, x.shape[0], w.shape[0], x.device, validate)
+        cfg = cfg._replace(split_k=1)  # the conv needs the block's whole sum
     y = torch.empty((x.shape[0], w.shape[0]), dtype=out_dtype or x.dtype, device=x.device)  # [M, N]
-    _launch(x, w, y, cfg, pdl, glu, norm, None, None)
+    _launch(x, w, y, cfg, pdl, glu, norm, None, None, conv)
     return y
 
 
@@ -359,7 +413,7 @@ def residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, *,
     if parts.shape[1] > MAX_NORM_PARTS:
         raise ValueError(f"w has {N} rows: {parts.shape[1]} row blocks of {cfg.block_n} exceed the {MAX_NORM_PARTS} "
                          "pieces a norm reads")
-    _launch(x, w, residual, cfg, pdl, glu, None, parts, (scale, scaled) if scale is not None else None)
+    _launch(x, w, residual, cfg, pdl, glu, None, parts, (scale, scaled) if scale is not None else None, None)
     return ResidualRows(parts, scaled)
 
 
@@ -399,8 +453,24 @@ def _check_norm(norm: object, M: int, device: torch.device) -> None:
         raise ValueError(f"norm.eps = {norm.eps!r} must be a positive number")
 
 
+def _check_conv(conv: object, M: int, N: int, device: torch.device, validate: bool) -> ConvStep:
+    if not isinstance(conv, ConvStep):
+        raise TypeError(f"conv must be a ConvStep or None, got {type(conv).__name__}")
+    check_tensor("conv.weight", conv.weight, (None, None), "C, W", FLOAT_DTYPES, device, contiguous=True)
+    C, width = conv.weight.shape
+    if not 1 <= C <= N:
+        raise ValueError(f"conv.weight has C = {C} channels; the conv takes the first 1 to N = {N} output columns")
+    if width < 2:
+        raise ValueError("conv.weight has W = 1 tap: a width-1 convolution keeps no state")
+    check_tensor("conv.state_pool", conv.state_pool, (None, width - 1, C), "P, W - 1, C", (torch.float32,), device,
+                 contiguous=True)
+    slots = check_slots(conv.slots, M, conv.state_pool.shape[0], device, validate, distinct=True)
+    return conv._replace(slots=slots, silu=bool(conv.silu))
+
+
 def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, pdl: bool, glu: bool,
-            norm: RowNorm | None, out_parts: torch.Tensor | None, scaling: tuple | None) -> None:
+            norm: RowNorm | None, out_parts: torch.Tensor | None, scaling: tuple | None,
+            conv: ConvStep | None) -> None:
     """One launch of :func:`_gemv_kernel` writing ``y`` (``out_parts`` given: ``y`` is a residual stream, updated;
     ``scaling = (scale, scaled)``: also ``scaled = round(y * scale)``)."""
     device = x.device
@@ -424,8 +494,11 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         *(scaling if scaling is not None else (y, y)),
         M, N, K, x.stride(0), y.stride(0), k_per_split, split_k, float(norm.eps) if norm is not None else 1.0,
         n_norm_parts, out_parts.shape[1] if out_parts is not None else 1,
+        *((conv.slots, conv.weight, conv.state_pool, conv.weight.shape[0]) if conv is not None else (y, y, y, 0)),
         M_PAD=m_pad, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=K % cfg.block_k == 0,
         USE_DOT=cfg.use_dot, IEEE=x.dtype == torch.float32, PDL=pdl, GLU=bool(glu), NORM=norm is not None,
         NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, SCALED=scaling is not None,
-        **opts,
+        CONV=conv is not None, CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,
+        CONV_RP=max(2, triton.next_power_of_2(conv.weight.shape[1] - 1)) if conv is not None else 2,
+        CONV_SILU=conv is not None and conv.silu, **opts,
     )  # fmt: skip

@@ -60,7 +60,7 @@ from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import WORD_BITS, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
 from .gemv import preferred as gemv_preferred
-from .gemv import ResidualRows, RowNorm, residual_linear, small_batch_linear
+from .gemv import ConvStep, ResidualRows, RowNorm, residual_linear, small_batch_linear
 from .pdl import allow_dependents, pdl_supported
 from .sampling import greedy_accept
 
@@ -473,14 +473,21 @@ class OptimizedModel:
                 and (x.is_cuda or interpreting()))
 
     def _linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None,
-                glu: bool = False) -> torch.Tensor:
+                glu: bool = False, conv: ConvStep | None = None) -> torch.Tensor:
         """``x [T, Din] @ w [Dout, Din]^T``: the GEMV of :mod:`~lumotree.optimized.gemv` where :meth:`_on_gemv`, else
         cuBLAS (``out_dtype``: default x's). ``glu``: ``x`` is SwiGLU's gate | up ``[T, 2 Din]``, activated first (in
-        the GEMV's loads, or by the SwiGLU kernel before cuBLAS)."""
+        the GEMV's loads, or by the SwiGLU kernel before cuBLAS). ``conv``: the first ``C`` output columns through one
+        decode step of the short conv (in the GEMV's epilogue, or by :func:`~lumotree.optimized.gdn_decode.conv_step`
+        after cuBLAS, in place)."""
         if self._on_gemv(x, w.shape[0]):
-            return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl, glu=glu)
+            return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl, glu=glu, conv=conv, validate=False)
         y = (_silu_mul(x) if glu else x) @ w.T
-        return y if out_dtype is None else y.to(out_dtype)
+        y = y if out_dtype is None else y.to(out_dtype)
+        if conv is not None:
+            C = conv.weight.shape[0]
+            conv_step(y[:, :C], conv.weight, conv.state_pool, conv.slots, activation="silu" if conv.silu else None,
+                      out=y[:, :C], validate=False)
+        return y
 
     def _normed(self, res: _Residual, weight1p: torch.Tensor) -> torch.Tensor:
         """``RMSNorm(h + delta)`` of the residual stream (its pending add done in place first): ``[T, Dm]``."""
@@ -488,14 +495,16 @@ class OptimizedModel:
         res.delta = res.rows = res.norm_for = None
         return x
 
-    def _norm_linear(self, res: _Residual, weight1p: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """``RMSNorm(h) @ w^T`` (``weight1p = 1 + w_norm``): from the rows the last add into ``h`` left scaled by
-        this norm's weight when this projection runs on the GEMV too (the norm's factor applied to the product), else
-        the add + RMSNorm kernel and then :meth:`_linear`."""
+    def _norm_linear(self, res: _Residual, weight1p: torch.Tensor, w: torch.Tensor, conv: ConvStep | None = None
+                     ) -> torch.Tensor:
+        """``RMSNorm(h) @ w^T`` (``weight1p = 1 + w_norm``; ``conv`` as in :meth:`_linear`): from the rows the last
+        add into ``h`` left scaled by this norm's weight when this projection runs on the GEMV too (the norm's factor
+        applied to the product), else the add + RMSNorm kernel and then :meth:`_linear`."""
         rows = res.rows
         if rows is not None and res.norm_for is weight1p and self._on_gemv(rows.scaled, w.shape[0]):
-            return small_batch_linear(rows.scaled, w, pdl=self.pdl, norm=RowNorm(rows.parts, self.eps))
-        return self._linear(self._normed(res, weight1p), w)
+            return small_batch_linear(rows.scaled, w, pdl=self.pdl, norm=RowNorm(rows.parts, self.eps), conv=conv,
+                                      validate=False)
+        return self._linear(self._normed(res, weight1p), w, conv=conv)
 
     def _add_linear(self, res: _Residual, x: torch.Tensor, w: torch.Tensor, next_norm: torch.Tensor | None,
                     glu: bool = False) -> None:
@@ -611,8 +620,9 @@ class OptimizedModel:
             if isinstance(layer, _GDNLayer):
                 H, HV, K, V, W = self._gdn_dims
                 C = 2 * H * K + HV * V
-                proj = self._norm_linear(res, layer.in_norm, layer.w_in)  # [B, C + HV V + 2 HV]
-                conv = conv_step(proj[:, :C], layer.conv_w, self.conv_pools[gi], slots, validate=False)  # [B, C]
+                proj = self._norm_linear(res, layer.in_norm, layer.w_in, conv=ConvStep(
+                    layer.conv_w, self.conv_pools[gi], slots))  # [B, C + HV V + 2 HV], conv'd q | k | v
+                conv = proj[:, :C]  # [B, C]
                 gated = gdn_decode(
                     conv[:, : H * K].unflatten(-1, (H, K)), conv[:, H * K : 2 * H * K].unflatten(-1, (H, K)),
                     conv[:, 2 * H * K :].unflatten(-1, (HV, V)), proj[:, C + HV * V + HV :],

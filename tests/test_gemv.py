@@ -443,3 +443,62 @@ def test_gpu_fused_norm_chain_bf16_matches_separate_kernels(M):
         torch.cuda.synchronize()
         assert torch.equal(captured, plain)
     assert _counters_zero()
+
+
+# ------------------------------------------------------------------------------------ conv step in the epilogue
+@pytest.mark.parametrize("config", [G.GemvConfig(4, 16, 3, 4, 1), G.GemvConfig(16, 16, 1, 4, 2, True), None],
+                         ids=["sum-split3", "dot", "default"])
+@pytest.mark.parametrize("M,N,C,width,silu", [(1, 40, 24, 4, True), (3, 50, 50, 4, False), (5, 33, 17, 3, True)])
+def test_conv_epilogue_equals_gemv_then_conv_step(M, N, C, width, silu, config):
+    """``conv=ConvStep(...)``: the first C columns through one conv step, the state advanced in place at the slots
+    (others untouched), bit-identical to the plain GEMV followed by ``gdn_decode.conv_step`` (split-K configs run
+    unsplit); with ``norm`` too (the w_in projection of a fused decode step)."""
+    from lumotree.optimized.gdn_decode import conv_step
+
+    K, P = 40, 7
+    gen = torch.Generator(device=DEVICE).manual_seed(M * 100 + C)
+    x, w = _inputs(M, N, K, seed=C)
+    weight = torch.randn(C, width, generator=gen, device=DEVICE)  # [C, W]
+    pool = torch.randn(P, width - 1, C, generator=gen, device=DEVICE)  # [P, W - 1, C]
+    slots = torch.randperm(P, generator=torch.Generator().manual_seed(M))[:M].to(torch.int32).to(DEVICE)
+    parts = torch.rand(M, 3, generator=gen, device=DEVICE) * K  # [M, 3]
+    for norm in (None, G.RowNorm(parts, 1e-6)):
+        expected_pool, got_pool = pool.clone(), pool.clone()
+        unsplit = (config or G.gemv_config(M, N, K, DEVICE))._replace(split_k=1)  # what the conv launch runs
+        plain = G.small_batch_linear(x, w, config=unsplit, norm=norm)
+        expected = plain.clone()
+        expected[:, :C] = conv_step(plain[:, :C], weight, expected_pool, slots, activation="silu" if silu else None)
+        got = G.small_batch_linear(x, w, config=config, norm=norm, conv=G.ConvStep(weight, got_pool, slots, silu))
+        assert torch.equal(got, expected)
+        assert torch.equal(got_pool, expected_pool)
+        untouched = [s for s in range(P) if s not in slots.tolist()]
+        assert torch.equal(got_pool[untouched], pool[untouched])
+
+
+def _conv_bad_cases():
+    x, w = _inputs(2, 8, 16, seed=3)
+    weight, pool = torch.ones(6, 4, device=DEVICE), torch.zeros(3, 3, 6, device=DEVICE)
+    slots = torch.tensor([0, 2], dtype=torch.int32, device=DEVICE)
+    conv = G.ConvStep
+    return [
+        (dict(conv=(weight, pool, slots)), TypeError, "conv must be a ConvStep"),
+        (dict(conv=conv(torch.ones(9, 4, device=DEVICE), torch.zeros(3, 3, 9, device=DEVICE), slots)), ValueError,
+         "C = 9 channels"),
+        (dict(conv=conv(torch.ones(6, 1, device=DEVICE), torch.zeros(3, 0, 6, device=DEVICE), slots)), ValueError,
+         "W = 1 tap"),
+        (dict(conv=conv(weight, pool[:, :2], slots)), ValueError, r"conv.state_pool has shape \(3, 2, 6\)"),
+        (dict(conv=conv(weight, pool.half(), slots)), TypeError, "conv.state_pool has dtype"),
+        (dict(conv=conv(weight, pool, slots[:1])), ValueError, r"slots has shape \(1,\)"),
+        (dict(conv=conv(weight, pool, torch.tensor([0, 3], dtype=torch.int32, device=DEVICE))), ValueError,
+         r"slots\[1\] = 3 is outside the pool"),
+        (dict(conv=conv(weight, pool, torch.tensor([1, 1], dtype=torch.int32, device=DEVICE))), ValueError,
+         "repeats a slot"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_conv_bad_cases())))
+def test_conv_epilogue_bad_inputs_raise_naming_the_argument(case):
+    kwargs, error, message = _conv_bad_cases()[case]
+    x, w = _inputs(2, 8, 16, seed=3)
+    with pytest.raises(error, match=message):
+        G.small_batch_linear(x, w, **kwargs)
