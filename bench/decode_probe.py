@@ -17,6 +17,9 @@
   bench/gemv.py's timing): the plain GEMV beside ``residual_linear`` (the add + sums of squares in the epilogue) and
   the row factor of the norm (``norm=RowNorm``), per projection shape of the bench model.
 
+- ``sweep``: launch configs of those fused forms at one row (broadcast + sum tiles, K splits), and the GDN decode
+  kernel's ``block_v`` at B = 1 (Qwen3-Next shapes, gated norm), each a CUDA graph of 20 calls; prints the best.
+
 Run: ``PYTHONPATH=$PWD:$PWD/bench python bench/decode_probe.py --out decode_probe.json``.
 """
 
@@ -103,6 +106,70 @@ def fused_rows(model: om.OptimizedModel, L: int) -> list[dict]:
             row[f"{name}_us"] = graph_time_us(call, 20, warmup_ms=5.0, rep_ms=25.0)
         rows.append(row)
         del ws
+    return rows
+
+
+def sweep_rows(model: om.OptimizedModel, L: int) -> list[dict]:
+    from gemv import graph_time_us  # noqa: E402  (bench/)
+
+    from lumotree.optimized import gemv as G
+    from lumotree.optimized.gdn_decode import gdn_decode
+
+    dev, rows = torch.device("cuda"), []
+    gen = torch.Generator(device=dev).manual_seed(0)
+    tiles = [(2, 1024, 4), (4, 512, 4), (4, 1024, 4), (8, 256, 4), (8, 512, 4), (16, 256, 4), (16, 512, 8),
+             (32, 256, 8)]
+    for N, K, form in ((2048, 4096, "residual"), (2048, 5632, "residual+glu"), (11264, 2048, "norm"),
+                       (12352, 2048, "norm+conv")):
+        copies = max(2, int(120e6 // (2 * N * K)) + 1)
+        ws = [(torch.randn(N, K, generator=gen, device=dev) / K**0.5).to(torch.bfloat16) for _ in range(copies)]
+        glu = form == "residual+glu"
+        x = torch.randn(1, 2 * K if glu else K, generator=gen, device=dev).to(torch.bfloat16)
+        h = torch.randn(1, N, generator=gen, device=dev).to(torch.bfloat16)
+        scale = torch.ones(N, device=dev)
+        conv_w = torch.randn(8192, 4, generator=gen, device=dev).to(torch.bfloat16)
+        conv_pool = torch.zeros(2, 3, 8192, device=dev)
+        slots = torch.zeros(1, dtype=torch.int32, device=dev)
+        default = G.gemv_config(1, N, K, dev)
+        best = None
+        for bn, bk, warps in tiles:
+            for split in ((1,) if form == "norm+conv" else (1, 2, 3, 4, 6, 8)):
+                cfg = G.GemvConfig(bn, bk, split, warps, 1)
+                if form.startswith("residual"):
+                    parts = G.residual_linear(x, ws[0], h, scale=scale, glu=glu, config=cfg).parts
+                    call = (lambda i, cfg=cfg: G.residual_linear(x, ws[i % copies], h, scale=scale, glu=glu,
+                                                                 pdl=True, config=cfg))
+                else:
+                    parts = torch.full((1, 512), float(K) / 512, device=dev)
+                    conv = G.ConvStep(conv_w, conv_pool, slots) if form == "norm+conv" else None
+                    call = (lambda i, cfg=cfg, conv=conv: G.small_batch_linear(
+                        x, ws[i % copies], pdl=True, norm=G.RowNorm(parts, 1e-6), conv=conv, config=cfg,
+                        validate=False))
+                if parts.shape[1] > G.MAX_NORM_PARTS:
+                    continue
+                try:
+                    us = graph_time_us(call, 20, warmup_ms=3.0, rep_ms=15.0)
+                except Exception as e:  # a config that fails to compile is a result too
+                    print(form, cfg, repr(e)[:200], flush=True)
+                    continue
+                row = {"form": form, "N": N, "K": K, "config": list(cfg), "us": us, "default": cfg == default}
+                rows.append(row)
+                if best is None or us < best["us"]:
+                    best = row
+        print("best", json.dumps(best), flush=True)
+        del ws
+    # GDN decode kernel, B = 1, Qwen3-Next GDN shapes, gated norm fused
+    H, HV, Kd, V = 16, 32, 128, 128
+    pool = torch.randn(4, HV, Kd, V, device=dev) * 0.01
+    q, k = (torch.randn(1, H, Kd, device=dev).to(torch.bfloat16) for _ in range(2))
+    v, z = (torch.randn(1, HV, V, device=dev).to(torch.bfloat16) for _ in range(2))
+    a, b = (torch.randn(1, HV, device=dev).to(torch.bfloat16) for _ in range(2))
+    A_log, dt_bias, norm_w = torch.zeros(HV, device=dev), torch.zeros(HV, device=dev), torch.ones(V, device=dev)
+    for block_v in (16, 32, 64, 128):
+        slot_list = [torch.tensor([i % 4], dtype=torch.int32, device=dev) for i in range(4)]
+        call = (lambda i, bv=block_v: gdn_decode(q, k, v, a, b, A_log, dt_bias, pool, slot_list[i % 4], z=z,
+                                                  norm_weight=norm_w, block_v=bv, validate=False))
+        rows.append({"form": "gdn_decode", "block_v": block_v, "us": graph_time_us(call, 20, 3.0, 15.0)})
     return rows
 
 
@@ -197,7 +264,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="decode_probe.json")
     ap.add_argument("--L", type=int, default=1024, help="committed context length")
-    ap.add_argument("--what", nargs="+", choices=["pdl", "launch", "speculate", "fused"], default=["pdl", "launch"])
+    ap.add_argument("--what", nargs="+", choices=["pdl", "launch", "speculate", "fused", "sweep"], default=["pdl", "launch"])
     args = ap.parse_args()
     model = om.build_random(HybridConfig(**CONFIG), seed=0, num_slots=1, max_seq_len=args.L + 512, max_nodes=64,
                             device=torch.device("cuda"))
@@ -205,7 +272,7 @@ def main() -> int:
               "L": args.L}
     for what in args.what:
         result[what] = {"pdl": pdl_rows, "launch": launch_rows, "speculate": speculate_rows,
-                        "fused": fused_rows}[what](model, args.L)
+                        "fused": fused_rows, "sweep": sweep_rows}[what](model, args.L)
         for row in result[what]:
             print(json.dumps(row), flush=True)
     with open(args.out, "w") as f:

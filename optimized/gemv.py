@@ -295,9 +295,12 @@ def gemv_config(M: int, N: int, K: int, device: torch.device | str) -> GemvConfi
     """Default launch for ``x: [M, K] @ w[N, K].T``: the best of the H200 sweep of 2026-12-01 (``bench/gemv.py``,
     bf16, the bench model's projections; ``bench/results/2026-12-01-h200-gemv.json``), by output width:
 
-    - M = 1: broadcast + ``tl.sum``, 4 warps, 1 stage: ``[4, 512]`` tiles, K split in 3 for N <= 4096 (``[2048,
-      4096]``: 8.2 against cuBLAS's 9.8 us), ``[8, 512]`` for N >= 65536 (the LM head: 140 against 155 us),
-      ``[16, 256]`` in between (``[12352, 2048]``: 14.4 against 16.3 us);
+    - M = 1: broadcast + ``tl.sum``, 4 warps, 1 stage: ``[8, 512]`` tiles for N >= 65536 (the LM head: 140 against
+      155 us); the rest from the sweep of the fused forms the decode step runs (``bench/decode_probe.py --what
+      sweep``, same card, 2026-12-01): ``[4, 1024]`` unsplit for N <= 4096 and K <= 4096 (``[2048, 4096]`` adding
+      into the residual: 6.8 against 8.3 us for the first rule's ``[4, 512]`` split in 3), ``[4, 512]`` split in 4
+      above (the SwiGLU down projection ``[2048, 5632]``: 11.1 against 11.6 us), ``[32, 256]`` at 8 warps in between
+      (``[11264, 2048]`` with the norm factor: 13.5 against 14.5 us for ``[16, 256]``);
     - M = 2..8: ``tl.dot`` on ``[64, 128]`` tiles, 4 warps, 4 stages, K split in 8 for N <= 4096 and ``[64, 128]``
       for N >= 65536, ``[32, 128]`` unsplit in between (ties with cuBLAS there);
     - M = 9..64 (``--rows 16 32 64``, same day): for N >= :data:`WIDE_N` ``[128, 128]`` tiles at 3 stages up to 32
@@ -310,7 +313,12 @@ def gemv_config(M: int, N: int, K: int, device: torch.device | str) -> GemvConfi
     warps, use_dot = 4, True
     if M <= 1:
         use_dot, num_stages = False, 1
-        block_n, block_k, split_k = (4, 512, 3) if N <= 4096 else (8, 512, 1) if N >= WIDE_N else (16, 256, 1)
+        if N <= 4096:
+            block_n, block_k, split_k = (4, 1024, 1) if K <= 4096 else (4, 512, 4)
+        elif N >= WIDE_N:
+            block_n, block_k, split_k = 8, 512, 1
+        else:
+            (block_n, block_k, split_k), warps = (32, 256, 1), 8
     elif M <= MAX_SUM_ROWS:
         num_stages = 4
         block_n, block_k, split_k = (64, 128, 8) if N <= 4096 else (64, 128, 1) if N >= WIDE_N else (32, 128, 1)

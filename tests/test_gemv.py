@@ -154,8 +154,9 @@ def test_random_shapes_and_configs(M, N, K, block_n, block_k, split_k, use_dot, 
 
 def test_default_config_rule():
     """The measured H200 rule (gemv_config's docstring), by output width, with splits cut to whole K tiles."""
-    assert G.gemv_config(1, 2048, 4096, "cpu") == G.GemvConfig(4, 512, 3, 4, 1, False)
-    assert G.gemv_config(1, 12352, 2048, "cpu") == G.GemvConfig(16, 256, 1, 4, 1, False)
+    assert G.gemv_config(1, 2048, 4096, "cpu") == G.GemvConfig(4, 1024, 1, 4, 1, False)
+    assert G.gemv_config(1, 2048, 5632, "cpu") == G.GemvConfig(4, 512, 4, 4, 1, False)
+    assert G.gemv_config(1, 12352, 2048, "cpu") == G.GemvConfig(32, 256, 1, 8, 1, False)
     assert G.gemv_config(1, 151936, 2048, "cpu") == G.GemvConfig(8, 512, 1, 4, 1, False)
     assert G.gemv_config(8, 2048, 5632, "cpu") == G.GemvConfig(64, 128, 8, 4, 4, True)
     assert G.gemv_config(2, 9216, 2048, "cpu") == G.GemvConfig(32, 128, 1, 4, 4, True)
@@ -165,7 +166,8 @@ def test_default_config_rule():
     assert G.gemv_config(64, 2048, 4096, "cpu") == G.GemvConfig(128, 128, 4, 8, 4, True)
     assert [G.preferred(M, 12352) for M in (1, 8, 9, 64)] == [True, True, False, False]
     assert [G.preferred(M, 151936) for M in (1, 16, 64, 65)] == [True, True, True, False]
-    assert G.gemv_config(1, 16, 2 * 512, "cpu").split_k == 2  # no empty split (<= K tiles)
+    assert G.gemv_config(1, 16, 5 * 1024, "cpu").split_k == 4  # split in 4: 10 tiles of 512
+    assert G.gemv_config(1, 16, 4 * 1024 + 512, "cpu") == G.GemvConfig(4, 512, 3, 4, 1, False)  # 9 tiles: 3 x 3
 
 
 # ---------------------------------------------------------------------------------------------------- bad inputs
