@@ -20,10 +20,6 @@
 - ``sweep``: launch configs of those fused forms at one row (broadcast + sum tiles, K splits), and the GDN decode
   kernel's ``block_v`` at B = 1 (Qwen3-Next shapes, gated norm), each a CUDA graph of 20 calls; prints the best.
 
-- ``rows``: the fused projections (norm, residual add, SwiGLU) of steps with more than 8 token rows on the GEMV
-  (``fused_rows = 64``) against the plain rule (cuBLAS there, ``fused_rows = 8``): verify and greedy-step graph
-  replays at B = 1, N = 16 and 64, the decode replay at B = 64; logits compared between the two.
-
 Run: ``PYTHONPATH=$PWD:$PWD/bench python bench/decode_probe.py --out decode_probe.json``.
 """
 
@@ -177,53 +173,6 @@ def sweep_rows(model: om.OptimizedModel, L: int) -> list[dict]:
     return rows
 
 
-def fused_rows_rows(model: om.OptimizedModel, L: int) -> list[dict]:
-    rng = np.random.default_rng(0)
-    rows, logits = [], {}
-    slots64 = torch.arange(64, dtype=torch.int32)
-    for fused_rows in (8, 64):
-        model.set_small_batch_linear(True, fused_rows=fused_rows)
-        row = {"fused_rows": fused_rows}
-        for N in (16, 64):
-            parents = torch.tensor([random_parents(N, rng)], dtype=torch.int32)
-            tokens = torch.tensor(rng.integers(0, 1000, (1, N)))
-            slots = torch.zeros(1, dtype=torch.int32)
-            for _ in range(2):
-                set_lengths(model, L)
-                out = model.verify(slots, tokens, parents, validate=False)
-            logits[fused_rows, N] = out.clone()
-            graph = model._graph_entries[("verify", 1, N)]["graph"]
-            row[f"verify_N{N}_us"] = 1e3 * triton.testing.do_bench(graph.replay, warmup=20, rep=200,
-                                                                  return_mode="median")
-            for _ in range(2):
-                set_lengths(model, L)
-                model.speculate_greedy(slots, tokens, parents)
-            graph = model._graph_entries[("greedy", 1, N)]["graph"]
-
-            def greedy() -> None:
-                graph.replay()
-                model.lens.fill_(L)
-
-            row[f"greedy_N{N}_us"] = 1e3 * triton.testing.do_bench(greedy, warmup=20, rep=200, return_mode="median")
-        for _ in range(2):
-            set_lengths(model, L)
-            out = model.decode(slots64, torch.tensor(rng.integers(0, 1000, 64)))
-        graph = model._graph_entries[("decode", 64)]["graph"]
-
-        def decode() -> None:
-            graph.replay()
-            model.lens.fill_(L)
-
-        row["decode_B64_us"] = 1e3 * triton.testing.do_bench(decode, warmup=20, rep=200, return_mode="median")
-        rows.append(row)
-    for N in (16, 64):
-        a, b = logits[64, N], logits[8, N]
-        rows.append({"N": N, "verify_logits_rel_diff": float((a - b).norm() / b.norm()),
-                     "argmax_agree": float((a.argmax(-1) == b.argmax(-1)).float().mean())})
-    model.set_small_batch_linear(True, fused_rows=8)
-    return rows
-
-
 def host_and_wall_ms(graph: torch.cuda.CUDAGraph, reset, repeats: int = 30) -> tuple[float, float]:
     host, wall = [], []
     for _ in range(repeats):
@@ -315,16 +264,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="decode_probe.json")
     ap.add_argument("--L", type=int, default=1024, help="committed context length")
-    ap.add_argument("--what", nargs="+", choices=["pdl", "launch", "speculate", "fused", "sweep", "rows"], default=["pdl", "launch"])
+    ap.add_argument("--what", nargs="+", choices=["pdl", "launch", "speculate", "fused", "sweep"], default=["pdl", "launch"])
     args = ap.parse_args()
-    model = om.build_random(HybridConfig(**CONFIG), seed=0, num_slots=64 if "rows" in args.what else 1,
-                            max_seq_len=args.L + 512, max_nodes=64,
+    model = om.build_random(HybridConfig(**CONFIG), seed=0, num_slots=1, max_seq_len=args.L + 512, max_nodes=64,
                             device=torch.device("cuda"))
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "L": args.L}
     for what in args.what:
         result[what] = {"pdl": pdl_rows, "launch": launch_rows, "speculate": speculate_rows,
-                        "fused": fused_rows, "sweep": sweep_rows, "rows": fused_rows_rows}[what](model, args.L)
+                        "fused": fused_rows, "sweep": sweep_rows}[what](model, args.L)
         for row in result[what]:
             print(json.dumps(row), flush=True)
     with open(args.out, "w") as f:

@@ -59,7 +59,6 @@ from ._checks import MAX_NODES, check_tree_rows, interpreting, node_mask
 from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import WORD_BITS, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
-from .gemv import FASTER_ROWS, MAX_ROWS
 from .gemv import preferred as gemv_preferred
 from .gemv import ConvStep, ResidualRows, RowNorm, residual_linear, small_batch_linear
 from .pdl import allow_dependents, pdl_supported
@@ -257,9 +256,6 @@ class OptimizedModel:
         self.small_batch_linear = bool(small_batch_linear)
         # residual add + RMSNorm inside the GEMVs around them wherever both run on the GEMV (see _add_linear)
         self.fused_norms = True
-        # steps of up to this many token rows run their fused projections (norm, residual add, conv) on the GEMV
-        # even where cuBLAS is preferred for the plain product (see _on_gemv)
-        self.fused_rows = FASTER_ROWS
         # the GEMV as a programmatic dependent launch (resident when the previous kernel ends; optimized.pdl)
         self.pdl = pdl_supported(self.device) if pdl is None else bool(pdl) and pdl_supported(self.device)
 
@@ -454,33 +450,27 @@ class OptimizedModel:
         HQ, HKV, D = self._attn_dims
         return ta.default_launch(B, N, HQ, HKV, D, self.capacity, self.device, self.dtype)[4]
 
-    def set_small_batch_linear(self, enabled: bool, pdl: bool | None = None, fused_norms: bool | None = None,
-                               fused_rows: int | None = None) -> None:
+    def set_small_batch_linear(self, enabled: bool, pdl: bool | None = None, fused_norms: bool | None = None
+                               ) -> None:
         """Route the projections of steps with few token rows (where :func:`~lumotree.optimized.gemv.preferred`:
         decode at small batch, the LM head of small tree steps) through
         :func:`~lumotree.optimized.gemv.small_batch_linear` (a split-K
         weight-streaming GEMV) instead of cuBLAS, launched with PDL or not (``pdl``; None: unchanged; only where
         supported), with the residual add + RMSNorm between two GEMVs done inside them or by their own kernel
-        (``fused_norms``; None: unchanged), for steps of up to ``fused_rows`` token rows (None: unchanged; at most
-        :data:`~lumotree.optimized.gemv.MAX_ROWS`); drops the captured CUDA graphs (the next call of each shape
-        captures anew)."""
+        (``fused_norms``; None: unchanged); drops the captured CUDA graphs (the next call of each shape captures
+        anew)."""
         self.small_batch_linear = bool(enabled)
         if pdl is not None:
             self.pdl = bool(pdl) and pdl_supported(self.device)
         if fused_norms is not None:
             self.fused_norms = bool(fused_norms)
-        if fused_rows is not None:
-            if isinstance(fused_rows, bool) or not isinstance(fused_rows, int) or not 0 <= fused_rows <= MAX_ROWS:
-                raise ValueError(f"fused_rows = {fused_rows!r} must be an integer in [0, {MAX_ROWS}]")
-            self.fused_rows = fused_rows
         self._graph_entries.clear()
 
-    def _on_gemv(self, x: torch.Tensor, n_out: int, fused: bool = False) -> bool:
-        """Whether ``x [T, Din] @ w [n_out, Din]^T`` runs on the GEMV (enabled, on a GPU or under the Triton
-        interpreter, and :func:`~lumotree.optimized.gemv.preferred` for the shape, or, for a product with a fused
-        neighbour (``fused``), at most ``fused_rows`` rows)."""
-        rows_ok = gemv_preferred(x.shape[0], n_out) or (fused and x.shape[0] <= self.fused_rows)
-        return self.small_batch_linear and rows_ok and x.stride(-1) == 1 and (x.is_cuda or interpreting())
+    def _on_gemv(self, x: torch.Tensor, n_out: int) -> bool:
+        """Whether ``x [T, Din] @ w [n_out, Din]^T`` runs on the GEMV (enabled, :func:`~lumotree.optimized.gemv.preferred`
+        for the shape, on a GPU or under the Triton interpreter)."""
+        return (self.small_batch_linear and gemv_preferred(x.shape[0], n_out) and x.stride(-1) == 1
+                and (x.is_cuda or interpreting()))
 
     def _linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None,
                 glu: bool = False, conv: ConvStep | None = None) -> torch.Tensor:
@@ -511,7 +501,7 @@ class OptimizedModel:
         add into ``h`` left scaled by this norm's weight when this projection runs on the GEMV too (the norm's factor
         applied to the product), else the add + RMSNorm kernel and then :meth:`_linear`."""
         rows = res.rows
-        if rows is not None and res.norm_for is weight1p and self._on_gemv(rows.scaled, w.shape[0], fused=True):
+        if rows is not None and res.norm_for is weight1p and self._on_gemv(rows.scaled, w.shape[0]):
             return small_batch_linear(rows.scaled, w, pdl=self.pdl, norm=RowNorm(rows.parts, self.eps), conv=conv,
                                       validate=False)
         return self._linear(self._normed(res, weight1p), w, conv=conv)
@@ -524,7 +514,7 @@ class OptimizedModel:
         if res.delta is not None:  # an earlier add is still pending: settle it first (adds stay in order)
             res.h += res.delta
             res.delta = None
-        if self.fused_norms and next_norm is not None and self._on_gemv(x, w.shape[0], fused=True):
+        if self.fused_norms and next_norm is not None and self._on_gemv(x, w.shape[0]):
             res.rows = residual_linear(x, w, res.h, scale=next_norm, pdl=self.pdl, glu=glu)
             res.norm_for = next_norm
         else:
