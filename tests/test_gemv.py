@@ -394,7 +394,7 @@ def test_fused_norm_bad_inputs_raise_naming_the_argument(case):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("M", [1, 2, 8])
+@pytest.mark.parametrize("M", [1, 2, 8, 16, 64])
 def test_gpu_fused_norm_chain_bf16_matches_separate_kernels(M):
     """The decode step's pattern on the bench model's shapes in bf16: w_out (``[2048, 4096]``) adds into the residual,
     gate | up (``[11264, 2048]``) normalises it (from the scaled rows and the row factor), down (SwiGLU,
