@@ -95,6 +95,10 @@ class Draft:
         ``max_depth``. Only deterministic drafts are cut: dropping sampled draws by their value would bias them."""
         if nodes >= self.num_nodes and (max_depth is None or self.num_nodes - 1 <= max_depth):
             return self
+        if self.variant == "deterministic" and (max_depth is None or nodes - 1 <= max_depth) and bool(
+                np.all(np.diff(self.confidence[1:]) <= 0)):  # best-first: the cut is a prefix, no deeper than nodes - 1
+            n = min(nodes, self.num_nodes)
+            return Draft(self.tokens[:n], self.parents[:n], self.confidence[:n], self.variant, None)
         depth = self.depth()
         if nodes >= self.num_nodes and max(depth) <= max_depth:
             return self

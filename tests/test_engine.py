@@ -14,6 +14,8 @@ import json
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lumotree.optimized import sampling
 from lumotree.optimized.budget import (
@@ -611,3 +613,36 @@ def test_budget_margin_declines_marginal_speculation():
     conf = [np.full(15, 1.1 / 15)]  # 1 + 1.1 tokens in 2 units: 1.05 tokens a unit against 1
     assert ExpectedThroughputBudget(profile).choose(1, conf, 0.0).autoregressive
     assert not ExpectedThroughputBudget(profile, margin=0.0).choose(1, conf, 0.0).autoregressive
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40), data=st.data())
+def test_draft_cut_keeps_the_most_confident_subtree(n, data):
+    """``Draft.cut(nodes, max_depth)`` equals the definition: walk the nodes by descending confidence (ties to the
+    lower index), keep a node when its parent is kept, it is no deeper than ``max_depth`` and fewer than ``nodes``
+    are kept; renumbered in index order. Checked on best-first drafts (the fast prefix path) and on shuffled orders."""
+    parents = [-1] + [data.draw(st.integers(0, i - 1)) for i in range(1, n)]
+    factors = [1.0] + [data.draw(st.floats(0.05, 1.0)) for _ in range(1, n)]
+    conf = np.ones(n)
+    for i in range(1, n):
+        conf[i] = conf[parents[i]] * factors[i]  # never increases along a path
+    best_first = data.draw(st.booleans())
+    if best_first:  # renumber by descending confidence (parents still precede: a child is never more confident)
+        order = sorted(range(n), key=lambda i: (-conf[i], i))
+        new = {old: k for k, old in enumerate(order)}
+        parents = [-1] + [new[parents[old]] for old in order[1:]]
+        conf = conf[order]
+    draft = Draft(list(range(100, 100 + n)), parents, conf)
+    nodes = data.draw(st.integers(1, n + 2))
+    max_depth = data.draw(st.one_of(st.none(), st.integers(0, n)))
+    depth = draft.depth()
+    keep, kept = [0], {0}
+    for i in sorted(range(1, n), key=lambda i: (-conf[i], i)):
+        if len(keep) < nodes and parents[i] in kept and (max_depth is None or depth[i] <= max_depth):
+            keep.append(i)
+            kept.add(i)
+    keep.sort()
+    got = draft.cut(nodes, max_depth)
+    assert got.tokens == [100 + i for i in keep]
+    assert got.parents == [-1] + [keep.index(parents[i]) for i in keep[1:]]
+    np.testing.assert_array_equal(got.confidence, conf[keep])
