@@ -17,7 +17,12 @@ A *tree step* runs B requests with N nodes each through all layers: per GDN laye
 matmuls (with ``small_batch_linear``, the GPU default, the projections of steps with few token rows use the split-K
 weight-streaming GEMV of :mod:`~lumotree.optimized.gemv` where :func:`~lumotree.optimized.gemv.preferred`, launched
 with PDL, :mod:`~lumotree.optimized.pdl`); each residual add is fused with the RMSNorm that follows it, and
-SwiGLU's ``silu(g) * u`` is computed in the down projection's GEMV loads (one kernel before cuBLAS). The *commit*
+SwiGLU's ``silu(g) * u`` is computed in the down projection's GEMV loads (one kernel before cuBLAS). Where both
+projections around a residual add run on the GEMV (``fused_norms``: decode and trees of at most 8 rows), the add
+and the norm live in the two GEMVs (:func:`~lumotree.optimized.gemv.residual_linear` and a
+:class:`~lumotree.optimized.gemv.RowNorm` factor), and the decode step's short conv in the ``w_in`` GEMV's epilogue
+(:class:`~lumotree.optimized.gemv.ConvStep`): 2 add + RMSNorm launches a decode step instead of 49, no conv launch.
+The *commit*
 advances every pool along each request's accepted path (GDN state from the factors, conv state from the path inputs,
 KV compaction). Then
 
@@ -25,7 +30,8 @@ KV compaction). Then
 - ``speculate_greedy`` = tree step, greedy acceptance and commit in one call (one graph: the greedy engine step's
   device work in a single launch);
 - ``decode`` = a *decode step*: the same layers for one token per request without tree or commit — per GDN layer
-  :func:`~lumotree.optimized.gdn_decode.conv_step` and :func:`~lumotree.optimized.gdn_decode.gdn_decode` (state read
+  the conv step (:func:`~lumotree.optimized.gdn_decode.conv_step`, or in the GEMV's epilogue) and
+  :func:`~lumotree.optimized.gdn_decode.gdn_decode` (state read
   and written once, gated norm fused), per attention layer tree attention on a one-node tree (its K/V written in
   place at the committed length): the same function as a tree step on one-node trees plus the commit of the root;
 - ``prefill`` = chunks of up to ``max_nodes`` tokens, each a chain tree + commit of its last node (the GDN core uses
