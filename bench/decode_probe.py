@@ -20,6 +20,10 @@
 - ``sweep``: launch configs of those fused forms at one row (broadcast + sum tiles, K splits), and the GDN decode
   kernel's ``block_v`` at B = 1 (Qwen3-Next shapes, gated norm), each a CUDA graph of 20 calls; prints the best.
 
+- ``sweep_rows``: ``residual_linear`` (the add into the residual in the epilogue, split-K reduced in the launch) at
+  16 and 64 rows on the ``[2048, K]`` projections (``tl.dot`` tiles x K splits) against cuBLAS's ``x @ w.T`` (+ the
+  SwiGLU kernel for the down projection) followed by the model's add + RMSNorm kernel.
+
 Run: ``PYTHONPATH=$PWD:$PWD/bench python bench/decode_probe.py --out decode_probe.json``.
 """
 
@@ -173,6 +177,46 @@ def sweep_rows(model: om.OptimizedModel, L: int) -> list[dict]:
     return rows
 
 
+def sweep_rows_rows(model: om.OptimizedModel, L: int) -> list[dict]:
+    from gemv import graph_time_us  # noqa: E402  (bench/)
+
+    from lumotree.optimized import gemv as G
+
+    dev, rows = torch.device("cuda"), []
+    gen = torch.Generator(device=dev).manual_seed(0)
+    tiles = [(32, 128, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4), (128, 64, 4, 3), (128, 128, 8, 4), (32, 256, 4, 3)]
+    norm_w = torch.ones(2048, device=dev)
+    for M in (16, 64):
+        for N, K, glu in ((2048, 4096, False), (2048, 5632, True)):
+            copies = max(2, int(120e6 // (2 * N * K)) + 1)
+            ws = [(torch.randn(N, K, generator=gen, device=dev) / K**0.5).to(torch.bfloat16) for _ in range(copies)]
+            x = torch.randn(M, 2 * K if glu else K, generator=gen, device=dev).to(torch.bfloat16)
+            h = torch.randn(M, N, generator=gen, device=dev).to(torch.bfloat16)
+
+            def cublas(i: int) -> None:
+                y = (om._silu_mul(x) if glu else x) @ ws[i % copies].T
+                om._add_rmsnorm(h, y, norm_w, 1e-6)
+
+            row = {"M": M, "N": N, "K": K, "glu": glu, "cublas_plus_norm_us": graph_time_us(cublas, 20, 3.0, 15.0)}
+            best = None
+            for bn, bk, warps, stages in tiles:
+                for split in (1, 2, 4, 8, 16):
+                    cfg = G.GemvConfig(bn, bk, split, warps, stages, True)
+                    call = (lambda i, cfg=cfg: G.residual_linear(x, ws[i % copies], h, scale=norm_w, glu=glu,
+                                                                 pdl=True, config=cfg))
+                    try:
+                        us = graph_time_us(call, 20, 3.0, 15.0)
+                    except Exception as e:  # a config that fails to compile is a result too
+                        print(M, N, cfg, repr(e)[:160], flush=True)
+                        continue
+                    if best is None or us < best[1]:
+                        best = (list(cfg), us)
+            row["residual_best_config"], row["residual_best_us"] = best
+            rows.append(row)
+            del ws
+    return rows
+
+
 def host_and_wall_ms(graph: torch.cuda.CUDAGraph, reset, repeats: int = 30) -> tuple[float, float]:
     host, wall = [], []
     for _ in range(repeats):
@@ -264,7 +308,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="decode_probe.json")
     ap.add_argument("--L", type=int, default=1024, help="committed context length")
-    ap.add_argument("--what", nargs="+", choices=["pdl", "launch", "speculate", "fused", "sweep"], default=["pdl", "launch"])
+    ap.add_argument("--what", nargs="+", choices=["pdl", "launch", "speculate", "fused", "sweep", "sweep_rows"], default=["pdl", "launch"])
     args = ap.parse_args()
     model = om.build_random(HybridConfig(**CONFIG), seed=0, num_slots=1, max_seq_len=args.L + 512, max_nodes=64,
                             device=torch.device("cuda"))
@@ -272,7 +316,7 @@ def main() -> int:
               "L": args.L}
     for what in args.what:
         result[what] = {"pdl": pdl_rows, "launch": launch_rows, "speculate": speculate_rows,
-                        "fused": fused_rows, "sweep": sweep_rows}[what](model, args.L)
+                        "fused": fused_rows, "sweep": sweep_rows, "sweep_rows": sweep_rows_rows}[what](model, args.L)
         for row in result[what]:
             print(json.dumps(row), flush=True)
     with open(args.out, "w") as f:
