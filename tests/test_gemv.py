@@ -258,6 +258,23 @@ def test_gpu_cuda_graph_replay_matches_eager(config):
     assert _counters_zero()
 
 
+def _assert_pdl_and_replay_equal(chain) -> torch.Tensor:
+    """``chain(pdl)`` with PDL, eagerly and replayed three times from a CUDA graph, equals ``chain(False)`` bit for
+    bit (every split-K counter back at zero); returns ``chain(False)``."""
+    plain = chain(False)
+    assert torch.equal(chain(True), plain)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = chain(True)
+    for _ in range(3):
+        captured.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, plain)
+    assert _counters_zero()
+    return plain
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("M", [1, 4])
 def test_gpu_pdl_chain_sees_every_previous_write(M):
@@ -284,17 +301,7 @@ def test_gpu_pdl_chain_sees_every_previous_write(M):
                 y = om._add_rmsnorm(h, y, norm_w, 1e-6)  # h += y in place, then the norm
         return torch.cat([y, h])
 
-    plain = chain(False)
-    assert torch.equal(chain(True), plain)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = chain(True)
-    for _ in range(3):
-        captured.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(captured, plain)
-    assert _counters_zero()
+    _assert_pdl_and_replay_equal(chain)
 
 
 # ------------------------------------------------------------------------- residual add + RMSNorm in the GEMV
@@ -431,20 +438,10 @@ def test_gpu_fused_norm_chain_bf16_matches_separate_kernels(M):
         x = om._add_rmsnorm(h, G.small_batch_linear(G.small_batch_linear(x, w_gu), w_down, glu=True), norm2, 1e-6)
         return torch.cat([first, h, G.small_batch_linear(x, w_in)], 1)
 
-    plain = fused(False)
+    plain = _assert_pdl_and_replay_equal(fused)
     expected = separate()
     assert torch.equal(plain[:, :2048], expected[:, :2048])
     assert _rel_err(plain[:, 2048:].float(), expected[:, 2048:].double()) < 1e-2
-    assert torch.equal(fused(True), plain)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = fused(True)
-    for _ in range(3):
-        captured.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(captured, plain)
-    assert _counters_zero()
 
 
 # ------------------------------------------------------------------------------------ conv step in the epilogue
