@@ -15,13 +15,13 @@ vector loads, ``BLOCK_N BLOCK_K / (32 num_warps)`` elements per thread, all inde
 bytes in flight; rows past N are clamped to row N - 1, so the loads stay in bounds and unmasked, their results are
 never stored) and the matching ``x`` chunk (rows past M masked off). Two forms of the tile product (``use_dot``):
 
-- broadcast + ``tl.sum`` (default for M <= 2): ``acc3[m, n, k] += x[m, k] w[n, k]`` elementwise in fp32 on a
-  ``[M_PAD, BLOCK_N, BLOCK_K]`` register tile (``M_PAD`` = M rounded up to a power of two), one ``tl.sum`` over k
-  after the loop, so the loop has no shuffles and no shared memory; x's pointers are broadcast over n (stride 0) so
-  its load gets w's register layout (one L1-resident x load per w load and row of x). Registers grow as
-  ``M_PAD BLOCK_N BLOCK_K / (32 num_warps)`` (sm_90 build, Triton 3.6, 4 warps: 146 at M = 1 on 16 x 512 tiles,
-  167 at M = 2 on 16 x 256, 255 and spills at M = 4 on 16 x 256). ``num_stages`` changes nothing here: Triton does
-  not pipeline these loads; the bytes in flight come from the tile size and the programs resident per SM;
+- broadcast + ``tl.sum`` (the default at M = 1; up to 8 rows by config): ``acc3[m, n, k] += x[m, k] w[n, k]``
+  elementwise in fp32 on a ``[M_PAD, BLOCK_N, BLOCK_K]`` register tile (``M_PAD`` = M rounded up to a power of two), one
+  ``tl.sum`` over k after the loop, so the loop has no shuffles and no shared memory; x's pointers are broadcast over n
+  (stride 0) so its load gets w's register layout (one L1-resident x load per w load and row of x). Registers grow as
+  ``M_PAD BLOCK_N BLOCK_K / (32 num_warps)`` (sm_90 build, Triton 3.6, 4 warps: 146 at M = 1 on 16 x 512 tiles, 167
+  at M = 2 on 16 x 256, 255 and spills at M = 4 on 16 x 256). ``num_stages`` changes nothing here: Triton does not pipeline
+  these loads; the bytes in flight come from the tile size and the programs resident per SM;
 - ``tl.dot`` (default for M >= 2; the only form above 8 rows): x padded to ``max(16, next_pow2(M))`` rows (the
   padding masked, not read), ``acc = x w^T`` on the tensor cores, the tiles pipelined through shared memory over
   ``num_stages``. Each program re-reads its K-range of x from L2, ``cdiv(N, BLOCK_N)`` times in all: at 64 rows
@@ -38,7 +38,11 @@ norm=RowNorm(parts, eps))``, streams those rows like any ``x`` and multiplies ro
 ``RMSNorm(h') W2^T`` exactly in real arithmetic; in floating point the rounding moves (``h' g`` is rounded instead
 of ``h' g / rms``, and the sum of squares runs in another order), an error of the size of the one rounding either
 way. Applying ``rstd * g`` to each x tile in the loads instead measured 1.8x slower at one row (the broadcast
-tiles repeat that work ``BLOCK_N`` times; ``bench/decode_probe.py --what fused``).
+tiles repeat that work ``BLOCK_N`` times; ``bench/decode_probe.py --what fused``). ``conv=ConvStep(...)``: the
+first ``C`` output columns (the GDN layer's q | k | v) go through one decode step of the depthwise causal conv in
+the epilogue, the conv state shifted in place by the program that owns those channels (no other program reads them;
+one K split, since the conv needs the block's whole sum): bit-identical to the GEMV followed by
+:func:`~lumotree.optimized.gdn_decode.conv_step`.
 
 Split-K reduction, deterministic and in the same launch: with ``SPLIT_K == 1`` the program writes ``y`` directly.
 Otherwise split ``s`` stores its fp32 partial ``[M, BLOCK_N]`` to ``partials[s]`` (scratch ``[SPLIT_K, M, N]``),
@@ -194,10 +198,10 @@ def _gemv_kernel(
     programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program lets the next kernel launch, then
     waits for the previous one before it touches memory (``x`` and the output buffers may be its work). Prefetching
     the first weight tiles into L2 before the wait measured slower (bench/NOTES-attention.md, "PDL"): not done.
-    ``GLU``: ``x`` is SwiGLU's gate | up ``[M, 2K]`` and the kernel multiplies by ``silu(gate) * up`` (fp32, rounded once
-    to x's dtype: the values the separate SwiGLU kernel would store), computed as the tiles are loaded. ``NORM``: row m
-    of the product is multiplied by ``rsqrt(sum(norm_parts[m]) / K + eps)`` (the parts summed in a fixed order before
-    the loop: every program the same factor). ``RESIDUAL``: ``y`` is a residual stream updated in place,
+    ``GLU``: ``x`` is SwiGLU's gate | up ``[M, 2K]`` and the kernel multiplies by ``silu(gate) * up`` (fp32, rounded
+    once to x's dtype: the values the separate SwiGLU kernel would store), computed as the tiles are loaded.
+    ``NORM``: row m of the product is multiplied by ``rsqrt(sum(norm_parts[m]) / K + eps)`` (the parts summed in a
+    fixed order before the loop: every program the same factor). ``RESIDUAL``: ``y`` is a residual stream updated in place,
     ``y = round(y + round(acc))``, with each row block's sum of squares of the new rows stored to ``out_parts[m, j]``
     and (``SCALED``) ``scaled = round(y * scale)``: a following ``NORM`` launch on ``scaled`` computes
     ``RMSNorm(y) @ w.T`` (module docstring). ``CONV``: the first ``C_CONV`` output columns go through one step of a

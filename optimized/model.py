@@ -473,8 +473,8 @@ class OptimizedModel:
         self._graph_entries.clear()
 
     def _on_gemv(self, x: torch.Tensor, n_out: int) -> bool:
-        """Whether ``x [T, Din] @ w [n_out, Din]^T`` runs on the GEMV (enabled, :func:`~lumotree.optimized.gemv.preferred`
-        for the shape, on a GPU or under the Triton interpreter)."""
+        """Whether ``x [T, Din] @ w [n_out, Din]^T`` runs on the GEMV: enabled,
+        :func:`~lumotree.optimized.gemv.preferred` for the shape, on a GPU or under the Triton interpreter."""
         return (self.small_batch_linear and gemv_preferred(x.shape[0], n_out) and x.stride(-1) == 1
                 and (x.is_cuda or interpreting()))
 
