@@ -20,8 +20,8 @@ never stored) and the matching ``x`` chunk (rows past M masked off). Two forms o
   ``tl.sum`` over k after the loop, so the loop has no shuffles and no shared memory; x's pointers are broadcast over n
   (stride 0) so its load gets w's register layout (one L1-resident x load per w load and row of x). Registers grow as
   ``M_PAD BLOCK_N BLOCK_K / (32 num_warps)`` (sm_90 build, Triton 3.6, 4 warps: 146 at M = 1 on 16 x 512 tiles, 167
-  at M = 2 on 16 x 256, 255 and spills at M = 4 on 16 x 256). ``num_stages`` changes nothing here: Triton does not pipeline
-  these loads; the bytes in flight come from the tile size and the programs resident per SM;
+  at M = 2 on 16 x 256, 255 and spills at M = 4 on 16 x 256). ``num_stages`` changes nothing here: Triton does not
+  pipeline these loads; the bytes in flight come from the tile size and the programs resident per SM;
 - ``tl.dot`` (default for M >= 2; the only form above 8 rows): x padded to ``max(16, next_pow2(M))`` rows (the
   padding masked, not read), ``acc = x w^T`` on the tensor cores, the tiles pipelined through shared memory over
   ``num_stages``. Each program re-reads its K-range of x from L2, ``cdiv(N, BLOCK_N)`` times in all: at 64 rows
@@ -201,11 +201,11 @@ def _gemv_kernel(
     ``GLU``: ``x`` is SwiGLU's gate | up ``[M, 2K]`` and the kernel multiplies by ``silu(gate) * up`` (fp32, rounded
     once to x's dtype: the values the separate SwiGLU kernel would store), computed as the tiles are loaded.
     ``NORM``: row m of the product is multiplied by ``rsqrt(sum(norm_parts[m]) / K + eps)`` (the parts summed in a
-    fixed order before the loop: every program the same factor). ``RESIDUAL``: ``y`` is a residual stream updated in place,
-    ``y = round(y + round(acc))``, with each row block's sum of squares of the new rows stored to ``out_parts[m, j]``
-    and (``SCALED``) ``scaled = round(y * scale)``: a following ``NORM`` launch on ``scaled`` computes
-    ``RMSNorm(y) @ w.T`` (module docstring). ``CONV``: the first ``C_CONV`` output columns go through one step of a
-    depthwise causal conv whose state is advanced in place (:func:`_conv_step_columns`)."""
+    fixed order before the loop: every program the same factor). ``RESIDUAL``: ``y`` is a residual stream updated in
+    place, ``y = round(y + round(acc))``, with each row block's sum of squares of the new rows stored to
+    ``out_parts[m, j]`` and (``SCALED``) ``scaled = round(y * scale)``: a following ``NORM`` launch on ``scaled``
+    computes ``RMSNorm(y) @ w.T`` (module docstring). ``CONV``: the first ``C_CONV`` output columns go through one
+    step of a depthwise causal conv whose state is advanced in place (:func:`_conv_step_columns`)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, M_PAD)  # [M_PAD]
