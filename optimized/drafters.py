@@ -55,7 +55,9 @@ class Draft:
     confidence of node i (``confidence[0] = 1``, non-increasing along paths); ``proposal: [n, V]`` the drafter's
     distribution at each node for the ``iid`` / ``without_replacement`` variants (None for ``deterministic``);
     ``draws[u]``: the children of u in draw order (an ``iid`` token drawn twice is listed twice; None: index order).
-    Sampled drafts are verified whole (the engine never cuts them: dropping draws by their value would bias them)."""
+    Sampled drafts are verified whole (the engine never cuts them: dropping draws by their value would bias them).
+    ``best_first``: the non-root confidences are non-increasing in index order (None: not known yet, checked when
+    needed; a drafter that builds its trees best-first says so and saves the check)."""
 
     tokens: list[int]
     parents: list[int]
@@ -63,6 +65,7 @@ class Draft:
     variant: str = "deterministic"
     proposal: torch.Tensor | None = None
     draws: list[list[int]] | None = None
+    best_first: bool | None = None
 
     def __post_init__(self) -> None:
         n = len(self.tokens)
@@ -79,9 +82,15 @@ class Draft:
     def num_nodes(self) -> int:
         return len(self.tokens)
 
+    def is_best_first(self) -> bool:
+        """Whether the non-root confidences are non-increasing in index order (computed once)."""
+        if self.best_first is None:
+            self.best_first = bool(np.all(np.diff(self.confidence[1:]) <= 0))
+        return self.best_first
+
     def sorted_confidences(self) -> np.ndarray:
         """Non-root path confidences, descending (what the budget sums)."""
-        return np.sort(self.confidence[1:])[::-1]
+        return self.confidence[1:] if self.is_best_first() else np.sort(self.confidence[1:])[::-1]
 
     def depth(self) -> list[int]:
         d = [0] * self.num_nodes
@@ -95,19 +104,17 @@ class Draft:
         ``max_depth``. Only deterministic drafts are cut: dropping sampled draws by their value would bias them."""
         if nodes >= self.num_nodes and (max_depth is None or self.num_nodes - 1 <= max_depth):
             return self
-        if self.variant == "deterministic" and (max_depth is None or nodes - 1 <= max_depth) and bool(
-                np.all(np.diff(self.confidence[1:]) <= 0)):  # best-first: the cut is a prefix, no deeper than nodes - 1
-            n = min(nodes, self.num_nodes)
-            return Draft(self.tokens[:n], self.parents[:n], self.confidence[:n], self.variant, None)
+        if self.variant == "deterministic" and (max_depth is None or nodes - 1 <= max_depth) and self.is_best_first():
+            n = min(nodes, self.num_nodes)  # best-first: the cut is a prefix, no deeper than nodes - 1
+            return Draft(self.tokens[:n], self.parents[:n], self.confidence[:n], self.variant, None, best_first=True)
         depth = self.depth()
         if nodes >= self.num_nodes and max(depth) <= max_depth:
             return self
         if self.variant != "deterministic":
             raise ValueError("only deterministic drafts can be cut (sampled draws must stay as drawn)")
-        if max_depth is None or max(depth) <= max_depth:
-            if np.all(np.diff(self.confidence[1:]) <= 0):  # best-first order already: the cut is a prefix
-                n = min(nodes, self.num_nodes)
-                return Draft(self.tokens[:n], self.parents[:n], self.confidence[:n], self.variant, None)
+        if (max_depth is None or max(depth) <= max_depth) and self.is_best_first():  # the cut is a prefix
+            n = min(nodes, self.num_nodes)
+            return Draft(self.tokens[:n], self.parents[:n], self.confidence[:n], self.variant, None, best_first=True)
         order = sorted(range(1, self.num_nodes), key=lambda i: (-self.confidence[i], i))
         keep = [0]
         kept = {0}
@@ -494,7 +501,7 @@ class SyntheticDrafter:
         found = c >= 0
         tokens[bb[found], c[found]] = t[found]
         parent_list = parents.tolist()
-        return [Draft(tokens[b].tolist(), parent_list, conf) for b in range(B)]
+        return [Draft(tokens[b].tolist(), parent_list, conf, best_first=True) for b in range(B)]  # template order
 
 
 DRAFTERS = ("ngram", "draft-model", "synthetic")

@@ -26,6 +26,7 @@ from lumotree.optimized.budget import (
 )
 from lumotree.optimized.drafters import (
     Draft,
+    DraftRequest,
     DraftModelDrafter,
     PromptLookupDrafter,
     SyntheticDrafter,
@@ -280,6 +281,26 @@ def test_synthetic_acceptance_is_calibrated():
         if chain:
             assert abs(predicted - sum(p**d for d in range(1, nodes))) < 1e-12
     assert drafter.desynced == 0
+
+
+@pytest.mark.parametrize("nodes,chain", [(1, False), (12, False), (64, False), (7, True)])
+def test_synthetic_drafts_are_best_first_as_they_claim(nodes, chain):
+    """The synthetic drafter marks its drafts best-first (so cuts and the budget's sort skip the check): the claim
+    holds, and the cut and the sorted confidences equal those of the same draft without the claim."""
+    prompts = prompts_for(5, 4, seed=1)
+    oracle = {tuple(p): [1, 2, 3, 4, 0] * 10 for p in prompts}
+    drafter = SyntheticDrafter(0.6, oracle, 5, seed=2)
+    for slot, prompt in enumerate(prompts):
+        drafter.admit(slot, prompt)
+    requests = [DraftRequest(slot, list(p) + [1], SamplingParams()) for slot, p in enumerate(prompts)]
+    for draft in drafter.propose(requests, nodes, chain):
+        assert draft.best_first is True and bool(np.all(np.diff(draft.confidence[1:]) <= 0))
+        plain = Draft(draft.tokens, draft.parents, draft.confidence)  # best_first unknown: computed
+        np.testing.assert_array_equal(draft.sorted_confidences(), np.sort(plain.confidence[1:])[::-1])
+        for n, depth in ((1, None), (5, None), (5, 2), (nodes, 1)):
+            cut, ref = draft.cut(n, depth), plain.cut(n, depth)
+            assert (cut.tokens, cut.parents) == (ref.tokens, ref.parents)
+            np.testing.assert_array_equal(cut.confidence, ref.confidence)
 
 
 # ================================================================================================== losslessness
