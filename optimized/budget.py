@@ -198,6 +198,9 @@ def _cumulative(confidences: Sequence[np.ndarray]) -> np.ndarray:
     """``[B, M + 1]``: column m = sum of each request's m largest confidences (rows padded with their total)."""
     width = max((len(c) for c in confidences), default=0)
     table = np.zeros((len(confidences), width + 1))
+    if confidences and all(len(c) == width for c in confidences):  # one draft size (the common case): one cumsum
+        table[:, 1:] = np.cumsum(np.stack(confidences), axis=1)
+        return table
     for b, c in enumerate(confidences):
         table[b, 1 : len(c) + 1] = np.cumsum(c)
         table[b, len(c) + 1 :] = table[b, len(c)]

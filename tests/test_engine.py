@@ -23,6 +23,7 @@ from lumotree.optimized.budget import (
     ExpectedThroughputBudget,
     FixedBudget,
     RatioRuleBudget,
+    _cumulative,
 )
 from lumotree.optimized.drafters import (
     Draft,
@@ -413,6 +414,20 @@ def test_budget_decisions_follow_costs_and_confidences():
     assert ratio.choose(1, conf_good, 0.0).nodes == 8  # 1 + 8/16 = 1.5
     assert ratio.choose(8, conf_good, 0.0).autoregressive  # 1 + 8*2/16 > 1.5 already at N = 2
     assert FixedBudget(profile, 16).choose(64, useless, 0.0).nodes == 16
+
+
+@pytest.mark.parametrize("lengths", [[5, 5, 5], [0, 3, 7], [4], [0, 0]])
+def test_cumulative_confidences_table(lengths):
+    """Column m of the budget's table = the sum of each request's m largest confidences, rows past their length
+    padded with their total (one draft size takes the stacked path, mixed sizes the per-row one)."""
+    rng = np.random.default_rng(sum(lengths))
+    confidences = [np.sort(rng.random(n))[::-1] for n in lengths]
+    table = _cumulative(confidences)
+    width = max(lengths)
+    assert table.shape == (len(lengths), width + 1)
+    for b, c in enumerate(confidences):
+        for m in range(width + 1):
+            assert abs(table[b, m] - c[:m].sum()) < 1e-12
 
 
 def test_budget_calibration_probes_and_backoff():
