@@ -104,17 +104,16 @@ class Draft:
         ``max_depth``. Only deterministic drafts are cut: dropping sampled draws by their value would bias them."""
         if nodes >= self.num_nodes and (max_depth is None or self.num_nodes - 1 <= max_depth):
             return self
-        if self.variant == "deterministic" and (max_depth is None or nodes - 1 <= max_depth) and self.is_best_first():
-            n = min(nodes, self.num_nodes)  # best-first: the cut is a prefix, no deeper than nodes - 1
-            return Draft(self.tokens[:n], self.parents[:n], self.confidence[:n], self.variant, None, best_first=True)
-        depth = self.depth()
+        # a cut of at most max_depth + 1 nodes cannot be too deep: no depths needed (then nodes < num_nodes)
+        depth = None if max_depth is None or nodes - 1 <= max_depth else self.depth()
         if nodes >= self.num_nodes and max(depth) <= max_depth:
             return self
         if self.variant != "deterministic":
             raise ValueError("only deterministic drafts can be cut (sampled draws must stay as drawn)")
-        if (max_depth is None or max(depth) <= max_depth) and self.is_best_first():  # the cut is a prefix
+        if (depth is None or max(depth) <= max_depth) and self.is_best_first():  # the cut is a prefix
             n = min(nodes, self.num_nodes)
             return Draft(self.tokens[:n], self.parents[:n], self.confidence[:n], self.variant, None, best_first=True)
+        depth = self.depth() if depth is None else depth
         order = sorted(range(1, self.num_nodes), key=lambda i: (-self.confidence[i], i))
         keep = [0]
         kept = {0}

@@ -517,9 +517,7 @@ class OptimizedModel:
         """``h += x @ w^T`` (``glu`` as in :meth:`_linear`): in the GEMV's epilogue, which also leaves what the next
         norm (weight ``next_norm``, ``1 + w``) needs (:func:`~lumotree.optimized.gemv.residual_linear`;
         ``fused_norms``), or as a pending ``delta`` that the next add + RMSNorm kernel adds."""
-        if res.delta is not None:  # an earlier add is still pending: settle it first (adds stay in order)
-            res.h += res.delta
-            res.delta = None
+        assert res.delta is None, "a norm settles every pending add before the next projection"
         if self.fused_norms and next_norm is not None and self._on_gemv(x, w.shape[0]):
             res.rows = residual_linear(x, w, res.h, scale=next_norm, pdl=self.pdl, glu=glu)
             res.norm_for = next_norm
