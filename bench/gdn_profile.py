@@ -58,18 +58,28 @@ BASE = KC(32, 32, 4, 2, True, 4, solve_heads=2, solve_stages=3)  # runs 2-3 of 2
 SPLIT_VARIANTS = {
     "default": None,
     "base": BASE,
-    "pf1": BASE._replace(prefetch=1),
-    "pf2": BASE._replace(prefetch=2),
-    "pf3": BASE._replace(prefetch=3),
-    "trunc": BASE._replace(truncate_qk=True),
-    "pf1_s3": BASE._replace(prefetch=1, num_stages=3),
-    "pf2_bv64": BASE._replace(prefetch=2, block_v=64),
 }
 FUSED_VARIANTS = {
     "default": None,
     "f_s3": KC(32, 32, 4, 3, False),
     "f_s4": KC(32, 32, 4, 4, False),
 }
+# --fused-sweep (B = 1 tree steps of the engine, N = 64 and 32): tile shapes, warps and stages of the fused kernel
+FUSED_SWEEP = {
+    "default": None,
+    "bk64_w4_s3": KC(32, 64, 4, 3, False),
+    "bk64_w8_s3": KC(32, 64, 8, 3, False),
+    "bk128_w8_s2": KC(32, 128, 8, 2, False),
+    "bk128_w8_s1": KC(32, 128, 8, 1, False),
+    "bk32_w8_s3": KC(32, 32, 8, 3, False),
+    "bv16_w4_s3": KC(16, 32, 4, 3, False),
+    "bv16_bk64_w4_s3": KC(16, 64, 4, 3, False),
+    "bv64_w4_s3": KC(64, 32, 4, 3, False),
+    "bv64_w8_s3": KC(64, 32, 8, 3, False),
+    "words_s3": KC(32, 32, 4, 3, False, word_vectors=True),
+    "bk16_w4_s4": KC(32, 16, 4, 4, False),
+}
+FUSED_SWEEP_SHAPES = [((1, 64), FUSED_SWEEP), ((1, 32), FUSED_SWEEP)]
 N128_VARIANTS = {
     "default": None,
     "h2_w8": KC(128, 32, 8, 2, True, 8, solve_heads=2),
@@ -80,7 +90,6 @@ N128_VARIANTS = {
 N32_VARIANTS = {
     "default": None,
     "h2_w4_s3": KC(64, 32, 4, 2, True, 4, solve_heads=2, solve_stages=3),
-    "h2_w4_s3_pf2": KC(64, 32, 4, 2, True, 4, solve_heads=2, solve_stages=3, prefetch=2),
 }
 SHAPES = [((64, 64), SPLIT_VARIANTS), ((1, 64), FUSED_VARIANTS), ((16, 64), SPLIT_VARIANTS),
           ((64, 128), N128_VARIANTS), ((64, 32), N32_VARIANTS), ((1, 128), FUSED_VARIANTS),
@@ -92,7 +101,7 @@ def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
     return float((a - ref).norm() / ref.norm()) if bool(torch.isfinite(a).all()) else float("inf")
 
 
-def variants(mode: str, budget_s: float) -> list[dict]:
+def variants(mode: str, budget_s: float, shapes: list | None = None) -> list[dict]:
     """Every variant: correctness against float64 (first 4 requests, NaN-poisoned outputs), then the whole verify,
     and for split configs the solve and apply kernels alone."""
     import time  # noqa: PLC0415
@@ -100,7 +109,7 @@ def variants(mode: str, budget_s: float) -> list[dict]:
     from lumotree.optimized import gdn_tree_ref as R  # noqa: PLC0415
 
     start, rows = time.time(), []
-    for (B, N), table in SHAPES:
+    for (B, N), table in shapes or SHAPES:
         if time.time() - start > budget_s:
             break
         x = bench_gdn.make_inputs(B, N, "random", seed=B * 1000 + N + 1)
@@ -162,18 +171,25 @@ COMMIT_VARIANTS = {"default": None, "bv32_bk32_w2": KC(32, 32, 2, 1), "bv16_bk12
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ncu", action="store_true", help="one launch of each kernel, for Nsight Compute")
+    parser.add_argument("--ncu-small", action="store_true",
+                        help="with --ncu: only the fused kernel at B = 1, N = 16, 32, 64")
     parser.add_argument("--mode", default="tf32")
     parser.add_argument("--out", default="gdn_profile.json")
     parser.add_argument("--variants", action="store_true", help="time the launch-config variants of this file")
+    parser.add_argument("--fused-sweep", action="store_true",
+                        help="with --variants: only the fused kernel's sweep at B = 1 (FUSED_SWEEP)")
     parser.add_argument("--budget-s", type=float, default=200.0)
     args = parser.parse_args()
     if args.variants:
-        rows = variants(args.mode, args.budget_s)
+        rows = variants(args.mode, args.budget_s, FUSED_SWEEP_SHAPES if args.fused_sweep else None)
         with open(args.out, "w") as fh:
             json.dump(dict(card=torch.cuda.get_device_name(), mode=args.mode, rows=rows), fh, indent=1)
         return 0
     rows = []
-    for B, N in ((64, 64), (16, 64), (1, 64)) if not args.ncu else ((64, 64), (1, 64)):
+    shapes = ((64, 64), (16, 64), (1, 64)) if not args.ncu else ((64, 64), (1, 64))
+    if args.ncu_small:
+        shapes = ((1, 16), (1, 32), (1, 64))
+    for B, N in shapes:
         x = bench_gdn.make_inputs(B, N, "random", seed=B * 1000 + N)
         x["meta"] = G.tree_meta(x["parents"])
         split = G.verify_config(B, HV, N, K, V, torch.device("cuda"), H)._replace(split=True)

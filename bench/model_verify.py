@@ -17,8 +17,8 @@ CUDA-graph replays are timed with ``triton.testing.do_bench`` (median):
   (everything but the embedding table, of which one row is read) once, every request's GDN state read and written,
   conv state read and written, and its KV cache read — at the same rate (issue 7's "weight + state read floor");
   ``verify_flop_floor_us``: the projection/MLP/LM-head matrix work of B * N tokens at the measured bf16 rate.
-- ``--profile``: per-kernel GPU time of one eager decode step and one eager verify (torch profiler), top kernels by
-  time, at the first B and L.
+- ``--profile``: per-kernel GPU time of one eager decode step, one eager verify and its commit per tree size of
+  ``--profile-nodes`` (torch profiler), top kernels by time, at the first B and L.
 
 Writes JSON (``--out``) and prints a table. Run: ``python bench/model_verify.py --out m.json``.
 """
@@ -65,26 +65,38 @@ def set_lengths(model: om.OptimizedModel, length: int) -> None:
     model._host_lens = [length] * model.num_slots
 
 
-def profile_steps(model: om.OptimizedModel, B: int, L: int, N: int, rng: np.random.Generator) -> dict:
-    """GPU time per kernel name of one eager decode step and one eager verify (after a warm-up of each)."""
+def profile_steps(model: om.OptimizedModel, B: int, L: int, node_counts: list[int], rng: np.random.Generator
+                  ) -> dict:
+    """GPU time per kernel name of one eager decode step, one eager verify per tree size in ``node_counts`` and the
+    eager commit of an accepted node at depth ~4 after each verify (each after a warm-up of the same call)."""
     from torch.profiler import ProfilerActivity, profile
 
     dev = model.device
     slots = torch.arange(B, dtype=torch.int32, device=dev)
-    parents = torch.tensor([random_parents(N, rng) for _ in range(B)], dtype=torch.int32, device=dev)
-    tokens = torch.tensor(rng.integers(0, model.vocab_size, (B, N)), device=dev)
-    num_nodes = torch.full((B,), N, dtype=torch.int32, device=dev)
-    steps = {"decode": lambda: model._decode_step(tokens[:, 0], slots),
-             "verify": lambda: model._step(tokens, slots, parents, num_nodes)}
+    steps = {"decode": lambda: model._decode_step(torch.tensor(rng.integers(0, model.vocab_size, B), device=dev),
+                                                  slots)}
+    for N in node_counts:
+        parents = torch.tensor([random_parents(N, rng)] * B, dtype=torch.int32, device=dev)
+        tokens = torch.tensor(rng.integers(0, model.vocab_size, (B, N)), device=dev)
+        num_nodes = torch.full((B,), N, dtype=torch.int32, device=dev)
+        accepted = torch.full((B,), min(N - 1, 4), dtype=torch.int32, device=dev)
+        records: list = []
+
+        def verify(tokens=tokens, parents=parents, num_nodes=num_nodes, records=records):
+            records[:] = [model._step(tokens, slots, parents, num_nodes)]
+
+        steps[f"verify_N{N}"] = verify
+        steps[f"commit_N{N}"] = lambda records=records, accepted=accepted: model._commit(records[0], accepted)
     out = {}
     for name, fn in steps.items():
-        fill_pools(model, L)
-        fn()
-        torch.cuda.synchronize()
-        fill_pools(model, L)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
+        for _ in range(2):  # a warm-up call, then the profiled one, both from the same pool contents
+            fill_pools(model, L)
+            if name.startswith("commit"):  # its verify's record, made again on the refilled pools
+                steps["verify" + name[len("commit"):]]()
             torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
         table = []
         for evt in prof.key_averages():
             us = getattr(evt, "self_device_time_total", None)
@@ -106,7 +118,9 @@ def main() -> int:
     ap.add_argument("--L", type=int, nargs="*", default=[1024, 8192])
     ap.add_argument("--N", type=int, default=64)
     ap.add_argument("--compile-only", action="store_true", help="run each step once eagerly (warm the Triton cache)")
-    ap.add_argument("--profile", action="store_true", help="per-kernel times of one eager decode and verify")
+    ap.add_argument("--profile", action="store_true", help="per-kernel times of one eager decode, verify, commit")
+    ap.add_argument("--profile-nodes", type=int, nargs="*", default=None,
+                    help="tree sizes of the profiled verifies and commits (default: --N)")
     ap.add_argument("--gdn-precisions", nargs="+", default=["ieee"], choices=["ieee", "tf32x3", "tf32"],
                     help="verify/commit GDN precision; the first is the row's verify_us, each gets verify_us_<name>")
     ap.add_argument("--linear", choices=["gemv", "cublas"], default="gemv",
@@ -227,7 +241,7 @@ def main() -> int:
         json.dump(result, f, indent=1)
     if args.profile:
         try:
-            result["profile"] = profile_steps(model, args.B[0], args.L[0], args.N, rng)
+            result["profile"] = profile_steps(model, args.B[0], args.L[0], args.profile_nodes or [args.N], rng)
         except Exception as e:  # pragma: no cover - reported, not hidden
             result["profile"] = {"error": repr(e)}
             print("profile failed:", repr(e))

@@ -80,10 +80,15 @@ def _tree_conv_kernel(
 @triton.jit
 def _tree_conv_commit_kernel(
     x_ptr, conv_pool_ptr, slots_ptr, parents_ptr, accepted_ptr,
-    C, s_xb, s_xn, s_pb,
+    B, C, s_xg, s_xb, s_xn, s_pb, s_pool_g,
     WIDTH: tl.constexpr, RP: tl.constexpr, BC: tl.constexpr,
 ):
-    b = tl.program_id(0)
+    """One program per (layer, request, channel block): the new state rows of layer g's pool from layer g's
+    inputs ``x`` (at the ``s_*g`` strides; trees, slots and accepted nodes shared by the layers)."""
+    g = (tl.program_id(0) // B).to(tl.int64)
+    b = tl.program_id(0) % B
+    x_ptr += g * s_xg
+    conv_pool_ptr += g * s_pool_g
     b64 = b.to(tl.int64)
     chans = tl.program_id(1) * BC + tl.arange(0, BC)  # [BC]
     chan_ok = chans < C
@@ -184,16 +189,29 @@ def tree_conv_commit(
 ) -> torch.Tensor:
     """In place: ``conv_pool[slots[b]]`` becomes the last ``W - 1`` conv inputs along the path to ``accepted[b]``
     (oldest first), continuing into the old conv state when the path is shorter. All requests in one launch; slots
-    must be distinct. ``x: [B, N, C]`` are the tree's conv inputs (as given to :func:`tree_conv`). Returns the pool.
+    must be distinct. ``x: [B, N, C]`` are the tree's conv inputs (as given to :func:`tree_conv`). Layers run on the
+    same trees commit in one launch: ``conv_pool: [G, P, W - 1, C]`` and ``x: [G, B, N, C]`` (layer g's inputs into
+    layer g's pool; each layer's block laid out as for one layer). Returns the pool.
     """
+    layered = isinstance(conv_pool, torch.Tensor) and conv_pool.ndim == 4
+    if layered:
+        device = conv_pool.device
+        check_tensor("conv_pool", conv_pool, (None, None, None, None), "G, P, W - 1, C", FLOAT_DTYPES, device,
+                     contiguous=True)
+        check_tensor("x", x, (conv_pool.shape[0], None, None, conv_pool.shape[3]), "G, B, N, C", FLOAT_DTYPES,
+                     device)
+        pools, xs = conv_pool, x
+        x, conv_pool = x[0], conv_pool[0]  # layer 0 stands for the shared checks
     device, B, N, C, slots, num_nodes = _common(x, conv_pool, slots, parents, num_nodes, validate, distinct=True)
+    if not layered:
+        pools, xs = conv_pool[None], x[None]
     accepted = check_node_index("accepted", accepted, B, num_nodes, device, validate)
     width = conv_pool.shape[1] + 1
     if width < 2:
         raise ValueError("conv_pool has W - 1 = 0 rows: a width-1 convolution keeps no state")
     BC = min(1024, triton.next_power_of_2(C))
-    _tree_conv_commit_kernel[(B, triton.cdiv(C, BC))](
-        x, conv_pool, slots, parents, accepted, C, x.stride(0), x.stride(1), parents.stride(0),
-        WIDTH=width, RP=max(2, triton.next_power_of_2(width - 1)), BC=BC, num_warps=4,
+    _tree_conv_commit_kernel[(pools.shape[0] * B, triton.cdiv(C, BC))](
+        xs, pools, slots, parents, accepted, B, C, xs.stride(0), xs.stride(1), xs.stride(2), parents.stride(0),
+        pools.stride(0), WIDTH=width, RP=max(2, triton.next_power_of_2(width - 1)), BC=BC, num_warps=4,
     )
-    return conv_pool
+    return pools if layered else pools[0]

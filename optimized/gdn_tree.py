@@ -397,18 +397,25 @@ def _gdn_tree_verify_kernel(
 def _gdn_tree_commit_kernel(
     pool_ptr, slots_ptr, words_ptr, num_nodes_ptr, accepted_ptr,
     delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,
-    N, s_kb, s_kn, s_kh,
+    B, N, s_kb, s_kn, s_kh, s_pool_g, s_delta_g, s_lg_g, s_k_g, s_kr_g,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, PB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
     L2NORM: tl.constexpr, PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
 ):
-    """One program per (request, value head, V block, K block): ``S[rows, cols] = Gamma_a S0[rows, cols]
-    + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[rows] delta_j[cols]^T``, in place."""
-    pid_bh = tl.program_id(0)
+    """One program per (layer, request, value head, V block, K block): ``S[rows, cols] = Gamma_a S0[rows, cols]
+    + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[rows] delta_j[cols]^T``, in place (layer g's pool and factors at
+    the ``s_*_g`` strides; the trees, slots and accepted nodes shared by the layers)."""
+    pid = tl.program_id(0)
     pid_v = tl.program_id(1)
     pid_k = tl.program_id(2)
-    b = pid_bh // HV
-    hv = pid_bh % HV
+    g = (pid // (B * HV)).to(tl.int64)
+    b = (pid // HV) % B
+    hv = pid % HV
+    pool_ptr += g * s_pool_g
+    delta_ptr += g * s_delta_g
+    log_gamma_ptr += g * s_lg_g
+    k_ptr += g * s_k_g
+    k_rnorm_ptr += g * s_kr_g
     h = hv // (HV // H)
     b64 = b.to(tl.int64)
     n_b = tl.load(num_nodes_ptr + b)
@@ -722,25 +729,36 @@ def gdn_tree_commit(
     ``state_pool[slots[b]] = Gamma_a S0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j delta_j^T`` with
     ``a = accepted[b]`` (any node, the root included), all requests in one launch. ``factors`` from
     :func:`gdn_tree_verify` of the same trees (``num_nodes`` and ``meta`` as there). Slots must be distinct.
-    Returns ``state_pool``.
+
+    Layers verified on the same trees commit in one launch: ``state_pool: [G, P, HV, K, V]`` and factors with the
+    same leading layer dimension (``delta: [G, B, N, HV, V]``, ``log_gamma: [G, B, N, HV]``, ``k: [G, B, N, H, K]``,
+    ``k_rnorm: [G, B, N, H]``; each layer's block laid out as for one layer, the layers at any stride): layer g's
+    factors go into layer g's pool. Returns ``state_pool``.
     """
     if not isinstance(factors, TreeFactors):
         raise TypeError(f"factors must be the TreeFactors returned by gdn_tree_verify, got {type(factors).__name__}")
     delta, log_gamma, k, k_rnorm = factors
     device = state_pool.device if isinstance(state_pool, torch.Tensor) else torch.device("cpu")
-    check_tensor("state_pool", state_pool, (None, None, None, None), "P, HV, K, V", (torch.float32,), device,
-                 contiguous=True)
-    P, HV, K, V = state_pool.shape
-    check_tensor("factors.delta", delta, (None, None, HV, V), "B, N, HV, V", (torch.float32,), device,
-                 contiguous=True)
-    B, N = delta.shape[:2]
-    check_tensor("factors.log_gamma", log_gamma, (B, N, HV), "B, N, HV", (torch.float32,), device, contiguous=True)
-    check_tensor("factors.k", k, (B, N, None, K), "B, N, H, K", FLOAT_DTYPES, device)
-    H = k.shape[2]
+    layered = isinstance(state_pool, torch.Tensor) and state_pool.ndim == 5
+    check_tensor("state_pool", state_pool, (None,) * (5 if layered else 4),
+                 "G, P, HV, K, V" if layered else "P, HV, K, V", (torch.float32,), device, contiguous=True)
+    P, HV, K, V = state_pool.shape[-4:]
+    lead, named = ((state_pool.shape[0],), "G, ") if layered else ((), "")
+    check_tensor("factors.delta", delta, (*lead, None, None, HV, V), named + "B, N, HV, V", (torch.float32,), device)
+    B, N = delta.shape[-4:-2]
+    check_tensor("factors.log_gamma", log_gamma, (*lead, B, N, HV), named + "B, N, HV", (torch.float32,), device)
+    check_tensor("factors.k", k, (*lead, B, N, None, K), named + "B, N, H, K", FLOAT_DTYPES, device)
+    H = k.shape[-2]
     if HV % H != 0:
         raise ValueError(f"state_pool has HV = {HV} value heads, not a multiple of H = {H} (factors.k)")
     if k_rnorm is not None:
-        check_tensor("factors.k_rnorm", k_rnorm, (B, N, H), "B, N, H", (torch.float32,), device, contiguous=True)
+        check_tensor("factors.k_rnorm", k_rnorm, (*lead, B, N, H), named + "B, N, H", (torch.float32,), device)
+    if not layered:  # one layer: a stack of one
+        state_pool, delta, log_gamma, k = state_pool[None], delta[None], log_gamma[None], k[None]
+        k_rnorm = k_rnorm[None] if k_rnorm is not None else None
+    for name, t in (("factors.delta", delta), ("factors.log_gamma", log_gamma), ("factors.k_rnorm", k_rnorm)):
+        if t is not None and not t[0].is_contiguous():
+            raise ValueError(f"{name} must be contiguous within each layer (strides {tuple(t.stride())})")
     _pow2_dim("K", K)
     _pow2_dim("V", V)
     check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
@@ -761,12 +779,13 @@ def gdn_tree_commit(
         raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
     block_v = min(cfg.block_v, V)
     block_k = min(cfg.block_k, K)
-    _gdn_tree_commit_kernel[(B * HV, V // block_v, K // block_k)](
-        state_pool, slots, meta.words, num_nodes, accepted,
-        delta, log_gamma, k, k_rnorm if k_rnorm is not None else log_gamma,
-        N, k.stride(0), k.stride(1), k.stride(2),
+    kr = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when k was not normalised
+    _gdn_tree_commit_kernel[(state_pool.shape[0] * B * HV, V // block_v, K // block_k)](
+        state_pool, slots, meta.words, num_nodes, accepted, delta, log_gamma, k, kr,
+        B, N, k.stride(1), k.stride(2), k.stride(3),
+        state_pool.stride(0), delta.stride(0), log_gamma.stride(0), k.stride(0), kr.stride(0),
         H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=_padded_nodes(N), PB=PATH_BLOCK, BV=block_v,
         BK=block_k, L2NORM=k_rnorm is not None, PRECISION=precision, WORD_BITS=WORD_BITS,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-    return state_pool
+    return state_pool if layered else state_pool[0]

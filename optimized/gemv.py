@@ -378,8 +378,8 @@ def _check_form(config: GemvConfig, M: int) -> None:
 
 def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dtype | None = None,
                        config: GemvConfig | None = None, pdl: bool = False, glu: bool = False,
-                       norm: RowNorm | None = None, conv: ConvStep | None = None, validate: bool = True
-                       ) -> torch.Tensor:
+                       norm: RowNorm | None = None, conv: ConvStep | None = None, validate: bool = True,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
     """``y = x @ w.T`` for a few rows: ``x: [M, K]`` (1 <= M <= 64, contiguous last dim), ``w: [N, K]`` contiguous,
     same float dtype and device; fp32 accumulation; returns ``y: [M, N]`` in ``out_dtype`` (None: x's dtype).
     ``config`` (a :class:`GemvConfig`) overrides :func:`gemv_config`'s default launch. ``pdl`` (GPUs of compute
@@ -392,14 +392,21 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
     ``conv`` (a :class:`ConvStep`): the first ``C`` columns of ``y`` are then (as rounded) the input of one step of a
     depthwise causal conv, replaced by its output, its state advanced in place in the epilogue of the program that
     owns the columns (one launch less than the GEMV + :func:`~lumotree.optimized.gdn_decode.conv_step`, the same
-    values); one K split. ``validate``: check the slots' values (reads them to the host; off in graph capture)."""
+    values); one K split. ``validate``: check the slots' values (reads them to the host; off in graph capture).
+    ``out``: a contiguous ``[M, N]`` tensor of the output dtype to write ``y`` into (returned)."""
     x, w, K, cfg, out_dtype = _check_linear(x, w, out_dtype, config, glu)
     if norm is not None:
         _check_norm(norm, x.shape[0], x.device)
     if conv is not None:
         conv = _check_conv(conv, x.shape[0], w.shape[0], x.device, validate)
         cfg = cfg._replace(split_k=1)  # the conv needs the block's whole sum
-    y = torch.empty((x.shape[0], w.shape[0]), dtype=out_dtype or x.dtype, device=x.device)  # [M, N]
+    if out is None:
+        y = torch.empty((x.shape[0], w.shape[0]), dtype=out_dtype or x.dtype, device=x.device)  # [M, N]
+    else:
+        y = check_tensor("out", out, (x.shape[0], w.shape[0]), "M, N", (out_dtype or x.dtype,), x.device,
+                         contiguous=True)
+        if y.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(), w.untyped_storage().data_ptr()):
+            raise ValueError("out shares memory with x or w: the programs reading them would race with its stores")
     _launch(x, w, y, cfg, pdl, glu, norm, None, None, conv)
     return y
 

@@ -9,6 +9,10 @@ indexed by slot:
   written right after the committed ones, then compacted);
 - the committed length of each slot ``[P]`` int32 (all layers advance together).
 
+Each kind of pool is one tensor with a leading layer dimension (``state_stack: [G, P, HV, K, V]`` and so on; the
+per-layer lists ``state_pools`` etc. are its views), and a tree step writes what its commit reads into stacked
+buffers too (the factors, the conv inputs), so that a commit is three launches for all layers.
+
 A *tree step* runs B requests with N nodes each through all layers: per GDN layer the tree convolution
 (:func:`~lumotree.optimized.conv_tree.tree_conv`), the closed-form tree verify
 (:func:`~lumotree.optimized.gdn_tree.gdn_tree_verify_gated`) and the gated RMSNorm
@@ -22,9 +26,8 @@ projections around a residual add run on the GEMV (``fused_norms``: decode and t
 and the norm live in the two GEMVs (:func:`~lumotree.optimized.gemv.residual_linear` and a
 :class:`~lumotree.optimized.gemv.RowNorm` factor), and the decode step's short conv in the ``w_in`` GEMV's epilogue
 (:class:`~lumotree.optimized.gemv.ConvStep`): 2 add + RMSNorm launches a decode step instead of 49, no conv launch.
-The *commit*
-advances every pool along each request's accepted path (GDN state from the factors, conv state from the path inputs,
-KV compaction). Then
+The *commit* advances every pool along each request's accepted path (GDN state from the factors, conv state from
+the path inputs, KV compaction), one launch per kind for all layers. Then
 
 - ``verify`` = tree step (logits of every node), caches untouched until ``commit``;
 - ``speculate_greedy`` = tree step, greedy acceptance and commit in one call (one graph: the greedy engine step's
@@ -64,7 +67,7 @@ from . import tree_attention as ta
 from ._checks import MAX_NODES, check_tree_rows, interpreting, node_mask
 from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
-from .gdn_tree import WORD_BITS, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
+from .gdn_tree import WORD_BITS, TreeFactors, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
 from .gemv import preferred as gemv_preferred
 from .gemv import ConvStep, ResidualRows, RowNorm, residual_linear, small_batch_linear
 from .pdl import allow_dependents, pdl_supported
@@ -178,7 +181,8 @@ class _StepRecord:
     num_nodes: torch.Tensor  # [B] int32
     meta: ta.TreeMeta
     lens: torch.Tensor  # [B] int32 committed lengths at the step
-    gdn: list  # per GDN layer: (factors or None when the state was already advanced, conv inputs [B, N, C])
+    factors: TreeFactors | None  # every GDN layer's, stacked [G, ...] (None: the states were already advanced)
+    conv_inputs: torch.Tensor | None  # [G, B, N, C] every GDN layer's conv inputs (strided: projection rows)
     logits: torch.Tensor  # [B, N, V] fp32 (or [B, 1, V] for prefill chunks); greedy steps: argmax [B, N] int64
 
 
@@ -334,20 +338,22 @@ class OptimizedModel:
                                       get(f"{m}.down_proj.weight")))
 
         # ---- pools
+        # each kind of cache is one tensor with a leading layer dimension, so that a commit advances every layer in
+        # one launch; the per-layer lists are views of them
         P, dev = num_slots, self.device
-        self.state_pools: list[torch.Tensor] = []  # per GDN layer [P, HV, K, V] fp32
-        self.conv_pools: list[torch.Tensor] = []  # per GDN layer [P, W - 1, C] fp32
-        self.k_pools: list[torch.Tensor] = []  # per attention layer [P, HKV, capacity, D]
-        self.v_pools: list[torch.Tensor] = []
-        for layer in self.layers:
-            if isinstance(layer, _GDNLayer):
-                H, HV, K, V, W = self._gdn_dims
-                self.state_pools.append(torch.zeros((P, HV, K, V), dtype=f32, device=dev))
-                self.conv_pools.append(torch.zeros((P, W - 1, 2 * H * K + HV * V), dtype=f32, device=dev))
-            else:
-                HQ, HKV, D = self._attn_dims
-                self.k_pools.append(torch.zeros((P, HKV, self.capacity, D), dtype=self.dtype, device=dev))
-                self.v_pools.append(torch.zeros((P, HKV, self.capacity, D), dtype=self.dtype, device=dev))
+        n_gdn = sum(isinstance(layer, _GDNLayer) for layer in self.layers)
+        n_attn = len(self.layers) - n_gdn
+        H, HV, K, V, W = self._gdn_dims if n_gdn else (1, 1, 1, 1, 2)
+        HQ, HKV, D = self._attn_dims if n_attn else (1, 1, 1)
+        self.state_stack = torch.zeros((n_gdn, P, HV, K, V), dtype=f32, device=dev)  # [G, P, HV, K, V] fp32
+        self.conv_stack = torch.zeros((n_gdn, P, W - 1, 2 * H * K + HV * V), dtype=f32, device=dev)  # [G, P, W-1, C]
+        self.k_stack = torch.zeros((n_attn, P, HKV, self.capacity, D), dtype=self.dtype,
+                                   device=dev)  # [A, P, HKV, cap, D]
+        self.v_stack = torch.zeros_like(self.k_stack)
+        self.state_pools: list[torch.Tensor] = list(self.state_stack.unbind(0))  # per GDN layer [P, HV, K, V]
+        self.conv_pools: list[torch.Tensor] = list(self.conv_stack.unbind(0))  # per GDN layer [P, W - 1, C]
+        self.k_pools: list[torch.Tensor] = list(self.k_stack.unbind(0))  # per attention layer [P, HKV, capacity, D]
+        self.v_pools: list[torch.Tensor] = list(self.v_stack.unbind(0))
         self.lens = torch.zeros(P, dtype=torch.int32, device=dev)  # [P] committed length per slot
         self._root_words = torch.ones((P, 1, 1), dtype=torch.int32, device=dev)  # decode: a one-node tree's bitset
         self._zero_offsets = torch.zeros((P, 1), dtype=torch.int32, device=dev)  # decode: RoPE at position lens
@@ -479,15 +485,19 @@ class OptimizedModel:
                 and (x.is_cuda or interpreting()))
 
     def _linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None,
-                glu: bool = False, conv: ConvStep | None = None) -> torch.Tensor:
+                glu: bool = False, conv: ConvStep | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """``x [T, Din] @ w [Dout, Din]^T``: the GEMV of :mod:`~lumotree.optimized.gemv` where :meth:`_on_gemv`, else
         cuBLAS (``out_dtype``: default x's). ``glu``: ``x`` is SwiGLU's gate | up ``[T, 2 Din]``, activated first (in
         the GEMV's loads, or by the SwiGLU kernel before cuBLAS). ``conv``: the first ``C`` output columns through one
         decode step of the short conv (in the GEMV's epilogue, or by :func:`~lumotree.optimized.gdn_decode.conv_step`
-        after cuBLAS, in place)."""
+        after cuBLAS, in place). ``out``: a contiguous ``[T, Dout]`` buffer of x's dtype to write (no ``out_dtype``)."""
         if self._on_gemv(x, w.shape[0]):
-            return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl, glu=glu, conv=conv, validate=False)
-        y = (_silu_mul(x) if glu else x) @ w.T
+            return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl, glu=glu, conv=conv, validate=False,
+                                      out=out)
+        if out is not None:
+            y = torch.matmul(_silu_mul(x) if glu else x, w.T, out=out)
+        else:
+            y = (_silu_mul(x) if glu else x) @ w.T
         y = y if out_dtype is None else y.to(out_dtype)
         if conv is not None:
             C = conv.weight.shape[0]
@@ -501,16 +511,16 @@ class OptimizedModel:
         res.delta = res.rows = res.norm_for = None
         return x
 
-    def _norm_linear(self, res: _Residual, weight1p: torch.Tensor, w: torch.Tensor, conv: ConvStep | None = None
-                     ) -> torch.Tensor:
-        """``RMSNorm(h) @ w^T`` (``weight1p = 1 + w_norm``; ``conv`` as in :meth:`_linear`): from the rows the last
-        add into ``h`` left scaled by this norm's weight when this projection runs on the GEMV too (the norm's factor
-        applied to the product), else the add + RMSNorm kernel and then :meth:`_linear`."""
+    def _norm_linear(self, res: _Residual, weight1p: torch.Tensor, w: torch.Tensor, conv: ConvStep | None = None,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+        """``RMSNorm(h) @ w^T`` (``weight1p = 1 + w_norm``; ``conv``, ``out`` as in :meth:`_linear`): from the rows
+        the last add into ``h`` left scaled by this norm's weight when this projection runs on the GEMV too (the
+        norm's factor applied to the product), else the add + RMSNorm kernel and then :meth:`_linear`."""
         rows = res.rows
         if rows is not None and res.norm_for is weight1p and self._on_gemv(rows.scaled, w.shape[0]):
             return small_batch_linear(rows.scaled, w, pdl=self.pdl, norm=RowNorm(rows.parts, self.eps), conv=conv,
-                                      validate=False)
-        return self._linear(self._normed(res, weight1p), w, conv=conv)
+                                      validate=False, out=out)
+        return self._linear(self._normed(res, weight1p), w, conv=conv, out=out)
 
     def _add_linear(self, res: _Residual, x: torch.Tensor, w: torch.Tensor, next_norm: torch.Tensor | None,
                     glu: bool = False) -> None:
@@ -555,32 +565,46 @@ class OptimizedModel:
         meta = tree_meta(parents, num_nodes, validate=False)
         lens = self.lens.index_select(0, slots.long())  # [B]
         res = _Residual(self.embed[tokens.reshape(T).long()])  # [T, Dm] residual stream (fresh: updated in place)
-        gdn_records: list = []
+        # what the commit reads, for every GDN layer in one tensor each (one commit launch for all layers)
+        n_gdn = len(self.state_pools)
+        factors = conv_inputs = None
+        if n_gdn:
+            H, HV, K, V, W = self._gdn_dims
+            C = 2 * H * K + HV * V
+            proj_all = torch.empty((n_gdn, T, C + HV * V + 2 * HV), dtype=self.dtype, device=self.device)  # w_in rows
+            conv_all = torch.empty((n_gdn, B, N, C), dtype=self.dtype, device=self.device)  # [G, B, N, C]
+            conv_inputs = proj_all.view(n_gdn, B, N, -1)[..., :C]  # [G, B, N, C] q | k | v before the conv
+            if not (prefill and self.use_fla):
+                f32 = dict(dtype=torch.float32, device=self.device)
+                factors = TreeFactors(torch.empty((n_gdn, B, N, HV, V), **f32),  # [G, B, N, HV, V] delta
+                                      torch.empty((n_gdn, B, N, HV), **f32),  # [G, B, N, HV] log Gamma
+                                      conv_all[..., H * K : 2 * H * K].unflatten(-1, (H, K)),  # [G, B, N, H, K]
+                                      torch.empty((n_gdn, B, N, H), **f32))  # [G, B, N, H] k_rnorm
         gi = ai = 0
         splits = self._num_splits(B, N) if self.k_pools else 1
         for i, (layer, m) in enumerate(zip(self.layers, self.mlps)):
             if isinstance(layer, _GDNLayer):
                 H, HV, K, V, W = self._gdn_dims
                 C = 2 * H * K + HV * V
-                proj = self._norm_linear(res, layer.in_norm, layer.w_in).view(B, N, -1)  # [B, N, C + HV V + 2 HV]
-                mixed = proj[..., :C]  # [B, N, C] conv inputs (q | k | v)
+                proj = self._norm_linear(res, layer.in_norm, layer.w_in, out=proj_all[gi]).view(B, N, -1)
+                mixed = proj[..., :C]  # [B, N, C] conv inputs (q | k | v); proj: [B, N, C + HV V + 2 HV]
                 z = proj[..., C : C + HV * V].unflatten(-1, (HV, V))  # [B, N, HV, V]
                 b_gate = proj[..., C + HV * V : C + HV * V + HV]  # [B, N, HV]
                 a_gate = proj[..., C + HV * V + HV :]  # [B, N, HV]
                 conv = tree_conv(mixed, layer.conv_w, self.conv_pools[gi], slots, parents, num_nodes=num_nodes,
-                                 activation="silu", validate=False)  # [B, N, C]
+                                 activation="silu", validate=False, out=conv_all[gi])  # [B, N, C]
                 q = conv[..., : H * K].unflatten(-1, (H, K))  # [B, N, H, K]
                 k = conv[..., H * K : 2 * H * K].unflatten(-1, (H, K))  # [B, N, H, K]
                 v = conv[..., 2 * H * K :].unflatten(-1, (HV, V))  # [B, N, HV, V]
-                if prefill and self.use_fla:
+                if factors is None:  # prefill through fla
                     o = self._fla_chunk(q, k, v, a_gate, b_gate, layer, gi, slots)  # advances the state pool
-                    gdn_records.append((None, mixed))
                 else:
-                    o, factors = gdn_tree_verify_gated(
+                    o = torch.empty((B, N, HV, V), dtype=self.dtype, device=self.device)  # [B, N, HV, V]
+                    gdn_tree_verify_gated(
                         q, k, v, a_gate, b_gate, layer.A_log, layer.dt_bias, self.state_pools[gi], slots, parents,
                         allow_neg_eigval=self.config.allow_neg_eigval, num_nodes=num_nodes, meta=meta,
-                        input_precision=self.gdn_precision, validate=False)  # o: [B, N, HV, V]
-                    gdn_records.append((factors, mixed))
+                        input_precision=self.gdn_precision, validate=False,
+                        out=(o, factors.delta[gi], factors.log_gamma[gi], factors.k_rnorm[gi]))
                 gated = gated_rmsnorm(o.reshape(T, HV, V), z.reshape(T, HV, V), layer.norm_w, eps=self.eps)
                 self._add_linear(res, gated.view(T, HV * V), layer.w_out, m.post_norm)  # h += [T, Dm]
                 gi += 1
@@ -607,9 +631,9 @@ class OptimizedModel:
         if argmax:
             best = torch.cat([self._linear(flat[r : r + HEAD_ROWS], self.lm_head, torch.float32).argmax(-1)
                               for r in range(0, B * rows, HEAD_ROWS)])  # [B N]
-            return _StepRecord(B, N, slots, parents, num_nodes, meta, lens, gdn_records, best.view(B, rows))
+            return _StepRecord(B, N, slots, parents, num_nodes, meta, lens, factors, conv_inputs, best.view(B, rows))
         logits = self._linear(flat, self.lm_head, torch.float32).view(B, rows, -1)  # [B, N or 1, V]
-        return _StepRecord(B, N, slots, parents, num_nodes, meta, lens, gdn_records, logits)
+        return _StepRecord(B, N, slots, parents, num_nodes, meta, lens, factors, conv_inputs, logits)
 
     def _decode_step(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """One token per request (``tokens, slots: [B]`` device tensors): every pool advances by one in place, no
@@ -653,24 +677,17 @@ class OptimizedModel:
         return self._linear(self._normed(res, self.final_norm), self.lm_head, torch.float32)  # [B, Vocab]
 
     def _commit(self, rec: _StepRecord, accepted: torch.Tensor) -> torch.Tensor:
-        """Advance every pool of ``rec``'s slots along root..accepted (device tensors only: graph safe); returns each
-        slot's length advance ``[B]`` (depth of the accepted node + 1) on the device."""
-        gi = ai = 0
-        for layer in self.layers:
-            if isinstance(layer, _GDNLayer):
-                factors, mixed = rec.gdn[gi]
-                if factors is not None:
-                    gdn_tree_commit(self.state_pools[gi], rec.slots, factors, rec.parents, accepted,
-                                    num_nodes=rec.num_nodes, meta=rec.meta, input_precision=self.gdn_precision,
-                                    validate=False)
-                tree_conv_commit(self.conv_pools[gi], rec.slots, mixed, rec.parents, accepted,
-                                 num_nodes=rec.num_nodes, validate=False)
-                gi += 1
-            else:
-                if rec.N > 1:  # a one-node tree is already in place
-                    ta.kv_commit(self.k_pools[ai], self.v_pools[ai], rec.slots, rec.lens, rec.meta, accepted,
-                                 validate=False)
-                ai += 1
+        """Advance every pool of ``rec``'s slots along root..accepted (device tensors only: graph safe), one launch
+        per kind of cache for all layers (GDN states, conv states, K/V); returns each slot's length advance ``[B]``
+        (depth of the accepted node + 1) on the device."""
+        if rec.factors is not None:
+            gdn_tree_commit(self.state_stack, rec.slots, rec.factors, rec.parents, accepted, num_nodes=rec.num_nodes,
+                            meta=rec.meta, input_precision=self.gdn_precision, validate=False)
+        if rec.conv_inputs is not None:
+            tree_conv_commit(self.conv_stack, rec.slots, rec.conv_inputs, rec.parents, accepted,
+                             num_nodes=rec.num_nodes, validate=False)
+        if rec.N > 1 and self.k_pools:  # a one-node tree is already in place
+            ta.kv_commit(self.k_stack, self.v_stack, rec.slots, rec.lens, rec.meta, accepted, validate=False)
         advance = rec.meta.depth.gather(1, accepted.long()[:, None])[:, 0] + 1  # [B]
         self.lens.index_copy_(0, rec.slots.long(), rec.lens + advance)
         return advance

@@ -694,31 +694,41 @@ def tree_attention(
 # ------------------------------------------------------------------------------------------------------ kv commit
 @triton.jit
 def _kv_commit_kernel(
-    KC, VC, Slots, Lens, Words, Depth, Accepted,
-    skcp, skch, skcc, svcp, svch, svcc, swb, swn,
-    N, HKV, D, BLOCK_D: tl.constexpr,
+    KC, VC, Slots, Lens, Words, Accepted,
+    skcl, skcp, skch, skcc, svcl, svcp, svch, svcc, swb, swn,
+    B, N, D, NP: tl.constexpr, PB: tl.constexpr, BLOCK_D: tl.constexpr, WORD_BITS: tl.constexpr,
 ):  # fmt: skip
-    """One program per (request, kv head): for j = 0..N-1 in order, if j is on the accepted path copy position
-    ``L + j`` to ``L + depth(j)``. Increasing j is safe in place: the write target ``L + depth(j) <= L + j`` is never
-    a later read (later sources ``L + j'`` have ``j' > j >= depth(j)``)."""
-    b = tl.program_id(0)
+    """One program per (layer, request, kv head): the path root..a (``a = accepted[b]``) gathered PB nodes at a
+    time in path order; path entry r (the node at depth r: trees are topological, so the path's nodes sorted by
+    index are sorted by depth) moves from tree position ``L + j`` to ``L + r``. In place: a chunk's sources are all
+    read before its targets are written (a barrier between), and a chunk's targets ``L + r < L + p0 + PB`` lie below
+    every later source (``j >= r``)."""
+    layer = (tl.program_id(0) // B).to(tl.int64)
+    b = tl.program_id(0) % B
     h = tl.program_id(1)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
+    nodes = tl.arange(0, NP)  # [NP]
+    lanes = tl.arange(0, PB)  # [PB]
+    offs_d = tl.arange(0, BLOCK_D)  # [BLOCK_D]
     slot = tl.load(Slots + b).to(tl.int64)
     L = tl.load(Lens + b).to(tl.int64)
     a = tl.load(Accepted + b)
-    k_base = KC + slot * skcp + h * skch
-    v_base = VC + slot * svcp + h * svch
-    for j in range(0, N):
-        word = tl.load(Words + b * swb + a * swn + j // 32)
-        d = tl.load(Depth + b * N + j).to(tl.int64)
-        move = ((word >> (j % 32)) & 1) * (d != j).to(tl.int32)  # on the path and not already in place
-        m = mask_d & ((tl.zeros([BLOCK_D], tl.int32) + move) != 0)
-        kj = tl.load(k_base + (L + j) * skcc + offs_d, mask=m)
-        vj = tl.load(v_base + (L + j) * svcc + offs_d, mask=m)
-        tl.store(k_base + (L + d) * skcc + offs_d, kj, mask=m)
-        tl.store(v_base + (L + d) * svcc + offs_d, vj, mask=m)
+    # path(a) = row a of the inclusive ancestor mask: (words[a][j // WORD_BITS] >> (j % WORD_BITS)) & 1
+    word = tl.load(Words + b * swb + a * swn + nodes // WORD_BITS, mask=nodes < N, other=0)  # [NP]
+    on_path = ((word >> (nodes % WORD_BITS)) & 1) != 0  # [NP]
+    path_len = tl.sum(on_path.to(tl.int32), axis=0)
+    rank = tl.cumsum(on_path.to(tl.int32), axis=0) - 1  # [NP] depth of node j when on the path
+    k_base = KC + layer * skcl + slot * skcp + h * skch
+    v_base = VC + layer * svcl + slot * svcp + h * svch
+    for p0 in range(0, path_len, PB):
+        pick = on_path[None, :] & (rank[None, :] == p0 + lanes[:, None])  # [PB, NP]
+        src = tl.sum(tl.where(pick, nodes[None, :], 0), axis=1)  # [PB] node at depth p0 + lane
+        move = (p0 + lanes < path_len) & (src != p0 + lanes)  # [PB] on the path and not already in place
+        m = move[:, None] & (offs_d < D)[None, :]  # [PB, BLOCK_D]
+        kj = tl.load(k_base + (L + src)[:, None] * skcc + offs_d[None, :], mask=m)  # [PB, BLOCK_D]
+        vj = tl.load(v_base + (L + src)[:, None] * svcc + offs_d[None, :], mask=m)  # [PB, BLOCK_D]
+        tl.debug_barrier()  # the chunk's sources are read before its targets are written
+        tl.store(k_base + (L + p0 + lanes)[:, None] * skcc + offs_d[None, :], kj, mask=m)
+        tl.store(v_base + (L + p0 + lanes)[:, None] * svcc + offs_d[None, :], vj, mask=m)
 
 
 def kv_commit(
@@ -734,13 +744,25 @@ def kv_commit(
     """Compact each request's accepted path into its cache slot, in place.
 
     For request b with accepted node ``a = accepted[b]`` the K/V of the path root..a (tree positions
-    ``cache_lens[b] + j``) move to ``cache_lens[b] + depth(j)``, in path order. The caller then advances
-    ``cache_lens[b]`` by ``depth(a) + 1`` (the model does this once for all layers).
+    ``cache_lens[b] + j``) move to ``cache_lens[b] + depth(j)``, in path order (trees topological: parents first).
+    The caller then advances ``cache_lens[b]`` by ``depth(a) + 1`` (the model does this once for all layers).
+    Layers run on the same trees commit in one launch: caches ``[G, P, HKV, C, D]`` (each layer's block laid out
+    as one layer's cache).
     """
+    if not isinstance(k_cache, torch.Tensor):
+        raise TypeError(f"k_cache must be a torch.Tensor, got {type(k_cache).__name__}")
     device = k_cache.device
+    layered = k_cache.ndim == 5
+    if layered:
+        if not isinstance(v_cache, torch.Tensor) or v_cache.shape != k_cache.shape:
+            raise ValueError(f"v_cache must match k_cache {tuple(k_cache.shape)} in shape")
+        k_caches, v_caches = k_cache, v_cache
+        k_cache, v_cache = k_cache[0], v_cache[0]  # layer 0 stands for the shared checks
     _check_tensor("k_cache", k_cache, 4, (torch.float32, torch.bfloat16, torch.float16), device)
     P, HKV, C, D = k_cache.shape
     _check_cache(k_cache, v_cache, HKV, D, device)
+    if not layered:
+        k_caches, v_caches = k_cache[None], v_cache[None]
     words, depth = meta
     _check_tensor("meta.words", words, 3, (torch.int32,), device)
     B, N, W = words.shape
@@ -758,9 +780,10 @@ def kv_commit(
             raise ValueError(f"accepted[{b}] = {int(acc_cpu[b])} is not a node index in [0, {N})")
         _check_slot_range(slots, P)
         _check_lens_fit(cache_lens, None, N, C)
-    _kv_commit_kernel[(B, HKV)](
-        k_cache, v_cache, slots, cache_lens, words, depth, accepted.contiguous(),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), v_cache.stride(0), v_cache.stride(1),
-        v_cache.stride(2), words.stride(0), words.stride(1), N, HKV, D,
-        BLOCK_D=triton.next_power_of_2(D),
+    _kv_commit_kernel[(k_caches.shape[0] * B, HKV)](
+        k_caches, v_caches, slots, cache_lens, words, accepted.contiguous(),
+        k_caches.stride(0), k_caches.stride(1), k_caches.stride(2), k_caches.stride(3),
+        v_caches.stride(0), v_caches.stride(1), v_caches.stride(2), v_caches.stride(3),
+        words.stride(0), words.stride(1), B, N, D,
+        NP=max(16, triton.next_power_of_2(N)), PB=16, BLOCK_D=triton.next_power_of_2(D), WORD_BITS=WORD_BITS,
     )  # fmt: skip

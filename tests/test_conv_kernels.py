@@ -91,6 +91,34 @@ def test_tree_conv_and_commit_match_reference(rows, width, pad, bias, silu, pick
     assert torch.isnan(case["pool"][others]).all()
 
 
+def test_layers_commit_in_one_launch():
+    """Pools ``[G, P, W - 1, C]`` and inputs ``[G, B, N, C]`` (strided views of wider rows, as the model's
+    projections) commit in one launch exactly as one launch per layer; other slots stay NaN."""
+    rng = np.random.default_rng(2)
+    rows = [[-1], build_tree_parents("chain", 5, rng), build_tree_parents("star", 4, rng),
+            build_tree_parents("deep_wide", 8, rng)]
+    base = make_conv_case(rows, width=4, pad=1, seed=20)
+    cases = []
+    for g in range(3):  # the layers' own inputs and states at the slots of one batch
+        other = make_conv_case(rows, width=4, pad=1, seed=21 + g)
+        layer = dict(base, x=other["x"], pool=base["pool"].clone())
+        layer["pool"][base["slots"]] = other["pool"][other["slots"]]
+        cases.append(layer)
+    accepted = torch.tensor([0, 4, 2, 6], dtype=torch.int32, device=DEVICE)
+    B, N, C = cases[0]["x"].shape
+    wide = torch.full((3, B, N, C + 5), float("nan"), device=DEVICE)
+    wide[..., :C] = torch.stack([c["x"] for c in cases])
+    pools = torch.stack([c["pool"] for c in cases])  # [G, P, W - 1, C]
+    shared = dict(num_nodes=cases[0]["num_nodes"])
+    assert CT.tree_conv_commit(pools, cases[0]["slots"], wide[..., :C], cases[0]["parents"], accepted,
+                               **shared) is pools
+    for g, c in enumerate(cases):
+        CT.tree_conv_commit(c["pool"], c["slots"], c["x"], c["parents"], accepted, **shared)
+        assert torch.equal(pools[g].nan_to_num(7.0), c["pool"].nan_to_num(7.0))
+    with pytest.raises(ValueError, match="x has shape"):
+        CT.tree_conv_commit(pools, cases[0]["slots"], wide[:2, ..., :C], cases[0]["parents"], accepted, **shared)
+
+
 def test_torch_conv_baselines_match_reference():
     rows = [build_tree_parents("deep_wide", 9, np.random.default_rng(0)), [-1, 0, 1]]
     case = make_conv_case(rows, bias=True, seed=3, device="cpu")

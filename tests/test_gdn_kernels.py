@@ -184,6 +184,44 @@ def test_multiword_trees(kind, n, seed):
     assert rel_err(case["pool"][int(case["slots"][0])], expected) < 1e-4
 
 
+@pytest.mark.parametrize("l2norm", [True, False])
+def test_layers_commit_in_one_launch(l2norm):
+    """A stack of layers (pools [G, P, HV, K, V], factors with a leading layer dimension, keys as strided views of
+    a wider buffer, as the model passes them) commits in one launch exactly as one launch per layer: single node,
+    chain, star and deep+wide trees, the accepted node anywhere; other slots stay NaN."""
+    rng = np.random.default_rng(4)
+    rows = [[-1], build_tree_parents("chain", 6, rng), build_tree_parents("star", 5, rng),
+            build_tree_parents("deep_wide", 9, rng)]
+    base = make_case(rows, H=1, group=2, pad=1, seed=40)
+    cases = []
+    for g in range(3):  # the layers' own inputs and states at the slots of one batch
+        other = make_case(rows, H=1, group=2, pad=1, seed=41 + g)
+        layer = dict(base, **{n: other[n] for n in ("q", "k", "v", "a", "b")}, pool=base["pool"].clone())
+        layer["pool"][base["slots"]] = other["pool"][other["slots"]]
+        cases.append(layer)
+    factors = [run_verify(c, l2norm=l2norm, gated=False)[1] for c in cases]
+    accepted = torch.tensor([0, 5, 3, 7], dtype=torch.int32, device=DEVICE)
+    B, N, H, K = cases[0]["k"].shape
+    wide = torch.full((3, B, N, 3 * H * K), float("nan"), device=DEVICE)  # the keys inside q | k | v rows
+    wide[..., H * K : 2 * H * K] = torch.stack([c["k"] for c in cases]).flatten(-2)
+    keys = wide[..., H * K : 2 * H * K].unflatten(-1, (H, K))  # [G, B, N, H, K] strided
+    stacked = G.TreeFactors(torch.stack([f.delta for f in factors]), torch.stack([f.log_gamma for f in factors]),
+                            keys, torch.stack([f.k_rnorm for f in factors]) if l2norm else None)
+    pools = torch.stack([c["pool"] for c in cases])  # [G, P, HV, K, V]
+    shared = dict(num_nodes=cases[0]["num_nodes"])
+    assert G.gdn_tree_commit(pools, cases[0]["slots"], stacked, cases[0]["parents"], accepted, **shared) is pools
+    for g, (c, f) in enumerate(zip(cases, factors)):
+        G.gdn_tree_commit(c["pool"], c["slots"], f, c["parents"], accepted, **shared)
+        assert torch.equal(pools[g].nan_to_num(7.0), c["pool"].nan_to_num(7.0))
+        assert not torch.isnan(pools[g][c["slots"]]).any()
+    with pytest.raises(ValueError, match="factors.delta"):
+        G.gdn_tree_commit(pools, cases[0]["slots"], stacked._replace(delta=stacked.delta[:2]), cases[0]["parents"],
+                          accepted, **shared)
+    with pytest.raises(ValueError, match="factors.k "):
+        G.gdn_tree_commit(pools, cases[0]["slots"], stacked._replace(k=keys[0]), cases[0]["parents"], accepted,
+                          **shared)
+
+
 def test_meta_reuse_validate_off_and_modes_agree():
     """A prebuilt tree_meta with validate=False gives the same bits; the three modes agree (interpreter: fp32)."""
     rows = [[-1, 0, 1, 1, 0, 4], [-1, 0]]

@@ -110,6 +110,25 @@ def test_half_inputs_accumulate_in_fp32(use_dot):
     assert _rel_err(y, _ref(x, w)) < RTOL
 
 
+def test_out_buffer_is_written_and_returned():
+    """``out=``: the product lands in the given buffer (a row block of a larger tensor, as the model's stacked
+    projections), the same values as a fresh output; nothing outside it is touched."""
+    x, w = _inputs(3, 24, 40, seed=17)
+    big = torch.full((2, 3, 24), float("nan"), device=DEVICE)
+    cfg = G.GemvConfig(8, 16, 2, 4, 1)
+    y = G.small_batch_linear(x, w, config=cfg, out=big[1])
+    assert y.data_ptr() == big[1].data_ptr() and torch.isnan(big[0]).all()
+    assert torch.equal(y, G.small_batch_linear(x, w, config=cfg))
+    with pytest.raises(ValueError, match="out has shape"):
+        G.small_batch_linear(x, w, out=big[1, :2])
+    with pytest.raises(TypeError, match="out has dtype"):
+        G.small_batch_linear(x, w, out=big[1].half())
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        G.small_batch_linear(x, w, out=torch.empty(24, 3, device=DEVICE).T)
+    with pytest.raises(ValueError, match="out shares memory"):
+        G.small_batch_linear(x[:, :40], w, out=x.view(-1)[:72].view(3, 24))
+
+
 def test_strided_rows_of_x():
     base, w = _inputs(3, 40, 72, seed=5)
     x = base[:, 8:56]  # [3, 48] rows 72 elements apart

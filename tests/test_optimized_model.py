@@ -90,6 +90,39 @@ def test_verify_commit_then_decode_equals_plain_decode(tiny):
     np.testing.assert_allclose(opt.k_pools[0][1, :, :L].numpy(), opt.k_pools[0][3, :, :L].numpy(), atol=1e-5)
 
 
+def test_commit_is_one_launch_per_kind_of_cache_for_all_layers(monkeypatch):
+    """Five layers (three GDN, two attention, interleaved): a commit launches one GDN state, one conv state and one
+    KV commit for all layers, and committing a path then decoding equals decoding the path's tokens one by one, in
+    every layer's pools."""
+    kinds = ("linear_attention", "linear_attention", "full_attention", "linear_attention", "full_attention")
+    ref = rm.build_random(HybridConfig(**{**TINY, "num_hidden_layers": 5, "layer_types": kinds}), seed=2)
+    opt = om.from_reference(ref, num_slots=4, max_seq_len=48, max_nodes=16, graphs=False)
+    calls = []
+    for name in ("gdn_tree_commit", "tree_conv_commit"):
+        real = getattr(om, name)
+        monkeypatch.setattr(om, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    real_kv = om.ta.kv_commit
+    monkeypatch.setattr(om.ta, "kv_commit", lambda *a, **k: calls.append("kv_commit") or real_kv(*a, **k))
+    prompt = [5, 6, 7, 8, 9]
+    tree = TokenTree([-1, 0, 1, 0, 2, 4, 3], [11, 12, 13, 14, 15, 16, 17])
+    opt.prefill(0, prompt)
+    opt.prefill(2, prompt)
+    calls.clear()
+    opt.verify(_slots(0), torch.tensor([tree.tokens]), torch.tensor([tree.parents]))
+    opt.commit(_slots(0), torch.tensor([5], dtype=torch.int32))  # path 0 -> 1 -> 2 -> 4 -> 5
+    assert sorted(calls) == ["gdn_tree_commit", "kv_commit", "tree_conv_commit"]
+    for tok in [tree.tokens[j] for j in tree.path(5)]:
+        opt.decode(_slots(2), torch.tensor([tok]))
+    assert opt.cache_length(0) == opt.cache_length(2) == len(prompt) + 5
+    for pool in (*opt.state_pools, *opt.conv_pools):
+        np.testing.assert_allclose(pool[0].numpy(), pool[2].numpy(), atol=1e-5)
+    L = opt.cache_length(0)
+    for pool in (*opt.k_pools, *opt.v_pools):
+        np.testing.assert_allclose(pool[0, :, :L].numpy(), pool[2, :, :L].numpy(), atol=1e-5)
+    np.testing.assert_allclose(opt.decode(_slots(0), torch.tensor([40])).numpy(),
+                               opt.decode(_slots(2), torch.tensor([40])).numpy(), atol=1e-5)
+
+
 def test_speculate_greedy_equals_verify_accept_commit(monkeypatch):
     """The fused greedy step (verify + greedy acceptance + commit, one call) equals the three calls: the same outcome
     (accepted node, depth, next token, path) and the same caches afterwards, on trees whose tokens follow the

@@ -275,6 +275,31 @@ def test_kv_commit_matches_reference(tree_list, seed):
     assert torch.equal(k_cache[untouched].nan_to_num(1.0), before_k[untouched].nan_to_num(1.0))
 
 
+def test_kv_commit_layers_in_one_launch():
+    """Caches ``[G, P, HKV, C, D]`` commit in one launch exactly as one launch per layer (single node, chain longer
+    than one 16-node chunk of the path, star, deep+wide; the accepted node anywhere)."""
+    rng = np.random.default_rng(3)
+    n = 40
+    rows = [[-1] + [0] * (n - 1), build_tree_parents("chain", n, rng), build_tree_parents("star", n, rng),
+            build_tree_parents("deep_wide", n, rng)]
+    rows[0] = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+    lens = [0, 3, 7, 1]
+    layers = [_make_batch(np.random.default_rng(10 + g), rows, lens, 2, 2, 16, torch.float32) for g in range(3)]
+    slots, lens_t = layers[0][4], layers[0][5]
+    k_stack = torch.stack([lay[2] for lay in layers])  # [G, P, HKV, C, D]
+    v_stack = torch.stack([lay[3] for lay in layers])
+    meta = ta.tree_metadata(_batch_parents(rows))
+    accepted = torch.tensor([n - 1, n - 1, 5, 30], dtype=torch.int32, device=DEVICE)
+    ta.kv_commit(k_stack, v_stack, slots, lens_t, meta, accepted)
+    for g, lay in enumerate(layers):
+        k_cache, v_cache = lay[2].clone(), lay[3].clone()
+        ta.kv_commit(k_cache, v_cache, slots, lens_t, meta, accepted)
+        assert torch.equal(k_stack[g].nan_to_num(7.0), k_cache.nan_to_num(7.0))
+        assert torch.equal(v_stack[g].nan_to_num(7.0), v_cache.nan_to_num(7.0))
+    with pytest.raises(ValueError, match="v_cache"):
+        ta.kv_commit(k_stack, v_stack[:2], slots, lens_t, meta, accepted)
+
+
 def test_kv_commit_validates_accepted():
     rng = np.random.default_rng(1)
     rows = [build_tree_parents("random", 4, rng)]
