@@ -490,7 +490,8 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
 
 def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
     """Default launch parameters of the commit kernel (memory-bound: a ``[K, BV]`` state tile per program; best of
-    the same sweeps: 64 columns and 4 warps for large batches, ``[32, 32]`` tiles at 2 warps for small ones)."""
+    the same sweeps: 64 columns and 4 warps for large batches, ``[32, 32]`` tiles at 2 warps for small ones). ``B``
+    counts (layer, request) pairs when several layers commit in one launch."""
     if B * HV * 2 >= 2 * _num_sms(device):
         return KernelConfig(min(V, 64), K, 4, 1)
     return KernelConfig(min(V, 32), min(K, 32), 2, 1)
@@ -774,7 +775,7 @@ def gdn_tree_commit(
         check_tree_rows(parents, num_nodes)
     if meta is None:
         meta = tree_meta(parents, num_nodes, validate=False)
-    cfg = config or commit_config(B, HV, N, K, V, device)
+    cfg = config or commit_config(state_pool.shape[0] * B, HV, N, K, V, device)  # the layers' programs fill the GPU
     if not isinstance(cfg, KernelConfig):
         raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
     block_v = min(cfg.block_v, V)
