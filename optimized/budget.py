@@ -213,6 +213,12 @@ def expected_tokens(sorted_confidences: np.ndarray, nodes: int, kappa: float = 1
     return 1.0 + kappa * float(np.asarray(sorted_confidences)[: max(0, nodes - 1)].sum())
 
 
+def batch_expected_tokens(confidences: Sequence[np.ndarray], nodes: int) -> float:
+    """``sum_b E_b(n)`` of :func:`expected_tokens` (kappa 1) over a batch's sorted confidences, from one table."""
+    table = _cumulative(confidences)  # [B, M + 1]
+    return len(confidences) + float(table[:, min(max(0, nodes - 1), table.shape[1] - 1)].sum())
+
+
 @dataclass
 class Decision:
     """One step's choice: ``nodes`` = the node bucket every tree is cut to (1 = autoregressive step), with the
@@ -441,7 +447,7 @@ class RatioRuleBudget(BudgetPolicy):
         n = self._nodes(batch)
         if n <= 1:
             return self._ar(batch, "ratio rule: no bucket within (1 + eps) x decode")
-        tokens = sum(expected_tokens(c, n) for c in confidences)
+        tokens = batch_expected_tokens(confidences, n)
         return Decision(n, tokens, self.profile.verify_time(batch, n), f"ratio rule, eps = {self.eps}")
 
 
@@ -459,7 +465,7 @@ class FixedBudget(BudgetPolicy):
     def choose(self, batch: int, confidences: Sequence[np.ndarray], draft_seconds: float) -> Decision:
         if self.nodes <= 1:
             return self._ar(batch, "fixed: 1 node")
-        tokens = sum(expected_tokens(c, self.nodes) for c in confidences)
+        tokens = batch_expected_tokens(confidences, self.nodes)
         return Decision(self.nodes, tokens, self.profile.verify_time(batch, self.nodes), f"fixed {self.nodes}")
 
 

@@ -424,15 +424,31 @@ class SyntheticDrafter:
         self._prompt: dict[int, tuple[int, ...]] = {}
         self._templates: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self.desynced = 0
+        self._checked: dict[int, int] = {}  # slot -> generated tokens compared equal to the oracle (-1: a mismatch)
 
     def admit(self, slot: int, prompt: Sequence[int]) -> None:
         key = tuple(int(t) for t in prompt)
         if key not in self.oracle:
             raise KeyError("SyntheticDrafter: no oracle continuation for this prompt")
         self._prompt[slot] = key
+        self._checked[slot] = 0
 
     def release(self, slot: int) -> None:
         self._prompt.pop(slot, None)
+        self._checked.pop(slot, None)
+
+    def _synced(self, slot: int, prompt: tuple, context: Sequence[int], done: int) -> bool:
+        """Whether the request's generated tokens ``context[len(prompt):]`` (``done`` of them) are the oracle's
+        continuation. A slot's output only grows, so only the tokens after the ones already compared are compared
+        (a mismatch, once seen, stays: -1)."""
+        checked = self._checked.get(slot, 0)
+        if checked < 0:
+            return False
+        if done < checked:  # not a continuation of what was checked: compare it all
+            checked = 0
+        ok = self.oracle[prompt][checked:done] == list(context[len(prompt) + checked :])
+        self._checked[slot] = done if ok else -1
+        return ok
 
     def advance(self, requests: Sequence[DraftRequest], committed: Sequence[Sequence[int]]) -> None:
         """Stateless: the position comes from the context."""
@@ -460,17 +476,16 @@ class SyntheticDrafter:
         parents, ranks, conf, child_at, max_depth = self._template(max_nodes, chain)
         n, B, V = len(parents), len(requests), self.vocab_size
         width = len(self.rank_confidence)
-        rows_of, pos = [], np.full(B, -1, dtype=np.int64)
+        levels = max_depth + 1
+        truth_at = np.full((B, levels), -1, dtype=np.int64)  # [B, levels] the oracle's next tokens (-1: none)
         for b, r in enumerate(requests):
             prompt = self._prompt[r.slot]
-            truth = self.oracle[prompt]
             done = len(r.context) - len(prompt)  # generated tokens, the pending one included
-            if truth[:done] == r.context[len(prompt) :]:
-                pos[b] = done
+            if self._synced(r.slot, prompt, r.context, done):
+                window = self._truth_rows[prompt][done : done + levels]  # the continuation, then -1
+                truth_at[b, : len(window)] = window
             else:
                 self.desynced += 1
-            rows_of.append(self._truth_rows[prompt])
-        truth_arr = np.stack(rows_of)  # [B, L + 1] the continuations, -1 past their end
         base = self.rng.integers(0, V, size=(B, n))  # [B, n] per parent
         hit = np.searchsorted(np.cumsum(self.rank_confidence), self.rng.random((B, n)), side="right")  # [B, n]
         tokens = np.empty((B, n), dtype=np.int64)  # [B, n]
@@ -478,9 +493,6 @@ class SyntheticDrafter:
         tokens[:, 1:] = (base[:, parents[1:]] + ranks[1:]) % V
         rows = np.arange(B)
         nxt = np.where(hit < width, child_at[np.arange(n)[None, :], np.minimum(hit, width - 1)], -1)  # [B, n]
-        levels = max_depth + 1
-        cols = np.clip(pos[:, None] + np.arange(levels)[None, :], 0, truth_arr.shape[1] - 1)  # [B, levels]
-        truth_at = np.where(pos[:, None] >= 0, truth_arr[rows[:, None], cols], -1)  # [B, levels] (-1: none)
         path = np.full((B, levels), -1, dtype=np.int64)  # [B, levels] the on-path node at each depth
         node = np.zeros(B, dtype=np.int64)
         for d in range(levels):

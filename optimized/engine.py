@@ -669,6 +669,7 @@ class Engine:
         drafts: list[Draft] | None = None
         draft_s = 0.0
         decision = None
+        requests = None  # the drafter's view of the batch, built once a step (propose and advance)
         if self.mode != "autoregressive" and self.budget.want_draft(B):
             requests = [self._draft_request(r) for r in batch]
             td = time.perf_counter()
@@ -698,7 +699,7 @@ class Engine:
             self.budget.observe(decision, predicted, float(sum(accepted)), draft_s)
         model_s = time.perf_counter() - tm
         if self.drafter is not None:
-            self.drafter.advance([self._draft_request(r) for r in batch], committed)
+            self.drafter.advance(requests or [self._draft_request(r) for r in batch], committed)
         emitted_total = 0
         for request, emitted, acc in zip(batch, emitted_lists, accepted):
             request.counter += 1
@@ -757,7 +758,7 @@ class Engine:
         emitted = outcome.emitted(host_trees)
         accepted = outcome.accepted_len.tolist()
         committed = [[r.output[-1]] + e[:-1] for r, e in zip(batch, emitted)]
-        predicted = float(sum(c.confidence[1:].sum() for c in cut))
+        predicted = float(np.concatenate([c.confidence[1:] for c in cut]).sum())
         return committed, emitted, accepted, predicted, width
 
     def _speculate_greedy(self, slots: torch.Tensor, host_trees: TreeBatch) -> VerifyOutcome:

@@ -383,8 +383,8 @@ class TreeBatch:
             raise ValueError(f"tokens has {len(tokens)} trees but parents has {len(parents)}")
         B = len(tokens)
         N = max((len(t) for t in tokens), default=1) if width is None else int(width)
-        tok_rows: list[list[int]] = []
-        par_rows: list[list[int]] = []
+        tok = np.zeros((B, N), dtype=np.int64)  # [B, N] rows written in place: no padded row lists
+        par = np.zeros((B, N), dtype=np.int64)
         num: list[int] = []
         for b, (t, p) in enumerate(zip(tokens, parents)):
             n = len(t)
@@ -392,11 +392,9 @@ class TreeBatch:
                 raise ValueError(f"tree {b}: {n} tokens but {len(p)} parents")
             if not 1 <= n <= N:
                 raise ValueError(f"tree {b} has {n} nodes; expected 1..{N}")
-            tok_rows.append(list(t) + [0] * (N - n))
-            par_rows.append(list(p) + [0] * (N - n))
+            tok[b, :n] = t
+            par[b, :n] = p
             num.append(n)
-        tok = np.array(tok_rows, dtype=np.int64).reshape(B, N)
-        par = np.array(par_rows, dtype=np.int64).reshape(B, N)
         node = np.arange(N)  # topological parent arrays: parents[0] = -1, 0 <= parents[i] < i (all trees at once)
         real = node[None, :] < np.array(num)[:, None]  # [B, N]
         bad = real & np.where(node[None, :] == 0, par != -1, (par < 0) | (par >= node[None, :]))  # [B, N]
@@ -456,10 +454,12 @@ class VerifyOutcome:
 
     def emitted(self, trees: TreeBatch) -> list[list[int]]:
         """Per request, the new tokens in order: the accepted drafted tokens (root excluded) then ``next_token``."""
-        on_path = self.on_path.cpu().numpy()  # [B, N]
-        tokens = trees.tokens.cpu().numpy()  # [B, N]
+        on_path = self.on_path.cpu().numpy()[:, 1:]  # [B, N - 1]
+        flat = trees.tokens.cpu().numpy()[:, 1:][on_path].tolist()  # every request's accepted tokens, row by row
+        counts = on_path.sum(1)  # [B]
+        ends = np.cumsum(counts).tolist()
         nxt = self.next_token.cpu().tolist()
-        return [tokens[b, 1:][on_path[b, 1:]].tolist() + [nxt[b]] for b in range(len(nxt))]
+        return [flat[end - c : end] + [nxt[b]] for b, (end, c) in enumerate(zip(ends, counts.tolist()))]
 
 
 def verify_greedy(trees: TreeBatch, target_argmax: torch.Tensor) -> VerifyOutcome:

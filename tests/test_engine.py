@@ -24,6 +24,8 @@ from lumotree.optimized.budget import (
     FixedBudget,
     RatioRuleBudget,
     _cumulative,
+    batch_expected_tokens,
+    expected_tokens,
 )
 from lumotree.optimized.drafters import (
     Draft,
@@ -284,6 +286,37 @@ def test_synthetic_acceptance_is_calibrated():
     assert drafter.desynced == 0
 
 
+def test_synthetic_drafter_follows_the_oracle_until_a_request_leaves_it():
+    """Requests whose outputs follow the oracle get its next tokens on their drafts' paths at every step (only the
+    new tokens are compared each step); one that leaves it is counted desynced at every later step, gets no oracle
+    tokens, and is back in sync after its slot is released and admitted again."""
+    prompts = prompts_for(5, 2, seed=4)
+    truth = [int(t) for t in np.random.default_rng(5).integers(0, 1000, 30)]
+    drafter = SyntheticDrafter(1 - 1e-9, {tuple(p): truth for p in prompts}, 1000, seed=1)
+    for slot, prompt in enumerate(prompts):
+        drafter.admit(slot, prompt)
+
+    def step(outputs):  # each output ends with its pending token
+        requests = [DraftRequest(s, list(p) + out, SamplingParams())
+                    for s, (p, out) in enumerate(zip(prompts, outputs))]
+        return drafter.propose(requests, 8, True)  # chains: node d holds the draft's guess d steps ahead
+
+    for done in range(1, 6):
+        drafts = step([truth[:done], truth[:done]])
+        for d in drafts:  # acceptance 1 - 1e-9: every chain node hits
+            assert d.tokens[1:] == truth[done : done + 7]
+    assert drafter.desynced == 0
+    off = truth[:5] + [(truth[5] + 1) % 1000]
+    for extra in range(3):
+        drafts = step([truth[: 6 + extra], off + truth[6 : 6 + extra]])
+        assert drafts[0].tokens[1:] == truth[6 + extra : 13 + extra]
+        assert drafts[1].tokens[1:] != truth[6 + extra : 13 + extra]
+        assert drafter.desynced == extra + 1
+    drafter.release(1)
+    drafter.admit(1, prompts[1])
+    assert step([truth[:3], truth[:3]])[1].tokens[1:] == truth[3:10] and drafter.desynced == 3
+
+
 @pytest.mark.parametrize("nodes,chain", [(1, False), (12, False), (64, False), (7, True)])
 def test_synthetic_drafts_are_best_first_as_they_claim(nodes, chain):
     """The synthetic drafter marks its drafts best-first (so cuts and the budget's sort skip the check): the claim
@@ -428,6 +461,17 @@ def test_cumulative_confidences_table(lengths):
     for b, c in enumerate(confidences):
         for m in range(width + 1):
             assert abs(table[b, m] - c[:m].sum()) < 1e-12
+
+
+@pytest.mark.parametrize("lengths", [[5, 5, 5], [0, 3, 7], [4], [0, 0]])
+def test_batch_expected_tokens_is_the_sum_over_requests(lengths):
+    """The fixed and ratio budgets' batch total from one table equals the per-request sum of ``expected_tokens``
+    at every tree size (smaller, equal and larger than the drafts)."""
+    rng = np.random.default_rng(7 + sum(lengths))
+    confidences = [np.sort(rng.random(n))[::-1] for n in lengths]
+    for nodes in range(1, max(lengths) + 4):
+        want = sum(expected_tokens(c, nodes) for c in confidences)
+        assert abs(batch_expected_tokens(confidences, nodes) - want) < 1e-12
 
 
 def test_budget_calibration_probes_and_backoff():
