@@ -65,7 +65,7 @@ def variants(N: int, precision: str):
     import gdn_probe  # noqa: PLC0415 - bench/ is on sys.path when this file runs as a script
 
     NP = max(16, triton.next_power_of_2(N))
-    flags = dict(H=H, HV=HV, K=K, NP=NP, GATED=False, BETA_TWO=False, L2NORM=True, PRECISION=precision)
+    flags = dict(H=H, HV=HV, K=K, NP=NP, GATED=False, BETA_TWO=False, L2NORM=True, PRECISION=precision, QK16=False)
     words = dict(W=(N + 31) // 32, LOG_NP=NP.bit_length() - 1, WORD_BITS=32)
     G._NUM_SMS[0] = H200_SMS  # the default configs as chosen on the H200 (no GPU here to ask)
     h200 = torch.device("cuda", 0)
@@ -78,7 +78,8 @@ def variants(N: int, precision: str):
         if cfg.split:
             parts = [("solve", G._gdn_tree_solve_kernel, dict(flags, **words, BK=bk), cfg.solve_warps),
                      ("apply", G._gdn_tree_apply_kernel,
-                      dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, V=V, BK=bk, BV=bv),
+                      dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk,
+                           BV=bv),
                       cfg.num_warps)]
         else:
             parts = [("fused", G._gdn_tree_verify_kernel, dict(flags, **words, V=V, BK=bk, BV=bv), cfg.num_warps)]

@@ -115,6 +115,22 @@ def _tf32_round(x, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _round_qk(x, PRECISION: tl.constexpr, QK16: tl.constexpr):
+    """q or k (fp32 after the load) ready for a tf32 product: 16-bit inputs (``QK16``: bf16 / fp16, whose values
+    tf32 holds exactly) as they are, fp32 inputs rounded (:func:`_tf32_round`)."""
+    if not QK16:
+        x = _tf32_round(x, PRECISION)
+    return x
+
+
+@triton.jit
+def _diagonal(m, NP: tl.constexpr):
+    """The diagonal ``[NP]`` of a square ``[NP, NP]`` tile."""
+    nodes = tl.arange(0, NP)
+    return tl.sum(tl.where(nodes[:, None] == nodes[None, :], m, 0.0), axis=1)
+
+
+@triton.jit
 def _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
                     s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
                     W: tl.constexpr, NP: tl.constexpr, GATED: tl.constexpr, BETA_TWO: tl.constexpr,
@@ -200,7 +216,7 @@ def _gdn_tree_solve_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
-    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr,
+    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
     quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
@@ -227,14 +243,17 @@ def _gdn_tree_solve_kernel(
         q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
         k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
         if L2NORM:
-            k_sq += tl.sum(k_c * k_c, axis=1)
+            if not QK16:  # 16-bit keys: |k|^2 is K K^T's diagonal (exact products), read after the loop
+                k_sq += tl.sum(k_c * k_c, axis=1)
             q_sq += tl.sum(q_c * q_c, axis=1)
-        q_c = _tf32_round(q_c, PRECISION)
-        k_c = _tf32_round(k_c, PRECISION)
+        q_c = _round_qk(q_c, PRECISION, QK16)
+        k_c = _round_qk(k_c, PRECISION, QK16)
         kk = tl.dot(k_c, tl.trans(k_c), kk, input_precision=PRECISION)
         qk = tl.dot(q_c, tl.trans(k_c), qk, input_precision=PRECISION)
     first = (nodes * 0 + hv0) % (HV // H) == 0  # [NP] one program of the group writes the q/k scalars
     if L2NORM:
+        if QK16:
+            k_sq = _diagonal(kk, NP)
         k_rn = tl.where(real, 1.0 / tl.sqrt(k_sq + 1e-6), 0.0)  # [NP]
         q_rn = tl.where(real, 1.0 / tl.sqrt(q_sq + 1e-6), 0.0)  # [NP]
         kk = kk * k_rn[:, None] * k_rn[None, :]
@@ -265,6 +284,7 @@ def _gdn_tree_apply_kernel(
     scale, N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
+    QK16: tl.constexpr,
 ):
     """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
     ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)``."""
@@ -290,8 +310,8 @@ def _gdn_tree_apply_kernel(
         q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
         k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
         s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
-        ks = tl.dot(_tf32_round(k_c, PRECISION), s_c, ks, input_precision=PRECISION)
-        qs = tl.dot(_tf32_round(q_c, PRECISION), s_c, qs, input_precision=PRECISION)
+        ks = tl.dot(_round_qk(k_c, PRECISION, QK16), s_c, ks, input_precision=PRECISION)
+        qs = tl.dot(_round_qk(q_c, PRECISION, QK16), s_c, qs, input_precision=PRECISION)
     if L2NORM:
         ks = ks * tl.load(k_rnorm_ptr + (b64 * N + nodes) * H + h, mask=real, other=0.0)[:, None]
         qs = qs * tl.load(q_rnorm_ptr + (b64 * NP + nodes) * H + h)[:, None]
@@ -318,7 +338,7 @@ def _gdn_tree_verify_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
-    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr,
+    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
     redone by every V block of a value head; pays off when there are few programs, i.e. small batches)."""
@@ -356,15 +376,18 @@ def _gdn_tree_verify_kernel(
         k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
         s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
         if L2NORM:
-            k_sq += tl.sum(k_c * k_c, axis=1)
+            if not QK16:  # 16-bit keys: |k|^2 is K K^T's diagonal (exact products), read after the loop
+                k_sq += tl.sum(k_c * k_c, axis=1)
             q_sq += tl.sum(q_c * q_c, axis=1)
-        q_c = _tf32_round(q_c, PRECISION)
-        k_c = _tf32_round(k_c, PRECISION)
+        q_c = _round_qk(q_c, PRECISION, QK16)
+        k_c = _round_qk(k_c, PRECISION, QK16)
         kk = tl.dot(k_c, tl.trans(k_c), kk, input_precision=PRECISION)
         qk = tl.dot(q_c, tl.trans(k_c), qk, input_precision=PRECISION)
         ks = tl.dot(k_c, s_c, ks, input_precision=PRECISION)
         qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)
     if L2NORM:
+        if QK16:
+            k_sq = _diagonal(kk, NP)
         k_rn = 1.0 / tl.sqrt(k_sq + 1e-6)  # [NP]
         q_rn = 1.0 / tl.sqrt(q_sq + 1e-6)  # [NP]
         kk = kk * k_rn[:, None] * k_rn[None, :]
@@ -610,8 +633,9 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
                     gate_b.stride(0), gate_b.stride(1), gate_b.stride(2))
     qk_strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2))
     k_rnorm_arg = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when not normalising
+    qk16 = q.dtype in (torch.bfloat16, torch.float16)  # tf32-exact q / k: no rounding, |k|^2 from K K^T
     flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
-                 PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors))
+                 PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors), QK16=qk16)
     if cfg.split:
         q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]
         tb = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
@@ -628,7 +652,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta,
             scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2),
             H=H, HV=HV, K=K, V=V, NP=NP, BK=block_k, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel),
-            PRECISION=precision, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            PRECISION=precision, QK16=qk16, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
     else:
         _gdn_tree_verify_kernel[(B * HV, V // block_v)](

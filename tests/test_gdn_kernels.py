@@ -184,6 +184,20 @@ def test_multiword_trees(kind, n, seed):
     assert rel_err(case["pool"][int(case["slots"][0])], expected) < 1e-4
 
 
+@pytest.mark.parametrize("precision", ["ieee", "tf32"])
+@pytest.mark.parametrize("pipeline", VERIFY_PIPELINES)
+def test_half_precision_keys_take_the_exact_path(pipeline, precision):
+    """fp16 q / k / v (values tf32 holds exactly: no rounding before the products, |k|^2 read off K K^T's diagonal)
+    against the float64 closed form of the same fp16 values, every pipeline, single node, chain, star and deep+wide
+    trees; the L2 norms and the factors too."""
+    rng = np.random.default_rng(9)
+    rows = [[-1], build_tree_parents("chain", 7, rng), build_tree_parents("star", 6, rng),
+            build_tree_parents("deep_wide", 10, rng)]
+    case = make_case(rows, H=1, group=2, pad=1, seed=11, dtype=torch.float16)
+    o, factors = run_verify(case, l2norm=True, gated=True, precision=precision, config=verify_pipeline(pipeline, 2))
+    check_against_reference(case, o.float(), factors, l2norm=True, gated=True, tol=2e-3)
+
+
 @pytest.mark.parametrize("l2norm", [True, False])
 def test_layers_commit_in_one_launch(l2norm):
     """A stack of layers (pools [G, P, HV, K, V], factors with a leading layer dimension, keys as strided views of
