@@ -220,21 +220,20 @@ def test_gpu_pdl_launch_sees_the_previous_kernels_writes(B):
     src = [_t(x, bf) for x in (q, k, v, a, b, z)]
     slots = torch.tensor(rng.permutation(P)[:B], dtype=torch.int32, device=DEVICE)
     norm_w = _t(rng.normal(size=V) * 0.5 + 1.0)
-    a_log_t, dt_bias_t, state0 = _t(A_log), _t(dt_bias), _t(S)
     results = {}
     for pdl in (False, True):
         inputs = [torch.full_like(t, float("nan")) for t in src]
-        pool = state0.clone()
+        pool = _t(S)
 
         def step(inputs=inputs, pool=pool, pdl=pdl):
             for dst, s in zip(inputs, src):  # the inputs written by the kernels just before
                 dst.copy_(s * 1.0)
-            return gd.gdn_decode(*inputs[:5], a_log_t, dt_bias_t, pool, slots, z=inputs[5], norm_weight=norm_w,
+            return gd.gdn_decode(*inputs[:5], _t(A_log), _t(dt_bias), pool, slots, z=inputs[5], norm_weight=norm_w,
                                  validate=False, pdl=pdl)
 
         eager = step().clone()
         eager_pool = pool.clone()
-        pool.copy_(state0)
+        pool.copy_(_t(S))
         for t in inputs:
             t.fill_(float("nan"))
         graph = torch.cuda.CUDAGraph()
@@ -242,7 +241,7 @@ def test_gpu_pdl_launch_sees_the_previous_kernels_writes(B):
             captured = step()
         for t in inputs:
             t.fill_(float("nan"))
-        pool.copy_(state0)
+        pool.copy_(_t(S))
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(captured, eager) and torch.equal(pool, eager_pool)
