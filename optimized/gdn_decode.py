@@ -36,7 +36,7 @@ import triton.language as tl
 from ._checks import FLOAT_DTYPES, check_finite_nodes, check_scalar, check_slots, check_tensor, interpreting
 from .gemv import split_k_scratch
 from .tree_attention import _num_sms
-from .pdl import allow_dependents, pdl_supported, wait_for_previous
+from .pdl import allow_dependents, pdl_supported
 
 __all__ = ["conv_step", "gdn_decode", "gated_rmsnorm", "ACTIVATIONS"]
 
@@ -89,14 +89,12 @@ def _gdn_decode_kernel(
     s_qb, s_qh, s_kb, s_kh, s_vb, s_vh, s_ab, s_bb, s_zb, s_zh, s_ob, s_oh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
     L2NORM: tl.constexpr, BETA_TWO: tl.constexpr, GATED_NORM: tl.constexpr, PDL: tl.constexpr,
-    WAIT: tl.constexpr,
 ):  # fmt: skip
     """One program per (request, value head, V block): one read and one write of the state tile ``[K, BV]``.
     ``GATED_NORM`` with ``BV < V``: the norm needs the whole head, so each program stores its fp32 ``o`` block to
     ``o_part [B, HV, V]`` and counts itself in ``count[b, hv]`` (acq_rel); the head's last program reads the whole
     head back (L2), normalises and writes it, and resets the counter (a CUDA graph replays it unchanged)."""
     allow_dependents(PDL)  # the output projection's GEMV may launch now (optimized.pdl)
-    wait_for_previous(WAIT)  # launched with PDL: nothing is read before the previous kernel is done
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = pid_bh // HV
@@ -233,7 +231,6 @@ def gdn_decode(
     out: torch.Tensor | None = None,
     block_v: int | None = None,
     validate: bool = True,
-    pdl: bool = False,
 ) -> torch.Tensor:
     """One gated delta-rule step per request from raw gates, the state updated in place (module docstring).
 
@@ -243,8 +240,6 @@ def gdn_decode(
     RMSNorm of it in z's dtype. ``scale`` defaults to ``K ** -0.5``; ``block_v``: V columns per program (default:
     the whole head when the batch alone fills the GPU, else 32; with the norm and ``block_v < V`` the head's last
     program normalises it, see the kernel: at B = 1 one program per head left 100 of the H200's 132 SMs idle).
-    ``pdl`` (where supported, :mod:`~lumotree.optimized.pdl`): launched as a programmatic dependent launch, its
-    programs resident under the previous kernel's tail and waiting for it before they touch memory.
     """
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     check_tensor("q", q, (None, None, None), "B, H, K", FLOAT_DTYPES, device)
@@ -296,9 +291,8 @@ def gdn_decode(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
         zz.stride(0), zz.stride(1), out.stride(0), out.stride(1),
         H=H, HV=HV, K=K, V=V, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel), BETA_TWO=bool(allow_neg_eigval),
-        GATED_NORM=gated, PDL=pdl_supported(device), WAIT=bool(pdl) and pdl_supported(device),
+        GATED_NORM=gated, PDL=pdl_supported(device),
         **({} if interpreting() else {"num_warps": 8 if K * block_v >= 8192 else 4}),
-        **({"launch_pdl": True} if bool(pdl) and pdl_supported(device) else {}),
     )  # fmt: skip
     return out
 

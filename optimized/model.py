@@ -656,7 +656,7 @@ class OptimizedModel:
                     conv[:, 2 * H * K :].unflatten(-1, (HV, V)), proj[:, C + HV * V + HV :],
                     proj[:, C + HV * V : C + HV * V + HV], layer.A_log, layer.dt_bias, self.state_pools[gi], slots,
                     allow_neg_eigval=self.config.allow_neg_eigval, z=proj[:, C : C + HV * V].unflatten(-1, (HV, V)),
-                    norm_weight=layer.norm_w, eps=self.eps, validate=False, pdl=self.pdl)  # [B, HV, V] gated-normed
+                    norm_weight=layer.norm_w, eps=self.eps, validate=False)  # [B, HV, V] gated-normed
                 self._add_linear(res, gated.view(B, HV * V), layer.w_out, m.post_norm)  # h += [B, Dm]
                 gi += 1
             else:

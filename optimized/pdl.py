@@ -3,14 +3,12 @@ start while the kernel before it in the stream is still running, once every prog
 ``griddepcontrol.launch_dependents`` (or exited). It must execute ``griddepcontrol.wait`` (which returns once the
 previous kernel has completed and its writes are visible) before it touches any memory that kernel may write or read.
 
-In this project :func:`~lumotree.optimized.gemv.small_batch_linear` is launched with PDL (its programs then sit
+In this project only :func:`~lumotree.optimized.gemv.small_batch_linear` is launched with PDL (its programs then sit
 resident at the wait when the previous kernel ends: the B = 1 decode step of the bench model replays in 1583 instead
 of 1629 us on the H200; prefetching weight tiles into L2 before the wait made it slower, 1669-1960 us:
 ``bench/decode_probe.py --what pdl``). The kernels that precede it in a decode step call :func:`allow_dependents`
 at their start, so that the GEMV can launch under their tail. The signal alone changes nothing for a successor
 launched without PDL (it starts after completion, as always); both instructions are no-ops when PDL is not in use.
-The decode step's :func:`~lumotree.optimized.gdn_decode.gdn_decode` is a PDL launch too (``pdl=True``), waiting
-(:func:`wait_for_previous`) at its start for the ``w_in`` GEMV whose output it reads.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import triton.language as tl
 
 from ._checks import interpreting
 
-__all__ = ["pdl_supported", "allow_dependents", "wait_for_previous"]
+__all__ = ["pdl_supported", "allow_dependents"]
 
 _CAPABLE: dict[tuple[str, int | None], bool] = {}
 
@@ -43,11 +41,3 @@ def allow_dependents(ENABLED: tl.constexpr):
     a constant so that the interpreter never sees the instruction)."""
     if ENABLED:
         tl.extra.cuda.gdc_launch_dependents()
-
-
-@triton.jit
-def wait_for_previous(ENABLED: tl.constexpr):
-    """A kernel launched with PDL (``ENABLED``): wait until the previous kernel of the stream has completed and its
-    writes are visible; to be called before the first memory access."""
-    if ENABLED:
-        tl.extra.cuda.gdc_wait()
