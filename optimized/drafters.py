@@ -410,11 +410,11 @@ class SyntheticDrafter:
         self.rank_confidence = [self.acceptance * (1 - self.acceptance) ** r for r in range(branching)]
         self.oracle = {tuple(int(t) for t in k): [int(t) for t in v] for k, v in oracle.items()}
         longest = max((len(v) for v in self.oracle.values()), default=0)
-        self._truth_rows = {}  # prompt -> [longest + 1] int64: its continuation, then -1 (built once, not per draft)
+        # row i: the continuation of the i-th prompt, then -1 (built once, gathered per step)
+        self._truth_row = {k: i for i, k in enumerate(self.oracle)}  # prompt -> row
+        self._truth = np.full((len(self.oracle), longest + 1), -1, dtype=np.int64)  # [prompts, longest + 1]
         for k, v in self.oracle.items():
-            row = np.full(longest + 1, -1, dtype=np.int64)
-            row[: len(v)] = v
-            self._truth_rows[k] = row
+            self._truth[self._truth_row[k], : len(v)] = v
         self.vocab_size = int(vocab_size)
         self.rng = np.random.default_rng(seed)
         self.description = (
@@ -477,15 +477,16 @@ class SyntheticDrafter:
         n, B, V = len(parents), len(requests), self.vocab_size
         width = len(self.rank_confidence)
         levels = max_depth + 1
-        truth_at = np.full((B, levels), -1, dtype=np.int64)  # [B, levels] the oracle's next tokens (-1: none)
+        row, pos = np.zeros(B, dtype=np.int64), np.full(B, -1, dtype=np.int64)  # [B] oracle row, tokens generated
         for b, r in enumerate(requests):
             prompt = self._prompt[r.slot]
             done = len(r.context) - len(prompt)  # generated tokens, the pending one included
             if self._synced(r.slot, prompt, r.context, done):
-                window = self._truth_rows[prompt][done : done + levels]  # the continuation, then -1
-                truth_at[b, : len(window)] = window
+                row[b], pos[b] = self._truth_row[prompt], done
             else:
                 self.desynced += 1
+        cols = np.minimum(pos[:, None] + np.arange(levels)[None, :], self._truth.shape[1] - 1)  # [B, levels]
+        truth_at = np.where(pos[:, None] >= 0, self._truth[row[:, None], cols], -1)  # [B, levels] next tokens, or -1
         base = self.rng.integers(0, V, size=(B, n))  # [B, n] per parent
         hit = np.searchsorted(np.cumsum(self.rank_confidence), self.rng.random((B, n)), side="right")  # [B, n]
         tokens = np.empty((B, n), dtype=np.int64)  # [B, n]

@@ -602,13 +602,13 @@ class Engine:
         """Append tokens (cut at ``max_new_tokens``, a stop token, or a full context) and finish when due."""
         room = min(request.params.max_new_tokens - len(request.output),
                    self.model.max_seq_len - len(request.prompt) - len(request.output))
-        new: list[int] = []
+        new = [int(tok) for tok in tokens[: max(room, 0)]]
         reason = ""
-        for tok in tokens[: max(room, 0)]:
-            new.append(int(tok))
-            if tok in request.params.stop_token_ids:
-                reason = "stop"
-                break
+        stops = request.params.stop_token_ids
+        if stops:
+            hit = next((i for i, tok in enumerate(new) if tok in stops), None)
+            if hit is not None:  # the stop token is emitted, nothing after it
+                new, reason = new[: hit + 1], "stop"
         request.output.extend(new)
         if not reason:
             if len(request.output) >= request.params.max_new_tokens:
