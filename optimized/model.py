@@ -494,10 +494,7 @@ class OptimizedModel:
         if self._on_gemv(x, w.shape[0]):
             return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl, glu=glu, conv=conv, validate=False,
                                       out=out)
-        if out is not None:
-            y = torch.matmul(_silu_mul(x) if glu else x, w.T, out=out)
-        else:
-            y = (_silu_mul(x) if glu else x) @ w.T
+        y = torch.matmul(_silu_mul(x) if glu else x, w.T, out=out)
         y = y if out_dtype is None else y.to(out_dtype)
         if conv is not None:
             C = conv.weight.shape[0]
@@ -533,6 +530,10 @@ class OptimizedModel:
             res.norm_for = next_norm
         else:
             res.delta, res.rows, res.norm_for = self._linear(x, w, glu=glu), None, None
+
+    def _next_in_norm(self, i: int) -> torch.Tensor | None:
+        """The input norm weight (``1 + w``) of layer ``i + 1``; None after the last layer (the final norm follows)."""
+        return self.layers[i + 1].in_norm if i + 1 < len(self.layers) else None
 
     def _mlp(self, m: _MLP, res: _Residual, next_norm: torch.Tensor | None) -> None:
         """``h += MLP(RMSNorm(h))``: SwiGLU (on the GEMVs, the norm and the add inside them, ``next_norm`` the norm
@@ -583,9 +584,7 @@ class OptimizedModel:
         gi = ai = 0
         splits = self._num_splits(B, N) if self.k_pools else 1
         for i, (layer, m) in enumerate(zip(self.layers, self.mlps)):
-            if isinstance(layer, _GDNLayer):
-                H, HV, K, V, W = self._gdn_dims
-                C = 2 * H * K + HV * V
+            if isinstance(layer, _GDNLayer):  # (H, HV, K, V, C as set above)
                 proj = self._norm_linear(res, layer.in_norm, layer.w_in, out=proj_all[gi]).view(B, N, -1)
                 mixed = proj[..., :C]  # [B, N, C] conv inputs (q | k | v); proj: [B, N, C + HV V + 2 HV]
                 z = proj[..., C : C + HV * V].unflatten(-1, (HV, V))  # [B, N, HV, V]
@@ -621,7 +620,7 @@ class OptimizedModel:
                                         gate=qg[..., D:], num_splits=splits, validate=False)  # [B, N, HQ, D]
                 self._add_linear(res, att.reshape(T, HQ * D), layer.w_o, m.post_norm)  # h += [T, Dm]
                 ai += 1
-            self._mlp(m, res, self.layers[i + 1].in_norm if i + 1 < len(self.layers) else None)
+            self._mlp(m, res, self._next_in_norm(i))
         x = self._normed(res, self.final_norm).view(B, N, -1)  # [B, N, Dm] final-normed
         if prefill:  # only the chunk's last real token needs logits
             last = (num_nodes.long() - 1)[:, None, None].expand(B, 1, x.shape[-1])
@@ -672,7 +671,7 @@ class OptimizedModel:
                                         gate=qg[..., D:], num_splits=splits, validate=False)  # [B, 1, HQ, D]
                 self._add_linear(res, att.view(B, HQ * D), layer.w_o, m.post_norm)  # h += [B, Dm]
                 ai += 1
-            self._mlp(m, res, self.layers[i + 1].in_norm if i + 1 < len(self.layers) else None)
+            self._mlp(m, res, self._next_in_norm(i))
         self.lens.index_copy_(0, slots.long(), lens + 1)
         return self._linear(self._normed(res, self.final_norm), self.lm_head, torch.float32)  # [B, Vocab]
 
