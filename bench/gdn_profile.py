@@ -80,6 +80,21 @@ FUSED_SWEEP = {
     "bk16_w4_s4": KC(32, 16, 4, 4, False),
 }
 FUSED_SWEEP_SHAPES = [((1, 64), FUSED_SWEEP), ((1, 32), FUSED_SWEEP)]
+# --dot16-sweep (bf16 q / k, the model's): K K^T and Q K^T as 16-bit products or on tf32, and the N = 32 candidate
+DOT16_FUSED = {
+    "default": None,
+    "no_dot16": KC(32, 32, 4, 3, False, dot16=False),
+    "bk16_w4_s4": KC(32, 16, 4, 4, False),
+    "bk16_w4_s4_no_dot16": KC(32, 16, 4, 4, False, dot16=False),
+    "bk64_w4_s3": KC(32, 64, 4, 3, False),
+}
+DOT16_SPLIT = {
+    "default": None,
+    "no_dot16": BASE._replace(dot16=False),
+}
+DOT16_SHAPES = [((1, 64), DOT16_FUSED), ((1, 32), DOT16_FUSED), ((1, 16), DOT16_FUSED), ((64, 64), DOT16_SPLIT)]
+# --depth-sweep (bf16 q / k): the default launch on tree shapes of growing depth (the doubling's levels)
+DEPTH_SHAPES = [((1, N), {"default": None}, kind) for N in (64, 32) for kind in ("star", "eagle", "random", "chain")]
 N128_VARIANTS = {
     "default": None,
     "h2_w8": KC(128, 32, 8, 2, True, 8, solve_heads=2),
@@ -101,7 +116,8 @@ def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
     return float((a - ref).norm() / ref.norm()) if bool(torch.isfinite(a).all()) else float("inf")
 
 
-def variants(mode: str, budget_s: float, shapes: list | None = None) -> list[dict]:
+def variants(mode: str, budget_s: float, shapes: list | None = None, dtype: torch.dtype = torch.float32
+             ) -> list[dict]:
     """Every variant: correctness against float64 (first 4 requests, NaN-poisoned outputs), then the whole verify,
     and for split configs the solve and apply kernels alone."""
     import time  # noqa: PLC0415
@@ -109,10 +125,12 @@ def variants(mode: str, budget_s: float, shapes: list | None = None) -> list[dic
     from lumotree.optimized import gdn_tree_ref as R  # noqa: PLC0415
 
     start, rows = time.time(), []
-    for (B, N), table in shapes or SHAPES:
+    for entry in shapes or SHAPES:
+        (B, N), table = entry[:2]
+        kind = entry[2] if len(entry) > 2 else "random"
         if time.time() - start > budget_s:
             break
-        x = bench_gdn.make_inputs(B, N, "random", seed=B * 1000 + N + 1)
+        x = bench_gdn.make_inputs(B, N, kind, seed=B * 1000 + N + 1, dtype=dtype)
         x["meta"] = G.tree_meta(x["parents"])
         sub = slice(0, min(B, 4))
         ref_o, ref_f = R.gdn_tree_closed_form_ref(*[x[n][sub].double() for n in ("q", "k", "v", "g", "beta")],
@@ -122,9 +140,11 @@ def variants(mode: str, budget_s: float, shapes: list | None = None) -> list[dic
             if time.time() - start > budget_s:
                 rows.append(dict(B=B, N=N, variant=name, skipped="budget"))
                 continue
-            row = dict(B=B, N=N, variant=name, config=None if cfg is None else cfg._asdict())
+            row = dict(B=B, N=N, kind=kind, max_depth=x["max_depth"], variant=name,
+                       config=None if cfg is None else cfg._asdict())
             try:
-                out = (torch.full_like(x["v"], float("nan")), torch.full_like(x["v"], float("nan")),
+                out = (torch.full_like(x["v"], float("nan")),
+                       torch.full(x["v"].shape, float("nan"), device="cuda"),
                        torch.full(x["g"].shape, float("nan"), device="cuda"),
                        torch.full(x["q"].shape[:3], float("nan"), device="cuda"))
                 o, f = G.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], x["pool"], x["slots"],
@@ -146,7 +166,7 @@ def variants(mode: str, budget_s: float, shapes: list | None = None) -> list[dic
             print("variant " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                          for k, v in row.items() if k != "config"), flush=True)
         _, factors = _verify(x, mode)
-        for name, cfg in COMMIT_VARIANTS.items() if N == 64 else ():
+        for name, cfg in COMMIT_VARIANTS.items() if N == 64 and len(entry) == 2 else ():
             row = dict(B=B, N=N, variant="commit_" + name, config=None if cfg is None else cfg._asdict())
             try:
                 pool = x["pool"].clone()
@@ -178,12 +198,20 @@ def main() -> int:
     parser.add_argument("--variants", action="store_true", help="time the launch-config variants of this file")
     parser.add_argument("--fused-sweep", action="store_true",
                         help="with --variants: only the fused kernel's sweep at B = 1 (FUSED_SWEEP)")
+    parser.add_argument("--dot16-sweep", action="store_true",
+                        help="with --variants: bf16 q / k, the 16-bit Gram products against tf32 (DOT16_SHAPES)")
+    parser.add_argument("--depth-sweep", action="store_true",
+                        help="with --variants: bf16 q / k, the default launch on trees of growing depth (DEPTH_SHAPES)")
     parser.add_argument("--budget-s", type=float, default=200.0)
     args = parser.parse_args()
     if args.variants:
-        rows = variants(args.mode, args.budget_s, FUSED_SWEEP_SHAPES if args.fused_sweep else None)
+        shapes = (FUSED_SWEEP_SHAPES if args.fused_sweep else DOT16_SHAPES if args.dot16_sweep
+                  else DEPTH_SHAPES if args.depth_sweep else None)
+        dtype = torch.bfloat16 if args.dot16_sweep or args.depth_sweep else torch.float32
+        rows = variants(args.mode, args.budget_s, shapes, dtype)
         with open(args.out, "w") as fh:
-            json.dump(dict(card=torch.cuda.get_device_name(), mode=args.mode, rows=rows), fh, indent=1)
+            json.dump(dict(card=torch.cuda.get_device_name(), mode=args.mode, dtype=str(dtype),
+                           disable_mma_v3=os.environ.get("DISABLE_MMA_V3", ""), rows=rows), fh, indent=1)
         return 0
     rows = []
     shapes = ((64, 64), (16, 64), (1, 64)) if not args.ncu else ((64, 64), (1, 64))

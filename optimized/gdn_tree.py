@@ -89,7 +89,8 @@ class KernelConfig(NamedTuple):
     value head, V block)) and the warps. ``word_vectors`` (verify): read the ancestor bitsets as W ``[N]`` vectors
     instead of an ``[N, N]`` gather (fewer registers). Split pipeline only: ``solve_heads`` value heads of one GVA
     group per solve program (``K K^T`` and ``Q K^T`` formed once for them; a divisor of ``HV // H``),
-    ``solve_stages`` (0: ``num_stages``) for its K loop. (A per-(request, value head) verify kernel that did the
+    ``solve_stages`` (0: ``num_stages``) for its K loop. ``dot16``: with 16-bit q / k in a tensor-core mode, form
+    ``K K^T`` and ``Q K^T`` as 16-bit products of the loaded tiles (:func:`_gram_products`). (A per-(request, value head) verify kernel that did the
     ``[N, N]`` work once and looped over V blocks was measured slower in every form on the H200 and removed:
     bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
@@ -102,6 +103,7 @@ class KernelConfig(NamedTuple):
     word_vectors: bool = False
     solve_heads: int = 1
     solve_stages: int = 0
+    dot16: bool = True
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -121,6 +123,20 @@ def _round_qk(x, PRECISION: tl.constexpr, QK16: tl.constexpr):
     if not QK16:
         x = _tf32_round(x, PRECISION)
     return x
+
+
+@triton.jit
+def _gram_products(q_raw, k_raw, q_c, k_c, kk, qk, PRECISION: tl.constexpr, DOT16: tl.constexpr):
+    """``K K^T`` and ``Q K^T`` accumulated over one K chunk: ``DOT16`` (16-bit q / k, tensor-core modes) as 16-bit
+    products of the tiles as loaded (exact products, fp32 sums: what tf32 computes on these values, without the
+    conversion before the product), else on the fp32 tiles ``q_c, k_c`` at ``PRECISION``."""
+    if DOT16:
+        kk = tl.dot(k_raw, tl.trans(k_raw), kk)
+        qk = tl.dot(q_raw, tl.trans(k_raw), qk)
+    else:
+        kk = tl.dot(k_c, tl.trans(k_c), kk, input_precision=PRECISION)
+        qk = tl.dot(q_c, tl.trans(k_c), qk, input_precision=PRECISION)
+    return kk, qk
 
 
 @triton.jit
@@ -217,6 +233,7 @@ def _gdn_tree_solve_kernel(
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
+    DOT16: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
     quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
@@ -240,16 +257,17 @@ def _gdn_tree_solve_kernel(
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)  # [BK]
-        q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
-        k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
+        q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
+        k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK]
+        q_c = q_raw.to(tl.float32)  # [NP, BK]
+        k_c = k_raw.to(tl.float32)  # [NP, BK]
         if L2NORM:
             if not QK16:  # 16-bit keys: |k|^2 is K K^T's diagonal (exact products), read after the loop
                 k_sq += tl.sum(k_c * k_c, axis=1)
             q_sq += tl.sum(q_c * q_c, axis=1)
         q_c = _round_qk(q_c, PRECISION, QK16)
         k_c = _round_qk(k_c, PRECISION, QK16)
-        kk = tl.dot(k_c, tl.trans(k_c), kk, input_precision=PRECISION)
-        qk = tl.dot(q_c, tl.trans(k_c), qk, input_precision=PRECISION)
+        kk, qk = _gram_products(q_raw, k_raw, q_c, k_c, kk, qk, PRECISION, DOT16)
     first = (nodes * 0 + hv0) % (HV // H) == 0  # [NP] one program of the group writes the q/k scalars
     if L2NORM:
         if QK16:
@@ -339,6 +357,7 @@ def _gdn_tree_verify_kernel(
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
+    DOT16: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
     redone by every V block of a value head; pays off when there are few programs, i.e. small batches)."""
@@ -372,17 +391,18 @@ def _gdn_tree_verify_kernel(
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)  # [BK]
-        q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
-        k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
+        q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
+        k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK]
         s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
+        q_c = q_raw.to(tl.float32)  # [NP, BK]
+        k_c = k_raw.to(tl.float32)  # [NP, BK]
         if L2NORM:
             if not QK16:  # 16-bit keys: |k|^2 is K K^T's diagonal (exact products), read after the loop
                 k_sq += tl.sum(k_c * k_c, axis=1)
             q_sq += tl.sum(q_c * q_c, axis=1)
         q_c = _round_qk(q_c, PRECISION, QK16)
         k_c = _round_qk(k_c, PRECISION, QK16)
-        kk = tl.dot(k_c, tl.trans(k_c), kk, input_precision=PRECISION)
-        qk = tl.dot(q_c, tl.trans(k_c), qk, input_precision=PRECISION)
+        kk, qk = _gram_products(q_raw, k_raw, q_c, k_c, kk, qk, PRECISION, DOT16)
         ks = tl.dot(k_c, s_c, ks, input_precision=PRECISION)
         qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)
     if L2NORM:
@@ -636,6 +656,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     qk16 = q.dtype in (torch.bfloat16, torch.float16)  # tf32-exact q / k: no rounding, |k|^2 from K K^T
     flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
                  PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors), QK16=qk16)
+    gram_flags = dict(DOT16=qk16 and precision != "ieee" and bool(cfg.dot16))
     if cfg.split:
         q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]
         tb = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
@@ -646,7 +667,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             N, *qk_strides, *gate_strides,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
-            num_stages=cfg.solve_stages or cfg.num_stages, **flags,
+            num_stages=cfg.solve_stages or cfg.num_stages, **flags, **gram_flags,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta,
@@ -662,6 +683,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             BV=block_v, WORD_BITS=WORD_BITS, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
+            **gram_flags,
         )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)
 
