@@ -184,6 +184,95 @@ def variants(mode: str, budget_s: float, shapes: list | None = None, dtype: torc
     return rows
 
 
+# --model-like: the fused kernel as the model launches it (bf16, strided views, cold states), per config
+MODEL_LIKE = {
+    "default": None,
+    "default_hot": None,  # every launch on layer 0's data: its state stays in L2 (as in the isolated benchmarks)
+    "s4": KC(32, 32, 4, 4, False),
+    "s2": KC(32, 32, 4, 2, False),
+    "bk64_s3": KC(32, 64, 4, 3, False),
+    "bk64_s2": KC(32, 64, 4, 2, False),
+    "bk16_s4": KC(32, 16, 4, 4, False),
+    "bv16_s3": KC(16, 32, 4, 3, False),
+    "w8_s3": KC(32, 32, 8, 3, False),
+    # second run (after w8_s3 won at N = 64 and bk16_s4 at N = 32 in the first)
+    "w8_s2": KC(32, 32, 8, 2, False),
+    "w8_s4": KC(32, 32, 8, 4, False),
+    "w8_bk64_s3": KC(32, 64, 8, 3, False),
+    "w8_bk16_s4": KC(32, 16, 8, 4, False),
+    "w8_bv64_s3": KC(64, 32, 8, 3, False),
+    "w8_bv16_s3": KC(16, 32, 8, 3, False),
+    "bk16_s3": KC(32, 16, 4, 3, False),
+    "bk16_s5": KC(32, 16, 4, 5, False),
+}
+
+
+def model_like(budget_s: float, layers: int = 48, nodes=(64, 32, 16)) -> list[dict]:  # noqa: PLR0915
+    """The fused verify as the model's B = 1 tree step runs it: ``layers`` layer copies, each with its own state
+    (so every launch reads its ``S0`` from DRAM, as in the model, where the weights stream through L2 between two
+    uses of a layer), q / k / v as views of a conv output ``[B, N, 2 H K + HV V]`` and the gates as views of a
+    projection ``[B, N, 2 H K + 2 HV V + 2 HV]`` (the model's strides), all launches back to back in one CUDA graph:
+    microseconds per launch, each config checked against the per-launch default (bit-identical not required: the
+    K chunking changes the sums; relative difference reported)."""
+    import time  # noqa: PLC0415
+
+    from lumotree.reference.tree import random_parents  # noqa: PLC0415
+
+    start, rows, dev = time.time(), [], torch.device("cuda")
+    C = 2 * H * K + HV * V
+    for N in nodes:
+        gen = torch.Generator(device=dev).manual_seed(N)
+        rng = __import__("numpy").random.default_rng(N)
+        parents = torch.tensor([random_parents(N, rng)], dtype=torch.int32, device=dev)  # [1, N]
+        meta = G.tree_meta(parents)
+        conv = torch.randn(layers, 1, N, C, device=dev, generator=gen).bfloat16()  # [G, B, N, C]
+        proj = torch.randn(layers, 1, N, C + HV * V + 2 * HV, device=dev, generator=gen).bfloat16()
+        pools = torch.randn(layers, 1, HV, K, V, device=dev, generator=gen) * 0.1  # [G, P, HV, K, V]
+        A_log = torch.log(torch.empty(HV, device=dev).uniform_(1, 16, generator=gen))
+        dt_bias = torch.randn(HV, device=dev, generator=gen) * 0.5
+        slots = torch.zeros(1, dtype=torch.int32, device=dev)
+        outs = [torch.empty(1, N, HV, V, dtype=torch.bfloat16, device=dev) for _ in range(layers)]
+        deltas = torch.empty(layers, 1, N, HV, V, device=dev)
+        lgs = torch.empty(layers, 1, N, HV, device=dev)
+        krs = torch.empty(layers, 1, N, H, device=dev)
+
+        def step(cfg, conv=conv, proj=proj, pools=pools, N=N, hot=False):
+            for g in [0] * layers if hot else range(layers):
+                q = conv[g, :, :, : H * K].unflatten(-1, (H, K))
+                k = conv[g, :, :, H * K : 2 * H * K].unflatten(-1, (H, K))
+                v = conv[g, :, :, 2 * H * K :].unflatten(-1, (HV, V))
+                b = proj[g, :, :, C + HV * V : C + HV * V + HV]
+                a = proj[g, :, :, C + HV * V + HV :]
+                G.gdn_tree_verify_gated(q, k, v, a, b, A_log, dt_bias, pools[g], slots, parents,
+                                        input_precision="tf32", meta=meta, validate=False, config=cfg,
+                                        out=(outs[g], deltas[g], lgs[g], krs[g]))
+
+        reference = None
+        for name, cfg in MODEL_LIKE.items():
+            if time.time() - start > budget_s:
+                rows.append(dict(N=N, variant=name, skipped="budget"))
+                continue
+            row = dict(B=1, N=N, layers=layers, variant=name, config=None if cfg is None else cfg._asdict())
+            try:
+                hot = name == "default_hot"
+                step(cfg)
+                torch.cuda.synchronize()
+                got = torch.stack([o.float() for o in outs])
+                if reference is None:
+                    reference = got.clone()
+                row["rel_diff_vs_default"] = _rel(got, reference.double())
+                us, _ = bench_gdn.graph_time(lambda cfg=cfg, hot=hot: step(cfg, hot=hot), rep_ms=100)
+                row["us_per_launch"] = us / layers
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = f"{type(exc).__name__}: {exc}"[-300:]
+            rows.append(row)
+            print("model_like " + "  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                            for k, v in row.items() if k != "config"), flush=True)
+        del conv, proj, pools, outs, deltas
+        torch.cuda.empty_cache()
+    return rows
+
+
 COMMIT_VARIANTS = {"default": None, "bv32_bk32_w2": KC(32, 32, 2, 1), "bv16_bk128_w4": KC(16, 128, 4, 1),
                    "bv64_bk128_w4_s2": KC(64, 128, 4, 2), "bv128_bk16_w4": KC(128, 16, 4, 1)}
 
@@ -202,8 +291,16 @@ def main() -> int:
                         help="with --variants: bf16 q / k, the 16-bit Gram products against tf32 (DOT16_SHAPES)")
     parser.add_argument("--depth-sweep", action="store_true",
                         help="with --variants: bf16 q / k, the default launch on trees of growing depth (DEPTH_SHAPES)")
+    parser.add_argument("--model-like", action="store_true",
+                        help="the fused kernel as the model launches it at B = 1 (cold states, strided views)")
+    parser.add_argument("--model-like-nodes", type=int, nargs="+", default=[64, 32, 16])
     parser.add_argument("--budget-s", type=float, default=200.0)
     args = parser.parse_args()
+    if args.model_like:
+        rows = model_like(args.budget_s, nodes=tuple(args.model_like_nodes))
+        with open(args.out, "w") as fh:
+            json.dump(dict(card=torch.cuda.get_device_name(), rows=rows), fh, indent=1)
+        return 0
     if args.variants:
         shapes = (FUSED_SWEEP_SHAPES if args.fused_sweep else DOT16_SHAPES if args.dot16_sweep
                   else DEPTH_SHAPES if args.depth_sweep else None)

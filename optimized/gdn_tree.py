@@ -518,7 +518,11 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     (bench/NOTES-gdn.md): the split pipeline when the batch fills the GPU with (request, value head) programs, else
     the fused kernel. The solve takes two value heads of a GVA group (``H`` q/k heads given, ``HV // H`` even) in
     one 4-warp program up to N = 64 (at B = 64, N = 64: 116 against 280 us per value head at 8 warps), one value
-    head at 8 warps at N = 128; 3 stages (``ieee`` at N = 128: 16 warps, 2 stages; 3 stages measured 3x slower)."""
+    head at 8 warps at N = 128; 3 stages (``ieee`` at N = 128: 16 warps, 2 stages; 3 stages measured 3x slower).
+    The fused kernel: 32 V columns, 4 warps, 3 stages up to N = 64; when its programs fit in one wave (B = 1), 8 warps
+    at N = 64 and 16-row K chunks with 4 stages at N = 32, the best of a sweep that launches it as the model does
+    (``bench/gdn_profile.py --model-like``: every launch's state cold in L2; the earlier sweeps kept it in L2 and
+    ranked these shapes lower)."""
     NP = _padded_nodes(N)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
@@ -527,8 +531,14 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
             return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 16)
         return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 4 if NP <= 64 else 8,
                             solve_heads=pair, solve_stages=3)
-    block_v, num_warps, stages = (32, 4, 3) if NP <= 64 else (64, 8, 2)
-    return KernelConfig(min(block_v, V), min(K, 32), num_warps, stages, False)
+    block_v, block_k, num_warps, stages = (32, 32, 4, 3) if NP <= 64 else (64, 32, 8, 2)
+    if B * HV * triton.cdiv(V, block_v) <= _num_sms(device):  # one wave of programs (B = 1 at Qwen3-Next shapes)
+        # the model-like sweep (cold states, the model's strided views; bench/NOTES-gdn.md, sixth session)
+        if NP == 64:
+            num_warps = 8  # 17.9 against 25.5 us per launch
+        elif NP == 32:
+            block_k, stages = 16, 4  # 10.8 against 12.2 us
+    return KernelConfig(min(block_v, V), min(K, block_k), num_warps, stages, False)
 
 
 def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:

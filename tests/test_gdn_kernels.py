@@ -424,7 +424,8 @@ def test_gpu_k_split_commit_error_bounds(precision, tol):
 
 def test_default_configs_follow_the_measured_rules():
     """verify_config: the GVA-paired 4-warp solve up to N = 64 when the group is even (and H is known), one value head
-    at 8 warps at N = 128 (ieee there: the 16-warp, 2-stage solve); the fused kernel for small batches."""
+    at 8 warps at N = 128 (ieee there: the 16-warp, 2-stage solve); the fused kernel for small batches, with its
+    one-wave shapes at N = 64 and 32."""
     cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
     paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
     assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
@@ -435,4 +436,8 @@ def test_default_configs_follow_the_measured_rules():
     ieee = G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="ieee")
     assert (ieee.solve_warps, ieee.solve_stages or ieee.num_stages) == (16, 2)
     small = G.verify_config(1, 2, 64, 128, 128, cpu, H=1)
-    assert not small.split and small.num_stages == 3
+    assert not small.split and (small.num_warps, small.num_stages, small.block_k) == (4, 3, 32)
+    # one wave of fused programs (1 x 2 x 32 / 32 <= 4): the model-like sweep's shapes at N = 64 and 32 only
+    one_wave = {N: G.verify_config(1, 2, N, 128, 32, cpu, H=1) for N in (64, 32, 16)}
+    assert not any(c.split for c in one_wave.values())
+    assert [(c.num_warps, c.num_stages, c.block_k) for c in one_wave.values()] == [(8, 3, 32), (4, 4, 16), (4, 3, 32)]
