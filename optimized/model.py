@@ -112,6 +112,42 @@ def _silu_mul_kernel(gu_ptr, out_ptr, inner, BLOCK: tl.constexpr, PDL: tl.conste
     tl.store(out_ptr + row * inner + cols, (g * tl.sigmoid(g) * u).to(out_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def _decode_prologue_kernel(tokens_ptr, slots_ptr, s_tok, s_slot, embed_ptr, lens_ptr, h_ptr, slots_out_ptr,
+                            lens_out_ptr, D, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """One program per request b of a decode step: ``h[b] = embed[tokens[b]]``, ``slots_out[b] = slots[b]`` (int32,
+    contiguous), ``lens_out[b] = lens[slots[b]]`` (the committed length the step's attention reads) and then
+    ``lens[slots[b]] += 1`` (the step's slots are distinct), in place of five small torch ops."""
+    allow_dependents(PDL)  # the first GEMV may launch now (optimized.pdl)
+    b = tl.program_id(0).to(tl.int64)
+    tok = tl.load(tokens_ptr + b * s_tok).to(tl.int64)
+    slot = tl.load(slots_ptr + b * s_slot).to(tl.int64)
+    cols = tl.arange(0, BLOCK)  # [BLOCK]
+    for d0 in range(0, D, BLOCK):
+        ok = d0 + cols < D
+        tl.store(h_ptr + b * D + d0 + cols, tl.load(embed_ptr + tok * D + d0 + cols, mask=ok), mask=ok)
+    length = tl.load(lens_ptr + slot)
+    tl.store(lens_out_ptr + b, length)
+    tl.store(slots_out_ptr + b, slot.to(tl.int32))
+    tl.store(lens_ptr + slot, length + 1)
+
+
+def _decode_prologue(tokens: torch.Tensor, slots: torch.Tensor, embed: torch.Tensor, lens: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A decode step's inputs in one launch (:func:`_decode_prologue_kernel`): ``tokens, slots: [B]`` integer
+    (any stride, distinct slots) -> the residual stream ``[B, Dm]`` (the tokens' embeddings), the slots ``[B]``
+    int32 and their committed lengths ``[B]`` before the step; ``lens [P]`` advances by one at those slots."""
+    B = slots.shape[0]
+    D = embed.shape[1]
+    h = torch.empty((B, D), dtype=embed.dtype, device=embed.device)  # [B, Dm]
+    slots_out = torch.empty((B,), dtype=torch.int32, device=embed.device)  # [B]
+    lens_out = torch.empty((B,), dtype=lens.dtype, device=embed.device)  # [B]
+    _decode_prologue_kernel[(B,)](tokens, slots, tokens.stride(0), slots.stride(0), embed, lens, h, slots_out,
+                                  lens_out, D, BLOCK=min(4096, triton.next_power_of_2(D)),
+                                  PDL=pdl_supported(embed.device), **_launch_opts(4))
+    return h, slots_out, lens_out
+
+
 def _launch_opts(num_warps: int) -> dict:
     return {} if interpreting() else {"num_warps": num_warps}
 
@@ -635,12 +671,13 @@ class OptimizedModel:
         return _StepRecord(B, N, slots, parents, num_nodes, meta, lens, factors, conv_inputs, logits)
 
     def _decode_step(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """One token per request (``tokens, slots: [B]`` device tensors): every pool advances by one in place, no
+        """One token per request (``tokens, slots: [B]`` integer device tensors, any stride; read by the fused
+        prologue, :func:`_decode_prologue`): every pool advances by one in place, no
         tree and no commit (:mod:`~lumotree.optimized.gdn_decode` for the GDN layers: the state is read and
         written once; tree attention on one-node trees for the attention layers). Returns logits ``[B, V]`` fp32."""
         B = slots.shape[0]
-        lens = self.lens.index_select(0, slots.long())  # [B]
-        res = _Residual(self.embed[tokens.reshape(B).long()])  # [B, Dm] residual stream
+        h, slots, lens = _decode_prologue(tokens, slots, self.embed, self.lens)  # lens: [B] before; self.lens += 1
+        res = _Residual(h)  # [B, Dm] residual stream
         gi = ai = 0
         splits = self._num_splits(B, 1) if self.k_pools else 1
         for i, (layer, m) in enumerate(zip(self.layers, self.mlps)):
@@ -672,7 +709,6 @@ class OptimizedModel:
                 self._add_linear(res, att.view(B, HQ * D), layer.w_o, m.post_norm)  # h += [B, Dm]
                 ai += 1
             self._mlp(m, res, self._next_in_norm(i))
-        self.lens.index_copy_(0, slots.long(), lens + 1)
         return self._linear(self._normed(res, self.final_norm), self.lm_head, torch.float32)  # [B, Vocab]
 
     def _commit(self, rec: _StepRecord, accepted: torch.Tensor) -> torch.Tensor:
@@ -871,7 +907,7 @@ class OptimizedModel:
         step_in = _step_input(B, tokens, slots)  # [B, 2] tokens | slots
 
         def body(step_in: torch.Tensor) -> torch.Tensor:
-            return self._decode_step(step_in[:, 0].contiguous(), step_in[:, 1].to(torch.int32))
+            return self._decode_step(step_in[:, 0], step_in[:, 1])
 
         if self.graphs:
             return self._run_graph(("decode", B), {"step_in": step_in}, body)
