@@ -271,31 +271,41 @@ def run(args: argparse.Namespace) -> int:
         results.append(record)
         return record
 
-    # phases in order of importance, so a time limit cuts the least important runs
-    for B in batches:  # 1: autoregressive (the oracle) and the synthetic drafter under the budget
+    def budget_runs(B: int) -> None:
+        """Autoregressive (the oracle) and the synthetic drafter under the budget at batch B."""
         try:
             ar = one_run(B, "autoregressive", "autoregressive", None, "none", 1)
         except Exception as exc:  # keep going: report what failed
             note.append(f"B={B} autoregressive failed: {exc!r}")
             log(note[-1])
-            continue
+            return
         if ar is None:
-            continue
+            return
         oracles[B] = {tuple(p): toks for p, toks in zip(prompts_for[B], ar["outputs"])}
         for p in args.acceptance:
             for mode in ("chain", "tree"):
                 plan_run(B, f"{mode} synthetic p={p}", mode, ("synthetic", p), "expected", args.max_nodes)
-    for B in args.sweep_batches:  # 2: fixed tree sizes next to the budget's choice
+
+    # phases in order of importance, so a time limit cuts the least important runs: the sweep batches (where the
+    # fixed tree sizes are compared with the budget's choice) first, their sweep, then the other batches
+    swept = [B for B in batches if B in args.sweep_batches]
+    for B in swept:  # 1: the budget at the sweep batches
+        budget_runs(B)
+    for B in swept:  # 2: fixed tree sizes next to the budget's choice
         if B in oracles and 0.8 in args.acceptance:
             for n in args.sweep:
                 plan_run(B, f"tree synthetic p=0.8 fixed N={n}", "tree", ("synthetic", 0.8), "fixed", n)
             plan_run(B, "tree synthetic p=0.8 ratio rule", "tree", ("synthetic", 0.8), "ratio", args.max_nodes)
-    if draft is not None:  # 3: the real small draft model
+    for B in batches:  # 3: the budget at the other batches
+        if B not in swept:
+            budget_runs(B)
+    if draft is not None:  # 4: the real small draft model
         for B in batches:
             if B in oracles:
                 for mode in ("chain", "tree"):
                     plan_run(B, f"{mode} draft-model", mode, ("draft-model", None), "expected", args.max_nodes)
                 plan_run(B, "tree draft-model fixed N=16", "tree", ("draft-model", None), "fixed", 16)
+    results.sort(key=lambda r: r["B"])  # by batch (stable: each batch's runs in the order they ran)
     for r in results:
         ar = next((x for x in results if x["B"] == r["B"] and x["mode"] == "autoregressive"), None)
         r["speedup_vs_ar"] = r["tokens_per_s"] / ar["tokens_per_s"] if ar and ar["tokens_per_s"] else float("nan")

@@ -513,16 +513,16 @@ def _padded_nodes(N: int) -> int:
 
 
 def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
-                  H: int | None = None, precision: str = "tf32") -> KernelConfig:
+                  H: int | None = None, precision: str = "tf32", qk16: bool = False) -> KernelConfig:
     """Default launch parameters of verify, the best of the H200 sweeps of 2026-11-29 and 2026-12-01
     (bench/NOTES-gdn.md): the split pipeline when the batch fills the GPU with (request, value head) programs, else
     the fused kernel. The solve takes two value heads of a GVA group (``H`` q/k heads given, ``HV // H`` even) in
     one 4-warp program up to N = 64 (at B = 64, N = 64: 116 against 280 us per value head at 8 warps), one value
     head at 8 warps at N = 128; 3 stages (``ieee`` at N = 128: 16 warps, 2 stages; 3 stages measured 3x slower).
     The fused kernel: 32 V columns, 4 warps, 3 stages up to N = 64; when its programs fit in one wave (B = 1), 8 warps
-    at N = 64 and 16-row K chunks with 4 stages at N = 32, the best of a sweep that launches it as the model does
-    (``bench/gdn_profile.py --model-like``: every launch's state cold in L2; the earlier sweeps kept it in L2 and
-    ranked these shapes lower)."""
+    at N = 64 for 16-bit q / k (``qk16``) and 16-row K chunks with 4 stages at N = 32, the best of a sweep that
+    launches it as the model does (``bench/gdn_profile.py --model-like``, bf16: every launch's state cold in L2; the
+    fp32 sweeps with the state in L2 ranked 8 warps at N = 64 lower, so fp32 keeps 4)."""
     NP = _padded_nodes(N)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
@@ -534,10 +534,10 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     block_v, block_k, num_warps, stages = (32, 32, 4, 3) if NP <= 64 else (64, 32, 8, 2)
     if B * HV * triton.cdiv(V, block_v) <= _num_sms(device):  # one wave of programs (B = 1 at Qwen3-Next shapes)
         # the model-like sweep (cold states, the model's strided views; bench/NOTES-gdn.md, sixth session)
-        if NP == 64:
-            num_warps = 8  # 17.9 against 25.5 us per launch
-        elif NP == 32:
-            block_k, stages = 16, 4  # 10.8 against 12.2 us
+        if NP == 64 and qk16:  # bf16 q / k: 17.9 against 25.5 us per launch (fp32, state in L2: 23.9 against 20.6)
+            num_warps = 8
+        elif NP == 32:  # 10.8 against 12.2 us (fp32, state in L2: 15.2 against 17.3)
+            block_k, stages = 16, 4
     return KernelConfig(min(block_v, V), min(K, block_k), num_warps, stages, False)
 
 
@@ -650,7 +650,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     else:
         o, delta, log_gamma, k_rnorm = out
         k_rnorm = k_rnorm if use_qk_l2norm_in_kernel else None
-    cfg = config or verify_config(B, HV, N, K, V, device, H, precision)
+    qk16 = q.dtype in (torch.bfloat16, torch.float16)  # tf32-exact q / k: no rounding, |k|^2 from K K^T
+    cfg = config or verify_config(B, HV, N, K, V, device, H, precision, qk16)
     if not isinstance(cfg, KernelConfig):
         raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
     if cfg.solve_heads < 1 or (HV // H) % cfg.solve_heads != 0:
@@ -663,7 +664,6 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
                     gate_b.stride(0), gate_b.stride(1), gate_b.stride(2))
     qk_strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2))
     k_rnorm_arg = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when not normalising
-    qk16 = q.dtype in (torch.bfloat16, torch.float16)  # tf32-exact q / k: no rounding, |k|^2 from K K^T
     flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
                  PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors), QK16=qk16)
     gram_flags = dict(DOT16=qk16 and precision != "ieee" and bool(cfg.dot16))

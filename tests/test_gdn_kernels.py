@@ -437,7 +437,8 @@ def test_default_configs_follow_the_measured_rules():
     assert (ieee.solve_warps, ieee.solve_stages or ieee.num_stages) == (16, 2)
     small = G.verify_config(1, 2, 64, 128, 128, cpu, H=1)
     assert not small.split and (small.num_warps, small.num_stages, small.block_k) == (4, 3, 32)
-    # one wave of fused programs (1 x 2 x 32 / 32 <= 4): the model-like sweep's shapes at N = 64 and 32 only
-    one_wave = {N: G.verify_config(1, 2, N, 128, 32, cpu, H=1) for N in (64, 32, 16)}
-    assert not any(c.split for c in one_wave.values())
-    assert [(c.num_warps, c.num_stages, c.block_k) for c in one_wave.values()] == [(8, 3, 32), (4, 4, 16), (4, 3, 32)]
+    # one wave of fused programs (1 x 2 x 32 / 32 <= 4): the model-like sweep's shapes at N = 64 (16-bit q / k) and 32
+    for qk16, at64 in ((True, (8, 3, 32)), (False, (4, 3, 32))):
+        one_wave = {N: G.verify_config(1, 2, N, 128, 32, cpu, H=1, qk16=qk16) for N in (64, 32, 16)}
+        assert not any(c.split for c in one_wave.values())
+        assert [(c.num_warps, c.num_stages, c.block_k) for c in one_wave.values()] == [at64, (4, 4, 16), (4, 3, 32)]
