@@ -90,9 +90,9 @@ class KernelConfig(NamedTuple):
     instead of an ``[N, N]`` gather (fewer registers). Split pipeline only: ``solve_heads`` value heads of one GVA
     group per solve program (``K K^T`` and ``Q K^T`` formed once for them; a divisor of ``HV // H``),
     ``solve_stages`` (0: ``num_stages``) for its K loop. ``dot16``: with 16-bit q / k in a tensor-core mode, form
-    ``K K^T`` and ``Q K^T`` as 16-bit products of the loaded tiles (:func:`_gram_products`). (A per-(request, value head) verify kernel that did the
-    ``[N, N]`` work once and looped over V blocks was measured slower in every form on the H200 and removed:
-    bench/NOTES-gdn.md, "Run 3 outcome".)"""
+    ``K K^T`` and ``Q K^T`` as 16-bit products of the loaded tiles (:func:`_gram_products`). (A per-(request,
+    value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
+    form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
     block_v: int
     block_k: int
