@@ -218,6 +218,24 @@ def test_fused_norms_keep_two_norm_launches_and_the_same_logits(tiny, monkeypatc
     np.testing.assert_allclose(results[True][0].numpy(), ref.forward([31], cache)[-1], atol=ATOL)
 
 
+def test_decode_prologue_gathers_embeddings_and_advances_the_lengths():
+    """The decode step's prologue kernel on strided int64 inputs (the columns of a ``[B, 2]`` step input): the
+    embedding rows of the tokens, the slots as contiguous int32, each slot's length before the step, and the
+    lengths advanced by one at those slots only."""
+    gen = torch.Generator().manual_seed(3)
+    embed = torch.randn(11, 40, generator=gen)  # [Vocab, Dm] (Dm not a power of two)
+    lens = torch.tensor([5, 0, 9, 2, 7], dtype=torch.int32)  # [P]
+    step_in = torch.tensor([[10, 3], [0, 0], [4, 2]], dtype=torch.int64)  # [B, 2] tokens | slots
+    before = lens.clone()
+    h, slots, got_lens = om._decode_prologue(step_in[:, 0], step_in[:, 1], embed, lens)
+    assert torch.equal(h, embed[[10, 0, 4]])
+    assert slots.dtype == torch.int32 and slots.is_contiguous() and slots.tolist() == [3, 0, 2]
+    assert got_lens.tolist() == [before[3], before[0], before[2]]
+    expected = before.clone()
+    expected[[3, 0, 2]] += 1
+    assert torch.equal(lens, expected)
+
+
 def test_moe_model_and_checkpoint_round_trip_match_reference_and_transformers(tmp_path):
     """MoE layers (top-2 of 4 experts, shared expert); loaded from a HF checkpoint; also against transformers."""
     config = HybridConfig(**{**TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
