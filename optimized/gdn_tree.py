@@ -46,7 +46,7 @@ from ._checks import (
     check_tree_rows,
     node_mask,
 )
-from .tree_attention import TreeMeta, tree_metadata
+from .tree_attention import TreeMeta, accepted_path, path_chunk, tree_metadata
 
 __all__ = [
     "TreeFactors",
@@ -464,23 +464,16 @@ def _gdn_tree_commit_kernel(
     n_b = tl.load(num_nodes_ptr + b)
     node = tl.load(accepted_ptr + b)
     slot = tl.load(slots_ptr + b).to(tl.int64)
-    nodes = tl.arange(0, NP)  # [NP]
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
     kcols = pid_k * BK + tl.arange(0, BK)  # [BK] state rows of this program
 
-    # path(node) = row `node` of the inclusive ancestor mask: (words[node][j // WORD_BITS] >> (j % WORD_BITS)) & 1,
-    # the arithmetic of lumotree.reference.tree.mask_bit, literally.
-    word = tl.load(words_ptr + (b64 * N + node) * W + nodes // WORD_BITS, mask=nodes < n_b, other=0)  # [NP]
-    on_path = ((word >> (nodes % WORD_BITS)) & 1) != 0  # [NP]
-    path_len = tl.sum(on_path.to(tl.int32), axis=0)
-    rank = tl.cumsum(on_path.to(tl.int32), axis=0) - 1  # [NP] position of node j on the path (root = 0)
+    on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)  # path(node)
     lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
     state_ptrs = pool_ptr + (slot * HV + hv) * (K * V) + kcols[:, None] * V + vcols[None, :]  # [BK, BV]
     s = tl.load(state_ptrs) * tl.exp(lg_a)  # [BK, BV] Gamma_a S0
     lanes = tl.arange(0, PB)  # [PB]
     for p0 in range(0, path_len, PB):  # the path, PB nodes at a time, gathered into dense tiles
-        pick = on_path[None, :] & (rank[None, :] == p0 + lanes[:, None])  # [PB, NP]
-        idx = tl.sum(tl.where(pick, nodes[None, :], 0), axis=1)  # [PB] node index of path entry p0 + lane
+        idx = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node index of path entry p0 + lane
         live = p0 + lanes < path_len  # [PB]
         lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PB]
         weight = tl.where(live, tl.exp(lg_a - lg), 0.0)  # [PB] Gamma_a / Gamma_j

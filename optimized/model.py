@@ -678,12 +678,13 @@ class OptimizedModel:
         B = slots.shape[0]
         h, slots, lens = _decode_prologue(tokens, slots, self.embed, self.lens)  # lens: [B] before; self.lens += 1
         res = _Residual(h)  # [B, Dm] residual stream
+        if self.state_pools:
+            H, HV, K, V, W = self._gdn_dims
+            C = 2 * H * K + HV * V
         gi = ai = 0
         splits = self._num_splits(B, 1) if self.k_pools else 1
         for i, (layer, m) in enumerate(zip(self.layers, self.mlps)):
-            if isinstance(layer, _GDNLayer):
-                H, HV, K, V, W = self._gdn_dims
-                C = 2 * H * K + HV * V
+            if isinstance(layer, _GDNLayer):  # (H, HV, K, V, C as set above)
                 proj = self._norm_linear(res, layer.in_norm, layer.w_in, conv=ConvStep(
                     layer.conv_w, self.conv_pools[gi], slots))  # [B, C + HV V + 2 HV], conv'd q | k | v
                 conv = proj[:, :C]  # [B, C]

@@ -693,6 +693,27 @@ def tree_attention(
 
 # ------------------------------------------------------------------------------------------------------ kv commit
 @triton.jit
+def accepted_path(word_row_ptr, n_valid, NP: tl.constexpr, WORD_BITS: tl.constexpr):
+    """The path root..a of one request, from row a of its inclusive ancestor bitsets (``word_row_ptr`` at
+    ``words[b, a]``; nodes ``>= n_valid`` not read): ``(on_path [NP], rank [NP], path_len)`` with ``on_path[j] =
+    (words[a][j // WORD_BITS] >> (j % WORD_BITS)) & 1`` (the arithmetic of ``lumotree.reference.tree.mask_bit``,
+    literally) and ``rank[j]`` node j's position on the path, i.e. its depth (trees are topological)."""
+    nodes = tl.arange(0, NP)  # [NP]
+    word = tl.load(word_row_ptr + nodes // WORD_BITS, mask=nodes < n_valid, other=0)  # [NP]
+    on_path = ((word >> (nodes % WORD_BITS)) & 1) != 0  # [NP]
+    return on_path, tl.cumsum(on_path.to(tl.int32), axis=0) - 1, tl.sum(on_path.to(tl.int32), axis=0)
+
+
+@triton.jit
+def path_chunk(on_path, rank, p0, NP: tl.constexpr, PB: tl.constexpr):
+    """``[PB]`` node indices of path entries ``p0 .. p0 + PB - 1`` (of :func:`accepted_path`; 0 past its end)."""
+    nodes = tl.arange(0, NP)  # [NP]
+    lanes = tl.arange(0, PB)  # [PB]
+    pick = on_path[None, :] & (rank[None, :] == p0 + lanes[:, None])  # [PB, NP]
+    return tl.sum(tl.where(pick, nodes[None, :], 0), axis=1)  # [PB]
+
+
+@triton.jit
 def _kv_commit_kernel(
     KC, VC, Slots, Lens, Words, Accepted,
     skcl, skcp, skch, skcc, svcl, svcp, svch, svcc, swb, swn,
@@ -706,22 +727,16 @@ def _kv_commit_kernel(
     layer = (tl.program_id(0) // B).to(tl.int64)
     b = tl.program_id(0) % B
     h = tl.program_id(1)
-    nodes = tl.arange(0, NP)  # [NP]
     lanes = tl.arange(0, PB)  # [PB]
     offs_d = tl.arange(0, BLOCK_D)  # [BLOCK_D]
     slot = tl.load(Slots + b).to(tl.int64)
     L = tl.load(Lens + b).to(tl.int64)
     a = tl.load(Accepted + b)
-    # path(a) = row a of the inclusive ancestor mask: (words[a][j // WORD_BITS] >> (j % WORD_BITS)) & 1
-    word = tl.load(Words + b * swb + a * swn + nodes // WORD_BITS, mask=nodes < N, other=0)  # [NP]
-    on_path = ((word >> (nodes % WORD_BITS)) & 1) != 0  # [NP]
-    path_len = tl.sum(on_path.to(tl.int32), axis=0)
-    rank = tl.cumsum(on_path.to(tl.int32), axis=0) - 1  # [NP] depth of node j when on the path
+    on_path, rank, path_len = accepted_path(Words + b * swb + a * swn, N, NP, WORD_BITS)  # [NP], [NP], scalar
     k_base = KC + layer * skcl + slot * skcp + h * skch
     v_base = VC + layer * svcl + slot * svcp + h * svch
     for p0 in range(0, path_len, PB):
-        pick = on_path[None, :] & (rank[None, :] == p0 + lanes[:, None])  # [PB, NP]
-        src = tl.sum(tl.where(pick, nodes[None, :], 0), axis=1)  # [PB] node at depth p0 + lane
+        src = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node at depth p0 + lane
         move = (p0 + lanes < path_len) & (src != p0 + lanes)  # [PB] on the path and not already in place
         m = move[:, None] & (offs_d < D)[None, :]  # [PB, BLOCK_D]
         kj = tl.load(k_base + (L + src)[:, None] * skcc + offs_d[None, :], mask=m)  # [PB, BLOCK_D]
