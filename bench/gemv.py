@@ -19,6 +19,10 @@ Baselines (torch, default) run first for every case; the sweep gets what is left
 runs out are counted as skipped. ``--quick``: torch and the default config only. Exit status 1 if any result is
 above the error tolerance.
 
+Tree-step rows: ``--rows 16 32 64 --row-sweep --pdl --torch-variants`` sweeps :data:`ROW_TILES` x
+:data:`ROW_SPLITS` with and without TMA (compiled first in parallel worker processes), launched as the model
+launches them (PDL), next to cuBLAS without reduced-precision reductions, through cuBLASLt and transposed.
+
 Run (GPU only): ``PYTHONPATH=$PWD python bench/gemv.py --out gemv.json`` (add ``--quick`` for a fast check).
 """
 
@@ -51,6 +55,12 @@ WIDE_DOT_TILES = [  # tl.dot above 8 rows: wider row blocks (each program re-rea
     (256, 128, 8, 3),
 ]
 SPLITS = [1, 2, 4, 8]
+ROW_TILES = [  # --row-sweep (tree steps, 9..64 rows): (block_n, block_k, num_warps, num_stages), each with and
+    # without TMA and over ROW_SPLITS
+    (128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (64, 256, 4, 3), (256, 64, 8, 3), (128, 256, 8, 2),
+    (64, 64, 4, 5),
+]
+ROW_SPLITS = [1, 2, 4, 6, 8]
 
 
 def copy_bandwidth(device: torch.device) -> float:
@@ -106,6 +116,94 @@ def sweep_configs(M: int, N: int, K: int, sms: int, default: G.GemvConfig) -> li
     return out
 
 
+def row_sweep_configs(M: int, N: int, K: int, sms: int) -> list[G.GemvConfig]:
+    """``--row-sweep``: every tile of :data:`ROW_TILES` with and without TMA, at each split of :data:`ROW_SPLITS`
+    that leaves at most 4 programs per SM and whole, non-empty K-ranges (distinct effective splits)."""
+    out = []
+    for block_n, block_k, warps, stages in ROW_TILES:
+        row_blocks = triton.cdiv(N, block_n)
+        splits = sorted({G._split_k_range(K, block_k, s)[0] for s in ROW_SPLITS if row_blocks * s <= 4 * sms})
+        for split in splits:
+            for tma in (False, True):
+                out.append(G.GemvConfig(block_n, block_k, split, warps, stages, True, tma))
+    return out
+
+
+def torch_variants(x: torch.Tensor, ws: list, lm_head: bool) -> dict:
+    """cuBLAS through torch, three ways: ``x @ w.T`` with bf16 reduced-precision split-K reductions disallowed,
+    the same product through the cuBLASLt backend, and the transposed product ``w @ x.T`` (``[N, M]``)."""
+
+    def no_reduced(i):
+        flag = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        try:
+            y = x @ ws[i % len(ws)].T  # [M, N]
+        finally:
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = flag
+        return y.float() if lm_head else y
+
+    def lt(i):
+        lib = torch.backends.cuda.preferred_blas_library()
+        torch.backends.cuda.preferred_blas_library("cublaslt")
+        try:
+            y = x @ ws[i % len(ws)].T  # [M, N]
+        finally:
+            torch.backends.cuda.preferred_blas_library(lib)
+        return y.float() if lm_head else y
+
+    def transposed(i):
+        y = (ws[i % len(ws)] @ x.T).T  # [M, N] (a transposed view)
+        return y.float() if lm_head else y
+
+    return {"torch_no_reduced": no_reduced, "torch_cublaslt": lt, "torch_transposed": transposed}
+
+
+def _warm(job: tuple) -> str:
+    """Worker of :func:`precompile`: one call of each config on one shape (fills the Triton cache)."""
+    N, K, M, lm_head, configs, pdl = job
+    try:
+        device = torch.device("cuda")
+        w = torch.randn(N, K, device=device).to(torch.bfloat16)
+        x = torch.randn(M, K, device=device).to(torch.bfloat16)
+        for cfg in configs:
+            try:
+                G.small_batch_linear(x, w, out_dtype=torch.float32 if lm_head else None, config=G.GemvConfig(*cfg),
+                                     pdl=pdl)
+            except Exception as e:  # recorded by the main process when it runs the same config
+                print(f"warm {N}x{K} M={M} {cfg}: {repr(e)[:120]}", flush=True)
+        torch.cuda.synchronize()
+        return "ok"
+    except Exception as e:
+        return repr(e)[:200]
+
+
+def precompile(jobs: list, timeout_s: float) -> dict:
+    """Compile the configs of ``jobs`` (``(N, K, M, lm_head, configs, pdl)``) in parallel worker processes."""
+    import multiprocessing as mp
+    import os
+
+    chunks = []
+    for N, K, M, lm_head, configs, pdl in jobs:  # a few configs per worker task
+        for i in range(0, len(configs), 6):
+            chunks.append((N, K, M, lm_head, [tuple(c) for c in configs[i : i + 6]], pdl))
+    t0 = time.time()
+    pool = mp.get_context("spawn").Pool(processes=max(1, min(len(chunks), (os.cpu_count() or 2) - 1)))
+    pending = [pool.apply_async(_warm, (c,)) for c in chunks]
+    status = {"ok": 0, "other": []}
+    for p in pending:
+        try:
+            r = p.get(timeout=max(0.1, timeout_s - (time.time() - t0)))
+        except Exception as e:  # the main process compiles what is missing
+            r = "not finished: " + repr(e)[:80]
+        if r == "ok":
+            status["ok"] += 1
+        else:
+            status["other"].append(r)
+    pool.terminate()
+    pool.join()
+    return {"seconds": time.time() - t0, "tasks": len(chunks), "status": status}
+
+
 def measure(call, calls: int, moved: float, ref: torch.Tensor, **extra) -> dict:
     """Check ``call(0)`` against ``ref`` and time ``call`` (see :func:`graph_time_us`); errors are recorded."""
     try:
@@ -146,6 +244,13 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=20, help="calls per CUDA graph (default 20)")
     ap.add_argument("--budget-s", type=float, default=170.0,
                     help="wall-clock budget of the whole run; the sweep gets what the baselines leave (default 170)")
+    ap.add_argument("--pdl", action="store_true", help="launch ours as programmatic dependent launches (as the "
+                    "model does)")
+    ap.add_argument("--row-sweep", action="store_true", help="above 8 rows sweep ROW_TILES x ROW_SPLITS with and "
+                    "without TMA (compiled first in parallel processes) instead of the wide dot tiles")
+    ap.add_argument("--torch-variants", action="store_true", help="also time cuBLAS without bf16 reduced-precision "
+                    "reductions, through cuBLASLt and as the transposed product")
+    ap.add_argument("--shapes", nargs="+", default=None, help="only these N x K shapes, e.g. 2048x4096")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench/gemv.py needs a CUDA GPU")
@@ -157,7 +262,13 @@ def main() -> int:
           f"(read + write), torch {torch.__version__}, triton {triton.__version__}", flush=True)
     gen = torch.Generator(device=device).manual_seed(0)
     weights = {}  # (N, K) -> copies of w, all kept (about 1.4 GB)
-    for N, K in SHAPES:
+    shapes = SHAPES if not args.shapes else [tuple(int(v) for v in t.split("x")) for t in args.shapes]
+    if args.row_sweep and not args.quick:
+        jobs = [(N, K, M, N == LM_HEAD_N, row_sweep_configs(M, N, K, sms), args.pdl)
+                for N, K in shapes for M in args.rows if M > G.MAX_SUM_ROWS]
+        compiled = precompile(jobs, timeout_s=0.5 * args.budget_s)
+        print("precompile:", json.dumps(compiled)[:300], flush=True)
+    for N, K in shapes:
         copies = max(1, math.ceil(MIN_WEIGHT_BYTES / (N * K * 2)))
         weights[N, K] = [torch.randn(N, K, generator=gen, device=device).to(torch.bfloat16) for _ in range(copies)]
 
@@ -175,12 +286,18 @@ def main() -> int:
                 return y.float() if lm_head else y
 
             def ours(cfg, x=x, ws=ws, out_dtype=out_dtype):
-                return lambda i: G.small_batch_linear(x, ws[i % len(ws)], out_dtype=out_dtype, config=cfg)
+                return lambda i: G.small_batch_linear(x, ws[i % len(ws)], out_dtype=out_dtype, config=cfg,
+                                                      pdl=args.pdl)
 
             default = G.gemv_config(M, N, K, device)
             default = default._replace(split_k=G._split_k_range(K, default.block_k, default.split_k)[0])
             row = dict(N=N, K=K, M=M, bytes=moved, weight_copies=len(ws), out_dtype=str(out_dtype), skipped=0)
             row["torch"] = measure(torch_call, args.calls, moved, ref)
+            if args.torch_variants:
+                for name, call in torch_variants(x, ws, lm_head).items():
+                    row[name] = measure(call, args.calls, moved, ref)
+                print("   ", ", ".join(f"{n} {row[n].get('us', float('nan')):.1f}" for n in row if n.startswith(
+                    "torch_")), flush=True)
             row["default"] = measure(ours(None), args.calls, moved, ref, config=list(default))
             row["sweep"] = []
             cases.append((row, ours, ref, default))
@@ -191,7 +308,10 @@ def main() -> int:
         for i, (row, ours, ref, default) in enumerate(cases):
             share = max(0.0, args.budget_s - (time.perf_counter() - start)) / (len(cases) - i)
             case_start = time.perf_counter()
-            for cfg in sweep_configs(row["M"], row["N"], row["K"], sms, default):
+            use_rows = args.row_sweep and row["M"] > G.MAX_SUM_ROWS
+            configs = (row_sweep_configs(row["M"], row["N"], row["K"], sms) if use_rows
+                       else sweep_configs(row["M"], row["N"], row["K"], sms, default))
+            for cfg in configs:
                 if time.perf_counter() - case_start > share:
                     row["skipped"] += 1
                     continue
@@ -204,6 +324,17 @@ def main() -> int:
         good = [r for r in [row["default"]] + row["sweep"] if r.get("ok")]
         row["best"] = min(good, key=lambda r: r["us"]) if good else None
     print_table(rows, copy_bw)
+    if args.torch_variants or args.row_sweep:  # the sweep's best with and without TMA, the cuBLAS variants
+        print("\nN x K M | torch | no-reduced / cublaslt / transposed | best per-thread loads | best TMA (us, config)")
+        for row in rows:
+            good = [r for r in row["sweep"] if r.get("ok")]
+            by = {t: min((r for r in good if len(r["config"]) > 6 and r["config"][6] == t), key=lambda r: r["us"],
+                         default=None) for t in (False, True)}
+            tv = " / ".join(f"{row[n]['us']:.1f}" if "us" in row.get(n, {}) else "-"
+                            for n in ("torch_no_reduced", "torch_cublaslt", "torch_transposed"))
+            fmt = [f"{b['us']:.1f} {b['config']}" if b else "-" for b in (by[False], by[True])]
+            print(f"{row['N']}x{row['K']} {row['M']} | {row['torch'].get('us', float('nan')):.1f} | {tv} | "
+                  f"{fmt[0]} | {fmt[1]}")
     results = [v for r in rows for v in [r["torch"], r["default"]] + r["sweep"]]
     bad = [(r["N"], r["K"], r["M"], v.get("config")) for r in rows for v in [r["torch"], r["default"]] + r["sweep"]
            if v.get("ok") is False]

@@ -58,6 +58,9 @@ def fill_pools(model: om.OptimizedModel, length: int) -> None:
     set_lengths(model, length)
 
 
+SEQUENCE_KERNELS = 60  # launches of each profiled step listed in issue order
+
+
 def set_lengths(model: om.OptimizedModel, length: int) -> None:
     """Every slot at committed length ``length`` (device and host; earlier commits' advances dropped)."""
     model._settle_lengths()
@@ -105,8 +108,17 @@ def profile_steps(model: om.OptimizedModel, B: int, L: int, node_counts: list[in
             if us > 0:
                 table.append({"name": evt.key, "us": float(us), "count": int(evt.count)})
         table.sort(key=lambda r: -r["us"])
+        # the first launches in issue order (one GDN layer, one attention layer and more): which call costs what
+        try:
+            kernels = sorted((e for e in prof.events()
+                              if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA),
+                             key=lambda e: e.time_range.start)
+            sequence = [{"name": e.name[:60], "us": float(e.time_range.elapsed_us())}
+                        for e in kernels[:SEQUENCE_KERNELS]]
+        except Exception as e:  # pragma: no cover - a profiler API difference: reported, not hidden
+            sequence = [{"name": "error " + repr(e)[:80], "us": 0.0}]
         out[name] = {"kernels": sum(r["count"] for r in table), "kernel_us": sum(r["us"] for r in table),
-                     "top": table[:25]}
+                     "top": table[:25], "sequence": sequence}
     fill_pools(model, L)
     return out
 
@@ -128,7 +140,14 @@ def main() -> int:
     ap.add_argument("--pdl", choices=["on", "off", "both"], default="on",
                     help="the GEMV as a programmatic dependent launch; both: the decode step timed each way (the "
                          "row's decode_us is the first, 'on')")
+    ap.add_argument("--gemv-rows", type=int, default=0,
+                    help="also route every projection of steps with at most this many token rows (tree steps: "
+                         "B * N) to the GEMV, with the residual add + RMSNorm fused into it (an A / B knob of this "
+                         "bench: the model's own rule is gemv.preferred)")
     args = ap.parse_args()
+    if args.gemv_rows:
+        rule = om.gemv_preferred
+        om.gemv_preferred = lambda M, N: rule(M, N) or M <= args.gemv_rows
     dev = torch.device("cuda")
     x = torch.empty(1024**3, dtype=torch.bfloat16, device=dev).normal_()
     y = torch.empty_like(x)
@@ -235,7 +254,7 @@ def main() -> int:
             print(json.dumps(row), flush=True)
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "copy_bw": bw, "bf16_flops": flops, "params": params, "config": CONFIG, "fla": model.use_fla,
-              "linear": args.linear, "pdl": args.pdl,
+              "linear": args.linear, "pdl": args.pdl, "gemv_rows": args.gemv_rows,
               "rows": rows}
     with open(args.out, "w") as f:  # written before the profile too: the timings survive a profiler failure
         json.dump(result, f, indent=1)
@@ -251,6 +270,8 @@ def main() -> int:
             print(f"{name}: {prof['kernels']} kernels, {prof['kernel_us']:.0f} us of kernel time")
             for row in prof["top"][:12]:
                 print(f"   {row['us']:8.1f} us  x{row['count']:<4} {row['name'][:90]}")
+            if name.startswith("verify"):
+                print("   in issue order: " + ", ".join(f"{k['name'][:14]} {k['us']:.1f}" for k in prof["sequence"]))
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     for r in rows:

@@ -44,12 +44,20 @@ the epilogue, the conv state shifted in place by the program that owns those cha
 one K split, since the conv needs the block's whole sum): bit-identical to the GEMV followed by
 :func:`~lumotree.optimized.gdn_decode.conv_step`.
 
+In a tree step (``TreeConv``, rows = the step's nodes, all in every program of the ``tl.dot`` form) the ``w_in``
+projection's first ``C`` columns also go through the tree-window conv in the epilogue: each row's window is gathered
+from the block's product in registers along the parents (gathered the same way) and, past the root, from the
+committed conv state; ``y`` keeps the inputs (the commit's conv rows) and ``out`` gets ``act(conv)``, the values of
+:func:`~lumotree.optimized.conv_tree.tree_conv`. ``GemvConfig.tma`` fetches the ``tl.dot`` form's tiles through
+tensor descriptors instead (measured within +-0.5 us of the per-thread loads on the bench shapes; off by default).
+
 Split-K reduction, deterministic and in the same launch: with ``SPLIT_K == 1`` the program writes ``y`` directly.
 Otherwise split ``s`` stores its fp32 partial ``[M, BLOCK_N]`` to ``partials[s]`` (scratch ``[SPLIT_K, M, N]``),
 then (CTA barrier, one acq_rel atomic) increments the row block's counter; the program that reads back
 ``SPLIT_K - 1`` is the last one, reads ``partials[0] + partials[1] + ... + partials[SPLIT_K - 1]`` in that fixed
-order (L2 loads, ``.cg``), so the result is bit-identical whichever program finishes last, writes ``y`` and resets
-the counter to 0 (a CUDA graph replays it unchanged). Scratch and counters (``torch.zeros``) are cached per
+order (L2 loads, ``.cg``, unrolled so that they are all in flight at once), so the result is bit-identical
+whichever program finishes last, writes ``y`` and resets the counter to 0 (a CUDA graph replays it unchanged).
+Scratch and counters (``torch.zeros``) are cached per
 (device, M, N, BLOCK_N, SPLIT_K): a graph capture after one eager call allocates nothing. Calls that share a cached
 scratch must be stream-ordered (one stream, as the model's forward): two concurrent calls of one shape on different
 streams would race on it.
@@ -63,20 +71,23 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import FLOAT_DTYPES, check_slots, check_tensor, interpreting
+from ._checks import FLOAT_DTYPES, check_num_nodes, check_slots, check_tensor, check_tree_rows, interpreting
 from .pdl import pdl_supported
 
-__all__ = ["GemvConfig", "RowNorm", "ResidualRows", "ConvStep", "gemv_config", "small_batch_linear", "residual_linear",
+__all__ = ["GemvConfig", "RowNorm", "ResidualRows", "ConvStep", "TreeConv", "gemv_config", "small_batch_linear",
+           "residual_linear",
            "split_k_scratch",
-           "preferred", "MAX_ROWS", "MAX_SUM_ROWS", "MAX_NORM_PARTS", "FASTER_ROWS", "WIDE_N", "OUT_DTYPES"]
+           "preferred", "MAX_ROWS", "MAX_SUM_ROWS", "GLU_MAX_ROWS", "MAX_NORM_PARTS", "WIDE_N",
+           "OUT_DTYPES"]
 
 MAX_ROWS = 64  # the largest M (token rows) the kernel is built for
 MAX_SUM_ROWS = 8  # the broadcast + sum form's limit (its registers grow with M)
-FASTER_ROWS = 8  # up to this M the default launch measured at least as fast as cuBLAS on every bench shape (H200)
 WIDE_N = 65536  # outputs at least this wide (LM heads): the default launch beat cuBLAS up to MAX_ROWS rows
 OUT_DTYPES = (None, torch.bfloat16, torch.float16, torch.float32)
 
 
+GLU_MAX_ROWS = 8  # above this many rows SwiGLU in the GEMV's x loads costs more than its own kernel (H200: the
+# [2048, 5632] down projection at 64 rows took 37 us with it, against 1.5 + ~11 us; every row block recomputes it)
 MAX_NORM_PARTS = 4096  # the most pieces of a row's sum of squares a norm prologue reads (one load per program)
 
 
@@ -110,10 +121,29 @@ class ConvStep(NamedTuple):
     silu: bool = True
 
 
+class TreeConv(NamedTuple):
+    """The tree-window depthwise conv applied to a GEMV's first ``C`` output columns in a tree step (the GDN layer's
+    q | k | v inputs for every node): row ``r`` of ``x`` is node ``r % N`` of request ``r // N``; ``weight: [C, W]``,
+    ``state_pool: [P, W - 1, C]`` (read at ``slots: [B]``, not modified), ``parents: [B, N]`` int32 contiguous,
+    ``num_nodes: [B]`` int32 (padding nodes give zeros), ``out: [B, N, C]`` contiguous, y's dtype: receives
+    ``act(conv)`` while ``y`` keeps the inputs. Same math and values as
+    :func:`~lumotree.optimized.conv_tree.tree_conv` on ``y[:, :C]`` (no bias)."""
+
+    weight: torch.Tensor
+    state_pool: torch.Tensor
+    slots: torch.Tensor
+    parents: torch.Tensor
+    num_nodes: torch.Tensor
+    out: torch.Tensor
+    silu: bool = True
+
+
 class GemvConfig(NamedTuple):
     """Launch parameters: ``[block_n, block_k]`` weight tiles (powers of two), ``split_k`` K-ranges per row block
-    (the launch uses at most ``cdiv(K, block_k)``), Triton ``num_warps`` / ``num_stages``, and ``use_dot``: the tile
-    product on ``tl.dot`` (needs ``block_n, block_k >= 16``) instead of broadcast + ``tl.sum``."""
+    (the launch uses at most ``cdiv(K, block_k)``), Triton ``num_warps`` / ``num_stages``, ``use_dot``: the tile
+    product on ``tl.dot`` (needs ``block_n, block_k >= 16``) instead of broadcast + ``tl.sum``, and ``tma``
+    (``use_dot`` only): the ``w`` and ``x`` tiles fetched by the tensor-memory accelerator through host-built tensor
+    descriptors instead of per-thread loads (tiles past the edges zero-filled by the hardware)."""
 
     block_n: int
     block_k: int
@@ -121,6 +151,7 @@ class GemvConfig(NamedTuple):
     num_warps: int
     num_stages: int
     use_dot: bool = False
+    tma: bool = False
 
 
 # ------------------------------------------------------------------------------------------------------------ kernel
@@ -184,14 +215,53 @@ def _conv_step_columns(val, rows, cols, M, slots_ptr, conv_w_ptr, conv_pool_ptr,
 
 
 @triton.jit
+def _tree_conv_columns(val, rows, cols, M, NODES, C, slots_ptr, num_nodes_ptr, parents_ptr, s_pb, conv_w_ptr,
+                       conv_pool_ptr, out_ptr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, WIDTH: tl.constexpr,
+                       SILU: tl.constexpr):
+    """The tree conv of the block's first-``C`` columns (:class:`TreeConv`; ``val: [M_PAD, BLOCK_N]`` fp32, the
+    product as rounded to y's dtype, every row of the step in this program): row r's window walks up its request's
+    tree (``d`` steps up: row ``r // NODES * NODES + walk``, gathered from ``val`` in registers, the walk's parents
+    gathered from one load of every row's parent), past the root into the committed conv state; ``act(conv)`` is
+    stored to ``out[r, c]`` (padding nodes: zeros). The math and order of
+    :func:`~lumotree.optimized.conv_tree.tree_conv` (the same values)."""
+    req = rows // NODES  # [M_PAD] request of each row
+    node = rows % NODES  # [M_PAD]
+    row_ok = rows < M
+    chan_ok = cols < C  # [BLOCK_N]
+    real = row_ok & (node < tl.load(num_nodes_ptr + req, mask=row_ok, other=0))  # [M_PAD]
+    slot = tl.load(slots_ptr + req, mask=row_ok, other=0).to(tl.int64)  # [M_PAD]
+    parent_of_row = tl.load(parents_ptr + req * s_pb + node, mask=real, other=0)  # [M_PAD] local node index
+    state = conv_pool_ptr + slot * ((WIDTH - 1) * C)  # [M_PAD] each row's request's [W - 1, C] state
+    acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)  # [M_PAD, BLOCK_N]
+    walk = node  # [M_PAD] the node d steps up; -e: the committed token e steps before the root
+    for d in tl.static_range(WIDTH):
+        w = tl.load(conv_w_ptr + cols * WIDTH + (WIDTH - 1 - d), mask=chan_ok, other=0.0).to(tl.float32)
+        in_tree = walk >= 0  # [M_PAD]
+        src = req * NODES + tl.maximum(walk, 0)  # [M_PAD] the ancestor's row (<= r: parents precede children)
+        from_tree = tl.gather(val, tl.broadcast_to(src[:, None], [M_PAD, BLOCK_N]), 0)  # [M_PAD, BLOCK_N]
+        from_tree = tl.where((real & in_tree)[:, None], from_tree, 0.0)
+        from_state = tl.load(state[:, None] + (WIDTH - 1 + walk[:, None]) * C + cols[None, :],
+                             mask=(real & ~in_tree)[:, None] & chan_ok[None, :], other=0.0)  # [M_PAD, BLOCK_N]
+        acc += w[None, :] * (from_tree + from_state.to(tl.float32))
+        if d < WIDTH - 1:
+            walk = tl.where(in_tree, tl.gather(parent_of_row, src, 0), walk - 1)  # the root's parent: -1
+    if SILU:
+        acc = acc * tl.sigmoid(acc)
+    acc = tl.where(real[:, None], acc, 0.0)  # padding rows: zeros
+    tl.store(out_ptr + rows[:, None] * C + cols[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=row_ok[:, None] & chan_ok[None, :])
+
+
+@triton.jit
 def _gemv_kernel(
-    x_ptr, w_ptr, y_ptr, part_ptr, count_ptr, norm_parts_ptr, out_parts_ptr, scale_ptr, scaled_ptr,
-    M, N, K, s_xm, s_ym, k_per_split, SPLIT_K, eps, N_NORM_PARTS, N_OUT_PARTS,
-    slots_ptr, conv_w_ptr, conv_pool_ptr, C_CONV,
+    x_ptr, w_ptr, x_desc, w_desc, y_ptr, part_ptr, count_ptr, norm_parts_ptr, out_parts_ptr, scale_ptr, scaled_ptr,
+    M, N, K, s_xm, s_ym, k_per_split, SPLIT_K: tl.constexpr, eps, N_NORM_PARTS, N_OUT_PARTS,
+    slots_ptr, conv_w_ptr, conv_pool_ptr, C_CONV, tc_num_nodes_ptr, tc_parents_ptr, s_tc_pb, tc_out_ptr, TC_NODES,
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    USE_DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, GLU: tl.constexpr, NORM: tl.constexpr,
+    USE_DOT: tl.constexpr, TMA: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, GLU: tl.constexpr,
+    NORM: tl.constexpr,
     NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr, CONV: tl.constexpr,
-    CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_SILU: tl.constexpr,
+    CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_SILU: tl.constexpr, TREE_CONV: tl.constexpr,
 ):  # fmt: skip
     """Program (row block j, split s): ``acc[m, n] = sum_{k in split s} x[m, k] w[n, k]`` over the block's n, then
     ``y = acc`` (one split) or the deterministic split-K reduction of the module docstring. ``PDL``: launched as a
@@ -205,7 +275,13 @@ def _gemv_kernel(
     place, ``y = round(y + round(acc))``, with each row block's sum of squares of the new rows stored to
     ``out_parts[m, j]`` and (``SCALED``) ``scaled = round(y * scale)``: a following ``NORM`` launch on ``scaled``
     computes ``RMSNorm(y) @ w.T`` (module docstring). ``CONV``: the first ``C_CONV`` output columns go through one
-    step of a depthwise causal conv whose state is advanced in place (:func:`_conv_step_columns`)."""
+    step of a depthwise causal conv whose state is advanced in place (:func:`_conv_step_columns`). ``TMA``: the
+    ``tl.dot`` form's tiles come through the tensor descriptors ``w_desc`` (``[N, K]``, block ``[BLOCK_N,
+    BLOCK_K]``) and ``x_desc`` (``[M, K]`` or gate | up ``[M, 2K]``, block ``[M_PAD, BLOCK_K]``); the hardware
+    zero-fills what lies past N, M or K, so no clamp and no mask (``x_ptr`` / ``w_ptr`` are then unused, and
+    without ``TMA`` the descriptors are). ``TREE_CONV`` (one split, every row in this program): after the store,
+    the first ``C_CONV`` columns go through the tree-window conv of a tree step (:func:`_tree_conv_columns`,
+    ``TC_NODES`` nodes per request), written to ``tc_out``."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, M_PAD)  # [M_PAD]
@@ -221,7 +297,22 @@ def _gemv_kernel(
         sq = tl.load(norm_parts_ptr + rows[:, None] * N_NORM_PARTS + j[None, :],
                      mask=(rows < M)[:, None] & (j < N_NORM_PARTS)[None, :], other=0.0)  # [M_PAD, NORM_PARTS_PAD]
         rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)  # [M_PAD]
-    if USE_DOT:
+    if USE_DOT and TMA:
+        acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)  # [M_PAD, BLOCK_N]
+        n0 = pid_n * BLOCK_N
+        for k0 in range(k_begin, k_end, BLOCK_K):
+            w = w_desc.load([n0, k0])  # [BLOCK_N, BLOCK_K]
+            if GLU:
+                g = x_desc.load([0, k0])  # [M_PAD, BLOCK_K] gate
+                gf = g.to(tl.float32)
+                x = (gf * tl.sigmoid(gf) * x_desc.load([0, k0 + K]).to(tl.float32)).to(g.dtype)  # [M_PAD, BLOCK_K]
+            else:
+                x = x_desc.load([0, k0])  # [M_PAD, BLOCK_K]
+            if IEEE:
+                acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
+            else:
+                acc = tl.dot(x, tl.trans(w), acc)  # [M_PAD, BLOCK_N]
+    elif USE_DOT:
         x_rows = x_ptr + rows[:, None] * s_xm  # [M_PAD, 1]
         w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1] clamped: in bounds
         x_ok = (rows < M)[:, None]  # [M_PAD, 1] padding rows are not read
@@ -264,6 +355,11 @@ def _gemv_kernel(
     if SPLIT_K == 1:
         _store_y(acc, y_ptrs, out_ok, rows, cols, M, N, pid_n, out_parts_ptr, N_OUT_PARTS, scale_ptr, scaled_ptr,
                  RESIDUAL, SCALED)
+        if TREE_CONV:
+            if pid_n * BLOCK_N < C_CONV:
+                _tree_conv_columns(acc.to(y_ptr.dtype.element_ty).to(tl.float32), rows, cols, M, TC_NODES, C_CONV,
+                                   slots_ptr, tc_num_nodes_ptr, tc_parents_ptr, s_tc_pb, conv_w_ptr, conv_pool_ptr,
+                                   tc_out_ptr, M_PAD, BLOCK_N, CONV_WIDTH, CONV_SILU)
     else:
         part_ptrs = part_ptr + rows[:, None] * N + cols[None, :]  # [M_PAD, BLOCK_N] in partials[0]
         tl.store(part_ptrs + pid_k * M * N, acc, mask=out_ok)
@@ -271,7 +367,8 @@ def _gemv_kernel(
         arrived = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
         if arrived == SPLIT_K - 1:  # the last split of this row block: every partial is visible
             total = tl.load(part_ptrs, mask=out_ok, other=0.0, cache_modifier=".cg")  # [M_PAD, BLOCK_N]
-            for s in range(1, SPLIT_K):  # fixed order: bit-identical whichever split arrived last
+            for s in tl.static_range(1, SPLIT_K):  # fixed order: bit-identical whichever split arrived last;
+                # unrolled, so the loads of all partials are independent and in flight together
                 total += tl.load(part_ptrs + s * M * N, mask=out_ok, other=0.0, cache_modifier=".cg")
             _store_y(total, y_ptrs, out_ok, rows, cols, M, N, pid_n, out_parts_ptr, N_OUT_PARTS, scale_ptr,
                      scaled_ptr, RESIDUAL, SCALED)
@@ -308,8 +405,10 @@ def gemv_config(M: int, N: int, K: int, device: torch.device | str) -> GemvConfi
     - M = 2..8: ``tl.dot`` on ``[64, 128]`` tiles, 4 warps, 4 stages, K split in 8 for N <= 4096 and ``[64, 128]``
       for N >= 65536, ``[32, 128]`` unsplit in between (ties with cuBLAS there);
     - M = 9..64 (``--rows 16 32 64``, same day): for N >= :data:`WIDE_N` ``[128, 128]`` tiles at 3 stages up to 32
-      rows, ``[64, 64]`` at 5 stages above (LM head 145-162 against cuBLAS's 160-187 us); else ``[128, 128]`` at 8
-      warps, 4 stages, K split in 4 for N <= 4096 (0.87-1.06x cuBLAS: :func:`preferred` leaves those to cuBLAS).
+      rows, ``[64, 64]`` at 5 stages above (LM head 145-162 against cuBLAS's 160-187 us); else (``--rows 64
+      --row-sweep --pdl``, 2026-12-01, seventh session, with the unrolled split-K reduction) ``[64, 128]`` at 4
+      warps, 4 stages, K split in 4 for N <= 4096 (``[2048, 4096]`` 9.1 against cuBLAS's 10.3 us, ``[2048, 5632]``
+      10.6 against 12.0) and ``[64, 64]`` unsplit at 5 stages above (0.92-1.03x cuBLAS).
 
     ``split_k`` is reduced to whole, non-empty K tiles; the tile's K to the problem's below 512 columns.
     """
@@ -328,18 +427,23 @@ def gemv_config(M: int, N: int, K: int, device: torch.device | str) -> GemvConfi
         block_n, block_k, split_k = (64, 128, 8) if N <= 4096 else (64, 128, 1) if N >= WIDE_N else (32, 128, 1)
     elif N >= WIDE_N:  # 9..64 rows (tree steps, batched decode)
         (block_n, block_k, num_stages), split_k = ((128, 128, 3) if M <= 32 else (64, 64, 5)), 1
+    elif N <= 4096:
+        block_n, block_k, num_stages, split_k = 64, 128, 4, 4
     else:
-        (block_n, block_k, warps, num_stages), split_k = (128, 128, 8, 4), (4 if N <= 4096 else 1)
+        block_n, block_k, num_stages, split_k = 64, 64, 5, 1
     block_k = min(block_k, max(16, triton.next_power_of_2(K)))
     split_k, _ = _split_k_range(K, block_k, split_k)
     return GemvConfig(block_n, block_k, split_k, warps, num_stages, use_dot)
 
 
 def preferred(M: int, N: int) -> bool:
-    """Whether the default launch measured at least as fast as cuBLAS for ``M`` rows and ``N`` outputs on the H200
-    (``bench/gemv.py``): every shape up to :data:`FASTER_ROWS` rows, outputs of :data:`WIDE_N` or more up to
-    :data:`MAX_ROWS` rows."""
-    return 1 <= M <= FASTER_ROWS or (M <= MAX_ROWS and N >= WIDE_N)
+    """Whether a model step with ``M`` token rows should run its ``N``-output projections here rather than on
+    cuBLAS: every shape up to :data:`MAX_ROWS` rows. Up to 8 rows (decode) every bench shape measured at least as
+    fast as cuBLAS (``bench/gemv.py``); from 9 to 64 rows (tree steps) single projections range from 0.87x
+    (``[9216, 2048]``) to 1.16x cuBLAS, and whole tree steps are faster because the residual add + RMSNorm and the
+    tree conv then live in the GEMVs (H200, ``bench/model_verify.py --gemv-rows``, 2026-12-01, seventh session:
+    verify N = 16 / 32 / 64 at B = 1 in 1700 / 1971 / 2089 us against 1886 / 2025 / 2254 with cuBLAS)."""
+    return 1 <= M <= MAX_ROWS and N >= 1
 
 
 def _split_k_range(K: int, block_k: int, split_k: int) -> tuple[int, int]:
@@ -367,6 +471,11 @@ def _check_config(config: object) -> GemvConfig:
         raise ValueError(f"config.num_warps = {config.num_warps} must be at most 32")
     if config.use_dot and (config.block_n < 16 or config.block_k < 16):
         raise ValueError(f"config.use_dot needs block_n, block_k >= 16, got {config.block_n}, {config.block_k}")
+    if config.tma and not config.use_dot:
+        raise ValueError("config.tma needs config.use_dot (the descriptors feed the tl.dot form)")
+    if config.tma and max(config.block_n, config.block_k) > 256:
+        raise ValueError(f"config.tma: a descriptor block is at most 256 per dimension, got {config.block_n} x "
+                         f"{config.block_k}")
     return config
 
 
@@ -378,7 +487,7 @@ def _check_form(config: GemvConfig, M: int) -> None:
 
 def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dtype | None = None,
                        config: GemvConfig | None = None, pdl: bool = False, glu: bool = False,
-                       norm: RowNorm | None = None, conv: ConvStep | None = None, validate: bool = True,
+                       norm: RowNorm | None = None, conv: ConvStep | TreeConv | None = None, validate: bool = True,
                        out: torch.Tensor | None = None) -> torch.Tensor:
     """``y = x @ w.T`` for a few rows: ``x: [M, K]`` (1 <= M <= 64, contiguous last dim), ``w: [N, K]`` contiguous,
     same float dtype and device; fp32 accumulation; returns ``y: [M, N]`` in ``out_dtype`` (None: x's dtype).
@@ -392,7 +501,10 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
     ``conv`` (a :class:`ConvStep`): the first ``C`` columns of ``y`` are then (as rounded) the input of one step of a
     depthwise causal conv, replaced by its output, its state advanced in place in the epilogue of the program that
     owns the columns (one launch less than the GEMV + :func:`~lumotree.optimized.gdn_decode.conv_step`, the same
-    values); one K split. ``validate``: check the slots' values (reads them to the host; off in graph capture).
+    values); one K split. ``conv`` (a :class:`TreeConv`, rows = the nodes of a tree step): the first ``C`` columns
+    of ``y`` are kept and also go through the tree-window conv into ``conv.out`` (one launch less than the GEMV +
+    :func:`~lumotree.optimized.conv_tree.tree_conv`, the same values); one K split. ``validate``: check the slots'
+    (and the trees') values (reads them to the host; off in graph capture).
     ``out``: a contiguous ``[M, N]`` tensor of the output dtype to write ``y`` into (returned)."""
     x, w, K, cfg, out_dtype = _check_linear(x, w, out_dtype, config, glu)
     if norm is not None:
@@ -407,6 +519,11 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
                          contiguous=True)
         if y.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(), w.untyped_storage().data_ptr()):
             raise ValueError("out shares memory with x or w: the programs reading them would race with its stores")
+    if isinstance(conv, TreeConv):
+        if conv.out.dtype != y.dtype:
+            raise TypeError(f"conv.out has dtype {conv.out.dtype}, expected y's {y.dtype}")
+        if conv.out.untyped_storage().data_ptr() in (y.untyped_storage().data_ptr(), x.untyped_storage().data_ptr()):
+            raise ValueError("conv.out shares memory with y or x: the conv reads them while it stores")
     _launch(x, w, y, cfg, pdl, glu, norm, None, None, conv)
     return y
 
@@ -472,9 +589,11 @@ def _check_norm(norm: object, M: int, device: torch.device) -> None:
         raise ValueError(f"norm.eps = {norm.eps!r} must be a positive number")
 
 
-def _check_conv(conv: object, M: int, N: int, device: torch.device, validate: bool) -> ConvStep:
+def _check_conv(conv: object, M: int, N: int, device: torch.device, validate: bool) -> ConvStep | TreeConv:
+    if isinstance(conv, TreeConv):
+        return _check_tree_conv(conv, M, N, device, validate)
     if not isinstance(conv, ConvStep):
-        raise TypeError(f"conv must be a ConvStep or None, got {type(conv).__name__}")
+        raise TypeError(f"conv must be a ConvStep, a TreeConv or None, got {type(conv).__name__}")
     check_tensor("conv.weight", conv.weight, (None, None), "C, W", FLOAT_DTYPES, device, contiguous=True)
     C, width = conv.weight.shape
     if not 1 <= C <= N:
@@ -487,9 +606,32 @@ def _check_conv(conv: object, M: int, N: int, device: torch.device, validate: bo
     return conv._replace(slots=slots, silu=bool(conv.silu))
 
 
+def _check_tree_conv(conv: TreeConv, M: int, N: int, device: torch.device, validate: bool) -> TreeConv:
+    check_tensor("conv.weight", conv.weight, (None, None), "C, W", FLOAT_DTYPES, device, contiguous=True)
+    C, width = conv.weight.shape
+    if not 1 <= C <= N:
+        raise ValueError(f"conv.weight has C = {C} channels; the conv takes the first 1 to N = {N} output columns")
+    if width < 2:
+        raise ValueError("conv.weight has W = 1 tap: a width-1 convolution keeps no state")
+    check_tensor("conv.state_pool", conv.state_pool, (None, width - 1, C), "P, W - 1, C", FLOAT_DTYPES, device,
+                 contiguous=True)
+    parents = check_tensor("conv.parents", conv.parents, (None, None), "B, nodes", (torch.int32,), device,
+                           contiguous=True)
+    B, nodes = parents.shape
+    if B * nodes != M:
+        raise ValueError(f"conv.parents is [{B}, {nodes}]: B * nodes = {B * nodes} must equal the {M} rows of x")
+    check_tensor("conv.num_nodes", conv.num_nodes, (B,), "B", (torch.int32,), device, contiguous=True)
+    slots = check_slots(conv.slots, B, conv.state_pool.shape[0], device, validate, distinct=False)
+    check_tensor("conv.out", conv.out, (B, nodes, C), "B, nodes, C", FLOAT_DTYPES, device, contiguous=True)
+    if validate:
+        check_num_nodes(conv.num_nodes, B, nodes, device, True)
+        check_tree_rows(parents, conv.num_nodes)
+    return conv._replace(slots=slots, silu=bool(conv.silu))
+
+
 def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, pdl: bool, glu: bool,
             norm: RowNorm | None, out_parts: torch.Tensor | None, scaling: tuple | None,
-            conv: ConvStep | None) -> None:
+            conv: ConvStep | TreeConv | None) -> None:
     """One launch of :func:`_gemv_kernel` writing ``y`` (``out_parts`` given: ``y`` is a residual stream, updated;
     ``scaling = (scale, scaled)``: also ``scaled = round(y * scale)``)."""
     device = x.device
@@ -506,18 +648,40 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
     if pdl:
         opts["launch_pdl"] = True
     n_norm_parts = norm.parts.shape[1] if norm is not None else 1
+    x_desc, w_desc = _descriptors(x, w, cfg, m_pad) if cfg.tma and _tma_possible(x, w) else (None, None)
+    tree = isinstance(conv, TreeConv)
     grid = (triton.cdiv(N, cfg.block_n), split_k)
     _gemv_kernel[grid](
-        x, w, y, partials, counters,
+        x, w, x if x_desc is None else x_desc, w if w_desc is None else w_desc, y, partials, counters,
         norm.parts if norm is not None else y, out_parts if out_parts is not None else y,
         *(scaling if scaling is not None else (y, y)),
         M, N, K, x.stride(0), y.stride(0), k_per_split, split_k, float(norm.eps) if norm is not None else 1.0,
         n_norm_parts, out_parts.shape[1] if out_parts is not None else 1,
         *((conv.slots, conv.weight, conv.state_pool, conv.weight.shape[0]) if conv is not None else (y, y, y, 0)),
+        *((conv.num_nodes, conv.parents, conv.parents.stride(0), conv.out, conv.parents.shape[1]) if tree
+          else (y, y, 0, y, 1)),
         M_PAD=m_pad, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=K % cfg.block_k == 0,
-        USE_DOT=cfg.use_dot, IEEE=x.dtype == torch.float32, PDL=pdl, GLU=bool(glu), NORM=norm is not None,
+        USE_DOT=cfg.use_dot, TMA=x_desc is not None, IEEE=x.dtype == torch.float32, PDL=pdl, GLU=bool(glu),
+        NORM=norm is not None,
         NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, SCALED=scaling is not None,
-        CONV=conv is not None, CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,
+        CONV=isinstance(conv, ConvStep), CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,
         CONV_RP=max(2, triton.next_power_of_2(conv.weight.shape[1] - 1)) if conv is not None else 2,
-        CONV_SILU=conv is not None and conv.silu, **opts,
+        CONV_SILU=conv is not None and conv.silu, TREE_CONV=tree, **opts,
     )  # fmt: skip
+
+
+def _tma_possible(x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether tensor descriptors can address ``x`` and ``w``: a Hopper-or-later GPU (or the interpreter), base
+    addresses and row strides multiples of 16 bytes. Otherwise the launch uses the per-thread loads (same math)."""
+    if not interpreting() and not (x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9):
+        return False
+    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in (x, w))
+
+
+def _descriptors(x: torch.Tensor, w: torch.Tensor, cfg: GemvConfig, m_pad: int) -> tuple:
+    """Host-built tensor descriptors of ``x`` (block ``[m_pad, block_k]``) and ``w`` (``[block_n, block_k]``),
+    zero padding past the edges."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return (TensorDescriptor.from_tensor(x, [m_pad, cfg.block_k]),
+            TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k]))

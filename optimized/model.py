@@ -14,15 +14,17 @@ per-layer lists ``state_pools`` etc. are its views), and a tree step writes what
 buffers too (the factors, the conv inputs), so that a commit is three launches for all layers.
 
 A *tree step* runs B requests with N nodes each through all layers: per GDN layer the tree convolution
-(:func:`~lumotree.optimized.conv_tree.tree_conv`), the closed-form tree verify
+(:func:`~lumotree.optimized.conv_tree.tree_conv`, or in the ``w_in`` GEMV's epilogue,
+:class:`~lumotree.optimized.gemv.TreeConv`, when the step's B N rows run on the GEMV), the closed-form tree verify
 (:func:`~lumotree.optimized.gdn_tree.gdn_tree_verify_gated`) and the gated RMSNorm
 (:func:`~lumotree.optimized.gdn_decode.gated_rmsnorm`), per attention layer the fused q/k norm + RoPE + KV store
 (:func:`~lumotree.optimized.tree_attention.prepare_qkv`) and tree attention; the projections and MLPs are cuBLAS
 matmuls (with ``small_batch_linear``, the GPU default, the projections of steps with few token rows use the split-K
 weight-streaming GEMV of :mod:`~lumotree.optimized.gemv` where :func:`~lumotree.optimized.gemv.preferred`, launched
-with PDL, :mod:`~lumotree.optimized.pdl`); each residual add is fused with the RMSNorm that follows it, and
-SwiGLU's ``silu(g) * u`` is computed in the down projection's GEMV loads (one kernel before cuBLAS). Where both
-projections around a residual add run on the GEMV (``fused_norms``: decode and trees of at most 8 rows), the add
+with PDL, :mod:`~lumotree.optimized.pdl`: every step of at most 64 token rows); each residual add is fused with the
+RMSNorm that follows it, and SwiGLU's ``silu(g) * u`` is computed in the down projection's GEMV loads up to
+:data:`~lumotree.optimized.gemv.GLU_MAX_ROWS` rows (one kernel before it above that, and before cuBLAS). Where both
+projections around a residual add run on the GEMV (``fused_norms``: decode and tree steps up to 64 rows), the add
 and the norm live in the two GEMVs (:func:`~lumotree.optimized.gemv.residual_linear` and a
 :class:`~lumotree.optimized.gemv.RowNorm` factor), and the decode step's short conv in the ``w_in`` GEMV's epilogue
 (:class:`~lumotree.optimized.gemv.ConvStep`): 2 add + RMSNorm launches a decode step instead of 49, no conv launch.
@@ -69,7 +71,7 @@ from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import WORD_BITS, TreeFactors, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
 from .gemv import preferred as gemv_preferred
-from .gemv import ConvStep, ResidualRows, RowNorm, residual_linear, small_batch_linear
+from .gemv import GLU_MAX_ROWS, ConvStep, ResidualRows, RowNorm, TreeConv, residual_linear, small_batch_linear
 from .pdl import allow_dependents, pdl_supported
 from .sampling import greedy_accept
 
@@ -521,18 +523,26 @@ class OptimizedModel:
                 and (x.is_cuda or interpreting()))
 
     def _linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None,
-                glu: bool = False, conv: ConvStep | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                glu: bool = False, conv: ConvStep | TreeConv | None = None, out: torch.Tensor | None = None
+                ) -> torch.Tensor:
         """``x [T, Din] @ w [Dout, Din]^T``: the GEMV of :mod:`~lumotree.optimized.gemv` where :meth:`_on_gemv`, else
         cuBLAS (``out_dtype``: default x's). ``glu``: ``x`` is SwiGLU's gate | up ``[T, 2 Din]``, activated first (in
         the GEMV's loads, or by the SwiGLU kernel before cuBLAS). ``conv``: the first ``C`` output columns through one
         decode step of the short conv (in the GEMV's epilogue, or by :func:`~lumotree.optimized.gdn_decode.conv_step`
-        after cuBLAS, in place). ``out``: a contiguous ``[T, Dout]`` buffer of x's dtype to write (no ``out_dtype``)."""
+        after cuBLAS, in place; a :class:`~lumotree.optimized.gemv.TreeConv`: the tree conv of a tree step into
+        ``conv.out``, in the GEMV's epilogue or by :func:`~lumotree.optimized.conv_tree.tree_conv` after cuBLAS).
+        ``out``: a contiguous ``[T, Dout]`` buffer of x's dtype to write (no ``out_dtype``)."""
         if self._on_gemv(x, w.shape[0]):
             return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl, glu=glu, conv=conv, validate=False,
                                       out=out)
         y = torch.matmul(_silu_mul(x) if glu else x, w.T, out=out)
         y = y if out_dtype is None else y.to(out_dtype)
-        if conv is not None:
+        if isinstance(conv, TreeConv):
+            B, N = conv.parents.shape
+            tree_conv(y.view(B, N, -1)[..., : conv.weight.shape[0]], conv.weight, conv.state_pool, conv.slots,
+                      conv.parents, num_nodes=conv.num_nodes, activation="silu" if conv.silu else None,
+                      validate=False, out=conv.out)
+        elif conv is not None:
             C = conv.weight.shape[0]
             conv_step(y[:, :C], conv.weight, conv.state_pool, conv.slots, activation="silu" if conv.silu else None,
                       out=y[:, :C], validate=False)
@@ -544,8 +554,8 @@ class OptimizedModel:
         res.delta = res.rows = res.norm_for = None
         return x
 
-    def _norm_linear(self, res: _Residual, weight1p: torch.Tensor, w: torch.Tensor, conv: ConvStep | None = None,
-                     out: torch.Tensor | None = None) -> torch.Tensor:
+    def _norm_linear(self, res: _Residual, weight1p: torch.Tensor, w: torch.Tensor,
+                     conv: ConvStep | TreeConv | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """``RMSNorm(h) @ w^T`` (``weight1p = 1 + w_norm``; ``conv``, ``out`` as in :meth:`_linear`): from the rows
         the last add into ``h`` left scaled by this norm's weight when this projection runs on the GEMV too (the
         norm's factor applied to the product), else the add + RMSNorm kernel and then :meth:`_linear`."""
@@ -561,6 +571,8 @@ class OptimizedModel:
         norm (weight ``next_norm``, ``1 + w``) needs (:func:`~lumotree.optimized.gemv.residual_linear`;
         ``fused_norms``), or as a pending ``delta`` that the next add + RMSNorm kernel adds."""
         assert res.delta is None, "a norm settles every pending add before the next projection"
+        if glu and x.shape[0] > GLU_MAX_ROWS and self._on_gemv(x, w.shape[0]):
+            x, glu = _silu_mul(x), False  # the SwiGLU kernel first: in the GEMV's loads it costs more at many rows
         if self.fused_norms and next_norm is not None and self._on_gemv(x, w.shape[0]):
             res.rows = residual_linear(x, w, res.h, scale=next_norm, pdl=self.pdl, glu=glu)
             res.norm_for = next_norm
@@ -621,13 +633,12 @@ class OptimizedModel:
         splits = self._num_splits(B, N) if self.k_pools else 1
         for i, (layer, m) in enumerate(zip(self.layers, self.mlps)):
             if isinstance(layer, _GDNLayer):  # (H, HV, K, V, C as set above)
-                proj = self._norm_linear(res, layer.in_norm, layer.w_in, out=proj_all[gi]).view(B, N, -1)
-                mixed = proj[..., :C]  # [B, N, C] conv inputs (q | k | v); proj: [B, N, C + HV V + 2 HV]
-                z = proj[..., C : C + HV * V].unflatten(-1, (HV, V))  # [B, N, HV, V]
+                conv = conv_all[gi]  # [B, N, C] the tree conv of the inputs (q | k | v), written by the projection
+                proj = self._norm_linear(res, layer.in_norm, layer.w_in, out=proj_all[gi], conv=TreeConv(
+                    layer.conv_w, self.conv_pools[gi], slots, parents, num_nodes, conv)).view(B, N, -1)
+                z = proj[..., C : C + HV * V].unflatten(-1, (HV, V))  # [B, N, HV, V]; proj: [B, N, C + HV V + 2 HV]
                 b_gate = proj[..., C + HV * V : C + HV * V + HV]  # [B, N, HV]
                 a_gate = proj[..., C + HV * V + HV :]  # [B, N, HV]
-                conv = tree_conv(mixed, layer.conv_w, self.conv_pools[gi], slots, parents, num_nodes=num_nodes,
-                                 activation="silu", validate=False, out=conv_all[gi])  # [B, N, C]
                 q = conv[..., : H * K].unflatten(-1, (H, K))  # [B, N, H, K]
                 k = conv[..., H * K : 2 * H * K].unflatten(-1, (H, K))  # [B, N, H, K]
                 v = conv[..., 2 * H * K :].unflatten(-1, (HV, V))  # [B, N, HV, V]

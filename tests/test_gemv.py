@@ -14,6 +14,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from strategies import build_tree_parents, trees
+
 from lumotree.optimized import gemv as G
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -50,7 +52,7 @@ def test_default_config_matches_float64(M, N, K):
     assert _rel_err(y, _ref(x, w)) < RTOL
 
 
-CONFIGS = [  # (block_n, block_k, split_k, num_warps, num_stages, use_dot)
+CONFIGS = [  # (block_n, block_k, split_k, num_warps, num_stages, use_dot, tma)
     G.GemvConfig(16, 16, 1, 4, 1),
     G.GemvConfig(16, 16, 2, 4, 1),
     G.GemvConfig(8, 32, 3, 4, 2),
@@ -59,6 +61,7 @@ CONFIGS = [  # (block_n, block_k, split_k, num_warps, num_stages, use_dot)
     G.GemvConfig(16, 32, 1, 4, 3, True),
     G.GemvConfig(16, 16, 3, 4, 3, True),
     G.GemvConfig(32, 32, 4, 4, 2, True),
+    G.GemvConfig(16, 32, 3, 4, 2, True, True),  # tiles through tensor descriptors (edges zero-filled)
 ]
 
 
@@ -136,8 +139,9 @@ def test_strided_rows_of_x():
     assert _rel_err(y, _ref(x, w[:, :48])) < RTOL
 
 
-@pytest.mark.parametrize("config", [G.GemvConfig(4, 16, 3, 4, 1), G.GemvConfig(16, 32, 2, 4, 2, True), None],
-                         ids=["sum-split3", "dot-split2", "default"])
+@pytest.mark.parametrize("config", [G.GemvConfig(4, 16, 3, 4, 1), G.GemvConfig(16, 32, 2, 4, 2, True),
+                                    G.GemvConfig(16, 32, 2, 4, 2, True, True), None],
+                         ids=["sum-split3", "dot-split2", "tma-split2", "default"])
 @pytest.mark.parametrize("M,N,K", [(1, 37, 40), (3, 16, 72), (8, 64, 128)])
 def test_glu_prologue_equals_swiglu_then_gemv(M, N, K, config):
     """``glu=True`` (SwiGLU computed in the GEMV's loads) matches ``(silu(g) * u) @ w.T`` in float64 and is
@@ -182,8 +186,9 @@ def test_default_config_rule():
     assert G.gemv_config(2, 17, 40, "cpu").block_k == 64  # shrinks to the problem
     assert G.gemv_config(64, 151936, 2048, "cpu") == G.GemvConfig(64, 64, 1, 4, 5, True)
     assert G.gemv_config(16, 151936, 2048, "cpu") == G.GemvConfig(128, 128, 1, 4, 3, True)
-    assert G.gemv_config(64, 2048, 4096, "cpu") == G.GemvConfig(128, 128, 4, 8, 4, True)
-    assert [G.preferred(M, 12352) for M in (1, 8, 9, 64)] == [True, True, False, False]
+    assert G.gemv_config(64, 2048, 4096, "cpu") == G.GemvConfig(64, 128, 4, 4, 4, True)
+    assert G.gemv_config(64, 12352, 2048, "cpu") == G.GemvConfig(64, 64, 1, 4, 5, True)
+    assert [G.preferred(M, 12352) for M in (1, 8, 9, 64, 65)] == [True, True, True, True, False]
     assert [G.preferred(M, 151936) for M in (1, 16, 64, 65)] == [True, True, True, False]
     assert G.gemv_config(1, 16, 5 * 1024, "cpu").split_k == 4  # split in 4: 10 tiles of 512
     assert G.gemv_config(1, 16, 4 * 1024 + 512, "cpu") == G.GemvConfig(4, 512, 3, 4, 1, False)  # 9 tiles: 3 x 3
@@ -218,6 +223,8 @@ def _bad_input_cases():
         (dict(x=x, w=w, config=G.GemvConfig(16, 16, 1, 64, 1)), ValueError, "config.num_warps = 64"),
         (dict(x=x, w=w, config=G.GemvConfig(16, 16, 1, 4, 0)), ValueError, "config.num_stages = 0"),
         (dict(x=x, w=w, config=G.GemvConfig(8, 16, 1, 4, 1, True)), ValueError, "use_dot needs block_n"),
+        (dict(x=x, w=w, config=G.GemvConfig(16, 16, 1, 4, 1, False, True)), ValueError, "config.tma needs"),
+        (dict(x=x, w=w, config=G.GemvConfig(512, 16, 1, 4, 1, True, True)), ValueError, "at most 256"),
     ]
 
 
@@ -520,3 +527,100 @@ def test_conv_epilogue_bad_inputs_raise_naming_the_argument(case):
     x, w = _inputs(2, 8, 16, seed=3)
     with pytest.raises(error, match=message):
         G.small_batch_linear(x, w, **kwargs)
+
+
+# ------------------------------------------------------------------------------- tree conv in the epilogue
+@settings(max_examples=8, deadline=None)
+@given(rows=st.lists(trees(max_nodes=9), min_size=1, max_size=3), C=st.integers(1, 40), extra=st.integers(0, 20),
+       width=st.sampled_from([2, 3, 4]), silu=st.booleans(), dot_tiles=st.sampled_from([(16, 16), (32, 16)]),
+       tma=st.booleans(), seed=st.integers(0, 2**16))
+def test_tree_conv_epilogue_equals_gemv_then_tree_conv(rows, C, extra, width, silu, dot_tiles, tma, seed):
+    """``conv=TreeConv(...)`` on a tree step's rows (request b's nodes at rows b N .. b N + N - 1, trees of mixed
+    sizes padded to N): ``y`` is the plain product and ``conv.out`` (NaN before the call) is bit-identical to
+    :func:`conv_tree.tree_conv` of y's first C columns (padding nodes zeros), the state pool untouched; split-K
+    configs run unsplit."""
+    from lumotree.optimized.conv_tree import tree_conv
+
+    B, N, K, P = len(rows), max(len(r) for r in rows), 24, 5
+    Nout = C + extra
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    x, w = _inputs(B * N, Nout, K, seed=seed)
+    parents = torch.tensor([r + [0] * (N - len(r)) for r in rows], dtype=torch.int32, device=DEVICE)  # [B, N]
+    num_nodes = torch.tensor([len(r) for r in rows], dtype=torch.int32, device=DEVICE)  # [B]
+    weight = torch.randn(C, width, generator=gen, device=DEVICE)  # [C, W]
+    pool = torch.randn(P, width - 1, C, generator=gen, device=DEVICE)  # [P, W - 1, C]
+    slots = torch.tensor([(3 * b + 1) % P for b in range(B)], dtype=torch.int32, device=DEVICE)  # [B]
+    out = torch.full((B, N, C), float("nan"), device=DEVICE)  # [B, N, C]
+    config = G.GemvConfig(*dot_tiles, 3, 4, 2, True, tma)
+    before = pool.clone()
+    y = G.small_batch_linear(x, w, config=config, conv=G.TreeConv(weight, pool, slots, parents, num_nodes, out, silu))
+    plain = G.small_batch_linear(x, w, config=config._replace(split_k=1))
+    assert torch.equal(y, plain)
+    expected = tree_conv(plain[:, :C].reshape(B, N, C), weight, pool, slots, parents, num_nodes=num_nodes,
+                         activation="silu" if silu else None)
+    assert torch.equal(out, expected)
+    assert torch.equal(pool, before)
+    assert _rel_err(y, _ref(x, w)) < RTOL
+
+
+def _tree_conv_bad_cases():
+    weight, pool = torch.ones(6, 4, device=DEVICE), torch.zeros(3, 3, 6, device=DEVICE)
+    slots = torch.tensor([0, 2], dtype=torch.int32, device=DEVICE)
+    parents = torch.tensor([[-1, 0, 1, 1], [-1, 0, 0, 2]], dtype=torch.int32, device=DEVICE)  # B = 2, N = 4
+    nodes = torch.tensor([4, 3], dtype=torch.int32, device=DEVICE)
+    out = torch.zeros(2, 4, 6, device=DEVICE)
+    tc = G.TreeConv
+    return [
+        (dict(conv=tc(weight, pool, slots, parents[:, :3].contiguous(), nodes, out[:, :3])), ValueError,
+         "B \\* nodes = 6"),
+        (dict(conv=tc(weight, pool, slots, parents[:, ::2], nodes, out[:, ::2])), ValueError,
+         "conv.parents must be contiguous"),
+        (dict(conv=tc(weight, pool, slots, parents.long(), nodes, out)), TypeError, "conv.parents has dtype"),
+        (dict(conv=tc(weight, pool, slots, parents, nodes.long(), out)), TypeError, "conv.num_nodes has dtype"),
+        (dict(conv=tc(weight, pool, slots, parents, nodes, out[..., :5])), ValueError, "conv.out has shape"),
+        (dict(conv=tc(weight, pool, slots, parents, nodes, out.double())), TypeError, "conv.out has dtype"),
+        (dict(conv=tc(weight, pool, slots, torch.tensor([[-1, 0, 2, 1], [-1, 0, 0, 2]], dtype=torch.int32,
+                                                            device=DEVICE), nodes, out)), ValueError, r"parents\[0\]"),
+        (dict(conv=tc(weight, pool, slots, parents, torch.tensor([4, 5], dtype=torch.int32, device=DEVICE), out)),
+         ValueError, r"num_nodes\[1\] = 5"),
+        (dict(conv=tc(weight, pool, torch.tensor([0, 3], dtype=torch.int32, device=DEVICE), parents, nodes, out)),
+         ValueError, r"slots\[1\] = 3 is outside the pool"),
+        (dict(conv=tc(torch.ones(9, 4, device=DEVICE), torch.zeros(3, 3, 9, device=DEVICE), slots, parents, nodes,
+                      torch.zeros(2, 4, 9, device=DEVICE))), ValueError, "C = 9 channels"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_tree_conv_bad_cases())))
+def test_tree_conv_epilogue_bad_inputs_raise_naming_the_argument(case):
+    kwargs, error, message = _tree_conv_bad_cases()[case]
+    x, w = _inputs(8, 8, 16, seed=3)
+    with pytest.raises(error, match=message):
+        G.small_batch_linear(x, w, **kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B,N", [(1, 64), (2, 32), (4, 16), (3, 5)])
+def test_gpu_tree_conv_epilogue_bf16_bit_identical_to_separate_kernels(B, N):
+    """The bench model's ``w_in`` projection (``[12352, 2048]``, conv over its first 8192 columns) on tree steps of
+    B requests x N nodes in bf16, with the default launch (and PDL): ``y`` and the conv bit-identical to the GEMV
+    followed by :func:`conv_tree.tree_conv`."""
+    from lumotree.optimized.conv_tree import tree_conv
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    rng = np.random.default_rng(B * 100 + N)
+    C, P = 8192, 8
+    x, w = _inputs(B * N, 12352, 2048, seed=N, dtype=torch.bfloat16)
+    kinds = ["random", "chain", "star", "deep_wide"]
+    rows = [build_tree_parents(kinds[b % 4], N - b % 2, rng) for b in range(B)]
+    parents = torch.tensor([r + [0] * (N - len(r)) for r in rows], dtype=torch.int32, device="cuda")  # [B, N]
+    num_nodes = torch.tensor([len(r) for r in rows], dtype=torch.int32, device="cuda")  # [B]
+    weight = torch.randn(C, 4, device="cuda").to(torch.bfloat16)  # [C, W]
+    pool = torch.randn(P, 3, C, device="cuda")  # [P, W - 1, C] fp32, as the model's
+    slots = torch.tensor(list(range(P - 1, P - 1 - B, -1)), dtype=torch.int32, device="cuda")  # [B]
+    out = torch.full((B, N, C), float("nan"), device="cuda").to(torch.bfloat16)  # [B, N, C]
+    y = G.small_batch_linear(x, w, pdl=True, conv=G.TreeConv(weight, pool, slots, parents, num_nodes, out))
+    plain = G.small_batch_linear(x, w, config=G.gemv_config(B * N, 12352, 2048, "cuda")._replace(split_k=1))
+    assert torch.equal(y, plain)
+    assert torch.equal(out, tree_conv(plain[:, :C].reshape(B, N, C), weight, pool, slots, parents,
+                                      num_nodes=num_nodes))
