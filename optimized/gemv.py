@@ -594,27 +594,27 @@ def _check_conv(conv: object, M: int, N: int, device: torch.device, validate: bo
         return _check_tree_conv(conv, M, N, device, validate)
     if not isinstance(conv, ConvStep):
         raise TypeError(f"conv must be a ConvStep, a TreeConv or None, got {type(conv).__name__}")
-    check_tensor("conv.weight", conv.weight, (None, None), "C, W", FLOAT_DTYPES, device, contiguous=True)
-    C, width = conv.weight.shape
-    if not 1 <= C <= N:
-        raise ValueError(f"conv.weight has C = {C} channels; the conv takes the first 1 to N = {N} output columns")
-    if width < 2:
-        raise ValueError("conv.weight has W = 1 tap: a width-1 convolution keeps no state")
-    check_tensor("conv.state_pool", conv.state_pool, (None, width - 1, C), "P, W - 1, C", (torch.float32,), device,
-                 contiguous=True)
+    _check_conv_weights(conv, N, device, (torch.float32,))
     slots = check_slots(conv.slots, M, conv.state_pool.shape[0], device, validate, distinct=True)
     return conv._replace(slots=slots, silu=bool(conv.silu))
 
 
-def _check_tree_conv(conv: TreeConv, M: int, N: int, device: torch.device, validate: bool) -> TreeConv:
+def _check_conv_weights(conv: ConvStep | TreeConv, N: int, device: torch.device, pool_dtypes: tuple) -> int:
+    """The conv's ``weight: [C, W]`` (C within the N output columns, W >= 2) and ``state_pool: [P, W - 1, C]``;
+    returns C."""
     check_tensor("conv.weight", conv.weight, (None, None), "C, W", FLOAT_DTYPES, device, contiguous=True)
     C, width = conv.weight.shape
     if not 1 <= C <= N:
         raise ValueError(f"conv.weight has C = {C} channels; the conv takes the first 1 to N = {N} output columns")
     if width < 2:
         raise ValueError("conv.weight has W = 1 tap: a width-1 convolution keeps no state")
-    check_tensor("conv.state_pool", conv.state_pool, (None, width - 1, C), "P, W - 1, C", FLOAT_DTYPES, device,
+    check_tensor("conv.state_pool", conv.state_pool, (None, width - 1, C), "P, W - 1, C", pool_dtypes, device,
                  contiguous=True)
+    return C
+
+
+def _check_tree_conv(conv: TreeConv, M: int, N: int, device: torch.device, validate: bool) -> TreeConv:
+    C = _check_conv_weights(conv, N, device, FLOAT_DTYPES)
     parents = check_tensor("conv.parents", conv.parents, (None, None), "B, nodes", (torch.int32,), device,
                            contiguous=True)
     B, nodes = parents.shape

@@ -563,6 +563,29 @@ def test_tree_conv_epilogue_equals_gemv_then_tree_conv(rows, C, extra, width, si
     assert _rel_err(y, _ref(x, w)) < RTOL
 
 
+@pytest.mark.parametrize("rows", [[[-1]], [[-1, 0, 1, 2]], [[-1, 0, 0], [-1, 0, 0]], [[-1], [-1, 0]]],
+                         ids=["single", "chain", "star-x2", "mixed"])
+@pytest.mark.parametrize("config", [None, G.GemvConfig(8, 16, 2, 4, 1)], ids=["default", "sum-split2"])
+def test_tree_conv_epilogue_at_few_rows(rows, config):
+    """Tree steps of 1-6 rows (the broadcast + sum form and the default launch): the same values as GEMV +
+    tree_conv, the committed conv state read for every node near the root."""
+    from lumotree.optimized.conv_tree import tree_conv
+
+    B, N, C, K, P = len(rows), max(len(r) for r in rows), 12, 16, 3
+    x, w = _inputs(B * N, C + 5, K, seed=B * N)
+    gen = torch.Generator(device=DEVICE).manual_seed(7)
+    parents = torch.tensor([r + [0] * (N - len(r)) for r in rows], dtype=torch.int32, device=DEVICE)  # [B, N]
+    num_nodes = torch.tensor([len(r) for r in rows], dtype=torch.int32, device=DEVICE)  # [B]
+    weight = torch.randn(C, 4, generator=gen, device=DEVICE)  # [C, W]
+    pool = torch.randn(P, 3, C, generator=gen, device=DEVICE)  # [P, W - 1, C]
+    slots = torch.tensor([2, 0][:B], dtype=torch.int32, device=DEVICE)  # [B]
+    out = torch.full((B, N, C), float("nan"), device=DEVICE)  # [B, N, C]
+    y = G.small_batch_linear(x, w, config=config, conv=G.TreeConv(weight, pool, slots, parents, num_nodes, out))
+    expected = tree_conv(y[:, :C].reshape(B, N, C), weight, pool, slots, parents, num_nodes=num_nodes)
+    assert torch.equal(out, expected)
+    assert _rel_err(y, _ref(x, w)) < RTOL
+
+
 def _tree_conv_bad_cases():
     weight, pool = torch.ones(6, 4, device=DEVICE), torch.zeros(3, 3, 6, device=DEVICE)
     slots = torch.tensor([0, 2], dtype=torch.int32, device=DEVICE)
