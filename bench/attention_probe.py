@@ -47,6 +47,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 
+import worker_pool  # noqa: E402  bench/: on sys.path when this file runs as a script
 from lumotree.reference.tree import random_parents  # noqa: E402
 from lumotree.optimized import tree_attention as ta  # noqa: E402
 
@@ -182,27 +183,21 @@ def run_variant(point: Point, kw: dict, ref: torch.Tensor, timed: bool, rep_ms: 
 
 def _warm(args: tuple) -> str:
     """Worker: build one point and call each of its variants once (fills the Triton cache); returns a status."""
-    (B, N, L), names, seed = args
-    try:
-        device = torch.device("cuda")
-        point = Point(B, N, L, FULL, device, seed)
-        kws = variants(B, N, L, FULL, device)
-        for name in names:
-            try:
-                point.call(kws[name])
-            except Exception as e:  # recorded by the main process when it runs the same variant
-                print(f"warm {B},{N},{L} {name}: {repr(e)[:120]}", flush=True)
-        point.call({"num_splits": 1})
-        torch.cuda.synchronize()
-        return "ok"
-    except Exception as e:
-        return repr(e)[:200]
+    return worker_pool.warm_calls(_warm_calls(*args))
+
+
+def _warm_calls(point_shape: tuple, names: list, seed: int):
+    B, N, L = point_shape
+    device = torch.device("cuda")
+    point = Point(B, N, L, FULL, device, seed)
+    kws = variants(B, N, L, FULL, device)
+    for name in names:
+        yield f"{B},{N},{L} {name}", lambda name=name: point.call(kws[name])
+    yield f"{B},{N},{L} one split", lambda: point.call({"num_splits": 1})
 
 
 def precompile(points: list, timeout_s: float) -> dict:
     """Compile every point's kernels in parallel processes (one per point and variant group), at most ``timeout_s``."""
-    import multiprocessing as mp
-
     jobs = []
     for i, (B, N, L) in enumerate(points):
         names = list(variants(B, N, L, FULL, torch.device("cuda")))
@@ -210,20 +205,8 @@ def precompile(points: list, timeout_s: float) -> dict:
         tiles = [n for n in names if n.startswith(("m64", "n64"))]
         rest = [n for n in names if n not in tiles]
         jobs += [((B, N, L), rest[:half] or ["default"], i), ((B, N, L), tiles or ["default"], i)]
-    t0 = time.time()
-    ctx = mp.get_context("spawn")
-    pool = ctx.Pool(processes=min(len(jobs), max(1, (os.cpu_count() or 2) - 1)))
-    pending = [pool.apply_async(_warm, (job,)) for job in jobs]
-    status = {}
-    for job, p in zip(jobs, pending):
-        left = timeout_s - (time.time() - t0)
-        try:
-            status[str(job[0]) + str(job[1][:1])] = p.get(timeout=max(left, 0.1))
-        except Exception as e:  # timeout: the main process compiles what is missing
-            status[str(job[0]) + str(job[1][:1])] = "not finished: " + repr(e)[:80]
-    pool.terminate()
-    pool.join()
-    return {"seconds": time.time() - t0, "status": status}
+    seconds, results = worker_pool.run_tasks(_warm, jobs, timeout_s)
+    return {"seconds": seconds, "status": {str(job[0]) + str(job[1][:1]): r for job, r in zip(jobs, results)}}
 
 
 def main() -> int:

@@ -37,6 +37,7 @@ import torch
 import triton
 import triton.testing
 
+import worker_pool  # bench/: on sys.path when this file runs as a script
 from lumotree.optimized import gemv as G
 
 SHAPES = [(12352, 2048), (2048, 4096), (9216, 2048), (11264, 2048), (2048, 5632), (151936, 2048)]  # (N, K) of w
@@ -160,48 +161,27 @@ def torch_variants(x: torch.Tensor, ws: list, lm_head: bool) -> dict:
 
 def _warm(job: tuple) -> str:
     """Worker of :func:`precompile`: one call of each config on one shape (fills the Triton cache)."""
-    N, K, M, lm_head, configs, pdl = job
-    try:
-        device = torch.device("cuda")
-        w = torch.randn(N, K, device=device).to(torch.bfloat16)
-        x = torch.randn(M, K, device=device).to(torch.bfloat16)
-        for cfg in configs:
-            try:
-                G.small_batch_linear(x, w, out_dtype=torch.float32 if lm_head else None, config=G.GemvConfig(*cfg),
-                                     pdl=pdl)
-            except Exception as e:  # recorded by the main process when it runs the same config
-                print(f"warm {N}x{K} M={M} {cfg}: {repr(e)[:120]}", flush=True)
-        torch.cuda.synchronize()
-        return "ok"
-    except Exception as e:
-        return repr(e)[:200]
+    return worker_pool.warm_calls(_warm_calls(*job))
+
+
+def _warm_calls(N: int, K: int, M: int, lm_head: bool, configs: list, pdl: bool):
+    device = torch.device("cuda")
+    w = torch.randn(N, K, device=device).to(torch.bfloat16)
+    x = torch.randn(M, K, device=device).to(torch.bfloat16)
+    for cfg in configs:
+        yield f"{N}x{K} M={M} {cfg}", lambda cfg=cfg: G.small_batch_linear(
+            x, w, out_dtype=torch.float32 if lm_head else None, config=G.GemvConfig(*cfg), pdl=pdl)
 
 
 def precompile(jobs: list, timeout_s: float) -> dict:
     """Compile the configs of ``jobs`` (``(N, K, M, lm_head, configs, pdl)``) in parallel worker processes."""
-    import multiprocessing as mp
-    import os
-
     chunks = []
     for N, K, M, lm_head, configs, pdl in jobs:  # a few configs per worker task
         for i in range(0, len(configs), 6):
             chunks.append((N, K, M, lm_head, [tuple(c) for c in configs[i : i + 6]], pdl))
-    t0 = time.time()
-    pool = mp.get_context("spawn").Pool(processes=max(1, min(len(chunks), (os.cpu_count() or 2) - 1)))
-    pending = [pool.apply_async(_warm, (c,)) for c in chunks]
-    status = {"ok": 0, "other": []}
-    for p in pending:
-        try:
-            r = p.get(timeout=max(0.1, timeout_s - (time.time() - t0)))
-        except Exception as e:  # the main process compiles what is missing
-            r = "not finished: " + repr(e)[:80]
-        if r == "ok":
-            status["ok"] += 1
-        else:
-            status["other"].append(r)
-    pool.terminate()
-    pool.join()
-    return {"seconds": time.time() - t0, "tasks": len(chunks), "status": status}
+    seconds, results = worker_pool.run_tasks(_warm, chunks, timeout_s)
+    return {"seconds": seconds, "tasks": len(chunks),
+            "status": {"ok": results.count("ok"), "other": [r for r in results if r != "ok"]}}
 
 
 def measure(call, calls: int, moved: float, ref: torch.Tensor, **extra) -> dict:
