@@ -216,13 +216,15 @@ def model_like(budget_s: float, layers: int = 48, nodes=(64, 32, 16)) -> list[di
     K chunking changes the sums; relative difference reported)."""
     import time  # noqa: PLC0415
 
+    import numpy as np  # noqa: PLC0415
+
     from lumotree.reference.tree import random_parents  # noqa: PLC0415
 
     start, rows, dev = time.time(), [], torch.device("cuda")
     C = 2 * H * K + HV * V
     for N in nodes:
         gen = torch.Generator(device=dev).manual_seed(N)
-        rng = __import__("numpy").random.default_rng(N)
+        rng = np.random.default_rng(N)
         parents = torch.tensor([random_parents(N, rng)], dtype=torch.int32, device=dev)  # [1, N]
         meta = G.tree_meta(parents)
         conv = torch.randn(layers, 1, N, C, device=dev, generator=gen).bfloat16()  # [G, B, N, C]

@@ -46,7 +46,7 @@ from ._checks import (
     check_tree_rows,
     node_mask,
 )
-from .tree_attention import TreeMeta, accepted_path, path_chunk, tree_metadata
+from .tree_attention import PATH_BLOCK, TreeMeta, accepted_path, path_chunk, tree_metadata
 
 __all__ = [
     "TreeFactors",
@@ -63,7 +63,6 @@ __all__ = [
 
 WORD_BITS = 32  # lumotree.reference.tree.WORD_BITS
 PRECISIONS = ("ieee", "tf32x3", "tf32")
-PATH_BLOCK = 16  # commit: accepted-path nodes per tl.dot
 
 
 class TreeFactors(NamedTuple):

@@ -526,8 +526,8 @@ class OptimizedModel:
                 glu: bool = False, conv: ConvStep | TreeConv | None = None, out: torch.Tensor | None = None
                 ) -> torch.Tensor:
         """``x [T, Din] @ w [Dout, Din]^T``: the GEMV of :mod:`~lumotree.optimized.gemv` where :meth:`_on_gemv`, else
-        cuBLAS (``out_dtype``: default x's). ``glu``: ``x`` is SwiGLU's gate | up ``[T, 2 Din]``, activated first (in
-        the GEMV's loads, or by the SwiGLU kernel before cuBLAS). ``conv``: the first ``C`` output columns through one
+        cuBLAS (``out_dtype``: default x's). ``glu``: ``x`` is SwiGLU's gate | up ``[T, 2 Din]``, activated in the
+        GEMV's loads (only where :meth:`_add_linear`, its one caller, leaves it so). ``conv``: the first ``C`` output columns through one
         decode step of the short conv (in the GEMV's epilogue, or by :func:`~lumotree.optimized.gdn_decode.conv_step`
         after cuBLAS, in place; a :class:`~lumotree.optimized.gemv.TreeConv`: the tree conv of a tree step into
         ``conv.out``, in the GEMV's epilogue or by :func:`~lumotree.optimized.conv_tree.tree_conv` after cuBLAS).
@@ -535,7 +535,8 @@ class OptimizedModel:
         if self._on_gemv(x, w.shape[0]):
             return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl, glu=glu, conv=conv, validate=False,
                                       out=out)
-        y = torch.matmul(_silu_mul(x) if glu else x, w.T, out=out)
+        assert not glu, "SwiGLU runs in the GEMV's loads only; _add_linear activates the input first otherwise"
+        y = torch.matmul(x, w.T, out=out)
         y = y if out_dtype is None else y.to(out_dtype)
         if isinstance(conv, TreeConv):
             B, N = conv.parents.shape
@@ -569,10 +570,12 @@ class OptimizedModel:
                     glu: bool = False) -> None:
         """``h += x @ w^T`` (``glu`` as in :meth:`_linear`): in the GEMV's epilogue, which also leaves what the next
         norm (weight ``next_norm``, ``1 + w``) needs (:func:`~lumotree.optimized.gemv.residual_linear`;
-        ``fused_norms``), or as a pending ``delta`` that the next add + RMSNorm kernel adds."""
+        ``fused_norms``), or as a pending ``delta`` that the next add + RMSNorm kernel adds. SwiGLU (``glu``) runs in
+        the GEMV's loads up to :data:`~lumotree.optimized.gemv.GLU_MAX_ROWS` rows, else its own kernel first (before
+        cuBLAS, or above that many rows, where every GEMV program would recompute it)."""
         assert res.delta is None, "a norm settles every pending add before the next projection"
-        if glu and x.shape[0] > GLU_MAX_ROWS and self._on_gemv(x, w.shape[0]):
-            x, glu = _silu_mul(x), False  # the SwiGLU kernel first: in the GEMV's loads it costs more at many rows
+        if glu and not (x.shape[0] <= GLU_MAX_ROWS and self._on_gemv(x, w.shape[0])):
+            x, glu = _silu_mul(x), False
         if self.fused_norms and next_norm is not None and self._on_gemv(x, w.shape[0]):
             res.rows = residual_linear(x, w, res.h, scale=next_norm, pdl=self.pdl, glu=glu)
             res.norm_for = next_norm

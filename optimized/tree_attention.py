@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 WORD_BITS = 32
+PATH_BLOCK = 16  # commits: accepted-path nodes gathered per chunk (path_chunk; a tl.dot in the GDN commit)
 _LOG2E = 1.4426950408889634
 
 
@@ -800,5 +801,6 @@ def kv_commit(
         k_caches.stride(0), k_caches.stride(1), k_caches.stride(2), k_caches.stride(3),
         v_caches.stride(0), v_caches.stride(1), v_caches.stride(2), v_caches.stride(3),
         words.stride(0), words.stride(1), B, N, D,
-        NP=max(16, triton.next_power_of_2(N)), PB=16, BLOCK_D=triton.next_power_of_2(D), WORD_BITS=WORD_BITS,
+        NP=max(16, triton.next_power_of_2(N)), PB=PATH_BLOCK, BLOCK_D=triton.next_power_of_2(D),
+        WORD_BITS=WORD_BITS,
     )  # fmt: skip

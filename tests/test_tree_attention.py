@@ -276,13 +276,11 @@ def test_kv_commit_matches_reference(tree_list, seed):
 
 
 def test_kv_commit_layers_in_one_launch():
-    """Caches ``[G, P, HKV, C, D]`` commit in one launch exactly as one launch per layer (single node, chain longer
-    than one 16-node chunk of the path, star, deep+wide; the accepted node anywhere)."""
+    """Caches ``[G, P, HKV, C, D]`` commit in one launch exactly as one launch per layer (random, chain longer than
+    one 16-node chunk of the path, star, deep+wide; the accepted node anywhere)."""
     rng = np.random.default_rng(3)
     n = 40
-    rows = [[-1] + [0] * (n - 1), build_tree_parents("chain", n, rng), build_tree_parents("star", n, rng),
-            build_tree_parents("deep_wide", n, rng)]
-    rows[0] = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+    rows = [build_tree_parents(kind, n, rng) for kind in ("random", "chain", "star", "deep_wide")]
     lens = [0, 3, 7, 1]
     layers = [_make_batch(np.random.default_rng(10 + g), rows, lens, 2, 2, 16, torch.float32) for g in range(3)]
     slots, lens_t = layers[0][4], layers[0][5]
