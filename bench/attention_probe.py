@@ -84,6 +84,9 @@ def variants(B: int, N: int, L: int, shape: dict, device: torch.device) -> dict[
         out["m64w4s2"] = cfg
         if s2 > 1:
             out["m64w4s2_slack2"] = {**cfg, "tree_slack": 2}
+    if bm == 128 and bn == 32:  # deeper K/V pipelines (more bytes in flight per SM): 4 stages 194 KiB, 5 226 KiB
+        for stages in (4, 5):
+            out[f"st{stages}"] = dict(block_m=bm, block_n=bn, num_warps=nw, num_stages=stages, num_splits=splits)
     if splits == 1 and G * N > 128:  # one split: 64-key tiles read the q tile from shared memory half as often
         out["n64w8s2"] = dict(block_m=128, block_n=64, num_warps=8, num_stages=2, num_splits=1)
     return out

@@ -22,8 +22,8 @@
   kernel's ``block_v`` at B = 1 (Qwen3-Next shapes, gated norm), each a CUDA graph of 20 calls; prints the best.
 
 - ``sweep_rows``: ``residual_linear`` (the add into the residual in the epilogue, split-K reduced in the launch) at
-  16 and 64 rows on the ``[2048, K]`` projections (``tl.dot`` tiles x K splits) against cuBLAS's ``x @ w.T`` (+ the
-  SwiGLU kernel for the down projection) followed by the model's add + RMSNorm kernel.
+  16 and 64 rows on the ``[2048, K]`` projections (``tl.dot`` tiles x K splits) against cuBLAS's ``x @ w.T``
+  followed by the model's add + RMSNorm kernel.
 
 Run: ``PYTHONPATH=$PWD:$PWD/bench python bench/decode_probe.py --out decode_probe.json``.
 """
@@ -90,21 +90,20 @@ def fused_rows(model: om.OptimizedModel, L: int) -> list[dict]:
 
     dev, rows = torch.device("cuda"), []
     gen = torch.Generator(device=dev).manual_seed(0)
-    for N, K, form in ((2048, 4096, "residual"), (2048, 5632, "residual+glu"), (11264, 2048, "norm"),
+    for N, K, form in ((2048, 4096, "residual"), (2048, 5632, "residual"), (11264, 2048, "norm+swiglu"),
                        (12352, 2048, "norm"), (9216, 2048, "norm")):
         copies = max(2, int(120e6 // (2 * N * K)) + 1)
         ws = [(torch.randn(N, K, generator=gen, device=dev) / K**0.5).to(torch.bfloat16) for _ in range(copies)]
-        kin = 2 * K if form == "residual+glu" else K
-        x = torch.randn(1, kin, generator=gen, device=dev).to(torch.bfloat16)  # [1, K or 2K]
+        x = torch.randn(1, K, generator=gen, device=dev).to(torch.bfloat16)  # [1, K]
         h = torch.randn(1, N, generator=gen, device=dev).to(torch.bfloat16)  # [1, N] residual (producer forms)
         parts = torch.full((1, 512), float(K) / 512, device=dev)  # [1, 512]: rows of mean square 1
         scale = torch.ones(N, device=dev)  # the next norm's weight (producer forms)
-        glu = form == "residual+glu"
-        variants = {"plain": lambda i: G.small_batch_linear(x, ws[i % copies], glu=glu, pdl=True)}
+        swiglu = form == "norm+swiglu"  # the gate | up projection, SwiGLU in its epilogue
+        variants = {"plain": lambda i: G.small_batch_linear(x, ws[i % copies], swiglu=swiglu, pdl=True)}
         if form.startswith("residual"):
-            variants["fused"] = lambda i: G.residual_linear(x, ws[i % copies], h, scale=scale, glu=glu, pdl=True)
+            variants["fused"] = lambda i: G.residual_linear(x, ws[i % copies], h, scale=scale, pdl=True)
         else:
-            variants["fused"] = lambda i: G.small_batch_linear(x, ws[i % copies], pdl=True,
+            variants["fused"] = lambda i: G.small_batch_linear(x, ws[i % copies], pdl=True, swiglu=swiglu,
                                                                norm=G.RowNorm(parts, 1e-6))
         row = {"N": N, "K": K, "form": form}
         for name, call in variants.items():
@@ -124,12 +123,11 @@ def sweep_rows(model: om.OptimizedModel, L: int) -> list[dict]:
     gen = torch.Generator(device=dev).manual_seed(0)
     tiles = [(2, 1024, 4), (4, 512, 4), (4, 1024, 4), (8, 256, 4), (8, 512, 4), (16, 256, 4), (16, 512, 8),
              (32, 256, 8)]
-    for N, K, form in ((2048, 4096, "residual"), (2048, 5632, "residual+glu"), (11264, 2048, "norm"),
+    for N, K, form in ((2048, 4096, "residual"), (2048, 5632, "residual"), (11264, 2048, "norm+swiglu"),
                        (12352, 2048, "norm+conv")):
         copies = max(2, int(120e6 // (2 * N * K)) + 1)
         ws = [(torch.randn(N, K, generator=gen, device=dev) / K**0.5).to(torch.bfloat16) for _ in range(copies)]
-        glu = form == "residual+glu"
-        x = torch.randn(1, 2 * K if glu else K, generator=gen, device=dev).to(torch.bfloat16)
+        x = torch.randn(1, K, generator=gen, device=dev).to(torch.bfloat16)
         h = torch.randn(1, N, generator=gen, device=dev).to(torch.bfloat16)
         scale = torch.ones(N, device=dev)
         conv_w = torch.randn(8192, 4, generator=gen, device=dev).to(torch.bfloat16)
@@ -141,15 +139,15 @@ def sweep_rows(model: om.OptimizedModel, L: int) -> list[dict]:
             for split in ((1,) if form == "norm+conv" else (1, 2, 3, 4, 6, 8)):
                 cfg = G.GemvConfig(bn, bk, split, warps, 1)
                 if form.startswith("residual"):
-                    parts = G.residual_linear(x, ws[0], h, scale=scale, glu=glu, config=cfg).parts
-                    call = (lambda i, cfg=cfg: G.residual_linear(x, ws[i % copies], h, scale=scale, glu=glu,
-                                                                 pdl=True, config=cfg))
+                    parts = G.residual_linear(x, ws[0], h, scale=scale, config=cfg).parts
+                    call = (lambda i, cfg=cfg: G.residual_linear(x, ws[i % copies], h, scale=scale, pdl=True,
+                                                                 config=cfg))
                 else:
                     parts = torch.full((1, 512), float(K) / 512, device=dev)
                     conv = G.ConvStep(conv_w, conv_pool, slots) if form == "norm+conv" else None
                     call = (lambda i, cfg=cfg, conv=conv: G.small_batch_linear(
                         x, ws[i % copies], pdl=True, norm=G.RowNorm(parts, 1e-6), conv=conv, config=cfg,
-                        validate=False))
+                        swiglu=form == "norm+swiglu", validate=False))
                 if parts.shape[1] > G.MAX_NORM_PARTS:
                     continue
                 try:
@@ -188,23 +186,23 @@ def sweep_rows_rows(model: om.OptimizedModel, L: int) -> list[dict]:
     tiles = [(32, 128, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4), (128, 64, 4, 3), (128, 128, 8, 4), (32, 256, 4, 3)]
     norm_w = torch.ones(2048, device=dev)
     for M in (16, 64):
-        for N, K, glu in ((2048, 4096, False), (2048, 5632, True)):
+        for N, K in ((2048, 4096), (2048, 5632)):
             copies = max(2, int(120e6 // (2 * N * K)) + 1)
             ws = [(torch.randn(N, K, generator=gen, device=dev) / K**0.5).to(torch.bfloat16) for _ in range(copies)]
-            x = torch.randn(M, 2 * K if glu else K, generator=gen, device=dev).to(torch.bfloat16)
+            x = torch.randn(M, K, generator=gen, device=dev).to(torch.bfloat16)
             h = torch.randn(M, N, generator=gen, device=dev).to(torch.bfloat16)
 
             def cublas(i: int) -> None:
-                y = (om._silu_mul(x) if glu else x) @ ws[i % copies].T
+                y = x @ ws[i % copies].T
                 om._add_rmsnorm(h, y, norm_w, 1e-6)
 
-            row = {"M": M, "N": N, "K": K, "glu": glu, "cublas_plus_norm_us": graph_time_us(cublas, 20, 3.0, 15.0)}
+            row = {"M": M, "N": N, "K": K, "cublas_plus_norm_us": graph_time_us(cublas, 20, 3.0, 15.0)}
             best = None
             for bn, bk, warps, stages in tiles:
                 for split in (1, 2, 4, 8, 16):
                     cfg = G.GemvConfig(bn, bk, split, warps, stages, True)
-                    call = (lambda i, cfg=cfg: G.residual_linear(x, ws[i % copies], h, scale=norm_w, glu=glu,
-                                                                 pdl=True, config=cfg))
+                    call = (lambda i, cfg=cfg: G.residual_linear(x, ws[i % copies], h, scale=norm_w, pdl=True,
+                                                                 config=cfg))
                     try:
                         us = graph_time_us(call, 20, 3.0, 15.0)
                     except Exception as e:  # a config that fails to compile is a result too

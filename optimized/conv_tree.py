@@ -58,18 +58,30 @@ def _tree_conv_kernel(
     acc = tl.zeros([BN, BC], dtype=tl.float32)  # [BN, BC]
     if HAS_BIAS:
         acc += tl.load(bias_ptr + chans, mask=chan_ok, other=0.0).to(tl.float32)[None, :]
+    # the taps in a fixed order shared with the GEMV epilogue (optimized.gemv.TreeConv, the same values): first the
+    # committed-state taps (d = depth + 1 .. W - 1, state row W - 1 - d + depth), then the tree taps (d = 0 .. depth)
     walk = nodes  # [BN] the node d steps up (d = 0: the node itself); -e: committed token e steps before the root
+    depth = nodes * 0  # [BN] in-tree steps above the node, at most W - 1
+    for d in tl.static_range(1, WIDTH):
+        in_tree = walk >= 0  # [BN]
+        parent = tl.load(parents_ptr + b64 * s_pb + walk, mask=real & in_tree, other=0)  # [BN]
+        walk = tl.where(in_tree, parent, walk - 1)  # the root's parent -1: the newest committed token
+        depth += tl.where(walk >= 0, 1, 0)
+    for d in tl.static_range(1, WIDTH):
+        w = tl.load(weight_ptr + chans * WIDTH + (WIDTH - 1 - d), mask=chan_ok, other=0.0).to(tl.float32)  # [BC]
+        from_state = tl.load(state + (WIDTH - 1 - d + depth[:, None]) * C + chans[None, :],
+                             mask=(real & (d > depth))[:, None] & chan_ok[None, :], other=0.0)  # [BN, BC]
+        acc += w[None, :] * from_state.to(tl.float32)
+    walk = nodes
     for d in tl.static_range(WIDTH):
         w = tl.load(weight_ptr + chans * WIDTH + (WIDTH - 1 - d), mask=chan_ok, other=0.0).to(tl.float32)  # [BC]
         in_tree = walk >= 0  # [BN]
         from_tree = tl.load(x_ptr + b64 * s_xb + walk[:, None] * s_xn + chans[None, :],
                             mask=(real & in_tree)[:, None] & chan_ok[None, :], other=0.0)  # [BN, BC]
-        from_state = tl.load(state + (WIDTH - 1 + walk[:, None]) * C + chans[None, :],
-                             mask=(real & ~in_tree)[:, None] & chan_ok[None, :], other=0.0)  # [BN, BC]
-        acc += w[None, :] * (from_tree.to(tl.float32) + from_state.to(tl.float32))
+        acc += w[None, :] * from_tree.to(tl.float32)
         if d < WIDTH - 1:
             parent = tl.load(parents_ptr + b64 * s_pb + walk, mask=real & in_tree, other=0)  # [BN]
-            walk = tl.where(in_tree, parent, walk - 1)  # the root's parent -1: the newest committed token
+            walk = tl.where(in_tree, parent, walk - 1)
     if SILU:
         acc = acc * tl.sigmoid(acc)
     acc = tl.where(real[:, None], acc, 0.0)  # padding rows: zeros

@@ -565,12 +565,11 @@ def tree_meta(parents: torch.Tensor, num_nodes: torch.Tensor | None = None, *, v
     B, N = parents.shape
     if N < 1 or N > MAX_NODES:
         raise ValueError(f"parents has N = {N} nodes per request; the kernels support 1 <= N <= {MAX_NODES}")
-    num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
+    if num_nodes is not None:
+        num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
     if validate:
-        check_tree_rows(parents, num_nodes)
-    idx = torch.arange(N, device=device, dtype=parents.dtype)  # [N]
-    filled = torch.where(node_mask(num_nodes, N), parents, idx - 1)  # [B, N] padding: a chain, never read
-    return tree_metadata(filled, validate=False)
+        check_tree_rows(parents, check_num_nodes(num_nodes, B, N, device, False))
+    return tree_metadata(parents, num_nodes=num_nodes, validate=False)  # padding nodes read as a chain
 
 
 def _check_meta(meta: object, B: int, N: int, device: torch.device) -> TreeMeta:

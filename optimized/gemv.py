@@ -27,10 +27,12 @@ never stored) and the matching ``x`` chunk (rows past M masked off). Two forms o
   ``num_stages``. Each program re-reads its K-range of x from L2, ``cdiv(N, BLOCK_N)`` times in all: at 64 rows
   that is as many bytes as the weight for ``BLOCK_N = 64``, hence the wider tiles there.
 
-Fused neighbours (one launch and one round trip less each): ``glu=True`` computes SwiGLU's ``silu(gate) * up`` in
-x's tile loads (the down projection; the rounding of the separate kernel). The residual add + RMSNorm between two
-projections, ``x' = RMSNorm(h + x W1^T) = (h' * g) / rms(h')`` then ``x' W2^T``, is split over the two GEMVs:
-:func:`residual_linear` adds its product into ``h`` in the epilogue (``h' = round(h + round(x W1^T))``, by the
+Fused neighbours (one launch and one round trip less each): ``swiglu=True`` computes SwiGLU's ``silu(gate) * up``
+in the gate | up projection's epilogue, from a weight whose rows interleave the gate and up rows
+(:func:`interleave_gate_up`: row ``2j`` is ``gate_j``, row ``2j + 1`` is ``up_j``, so a program's block holds both
+halves of its outputs; ``y: [M, N / 2]``, the rounding of the GEMV followed by the separate SwiGLU kernel). The
+residual add + RMSNorm between two projections, ``x' = RMSNorm(h + x W1^T) = (h' * g) / rms(h')`` then
+``x' W2^T``, is split over the two GEMVs: :func:`residual_linear` adds its product into ``h`` in the epilogue (``h' = round(h + round(x W1^T))``, by the
 program that stores the row block) and stores, per row block, its share of each row's sum of squares and the rows
 scaled by the norm weight ``round(h' * g)``; the next launch, ``small_batch_linear(round(h' * g), W2,
 norm=RowNorm(parts, eps))``, streams those rows like any ``x`` and multiplies row m of its product by
@@ -77,7 +79,7 @@ from .pdl import pdl_supported
 __all__ = ["GemvConfig", "RowNorm", "ResidualRows", "ConvStep", "TreeConv", "gemv_config", "small_batch_linear",
            "residual_linear",
            "split_k_scratch",
-           "preferred", "MAX_ROWS", "MAX_SUM_ROWS", "GLU_MAX_ROWS", "MAX_NORM_PARTS", "WIDE_N",
+           "preferred", "interleave_gate_up", "MAX_ROWS", "MAX_SUM_ROWS", "MAX_NORM_PARTS", "WIDE_N",
            "OUT_DTYPES"]
 
 MAX_ROWS = 64  # the largest M (token rows) the kernel is built for
@@ -86,8 +88,6 @@ WIDE_N = 65536  # outputs at least this wide (LM heads): the default launch beat
 OUT_DTYPES = (None, torch.bfloat16, torch.float16, torch.float32)
 
 
-GLU_MAX_ROWS = 8  # above this many rows SwiGLU in the GEMV's x loads costs more than its own kernel (H200: the
-# [2048, 5632] down projection at 64 rows took 37 us with it, against 1.5 + ~11 us; every row block recomputes it)
 MAX_NORM_PARTS = 4096  # the most pieces of a row's sum of squares a norm prologue reads (one load per program)
 
 
@@ -156,15 +156,15 @@ class GemvConfig(NamedTuple):
 
 # ------------------------------------------------------------------------------------------------------------ kernel
 @triton.jit
-def _load_x(ptrs, mask, K, GLU: tl.constexpr):
-    """A tile of ``x`` (``GLU``: ``silu(gate) * up`` from gate | up, the up half ``K`` columns on, fp32 math, rounded
-    once to the input dtype; masked entries are 0 either way)."""
-    if GLU:
-        g = tl.load(ptrs, mask=mask, other=0.0)
-        u = tl.load(ptrs + K, mask=mask, other=0.0).to(tl.float32)
-        gf = g.to(tl.float32)
-        return (gf * tl.sigmoid(gf) * u).to(g.dtype)
-    return tl.load(ptrs, mask=mask, other=0.0)
+def _store_swiglu(val, y_ptr, s_ym, rows, pid_n, M, N, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr):
+    """SwiGLU of the fp32 block ``val: [M_PAD, BLOCK_N]`` of interleaved gate / up columns (column ``2j``: gate_j,
+    ``2j + 1``: up_j; :func:`interleave_gate_up`): both rounded to y's dtype as a plain GEMV would store them, then
+    ``silu(g) * u`` in fp32 (the separate SwiGLU kernel's math), rounded once into ``y[m, j]`` (``N / 2`` columns)."""
+    pairs = val.to(y_ptr.dtype.element_ty).to(tl.float32)  # [M_PAD, BLOCK_N]
+    g, u = tl.split(tl.reshape(pairs, [M_PAD, BLOCK_N // 2, 2]))  # [M_PAD, BLOCK_N / 2] each
+    half = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)  # [BLOCK_N / 2] output columns
+    tl.store(y_ptr + rows[:, None] * s_ym + half[None, :], (g * tl.sigmoid(g) * u).to(y_ptr.dtype.element_ty),
+             mask=(rows < M)[:, None] & (half < N // 2)[None, :])
 
 
 @triton.jit
@@ -215,41 +215,59 @@ def _conv_step_columns(val, rows, cols, M, slots_ptr, conv_w_ptr, conv_pool_ptr,
 
 
 @triton.jit
-def _tree_conv_columns(val, rows, cols, M, NODES, C, slots_ptr, num_nodes_ptr, parents_ptr, s_pb, conv_w_ptr,
-                       conv_pool_ptr, out_ptr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, WIDTH: tl.constexpr,
-                       SILU: tl.constexpr):
-    """The tree conv of the block's first-``C`` columns (:class:`TreeConv`; ``val: [M_PAD, BLOCK_N]`` fp32, the
-    product as rounded to y's dtype, every row of the step in this program): row r's window walks up its request's
-    tree (``d`` steps up: row ``r // NODES * NODES + walk``, gathered from ``val`` in registers, the walk's parents
-    gathered from one load of every row's parent), past the root into the committed conv state; ``act(conv)`` is
-    stored to ``out[r, c]`` (padding nodes: zeros). The math and order of
-    :func:`~lumotree.optimized.conv_tree.tree_conv` (the same values)."""
+def _tree_conv_rows(rows, M, NODES, slots_ptr, num_nodes_ptr, parents_ptr, s_pb, WIDTH: tl.constexpr):
+    """What the tree conv epilogue (:func:`_tree_conv_columns`) needs of each row ``r`` (node ``r % NODES`` of request
+    ``r // NODES``), computed before the K loop so that its loads overlap the weight stream: ``(req, real, slot,
+    parent_of_row, depth)``, ``real`` false on rows past M and on padding nodes, ``depth`` the node's in-tree steps
+    up to the root, at most ``W - 1`` (the walk gathers the parents of every row from one load, in registers)."""
     req = rows // NODES  # [M_PAD] request of each row
     node = rows % NODES  # [M_PAD]
     row_ok = rows < M
-    chan_ok = cols < C  # [BLOCK_N]
     real = row_ok & (node < tl.load(num_nodes_ptr + req, mask=row_ok, other=0))  # [M_PAD]
     slot = tl.load(slots_ptr + req, mask=row_ok, other=0).to(tl.int64)  # [M_PAD]
     parent_of_row = tl.load(parents_ptr + req * s_pb + node, mask=real, other=0)  # [M_PAD] local node index
+    walk = node  # [M_PAD]
+    depth = node * 0  # [M_PAD]
+    for _ in tl.static_range(1, WIDTH):
+        in_tree = walk >= 0
+        walk = tl.where(in_tree, tl.gather(parent_of_row, req * NODES + tl.maximum(walk, 0), 0), walk - 1)
+        depth += tl.where(walk >= 0, 1, 0)
+    return req, real, slot, parent_of_row, depth
+
+
+@triton.jit
+def _tree_conv_columns(val, rows, cols, M, NODES, C, req, real, slot, parent_of_row, depth, conv_w_ptr,
+                       conv_pool_ptr, out_ptr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, WIDTH: tl.constexpr,
+                       SILU: tl.constexpr):
+    """The tree conv of the block's first-``C`` columns (:class:`TreeConv`; ``val: [M_PAD, BLOCK_N]`` fp32, the
+    product as rounded to y's dtype, every row of the step in this program; the rows' ``req, real, slot,
+    parent_of_row, depth`` from :func:`_tree_conv_rows`): row r's window walks up its request's tree (``d`` steps
+    up: row ``r // NODES * NODES + walk``, gathered from ``val`` in registers along ``parent_of_row``), past the
+    root into the committed conv state; ``act(conv)`` is stored to ``out[r, c]`` (padding nodes: zeros). The taps
+    in :func:`~lumotree.optimized.conv_tree.tree_conv`'s order (the same values): the committed-state taps first
+    (``d > depth``: their loads depend on no gather, so they are in flight together), then the tree taps."""
+    chan_ok = cols < C  # [BLOCK_N]
     state = conv_pool_ptr + slot * ((WIDTH - 1) * C)  # [M_PAD] each row's request's [W - 1, C] state
     acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)  # [M_PAD, BLOCK_N]
-    walk = node  # [M_PAD] the node d steps up; -e: the committed token e steps before the root
+    for d in tl.static_range(1, WIDTH):  # state row W - 1 - d + depth: the committed token d - depth before the root
+        w = tl.load(conv_w_ptr + cols * WIDTH + (WIDTH - 1 - d), mask=chan_ok, other=0.0).to(tl.float32)
+        from_state = tl.load(state[:, None] + (WIDTH - 1 - d + depth[:, None]) * C + cols[None, :],
+                             mask=(real & (d > depth))[:, None] & chan_ok[None, :], other=0.0)  # [M_PAD, BLOCK_N]
+        acc += w[None, :] * from_state.to(tl.float32)
+    walk = rows % NODES  # [M_PAD] the node d steps up; -e: the committed token e steps before the root
     for d in tl.static_range(WIDTH):
         w = tl.load(conv_w_ptr + cols * WIDTH + (WIDTH - 1 - d), mask=chan_ok, other=0.0).to(tl.float32)
         in_tree = walk >= 0  # [M_PAD]
         src = req * NODES + tl.maximum(walk, 0)  # [M_PAD] the ancestor's row (<= r: parents precede children)
         from_tree = tl.gather(val, tl.broadcast_to(src[:, None], [M_PAD, BLOCK_N]), 0)  # [M_PAD, BLOCK_N]
-        from_tree = tl.where((real & in_tree)[:, None], from_tree, 0.0)
-        from_state = tl.load(state[:, None] + (WIDTH - 1 + walk[:, None]) * C + cols[None, :],
-                             mask=(real & ~in_tree)[:, None] & chan_ok[None, :], other=0.0)  # [M_PAD, BLOCK_N]
-        acc += w[None, :] * (from_tree + from_state.to(tl.float32))
+        acc += w[None, :] * tl.where((real & in_tree)[:, None], from_tree, 0.0)
         if d < WIDTH - 1:
             walk = tl.where(in_tree, tl.gather(parent_of_row, src, 0), walk - 1)  # the root's parent: -1
     if SILU:
         acc = acc * tl.sigmoid(acc)
     acc = tl.where(real[:, None], acc, 0.0)  # padding rows: zeros
     tl.store(out_ptr + rows[:, None] * C + cols[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & chan_ok[None, :])
+             mask=(rows < M)[:, None] & chan_ok[None, :])
 
 
 @triton.jit
@@ -258,7 +276,7 @@ def _gemv_kernel(
     M, N, K, s_xm, s_ym, k_per_split, SPLIT_K: tl.constexpr, eps, N_NORM_PARTS, N_OUT_PARTS,
     slots_ptr, conv_w_ptr, conv_pool_ptr, C_CONV, tc_num_nodes_ptr, tc_parents_ptr, s_tc_pb, tc_out_ptr, TC_NODES,
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    USE_DOT: tl.constexpr, TMA: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, GLU: tl.constexpr,
+    USE_DOT: tl.constexpr, TMA: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
     NORM: tl.constexpr,
     NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr, CONV: tl.constexpr,
     CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_SILU: tl.constexpr, TREE_CONV: tl.constexpr,
@@ -268,8 +286,8 @@ def _gemv_kernel(
     programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program lets the next kernel launch, then
     waits for the previous one before it touches memory (``x`` and the output buffers may be its work). Prefetching
     the first weight tiles into L2 before the wait measured slower (bench/NOTES-attention.md, "PDL"): not done.
-    ``GLU``: ``x`` is SwiGLU's gate | up ``[M, 2K]`` and the kernel multiplies by ``silu(gate) * up`` (fp32, rounded
-    once to x's dtype: the values the separate SwiGLU kernel would store), computed as the tiles are loaded.
+    ``SWIGLU``: ``w``'s rows interleave gate and up (:func:`interleave_gate_up`) and the block that stores ``y``
+    stores ``silu(gate) * up`` instead (:func:`_store_swiglu`; ``y: [M, N / 2]``).
     ``NORM``: row m of the product is multiplied by ``rsqrt(sum(norm_parts[m]) / K + eps)`` (the parts summed in a
     fixed order before the loop: every program the same factor). ``RESIDUAL``: ``y`` is a residual stream updated in
     place, ``y = round(y + round(acc))``, with each row block's sum of squares of the new rows stored to
@@ -292,6 +310,9 @@ def _gemv_kernel(
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()  # from here on the previous kernel's writes are visible
+    if TREE_CONV:  # the rows' trees and slots, loaded while the weight streams
+        tc_req, tc_real, tc_slot, tc_parent, tc_depth = _tree_conv_rows(rows, M, TC_NODES, slots_ptr, tc_num_nodes_ptr,
+                                                                        tc_parents_ptr, s_tc_pb, CONV_WIDTH)
     if NORM:  # fixed-order sum of the producer's parts: the same factor in every program
         j = tl.arange(0, NORM_PARTS_PAD)  # [NORM_PARTS_PAD]
         sq = tl.load(norm_parts_ptr + rows[:, None] * N_NORM_PARTS + j[None, :],
@@ -302,12 +323,7 @@ def _gemv_kernel(
         n0 = pid_n * BLOCK_N
         for k0 in range(k_begin, k_end, BLOCK_K):
             w = w_desc.load([n0, k0])  # [BLOCK_N, BLOCK_K]
-            if GLU:
-                g = x_desc.load([0, k0])  # [M_PAD, BLOCK_K] gate
-                gf = g.to(tl.float32)
-                x = (gf * tl.sigmoid(gf) * x_desc.load([0, k0 + K]).to(tl.float32)).to(g.dtype)  # [M_PAD, BLOCK_K]
-            else:
-                x = x_desc.load([0, k0])  # [M_PAD, BLOCK_K]
+            x = x_desc.load([0, k0])  # [M_PAD, BLOCK_K]
             if IEEE:
                 acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
             else:
@@ -321,10 +337,10 @@ def _gemv_kernel(
             k_idx = (k0 + ks)[None, :]  # [1, BLOCK_K]
             if EVEN_K:
                 w = tl.load(w_rows + k_idx)  # [BLOCK_N, BLOCK_K]
-                x = _load_x(x_rows + k_idx, x_ok, K, GLU)  # [M_PAD, BLOCK_K]
+                x = tl.load(x_rows + k_idx, mask=x_ok, other=0.0)  # [M_PAD, BLOCK_K]
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [BLOCK_N, BLOCK_K]
-                x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU)  # [M_PAD, BLOCK_K]
+                x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_K]
             if IEEE:
                 acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
             else:
@@ -339,10 +355,10 @@ def _gemv_kernel(
             k_idx = (k0 + ks)[None, None, :]  # [1, 1, BLOCK_K]
             if EVEN_K:
                 w = tl.load(w_rows + k_idx)  # [1, BLOCK_N, BLOCK_K]
-                x = _load_x(x_rows + k_idx, x_ok, K, GLU)  # [M_PAD, BLOCK_N, BLOCK_K]
+                x = tl.load(x_rows + k_idx, mask=x_ok, other=0.0)  # [M_PAD, BLOCK_N, BLOCK_K]
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [1, BLOCK_N, BLOCK_K]
-                x = _load_x(x_rows + k_idx, x_ok & (k_idx < K), K, GLU)  # [M_PAD, BLOCK_N, BLOCK_K]
+                x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_N, BLOCK_K]
             acc3 += x.to(tl.float32) * w.to(tl.float32)  # [M_PAD, BLOCK_N, BLOCK_K]
         acc = tl.sum(acc3, axis=2)  # [M_PAD, BLOCK_N]
     if NORM:
@@ -352,13 +368,15 @@ def _gemv_kernel(
                                  conv_w_ptr, conv_pool_ptr, C_CONV, CONV_WIDTH, CONV_RP, CONV_SILU)
     out_ok = (rows < M)[:, None] & (cols < N)[None, :]  # [M_PAD, BLOCK_N]
     y_ptrs = y_ptr + rows[:, None] * s_ym + cols[None, :]  # [M_PAD, BLOCK_N]
-    if SPLIT_K == 1:
+    if SPLIT_K == 1 and SWIGLU:
+        _store_swiglu(acc, y_ptr, s_ym, rows, pid_n, M, N, M_PAD, BLOCK_N)
+    elif SPLIT_K == 1:
         _store_y(acc, y_ptrs, out_ok, rows, cols, M, N, pid_n, out_parts_ptr, N_OUT_PARTS, scale_ptr, scaled_ptr,
                  RESIDUAL, SCALED)
         if TREE_CONV:
             if pid_n * BLOCK_N < C_CONV:
                 _tree_conv_columns(acc.to(y_ptr.dtype.element_ty).to(tl.float32), rows, cols, M, TC_NODES, C_CONV,
-                                   slots_ptr, tc_num_nodes_ptr, tc_parents_ptr, s_tc_pb, conv_w_ptr, conv_pool_ptr,
+                                   tc_req, tc_real, tc_slot, tc_parent, tc_depth, conv_w_ptr, conv_pool_ptr,
                                    tc_out_ptr, M_PAD, BLOCK_N, CONV_WIDTH, CONV_SILU)
     else:
         part_ptrs = part_ptr + rows[:, None] * N + cols[None, :]  # [M_PAD, BLOCK_N] in partials[0]
@@ -370,8 +388,11 @@ def _gemv_kernel(
             for s in tl.static_range(1, SPLIT_K):  # fixed order: bit-identical whichever split arrived last;
                 # unrolled, so the loads of all partials are independent and in flight together
                 total += tl.load(part_ptrs + s * M * N, mask=out_ok, other=0.0, cache_modifier=".cg")
-            _store_y(total, y_ptrs, out_ok, rows, cols, M, N, pid_n, out_parts_ptr, N_OUT_PARTS, scale_ptr,
-                     scaled_ptr, RESIDUAL, SCALED)
+            if SWIGLU:
+                _store_swiglu(total, y_ptr, s_ym, rows, pid_n, M, N, M_PAD, BLOCK_N)
+            else:
+                _store_y(total, y_ptrs, out_ok, rows, cols, M, N, pid_n, out_parts_ptr, N_OUT_PARTS, scale_ptr,
+                         scaled_ptr, RESIDUAL, SCALED)
             tl.atomic_xchg(count_ptr + pid_n, 0, sem="relaxed", scope="gpu")  # ready for the next launch / replay
 
 
@@ -436,6 +457,15 @@ def gemv_config(M: int, N: int, K: int, device: torch.device | str) -> GemvConfi
     return GemvConfig(block_n, block_k, split_k, warps, num_stages, use_dot)
 
 
+def interleave_gate_up(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's weights ``gate, up: [I, K]`` as one ``[2I, K]`` weight with rows ``2j = gate_j``, ``2j + 1 = up_j``
+    (the layout ``swiglu=True`` reads; ``x @ w.T`` then holds the pairs side by side)."""
+    if not (isinstance(gate, torch.Tensor) and isinstance(up, torch.Tensor)) or gate.ndim != 2 \
+            or gate.shape != up.shape:
+        raise ValueError("gate and up must be tensors of one shape [I, K]")
+    return torch.stack([gate, up], dim=1).reshape(2 * gate.shape[0], gate.shape[1]).contiguous()  # [2I, K]
+
+
 def preferred(M: int, N: int) -> bool:
     """Whether a model step with ``M`` token rows should run its ``N``-output projections here rather than on
     cuBLAS: every shape up to :data:`MAX_ROWS` rows. Up to 8 rows (decode) every bench shape measured at least as
@@ -486,7 +516,7 @@ def _check_form(config: GemvConfig, M: int) -> None:
 
 
 def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dtype | None = None,
-                       config: GemvConfig | None = None, pdl: bool = False, glu: bool = False,
+                       config: GemvConfig | None = None, pdl: bool = False, swiglu: bool = False,
                        norm: RowNorm | None = None, conv: ConvStep | TreeConv | None = None, validate: bool = True,
                        out: torch.Tensor | None = None) -> torch.Tensor:
     """``y = x @ w.T`` for a few rows: ``x: [M, K]`` (1 <= M <= 64, contiguous last dim), ``w: [N, K]`` contiguous,
@@ -494,8 +524,9 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
     ``config`` (a :class:`GemvConfig`) overrides :func:`gemv_config`'s default launch. ``pdl`` (GPUs of compute
     capability 9 or more; ignored elsewhere): a programmatic dependent launch, whose programs are resident and
     waiting when the previous kernel ends (:mod:`~lumotree.optimized.pdl`; -3 % on the decode step, H200).
-    ``glu``: ``x`` is SwiGLU's ``gate | up: [M, 2K]`` and ``y = (silu(gate) * up) @ w.T``, the activation computed as
-    x's tiles are loaded (the same rounding as a separate SwiGLU kernel: one launch and one round trip less).
+    ``swiglu``: ``w: [2I, K]`` is SwiGLU's gate and up weights with their rows interleaved
+    (:func:`interleave_gate_up`) and ``y: [M, I] = silu(x @ w_gate.T) * (x @ w_up.T)``, computed in the epilogue with
+    the rounding of a plain GEMV followed by the SwiGLU kernel (one launch and one round trip less; no ``conv``).
     ``norm`` (a :class:`RowNorm`): ``y[m] = (x[m] @ w.T) rsqrt(sum(norm.parts[m]) / K + norm.eps)`` before the
     rounding; with ``x = round(h * g)`` and the parts of :func:`residual_linear` that is ``RMSNorm(h) @ w.T``.
     ``conv`` (a :class:`ConvStep`): the first ``C`` columns of ``y`` are then (as rounded) the input of one step of a
@@ -505,18 +536,26 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
     of ``y`` are kept and also go through the tree-window conv into ``conv.out`` (one launch less than the GEMV +
     :func:`~lumotree.optimized.conv_tree.tree_conv`, the same values); one K split. ``validate``: check the slots'
     (and the trees') values (reads them to the host; off in graph capture).
-    ``out``: a contiguous ``[M, N]`` tensor of the output dtype to write ``y`` into (returned)."""
-    x, w, K, cfg, out_dtype = _check_linear(x, w, out_dtype, config, glu)
+    ``out``: a contiguous ``[M, N]`` (``swiglu``: ``[M, N / 2]``) tensor of the output dtype to write ``y`` into
+    (returned)."""
+    x, w, K, cfg, out_dtype = _check_linear(x, w, out_dtype, config)
+    n_out = w.shape[0]
+    if swiglu:
+        if n_out % 2:
+            raise ValueError(f"w has {n_out} rows: with swiglu it interleaves gate and up rows, an even number")
+        if conv is not None:
+            raise ValueError("swiglu and conv cannot be combined: the conv reads the plain product")
+        n_out //= 2
     if norm is not None:
         _check_norm(norm, x.shape[0], x.device)
     if conv is not None:
         conv = _check_conv(conv, x.shape[0], w.shape[0], x.device, validate)
         cfg = cfg._replace(split_k=1)  # the conv needs the block's whole sum
     if out is None:
-        y = torch.empty((x.shape[0], w.shape[0]), dtype=out_dtype or x.dtype, device=x.device)  # [M, N]
+        y = torch.empty((x.shape[0], n_out), dtype=out_dtype or x.dtype, device=x.device)  # [M, N or N / 2]
     else:
-        y = check_tensor("out", out, (x.shape[0], w.shape[0]), "M, N", (out_dtype or x.dtype,), x.device,
-                         contiguous=True)
+        y = check_tensor("out", out, (x.shape[0], n_out), "M, N / 2 (swiglu)" if swiglu else "M, N",
+                         (out_dtype or x.dtype,), x.device, contiguous=True)
         if y.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(), w.untyped_storage().data_ptr()):
             raise ValueError("out shares memory with x or w: the programs reading them would race with its stores")
     if isinstance(conv, TreeConv):
@@ -524,19 +563,19 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
             raise TypeError(f"conv.out has dtype {conv.out.dtype}, expected y's {y.dtype}")
         if conv.out.untyped_storage().data_ptr() in (y.untyped_storage().data_ptr(), x.untyped_storage().data_ptr()):
             raise ValueError("conv.out shares memory with y or x: the conv reads them while it stores")
-    _launch(x, w, y, cfg, pdl, glu, norm, None, None, conv)
+    _launch(x, w, y, cfg, pdl, swiglu, norm, None, None, conv)
     return y
 
 
 def residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, *, scale: torch.Tensor | None = None,
-                    config: GemvConfig | None = None, pdl: bool = False, glu: bool = False) -> ResidualRows:
+                    config: GemvConfig | None = None, pdl: bool = False) -> ResidualRows:
     """``residual += x @ w.T`` in place, for a few rows (``x: [M, K]``, ``w: [N, K]``, ``residual: [M, N]``
     contiguous, one dtype): ``residual = round(residual + round(x @ w.T))``, the rounding of a separate GEMV followed
-    by an add in fp32 (``glu`` as in :func:`small_batch_linear`). Returns :class:`ResidualRows`: the new rows' sums
+    by an add in fp32. Returns :class:`ResidualRows`: the new rows' sums
     of squares in pieces and, with ``scale: [N]`` fp32 (an RMSNorm's weight), ``scaled = round(residual * scale)``;
     ``small_batch_linear(scaled, w2, norm=RowNorm(parts, eps))`` is then ``RMSNorm(residual) @ w2.T``: the residual
     add + RMSNorm between two projections costs no launch of its own (module docstring)."""
-    x, w, K, cfg, _ = _check_linear(x, w, None, config, glu)
+    x, w, K, cfg, _ = _check_linear(x, w, None, config)
     M, N = x.shape[0], w.shape[0]
     check_tensor("residual", residual, (M, N), "M, N", (x.dtype,), x.device, contiguous=True)
     if residual.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(), w.untyped_storage().data_ptr()):
@@ -549,21 +588,17 @@ def residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, *,
     if parts.shape[1] > MAX_NORM_PARTS:
         raise ValueError(f"w has {N} rows: {parts.shape[1]} row blocks of {cfg.block_n} exceed the {MAX_NORM_PARTS} "
                          "pieces a norm reads")
-    _launch(x, w, residual, cfg, pdl, glu, None, parts, (scale, scaled) if scale is not None else None, None)
+    _launch(x, w, residual, cfg, pdl, False, None, parts, (scale, scaled) if scale is not None else None, None)
     return ResidualRows(parts, scaled)
 
 
-def _check_linear(x, w, out_dtype, config, glu) -> tuple[torch.Tensor, torch.Tensor, int, GemvConfig, object]:
+def _check_linear(x, w, out_dtype, config) -> tuple[torch.Tensor, torch.Tensor, int, GemvConfig, object]:
     """The shared argument checks: ``(x, w, K, launch config, out_dtype)``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     device = x.device
-    check_tensor("x", x, (None, None), "M, 2K (glu)" if glu else "M, K", FLOAT_DTYPES, device)
+    check_tensor("x", x, (None, None), "M, K", FLOAT_DTYPES, device)
     M, K = x.shape
-    if glu:
-        if K % 2:
-            raise ValueError(f"x has {K} columns: with glu it holds gate | up, an even number")
-        K //= 2
     if not 1 <= M <= MAX_ROWS:
         raise ValueError(f"x has {M} rows; small_batch_linear takes 1 to {MAX_ROWS} (use a matmul for more)")
     if K < 1:
@@ -629,7 +664,7 @@ def _check_tree_conv(conv: TreeConv, M: int, N: int, device: torch.device, valid
     return conv._replace(slots=slots, silu=bool(conv.silu))
 
 
-def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, pdl: bool, glu: bool,
+def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, pdl: bool, swiglu: bool,
             norm: RowNorm | None, out_parts: torch.Tensor | None, scaling: tuple | None,
             conv: ConvStep | TreeConv | None) -> None:
     """One launch of :func:`_gemv_kernel` writing ``y`` (``out_parts`` given: ``y`` is a residual stream, updated;
@@ -661,7 +696,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         *((conv.num_nodes, conv.parents, conv.parents.stride(0), conv.out, conv.parents.shape[1]) if tree
           else (y, y, 0, y, 1)),
         M_PAD=m_pad, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=K % cfg.block_k == 0,
-        USE_DOT=cfg.use_dot, TMA=x_desc is not None, IEEE=x.dtype == torch.float32, PDL=pdl, GLU=bool(glu),
+        USE_DOT=cfg.use_dot, TMA=x_desc is not None, IEEE=x.dtype == torch.float32, PDL=pdl, SWIGLU=bool(swiglu),
         NORM=norm is not None,
         NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, SCALED=scaling is not None,
         CONV=isinstance(conv, ConvStep), CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,

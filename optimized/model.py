@@ -22,8 +22,8 @@ A *tree step* runs B requests with N nodes each through all layers: per GDN laye
 matmuls (with ``small_batch_linear``, the GPU default, the projections of steps with few token rows use the split-K
 weight-streaming GEMV of :mod:`~lumotree.optimized.gemv` where :func:`~lumotree.optimized.gemv.preferred`, launched
 with PDL, :mod:`~lumotree.optimized.pdl`: every step of at most 64 token rows); each residual add is fused with the
-RMSNorm that follows it, and SwiGLU's ``silu(g) * u`` is computed in the down projection's GEMV loads up to
-:data:`~lumotree.optimized.gemv.GLU_MAX_ROWS` rows (one kernel before it above that, and before cuBLAS). Where both
+RMSNorm that follows it, and SwiGLU's ``silu(g) * u`` is computed in the gate | up GEMV's epilogue (the dense MLP's
+gate and up rows interleaved, :func:`~lumotree.optimized.gemv.interleave_gate_up`; after cuBLAS, one kernel). Where both
 projections around a residual add run on the GEMV (``fused_norms``: decode and tree steps up to 64 rows), the add
 and the norm live in the two GEMVs (:func:`~lumotree.optimized.gemv.residual_linear` and a
 :class:`~lumotree.optimized.gemv.RowNorm` factor), and the decode step's short conv in the ``w_in`` GEMV's epilogue
@@ -71,7 +71,7 @@ from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import WORD_BITS, TreeFactors, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
 from .gemv import preferred as gemv_preferred
-from .gemv import GLU_MAX_ROWS, ConvStep, ResidualRows, RowNorm, TreeConv, residual_linear, small_batch_linear
+from .gemv import ConvStep, ResidualRows, RowNorm, TreeConv, interleave_gate_up, residual_linear, small_batch_linear
 from .pdl import allow_dependents, pdl_supported
 from .sampling import greedy_accept
 
@@ -104,49 +104,58 @@ def _add_rmsnorm_kernel(h_ptr, delta_ptr, w_ptr, out_ptr, D, eps, HAS_DELTA: tl.
 
 @triton.jit
 def _silu_mul_kernel(gu_ptr, out_ptr, inner, BLOCK: tl.constexpr, PDL: tl.constexpr):
-    """``out[t] = silu(gu[t, :I]) * gu[t, I:]`` (SwiGLU), fp32 arithmetic, one rounding."""
+    """``out[t, j] = silu(gu[t, 2j]) * gu[t, 2j + 1]`` (SwiGLU of interleaved gate / up columns), fp32 arithmetic,
+    one rounding."""
     allow_dependents(PDL)  # the GEMV after it may launch now (optimized.pdl)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
     ok = cols < inner
-    g = tl.load(gu_ptr + row * 2 * inner + cols, mask=ok, other=0.0).to(tl.float32)
-    u = tl.load(gu_ptr + row * 2 * inner + inner + cols, mask=ok, other=0.0).to(tl.float32)
+    g = tl.load(gu_ptr + row * 2 * inner + 2 * cols, mask=ok, other=0.0).to(tl.float32)
+    u = tl.load(gu_ptr + row * 2 * inner + 2 * cols + 1, mask=ok, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * inner + cols, (g * tl.sigmoid(g) * u).to(out_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
-def _decode_prologue_kernel(tokens_ptr, slots_ptr, s_tok, s_slot, embed_ptr, lens_ptr, h_ptr, slots_out_ptr,
-                            lens_out_ptr, D, BLOCK: tl.constexpr, PDL: tl.constexpr):
-    """One program per request b of a decode step: ``h[b] = embed[tokens[b]]``, ``slots_out[b] = slots[b]`` (int32,
-    contiguous), ``lens_out[b] = lens[slots[b]]`` (the committed length the step's attention reads) and then
-    ``lens[slots[b]] += 1`` (the step's slots are distinct), in place of five small torch ops."""
+def _step_prologue_kernel(tokens_ptr, slots_ptr, s_tok_b, s_tok_n, s_slot, embed_ptr, lens_ptr, h_ptr,
+                          slots_out_ptr, lens_out_ptr, N, D, BLOCK: tl.constexpr, ADVANCE: tl.constexpr,
+                          PDL: tl.constexpr):
+    """Program ``(b, n)`` of a step with ``N`` tokens per request: ``h[b N + n] = embed[tokens[b, n]]``; program
+    ``(b, 0)`` also stores ``slots_out[b] = slots[b]`` (int32, contiguous) and ``lens_out[b] = lens[slots[b]]`` (the
+    committed length the step's attention reads) and (``ADVANCE``, a decode step: one token, distinct slots) then
+    ``lens[slots[b]] += 1``, in place of the small torch ops of a gather, a cast and an index."""
     allow_dependents(PDL)  # the first GEMV may launch now (optimized.pdl)
     b = tl.program_id(0).to(tl.int64)
-    tok = tl.load(tokens_ptr + b * s_tok).to(tl.int64)
-    slot = tl.load(slots_ptr + b * s_slot).to(tl.int64)
+    n = tl.program_id(1)
+    tok = tl.load(tokens_ptr + b * s_tok_b + n * s_tok_n).to(tl.int64)
     cols = tl.arange(0, BLOCK)  # [BLOCK]
+    row = b * N + n
     for d0 in range(0, D, BLOCK):
         ok = d0 + cols < D
-        tl.store(h_ptr + b * D + d0 + cols, tl.load(embed_ptr + tok * D + d0 + cols, mask=ok), mask=ok)
-    length = tl.load(lens_ptr + slot)
-    tl.store(lens_out_ptr + b, length)
-    tl.store(slots_out_ptr + b, slot.to(tl.int32))
-    tl.store(lens_ptr + slot, length + 1)
+        tl.store(h_ptr + row * D + d0 + cols, tl.load(embed_ptr + tok * D + d0 + cols, mask=ok), mask=ok)
+    if n == 0:
+        slot = tl.load(slots_ptr + b * s_slot).to(tl.int64)
+        length = tl.load(lens_ptr + slot)
+        tl.store(lens_out_ptr + b, length)
+        tl.store(slots_out_ptr + b, slot.to(tl.int32))
+        if ADVANCE:
+            tl.store(lens_ptr + slot, length + 1)
 
 
-def _decode_prologue(tokens: torch.Tensor, slots: torch.Tensor, embed: torch.Tensor, lens: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A decode step's inputs in one launch (:func:`_decode_prologue_kernel`): ``tokens, slots: [B]`` integer
-    (any stride, distinct slots) -> the residual stream ``[B, Dm]`` (the tokens' embeddings), the slots ``[B]``
-    int32 and their committed lengths ``[B]`` before the step; ``lens [P]`` advances by one at those slots."""
-    B = slots.shape[0]
+def _step_prologue(tokens: torch.Tensor, slots: torch.Tensor, embed: torch.Tensor, lens: torch.Tensor,
+                   advance: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A step's inputs in one launch (:func:`_step_prologue_kernel`): ``tokens: [B, N]`` (a decode step: ``[B]``)
+    and ``slots: [B]`` integer (any strides) -> the residual stream ``[B N, Dm]`` (the tokens' embeddings), the
+    slots ``[B]`` int32 and their committed lengths ``[B]`` before the step; with ``advance`` (a decode step,
+    distinct slots) ``lens [P]`` then advances by one at those slots."""
+    tokens2 = tokens[:, None] if tokens.ndim == 1 else tokens  # [B, N]
+    B, N = tokens2.shape
     D = embed.shape[1]
-    h = torch.empty((B, D), dtype=embed.dtype, device=embed.device)  # [B, Dm]
+    h = torch.empty((B * N, D), dtype=embed.dtype, device=embed.device)  # [B N, Dm]
     slots_out = torch.empty((B,), dtype=torch.int32, device=embed.device)  # [B]
     lens_out = torch.empty((B,), dtype=lens.dtype, device=embed.device)  # [B]
-    _decode_prologue_kernel[(B,)](tokens, slots, tokens.stride(0), slots.stride(0), embed, lens, h, slots_out,
-                                  lens_out, D, BLOCK=min(4096, triton.next_power_of_2(D)),
-                                  PDL=pdl_supported(embed.device), **_launch_opts(4))
+    _step_prologue_kernel[(B, N)](tokens2, slots, tokens2.stride(0), tokens2.stride(1), slots.stride(0), embed, lens,
+                                  h, slots_out, lens_out, N, D, BLOCK=min(4096, triton.next_power_of_2(D)),
+                                  ADVANCE=bool(advance), PDL=pdl_supported(embed.device), **_launch_opts(4))
     return h, slots_out, lens_out
 
 
@@ -167,7 +176,8 @@ def _add_rmsnorm(h: torch.Tensor, delta: torch.Tensor | None, weight1p: torch.Te
 
 
 def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
-    """SwiGLU activation of the fused gate|up projection ``gu: [T, 2I]`` -> ``[T, I]``."""
+    """SwiGLU activation of the fused gate | up projection ``gu: [T, 2I]`` (columns interleaved,
+    :func:`~lumotree.optimized.gemv.interleave_gate_up`) -> ``[T, I]``."""
     T, two_i = gu.shape
     inner = two_i // 2
     out = torch.empty((T, inner), dtype=gu.dtype, device=gu.device)  # [T, I]
@@ -200,7 +210,7 @@ class _AttnLayer:
 @dataclass
 class _MLP:
     post_norm: torch.Tensor  # [Dm] fp32, 1 + w
-    w_gate_up: torch.Tensor  # dense: [2 I, Dm]; MoE: [E, 2 I, Dm]
+    w_gate_up: torch.Tensor  # dense: [2 I, Dm] gate / up rows interleaved (gemv.interleave_gate_up); MoE: [E, 2 I, Dm]
     w_down: torch.Tensor  # dense: [Dm, I]; MoE: [E, Dm, I]
     router: torch.Tensor | None = None  # MoE: [E, Dm]
     shared_gate_up: torch.Tensor | None = None  # [2 Is, Dm]
@@ -372,7 +382,8 @@ class OptimizedModel:
                     shared_down=get(f"{m}.shared_expert.down_proj.weight"),
                     shared_gate=get(f"{m}.shared_expert_gate.weight")))
             else:
-                self.mlps.append(_MLP(post, torch.cat([get(f"{m}.gate_proj.weight"), get(f"{m}.up_proj.weight")]),
+                self.mlps.append(_MLP(post, interleave_gate_up(get(f"{m}.gate_proj.weight"),
+                                                               get(f"{m}.up_proj.weight")),
                                       get(f"{m}.down_proj.weight")))
 
         # ---- pools
@@ -523,19 +534,21 @@ class OptimizedModel:
                 and (x.is_cuda or interpreting()))
 
     def _linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None,
-                glu: bool = False, conv: ConvStep | TreeConv | None = None, out: torch.Tensor | None = None
+                swiglu: bool = False, conv: ConvStep | TreeConv | None = None, out: torch.Tensor | None = None
                 ) -> torch.Tensor:
         """``x [T, Din] @ w [Dout, Din]^T``: the GEMV of :mod:`~lumotree.optimized.gemv` where :meth:`_on_gemv`, else
-        cuBLAS (``out_dtype``: default x's). ``glu``: ``x`` is SwiGLU's gate | up ``[T, 2 Din]``, activated in the
-        GEMV's loads (only where :meth:`_add_linear`, its one caller, leaves it so). ``conv``: the first ``C`` output columns through one
+        cuBLAS (``out_dtype``: default x's). ``swiglu``: ``w`` is the dense MLP's interleaved gate | up weight and the
+        result ``silu(gate) * up: [T, Dout / 2]`` (in the GEMV's epilogue, or by the SwiGLU kernel after cuBLAS).
+        ``conv``: the first ``C`` output columns through one
         decode step of the short conv (in the GEMV's epilogue, or by :func:`~lumotree.optimized.gdn_decode.conv_step`
         after cuBLAS, in place; a :class:`~lumotree.optimized.gemv.TreeConv`: the tree conv of a tree step into
         ``conv.out``, in the GEMV's epilogue or by :func:`~lumotree.optimized.conv_tree.tree_conv` after cuBLAS).
         ``out``: a contiguous ``[T, Dout]`` buffer of x's dtype to write (no ``out_dtype``)."""
         if self._on_gemv(x, w.shape[0]):
-            return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl, glu=glu, conv=conv, validate=False,
-                                      out=out)
-        assert not glu, "SwiGLU runs in the GEMV's loads only; _add_linear activates the input first otherwise"
+            return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl, swiglu=swiglu, conv=conv,
+                                      validate=False, out=out)
+        if swiglu:
+            return _silu_mul(torch.matmul(x, w.T))  # [T, Dout / 2]
         y = torch.matmul(x, w.T, out=out)
         y = y if out_dtype is None else y.to(out_dtype)
         if isinstance(conv, TreeConv):
@@ -556,31 +569,27 @@ class OptimizedModel:
         return x
 
     def _norm_linear(self, res: _Residual, weight1p: torch.Tensor, w: torch.Tensor,
-                     conv: ConvStep | TreeConv | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-        """``RMSNorm(h) @ w^T`` (``weight1p = 1 + w_norm``; ``conv``, ``out`` as in :meth:`_linear`): from the rows
-        the last add into ``h`` left scaled by this norm's weight when this projection runs on the GEMV too (the
-        norm's factor applied to the product), else the add + RMSNorm kernel and then :meth:`_linear`."""
+                     conv: ConvStep | TreeConv | None = None, out: torch.Tensor | None = None, swiglu: bool = False
+                     ) -> torch.Tensor:
+        """``RMSNorm(h) @ w^T`` (``weight1p = 1 + w_norm``; ``conv``, ``out``, ``swiglu`` as in :meth:`_linear`):
+        from the rows the last add into ``h`` left scaled by this norm's weight when this projection runs on the GEMV
+        too (the norm's factor applied to the product), else the add + RMSNorm kernel and then :meth:`_linear`."""
         rows = res.rows
         if rows is not None and res.norm_for is weight1p and self._on_gemv(rows.scaled, w.shape[0]):
             return small_batch_linear(rows.scaled, w, pdl=self.pdl, norm=RowNorm(rows.parts, self.eps), conv=conv,
-                                      validate=False, out=out)
-        return self._linear(self._normed(res, weight1p), w, conv=conv, out=out)
+                                      swiglu=swiglu, validate=False, out=out)
+        return self._linear(self._normed(res, weight1p), w, conv=conv, out=out, swiglu=swiglu)
 
-    def _add_linear(self, res: _Residual, x: torch.Tensor, w: torch.Tensor, next_norm: torch.Tensor | None,
-                    glu: bool = False) -> None:
-        """``h += x @ w^T`` (``glu`` as in :meth:`_linear`): in the GEMV's epilogue, which also leaves what the next
-        norm (weight ``next_norm``, ``1 + w``) needs (:func:`~lumotree.optimized.gemv.residual_linear`;
-        ``fused_norms``), or as a pending ``delta`` that the next add + RMSNorm kernel adds. SwiGLU (``glu``) runs in
-        the GEMV's loads up to :data:`~lumotree.optimized.gemv.GLU_MAX_ROWS` rows, else its own kernel first (before
-        cuBLAS, or above that many rows, where every GEMV program would recompute it)."""
+    def _add_linear(self, res: _Residual, x: torch.Tensor, w: torch.Tensor, next_norm: torch.Tensor | None) -> None:
+        """``h += x @ w^T``: in the GEMV's epilogue, which also leaves what the next norm (weight ``next_norm``,
+        ``1 + w``) needs (:func:`~lumotree.optimized.gemv.residual_linear`; ``fused_norms``), or as a pending
+        ``delta`` that the next add + RMSNorm kernel adds."""
         assert res.delta is None, "a norm settles every pending add before the next projection"
-        if glu and not (x.shape[0] <= GLU_MAX_ROWS and self._on_gemv(x, w.shape[0])):
-            x, glu = _silu_mul(x), False
         if self.fused_norms and next_norm is not None and self._on_gemv(x, w.shape[0]):
-            res.rows = residual_linear(x, w, res.h, scale=next_norm, pdl=self.pdl, glu=glu)
+            res.rows = residual_linear(x, w, res.h, scale=next_norm, pdl=self.pdl)
             res.norm_for = next_norm
         else:
-            res.delta, res.rows, res.norm_for = self._linear(x, w, glu=glu), None, None
+            res.delta, res.rows, res.norm_for = self._linear(x, w), None, None
 
     def _next_in_norm(self, i: int) -> torch.Tensor | None:
         """The input norm weight (``1 + w``) of layer ``i + 1``; None after the last layer (the final norm follows)."""
@@ -590,8 +599,8 @@ class OptimizedModel:
         """``h += MLP(RMSNorm(h))``: SwiGLU (on the GEMVs, the norm and the add inside them, ``next_norm`` the norm
         after it, None before the final one), or the MoE block computed densely (see the module docstring)."""
         if m.router is None:
-            gate_up = self._norm_linear(res, m.post_norm, m.w_gate_up)  # [T, 2I]
-            self._add_linear(res, gate_up, m.w_down, next_norm, glu=True)
+            act = self._norm_linear(res, m.post_norm, m.w_gate_up, swiglu=True)  # [T, I] silu(gate) * up
+            self._add_linear(res, act, m.w_down, next_norm)
             return
         x = self._normed(res, m.post_norm)  # [T, Dm]
         probs = torch.softmax((x @ m.router.T).float(), dim=-1)  # [T, E]
@@ -615,8 +624,8 @@ class OptimizedModel:
         B, N = tokens.shape
         T = B * N
         meta = tree_meta(parents, num_nodes, validate=False)
-        lens = self.lens.index_select(0, slots.long())  # [B]
-        res = _Residual(self.embed[tokens.reshape(T).long()])  # [T, Dm] residual stream (fresh: updated in place)
+        h, _, lens = _step_prologue(tokens, slots, self.embed, self.lens, False)  # [T, Dm], lens: [B]
+        res = _Residual(h)  # [T, Dm] residual stream (fresh: updated in place)
         # what the commit reads, for every GDN layer in one tensor each (one commit launch for all layers)
         n_gdn = len(self.state_pools)
         factors = conv_inputs = None
@@ -686,11 +695,11 @@ class OptimizedModel:
 
     def _decode_step(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """One token per request (``tokens, slots: [B]`` integer device tensors, any stride; read by the fused
-        prologue, :func:`_decode_prologue`): every pool advances by one in place, no
+        prologue, :func:`_step_prologue`): every pool advances by one in place, no
         tree and no commit (:mod:`~lumotree.optimized.gdn_decode` for the GDN layers: the state is read and
         written once; tree attention on one-node trees for the attention layers). Returns logits ``[B, V]`` fp32."""
         B = slots.shape[0]
-        h, slots, lens = _decode_prologue(tokens, slots, self.embed, self.lens)  # lens: [B] before; self.lens += 1
+        h, slots, lens = _step_prologue(tokens, slots, self.embed, self.lens, True)  # lens: [B] before; lens += 1
         res = _Residual(h)  # [B, Dm] residual stream
         if self.state_pools:
             H, HV, K, V, W = self._gdn_dims

@@ -37,6 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._checks import check_num_nodes, check_tree_rows
 from .pdl import allow_dependents, pdl_supported
 
 __all__ = [
@@ -110,39 +111,59 @@ class TreeMeta(NamedTuple):
 
 
 @triton.jit
-def _tree_metadata_kernel(Parents, Words, Depth, N, W, BLOCK_W: tl.constexpr):
-    """One program per request: ``words[i] = words[parent(i)] | bit(i)``, ``depth[i] = depth[parent(i)] + 1``."""
-    b = tl.program_id(0)
+def _tree_metadata_kernel(Parents, NumNodes, Words, Depth, N, s_pb, s_pn, W, NP: tl.constexpr, BLOCK_W: tl.constexpr,
+                          ROUNDS: tl.constexpr, HAS_NUM: tl.constexpr):
+    """One program per request, every node at once by pointer jumping (``ROUNDS = ceil(log2 N)`` rounds, all in
+    registers): ``words[i] = bit(i) | words[parent(i)] | ...`` and ``depth[i]`` = the number of ancestors. Round r
+    ORs in (adds) the words (depth) of the ancestor ``jump[i]`` at distance ``2^r`` and doubles the jump, so after it
+    ``words[i]`` holds the path up to distance ``2^(r+1) - 1``. Nodes past ``num_nodes[b]`` (``HAS_NUM``) are read as
+    a chain below the last real node (their parents are not read; their rows are never used)."""
+    b = tl.program_id(0).to(tl.int64)
+    node = tl.arange(0, NP)  # [NP]
+    node_ok = node < N
+    real = node_ok
+    if HAS_NUM:
+        real = node_ok & (node < tl.load(NumNodes + b))
+    parent = tl.load(Parents + b * s_pb + node * s_pn, mask=real, other=0).to(tl.int32)  # [NP]
+    jump = tl.where(real, parent, node - 1)  # [NP] the ancestor 2^r steps up (-1: none)
     offs_w = tl.arange(0, BLOCK_W)  # [BLOCK_W]
-    mask_w = offs_w < W
-    row0 = tl.where(offs_w == 0, 1, 0).to(tl.int32)  # root: bit 0 of word 0
-    tl.store(Words + b * N * W + offs_w, row0, mask=mask_w)
-    tl.store(Depth + b * N, 0)
-    tl.debug_barrier()
-    for i in range(1, N):
-        p = tl.load(Parents + b * N + i)
-        prow = tl.load(Words + b * N * W + p * W + offs_w, mask=mask_w, other=0)  # [BLOCK_W]
-        bit = tl.full([BLOCK_W], 1, tl.int32) << tl.full([BLOCK_W], i % 32, tl.int32)  # bit 31 -> sign bit
-        row = tl.where(offs_w == i // 32, prow | bit, prow)
-        tl.store(Words + b * N * W + i * W + offs_w, row, mask=mask_w)
-        tl.store(Depth + b * N + i, tl.load(Depth + b * N + p) + 1)
-        tl.debug_barrier()
+    bit = tl.full([NP, BLOCK_W], 1, tl.int32) << (node % 32)[:, None]  # [NP, BLOCK_W] bit 31 -> sign bit
+    words = tl.where(offs_w[None, :] == (node // 32)[:, None], bit, 0)  # [NP, BLOCK_W]
+    depth = tl.where(jump >= 0, 1, 0)  # [NP]
+    for _ in tl.static_range(ROUNDS):
+        up = jump >= 0  # [NP]
+        src = tl.maximum(jump, 0)  # [NP]
+        words = words | tl.where(up[:, None], tl.gather(words, tl.broadcast_to(src[:, None], [NP, BLOCK_W]), 0), 0)
+        depth = depth + tl.where(up, tl.gather(depth, src, 0), 0)
+        jump = tl.where(up, tl.gather(jump, src, 0), -1)
+    tl.store(Words + (b * N + node[:, None]) * W + offs_w[None, :], words,
+             mask=node_ok[:, None] & (offs_w < W)[None, :])
+    tl.store(Depth + b * N + node, depth, mask=node_ok)
 
 
-def tree_metadata(parents: torch.Tensor, *, validate: bool = True) -> TreeMeta:
-    """Ancestor bitsets and depths for a batch of trees ``parents: [B, N]`` (int32/int64, each row a valid tree).
+def tree_metadata(parents: torch.Tensor, *, num_nodes: torch.Tensor | None = None, validate: bool = True
+                  ) -> TreeMeta:
+    """Ancestor bitsets and depths for a batch of trees ``parents: [B, N]`` (int32/int64, any strides, each row a
+    valid tree; with ``num_nodes: [B]`` int32 only its first ``num_nodes[b]`` entries, the rest read as a chain).
 
-    Mirrors :func:`lumotree.reference.tree.ancestor_words` word for word. ``validate`` checks the trees first (one
-    device-to-host copy; switch it off inside CUDA-graph capture, after checking the same trees once).
+    Mirrors :func:`lumotree.reference.tree.ancestor_words` word for word, in one launch. ``validate`` checks the
+    trees first (one device-to-host copy; switch it off inside CUDA-graph capture, after checking the same trees
+    once).
     """
     if validate:
-        check_tree_batch(parents)
+        if num_nodes is None:
+            check_tree_batch(parents)
+        else:
+            num_nodes = check_num_nodes(num_nodes, parents.shape[0], parents.shape[1], parents.device, True)
+            check_tree_rows(parents, num_nodes)
     B, N = parents.shape
     W = (N + WORD_BITS - 1) // WORD_BITS
-    parents32 = parents.to(torch.int32).contiguous()  # [B, N]
     words = torch.empty((B, N, W), dtype=torch.int32, device=parents.device)  # [B, N, W]
     depth = torch.empty((B, N), dtype=torch.int32, device=parents.device)  # [B, N]
-    _tree_metadata_kernel[(B,)](parents32, words, depth, N, W, BLOCK_W=max(2, triton.next_power_of_2(W)))
+    _tree_metadata_kernel[(B,)](parents, num_nodes if num_nodes is not None else parents, words, depth, N,
+                                parents.stride(0), parents.stride(1), W, NP=triton.next_power_of_2(N),
+                                BLOCK_W=max(2, triton.next_power_of_2(W)), ROUNDS=max(1, (N - 1).bit_length()),
+                                HAS_NUM=num_nodes is not None)
     return TreeMeta(words, depth)
 
 

@@ -140,23 +140,34 @@ def test_strided_rows_of_x():
 
 
 @pytest.mark.parametrize("config", [G.GemvConfig(4, 16, 3, 4, 1), G.GemvConfig(16, 32, 2, 4, 2, True),
-                                    G.GemvConfig(16, 32, 2, 4, 2, True, True), None],
-                         ids=["sum-split3", "dot-split2", "tma-split2", "default"])
-@pytest.mark.parametrize("M,N,K", [(1, 37, 40), (3, 16, 72), (8, 64, 128)])
-def test_glu_prologue_equals_swiglu_then_gemv(M, N, K, config):
-    """``glu=True`` (SwiGLU computed in the GEMV's loads) matches ``(silu(g) * u) @ w.T`` in float64 and is
-    bit-identical to the model's separate SwiGLU kernel followed by the plain GEMV."""
+                                    G.GemvConfig(16, 32, 2, 4, 2, True, True), G.GemvConfig(8, 16, 1, 4, 1), None],
+                         ids=["sum-split3", "dot-split2", "tma-split2", "sum-unsplit", "default"])
+@pytest.mark.parametrize("M,I,K", [(1, 37, 40), (3, 16, 72), (8, 64, 128), (40, 21, 48)])
+def test_swiglu_epilogue_equals_gemv_then_swiglu(M, I, K, config):
+    """``swiglu=True`` on the interleaved gate | up weight matches ``silu(x g^T) * (x u^T)`` in float64 and is
+    bit-identical to the plain GEMV followed by the model's SwiGLU kernel (interleaved columns); every output column
+    is written (NaN-poisoned ``out``), the odd widths included."""
     from lumotree.optimized.model import _silu_mul
 
-    gu, w = _inputs(M, N, 2 * K, seed=M + N)
-    w = w[:, :K].contiguous()  # [N, K]
-    g, u = gu[:, :K].double(), gu[:, K:].double()
-    reference = (g * torch.sigmoid(g) * u) @ w.double().T  # [M, N]
-    fused = G.small_batch_linear(gu, w, config=config, glu=True)
+    x, w = _inputs(M, 2 * I, K, seed=M + I)
+    if config is not None and not config.use_dot and M > G.MAX_SUM_ROWS:
+        with pytest.raises(ValueError, match="the broadcast \\+ sum form"):
+            G.small_batch_linear(x, w, config=config, swiglu=True)
+        return
+    gate, up = w[:I].contiguous(), w[I:].contiguous()  # [I, K] each
+    w_gu = G.interleave_gate_up(gate, up)  # [2I, K]
+    assert torch.equal(w_gu[0::2], gate) and torch.equal(w_gu[1::2], up)
+    g, u = x.double() @ gate.double().T, x.double() @ up.double().T  # [M, I]
+    reference = g * torch.sigmoid(g) * u  # [M, I]
+    out = torch.full((M, I), float("nan"), device=DEVICE)  # [M, I]
+    fused = G.small_batch_linear(x, w_gu, config=config, swiglu=True, out=out)
+    assert fused.data_ptr() == out.data_ptr() and bool(torch.isfinite(fused).all())
     assert _rel_err(fused, reference) < RTOL
-    assert torch.equal(fused, G.small_batch_linear(_silu_mul(gu), w, config=config))
-    with pytest.raises(ValueError, match="x has 5 columns: with glu"):
-        G.small_batch_linear(gu[:, :5].contiguous(), w[:, :2].contiguous(), glu=True)
+    assert torch.equal(fused, _silu_mul(G.small_batch_linear(x, w_gu, config=config)))
+    with pytest.raises(ValueError, match="w has 5 rows: with swiglu"):
+        G.small_batch_linear(x, w_gu[:5].contiguous(), swiglu=True)
+    with pytest.raises(ValueError, match=r"out has shape .*M, N / 2 \(swiglu\)"):
+        G.small_batch_linear(x, w_gu, swiglu=True, out=torch.empty(M, 2 * I, device=DEVICE))
 
 
 @settings(max_examples=10, deadline=None)
@@ -255,17 +266,17 @@ def test_gpu_bench_shapes_bf16_match_torch(N, K, M):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("M", [1, 2, 8])
-def test_gpu_glu_prologue_bf16_bit_identical_to_swiglu_kernel(M):
-    """The bench model's down projection (gate | up [M, 2 x 5632] -> 2048) with SwiGLU in the GEMV's loads equals the
-    SwiGLU kernel + GEMV bit for bit in bf16 (the same fp32 math, one rounding), with and without PDL."""
+@pytest.mark.parametrize("M", [1, 2, 8, 16, 64])
+def test_gpu_swiglu_epilogue_bf16_bit_identical_to_swiglu_kernel(M):
+    """The bench model's gate | up projection (``[2 x 5632, 2048]``, rows interleaved) with SwiGLU in the GEMV's
+    epilogue equals GEMV + SwiGLU kernel bit for bit in bf16 (the same fp32 math on the rounded pairs), with and
+    without PDL, at the decode and tree-step row counts."""
     from lumotree.optimized.model import _silu_mul
 
-    gu, w = _inputs(M, 2048, 2 * 5632, seed=M, dtype=torch.bfloat16)
-    w = w[:, :5632].contiguous()  # [2048, 5632]
-    two_kernels = G.small_batch_linear(_silu_mul(gu), w)
+    x, w = _inputs(M, 2 * 5632, 2048, seed=M, dtype=torch.bfloat16)
+    two_kernels = _silu_mul(G.small_batch_linear(x, w))  # [M, 5632]
     for pdl in (False, True):
-        assert torch.equal(G.small_batch_linear(gu, w, glu=True, pdl=pdl), two_kernels)
+        assert torch.equal(G.small_batch_linear(x, w, swiglu=True, pdl=pdl), two_kernels)
 
 
 @pytest.mark.gpu
@@ -345,24 +356,22 @@ def _rmsnorm64(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tenso
 @pytest.mark.parametrize("M,N,K", [(1, 40, 24), (3, 33, 48), (8, 64, 72)])
 def test_residual_linear_adds_in_place_and_returns_row_squares(M, N, K, config):
     """``residual_linear`` leaves ``h + GEMV(x)`` in ``h`` bit for bit (the same fp32 product, one add), returns
-    pieces that sum to each new row's sum of squares and, with a scale, the new rows times it; with ``glu`` the
-    product is the SwiGLU GEMV's."""
-    x, w = _inputs(M, N, 2 * K, seed=M * 7 + N)
+    pieces that sum to each new row's sum of squares and, with a scale, the new rows times it."""
+    x, w = _inputs(M, N, K, seed=M * 7 + N)
     gen = torch.Generator(device=DEVICE).manual_seed(N)
     h = torch.randn(M, N, generator=gen, device=DEVICE)  # [M, N]
     scale = torch.rand(N, generator=gen, device=DEVICE) + 0.5  # [N]
-    for glu, xin, wk in ((False, x[:, :K].contiguous(), w[:, :K].contiguous()), (True, x, w[:, :K].contiguous())):
-        for with_scale in (False, True):
-            updated = h.clone()
-            rows = G.residual_linear(xin, wk, updated, config=config, glu=glu, scale=scale if with_scale else None)
-            assert torch.equal(updated, h + G.small_batch_linear(xin, wk, config=config, glu=glu))
-            assert rows.parts.dtype == torch.float32 and rows.parts.shape[0] == M
-            np.testing.assert_allclose(rows.parts.double().sum(-1).cpu(), (updated.double() ** 2).sum(-1).cpu(),
-                                       rtol=1e-6)
-            if with_scale:
-                assert torch.equal(rows.scaled, updated * scale)
-            else:
-                assert rows.scaled is None
+    for with_scale in (False, True):
+        updated = h.clone()
+        rows = G.residual_linear(x, w, updated, config=config, scale=scale if with_scale else None)
+        assert torch.equal(updated, h + G.small_batch_linear(x, w, config=config))
+        assert rows.parts.dtype == torch.float32 and rows.parts.shape[0] == M
+        np.testing.assert_allclose(rows.parts.double().sum(-1).cpu(), (updated.double() ** 2).sum(-1).cpu(),
+                                   rtol=1e-6)
+        if with_scale:
+            assert torch.equal(rows.scaled, updated * scale)
+        else:
+            assert rows.scaled is None
     assert _counters_zero()
 
 
@@ -430,8 +439,8 @@ def test_fused_norm_bad_inputs_raise_naming_the_argument(case):
 @pytest.mark.parametrize("M", [1, 2, 8, 16, 64])
 def test_gpu_fused_norm_chain_bf16_matches_separate_kernels(M):
     """The decode step's pattern on the bench model's shapes in bf16: w_out (``[2048, 4096]``) adds into the residual,
-    gate | up (``[11264, 2048]``) normalises it (from the scaled rows and the row factor), down (SwiGLU,
-    ``[2048, 5632]``) adds, the next ``w_in`` (``[12352, 2048]``) normalises. The first residual update equals the
+    gate | up (``[11264, 2048]``, SwiGLU in its epilogue) normalises it (from the scaled rows and the row factor), down
+    (``[2048, 5632]``) adds, the next ``w_in`` (``[12352, 2048]``) normalises. The first residual update equals the
     GEMV + add + RMSNorm kernel path bit for bit, the rest agrees to bf16 rounding (rounded at other places); with
     PDL, eagerly and replayed in a CUDA graph, everything is bit-identical to the fused chain without PDL.
 
@@ -452,8 +461,8 @@ def test_gpu_fused_norm_chain_bf16_matches_separate_kernels(M):
         h = h0.clone()
         rows = G.residual_linear(att, w_out, h, scale=norm1, pdl=pdl)
         first = h.clone()
-        gu = G.small_batch_linear(rows.scaled, w_gu, pdl=pdl, norm=G.RowNorm(rows.parts, 1e-6))
-        rows = G.residual_linear(gu, w_down, h, scale=norm2, pdl=pdl, glu=True)
+        act = G.small_batch_linear(rows.scaled, w_gu, pdl=pdl, norm=G.RowNorm(rows.parts, 1e-6), swiglu=True)
+        rows = G.residual_linear(act, w_down, h, scale=norm2, pdl=pdl)
         out = G.small_batch_linear(rows.scaled, w_in, pdl=pdl, norm=G.RowNorm(rows.parts, 1e-6))
         return torch.cat([first, h, out], 1)
 
@@ -461,7 +470,7 @@ def test_gpu_fused_norm_chain_bf16_matches_separate_kernels(M):
         h = h0.clone()
         x = om._add_rmsnorm(h, G.small_batch_linear(att, w_out), norm1, 1e-6)
         first = h.clone()
-        x = om._add_rmsnorm(h, G.small_batch_linear(G.small_batch_linear(x, w_gu), w_down, glu=True), norm2, 1e-6)
+        x = om._add_rmsnorm(h, G.small_batch_linear(om._silu_mul(G.small_batch_linear(x, w_gu)), w_down), norm2, 1e-6)
         return torch.cat([first, h, G.small_batch_linear(x, w_in)], 1)
 
     plain = _assert_pdl_and_replay_equal(fused)

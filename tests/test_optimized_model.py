@@ -218,22 +218,27 @@ def test_fused_norms_keep_two_norm_launches_and_the_same_logits(tiny, monkeypatc
     np.testing.assert_allclose(results[True][0].numpy(), ref.forward([31], cache)[-1], atol=ATOL)
 
 
-def test_decode_prologue_gathers_embeddings_and_advances_the_lengths():
-    """The decode step's prologue kernel on strided int64 inputs (the columns of a ``[B, 2]`` step input): the
-    embedding rows of the tokens, the slots as contiguous int32, each slot's length before the step, and the
-    lengths advanced by one at those slots only."""
+def test_step_prologue_gathers_embeddings_and_reads_or_advances_the_lengths():
+    """The step prologue kernel on strided int64 inputs (the columns of a ``[B, 2]`` decode step input, a strided
+    ``[B, N]`` token block of a tree step): the embedding rows of the tokens in row order, the slots as contiguous
+    int32, each slot's length before the step, and (decode only) the lengths advanced by one at those slots only."""
     gen = torch.Generator().manual_seed(3)
     embed = torch.randn(11, 40, generator=gen)  # [Vocab, Dm] (Dm not a power of two)
     lens = torch.tensor([5, 0, 9, 2, 7], dtype=torch.int32)  # [P]
     step_in = torch.tensor([[10, 3], [0, 0], [4, 2]], dtype=torch.int64)  # [B, 2] tokens | slots
     before = lens.clone()
-    h, slots, got_lens = om._decode_prologue(step_in[:, 0], step_in[:, 1], embed, lens)
+    h, slots, got_lens = om._step_prologue(step_in[:, 0], step_in[:, 1], embed, lens, True)
     assert torch.equal(h, embed[[10, 0, 4]])
     assert slots.dtype == torch.int32 and slots.is_contiguous() and slots.tolist() == [3, 0, 2]
     assert got_lens.tolist() == [before[3], before[0], before[2]]
     expected = before.clone()
     expected[[3, 0, 2]] += 1
     assert torch.equal(lens, expected)
+    tokens = torch.tensor([[1, 9, 9, 2, 9, 9, 3], [4, 9, 9, 5, 9, 9, 6]])[:, ::3]  # [B, N] = [2, 3] stride 3
+    before = lens.clone()
+    h, slots, got_lens = om._step_prologue(tokens, torch.tensor([4, 1]), embed, lens, False)
+    assert torch.equal(h, embed[[1, 2, 3, 4, 5, 6]]) and slots.tolist() == [4, 1]
+    assert got_lens.tolist() == [before[4], before[1]] and torch.equal(lens, before)
 
 
 def test_moe_model_and_checkpoint_round_trip_match_reference_and_transformers(tmp_path):

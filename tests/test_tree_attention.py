@@ -75,6 +75,30 @@ def test_tree_metadata_matches_reference_words_and_depth(tree_list, seed):
         assert meta.depth[b].tolist() == TokenTree(parents).depth.tolist()
 
 
+@settings(max_examples=20)
+@given(st.lists(trees(max_nodes=130), min_size=1, max_size=3), st.integers(0, 2**31))
+def test_tree_metadata_with_num_nodes_reads_only_real_nodes(tree_list, seed):
+    """With ``num_nodes`` the real nodes' words and depths are the reference's, whatever the padding entries hold
+    (garbage, even out-of-range values: they are not read), from int64 parents in a strided view; the padding rows
+    are those of a chain below the last real node. Covers single nodes, chains and more than 64 and 128 nodes."""
+    n = max(len(p) for p in tree_list)
+    rng = np.random.default_rng(seed)
+    junk = torch.tensor([p + [int(rng.integers(-9, 999)) for _ in range(n - len(p))] for p in tree_list])  # [B, N]
+    wide = torch.full((len(tree_list), 2 * n), 7, dtype=torch.int64)
+    wide[:, ::2] = junk
+    parents = wide.to(DEVICE)[:, ::2]  # [B, N] stride 2 along the nodes
+    num_nodes = torch.tensor([len(p) for p in tree_list], dtype=torch.int32, device=DEVICE)
+    words = ta.tree_metadata(parents, num_nodes=num_nodes, validate=False)
+    checked = ta.tree_metadata(parents, num_nodes=num_nodes)
+    assert torch.equal(words.words, checked.words) and torch.equal(words.depth, checked.depth)
+    for b, real in enumerate(tree_list):
+        chain = real + list(range(len(real) - 1, n - 1))  # the padding read as a chain
+        assert words.words[b].tolist() == _signed(ancestor_words(chain))
+        assert words.depth[b].tolist() == TokenTree(chain).depth.tolist()
+    with pytest.raises(ValueError, match="num_nodes"):
+        ta.tree_metadata(parents, num_nodes=num_nodes * 0)
+
+
 def test_tree_metadata_rejects_bad_trees():
     with pytest.raises(ValueError, match=r"parents\[1, 0\]"):
         ta.tree_metadata(_batch_parents([[-1, 0, 1], [0, 0, 1]]))
