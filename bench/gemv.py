@@ -23,6 +23,10 @@ Tree-step rows: ``--rows 16 32 64 --row-sweep --pdl --torch-variants`` sweeps :d
 :data:`ROW_SPLITS` with and without TMA (compiled first in parallel worker processes), launched as the model
 launches them (PDL), next to cuBLAS without reduced-precision reductions, through cuBLASLt and transposed.
 
+SwiGLU (``--swiglu``): for the gate | up shape ``[11264, 2048]`` (rows interleaved) at each M, the GEMV with SwiGLU
+in its epilogue (default config, and the row tiles above 8 rows) beside the plain GEMV followed by the model's
+SwiGLU kernel, and cuBLAS + that kernel (checked against ``silu(x g^T) * (x u^T)`` in fp32).
+
 Run (GPU only): ``PYTHONPATH=$PWD python bench/gemv.py --out gemv.json`` (add ``--quick`` for a fast check).
 """
 
@@ -215,6 +219,48 @@ def print_table(rows: list[dict], copy_bw: float) -> None:
               f"{f(d, 'rel_err', '.1e')} / {f(b, 'rel_err', '.1e')}")
 
 
+def swiglu_forms(args, device: torch.device, sms: int) -> int:
+    """``--swiglu``: the epilogue form against GEMV + SwiGLU kernel and cuBLAS + SwiGLU kernel, per row count."""
+    from lumotree.optimized.model import _silu_mul
+
+    N, K = 11264, 2048
+    gen = torch.Generator(device=device).manual_seed(0)
+    ws = [torch.randn(N, K, generator=gen, device=device).to(torch.bfloat16)
+          for _ in range(max(1, math.ceil(MIN_WEIGHT_BYTES / (N * K * 2))))]
+    rows, bad = [], 0
+    for M in args.rows:
+        x = torch.randn(M, K, generator=gen, device=device).to(torch.bfloat16)  # [M, K]
+        gu = x.float() @ ws[0].float().T  # [M, N] fp32, interleaved pairs
+        ref = torch.nn.functional.silu(gu[:, 0::2]) * gu[:, 1::2]  # [M, N / 2]
+        moved = N * K * 2 + M * K * 2 + M * N  # w + x + y (half the columns)
+        forms = {
+            "gemv alone": lambda i, x=x: G.small_batch_linear(x, ws[i % len(ws)], pdl=args.pdl),
+            "cublas+kernel": lambda i, x=x: _silu_mul(x @ ws[i % len(ws)].T),
+            "gemv+kernel": lambda i, x=x: _silu_mul(G.small_batch_linear(x, ws[i % len(ws)], pdl=args.pdl)),
+            "epilogue": lambda i, x=x: G.small_batch_linear(x, ws[i % len(ws)], swiglu=True, pdl=args.pdl),
+        }
+        if M > G.MAX_SUM_ROWS:
+            for cfg in row_sweep_configs(M, N, K, sms):
+                if not cfg.tma and cfg.split_k == 1:
+                    forms[f"epilogue {list(cfg)[:5]}"] = (lambda i, x=x, cfg=cfg: G.small_batch_linear(
+                        x, ws[i % len(ws)], swiglu=True, pdl=args.pdl, config=cfg))
+        row = {"M": M, "N": N, "K": K, "default": list(G.gemv_config(M, N, K, device))}
+        for name, call in forms.items():
+            row[name] = measure(call, args.calls, moved, gu if name == "gemv alone" else ref)
+            bad += row[name].get("ok") is False
+        best = min((n for n in forms if n.startswith("epilogue ") and row[n].get("ok")), default=None,
+                   key=lambda n: row[n]["us"])
+        print(f"M={M:>2}: " + ", ".join(f"{n} {row[n].get('us', float('nan')):.1f}" for n in
+                                         ("gemv alone", "cublas+kernel", "gemv+kernel", "epilogue")) +
+              (f", best epilogue tile {best} {row[best]['us']:.1f}" if best else "") + " us", flush=True)
+        rows.append(row)
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(dict(device=torch.cuda.get_device_name(device), triton=triton.__version__, rows=rows), fh,
+                      indent=1)
+    return 1 if bad else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the results as JSON here")
@@ -231,12 +277,15 @@ def main() -> int:
     ap.add_argument("--torch-variants", action="store_true", help="also time cuBLAS without bf16 reduced-precision "
                     "reductions, through cuBLASLt and as the transposed product")
     ap.add_argument("--shapes", nargs="+", default=None, help="only these N x K shapes, e.g. 2048x4096")
+    ap.add_argument("--swiglu", action="store_true", help="only the gate | up SwiGLU forms (see the docstring)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench/gemv.py needs a CUDA GPU")
     start = time.perf_counter()
     device = torch.device("cuda")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
+    if args.swiglu:
+        return swiglu_forms(args, device, sms)
     copy_bw = copy_bandwidth(device)
     print(f"{torch.cuda.get_device_name(device)}: {sms} SMs, copy bandwidth {copy_bw / 1e12:.2f} TB/s "
           f"(read + write), torch {torch.__version__}, triton {triton.__version__}", flush=True)

@@ -88,6 +88,11 @@ WIDE_N = 65536  # outputs at least this wide (LM heads): the default launch beat
 OUT_DTYPES = (None, torch.bfloat16, torch.float16, torch.float32)
 
 
+EARLY_TRIGGER_MAX_ROWS = 8  # PDL launches of up to this many rows signal the next kernel before their wait, larger
+# ones after it (H200, bench/model_verify.py --pdl-trigger, 2026-12-01, eighth session: signalling after the wait
+# made the B = 16 decode step 2292 -> 2140 us and the B = 1, N = 32 verify 1986 -> 1929 us, and the B = 1 decode
+# 1350 -> 1365 us; N = 64 verify 2042 -> 2051 us)
+PDL_EARLY_TRIGGER: bool | None = None  # None: the rule above; True / False: always before / after (an A / B knob)
 MAX_NORM_PARTS = 4096  # the most pieces of a row's sum of squares a norm prologue reads (one load per program)
 
 
@@ -276,16 +281,19 @@ def _gemv_kernel(
     M, N, K, s_xm, s_ym, k_per_split, SPLIT_K: tl.constexpr, eps, N_NORM_PARTS, N_OUT_PARTS,
     slots_ptr, conv_w_ptr, conv_pool_ptr, C_CONV, tc_num_nodes_ptr, tc_parents_ptr, s_tc_pb, tc_out_ptr, TC_NODES,
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    USE_DOT: tl.constexpr, TMA: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, SWIGLU: tl.constexpr,
+    USE_DOT: tl.constexpr, TMA: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, EARLY_TRIGGER: tl.constexpr,
+    SWIGLU: tl.constexpr,
     NORM: tl.constexpr,
     NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr, CONV: tl.constexpr,
     CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_SILU: tl.constexpr, TREE_CONV: tl.constexpr,
 ):  # fmt: skip
     """Program (row block j, split s): ``acc[m, n] = sum_{k in split s} x[m, k] w[n, k]`` over the block's n, then
     ``y = acc`` (one split) or the deterministic split-K reduction of the module docstring. ``PDL``: launched as a
-    programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program lets the next kernel launch, then
-    waits for the previous one before it touches memory (``x`` and the output buffers may be its work). Prefetching
-    the first weight tiles into L2 before the wait measured slower (bench/NOTES-attention.md, "PDL"): not done.
+    programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program waits for the previous kernel before
+    it touches memory (``x`` and the output buffers may be its work) and lets the next kernel launch, before that
+    wait with ``EARLY_TRIGGER`` (decode-sized launches: the next GEMVs sit resident early), after it otherwise (a
+    chain of waiting tree-step GEMVs would hold the SMs; :data:`EARLY_TRIGGER_MAX_ROWS`). Prefetching the first
+    weight tiles into L2 before the wait measured slower (bench/NOTES-attention.md, "PDL"): not done.
     ``SWIGLU``: ``w``'s rows interleave gate and up (:func:`interleave_gate_up`) and the block that stores ``y``
     stores ``silu(gate) * up`` instead (:func:`_store_swiglu`; ``y: [M, N / 2]``).
     ``NORM``: row m of the product is multiplied by ``rsqrt(sum(norm_parts[m]) / K + eps)`` (the parts summed in a
@@ -307,9 +315,12 @@ def _gemv_kernel(
     ks = tl.arange(0, BLOCK_K)  # [BLOCK_K]
     k_begin = pid_k * k_per_split
     k_end = tl.minimum(k_begin + k_per_split, K)
-    if PDL:
+    if PDL and EARLY_TRIGGER:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()  # from here on the previous kernel's writes are visible
+    elif PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     if TREE_CONV:  # the rows' trees and slots, loaded while the weight streams
         tc_req, tc_real, tc_slot, tc_parent, tc_depth = _tree_conv_rows(rows, M, TC_NODES, slots_ptr, tc_num_nodes_ptr,
                                                                         tc_parents_ptr, s_tc_pb, CONV_WIDTH)
@@ -696,7 +707,9 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         *((conv.num_nodes, conv.parents, conv.parents.stride(0), conv.out, conv.parents.shape[1]) if tree
           else (y, y, 0, y, 1)),
         M_PAD=m_pad, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, EVEN_K=K % cfg.block_k == 0,
-        USE_DOT=cfg.use_dot, TMA=x_desc is not None, IEEE=x.dtype == torch.float32, PDL=pdl, SWIGLU=bool(swiglu),
+        USE_DOT=cfg.use_dot, TMA=x_desc is not None, IEEE=x.dtype == torch.float32, PDL=pdl,
+        EARLY_TRIGGER=M <= EARLY_TRIGGER_MAX_ROWS if PDL_EARLY_TRIGGER is None else bool(PDL_EARLY_TRIGGER),
+        SWIGLU=bool(swiglu),
         NORM=norm is not None,
         NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, SCALED=scaling is not None,
         CONV=isinstance(conv, ConvStep), CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,

@@ -7,8 +7,10 @@ In this project only :func:`~lumotree.optimized.gemv.small_batch_linear` is laun
 resident at the wait when the previous kernel ends: the B = 1 decode step of the bench model replays in 1583 instead
 of 1629 us on the H200; prefetching weight tiles into L2 before the wait made it slower, 1669-1960 us:
 ``bench/decode_probe.py --what pdl``). The kernels that precede it in a decode step call :func:`allow_dependents`
-at their start, so that the GEMV can launch under their tail. The signal alone changes nothing for a successor
-launched without PDL (it starts after completion, as always); both instructions are no-ops when PDL is not in use.
+at their start, so that the GEMV can launch under their tail; a GEMV signals before its own wait at decode sizes
+and after it for tree steps (``gemv.EARLY_TRIGGER_MAX_ROWS``: a chain of tree-step GEMVs all resident and waiting
+made the B = 16 decode step 7 % slower). The signal alone changes nothing for a successor launched without PDL (it
+starts after completion, as always); both instructions are no-ops when PDL is not in use.
 """
 
 from __future__ import annotations

@@ -578,9 +578,11 @@ def default_launch(batch: int, num_nodes: int, num_heads: int, num_kv_heads: int
 
 def default_tree_slack(batch: int, num_nodes: int, num_heads: int, num_kv_heads: int, head_dim: int,
                        num_splits: int) -> int:
-    """The default ``tree_slack`` of :func:`tree_attention`: 0, the even split of the committed keys (run 3's
-    measured default). bench/attention_probe.py times 1, 2, 4 and 8 at B = 1; flip here after a GPU run."""
-    return 0
+    """The default ``tree_slack`` of :func:`tree_attention`: 2 when the committed keys are split (the last split,
+    which also walks the tree's keys, gives up two committed tiles per tree tile), else 0. H200, cold KV
+    (``bench/attention_probe.py --cold``, 2026-12-01, two sessions): at every split point of the probe 1 and 2 beat
+    the even split, by 0.4-2.1 us (B = 1, N = 64: 36.2 -> 35.6 us over 8k keys, 24.5 -> 22.4 us over 1k)."""
+    return 2 if num_splits > 1 else 0
 
 
 def tree_attention(
