@@ -36,7 +36,7 @@ import triton.language as tl
 from ._checks import FLOAT_DTYPES, check_finite_nodes, check_scalar, check_slots, check_tensor, interpreting
 from .gemv import split_k_scratch
 from .tree_attention import _num_sms
-from .pdl import pdl_begin, pdl_launch, pdl_mode
+from .pdl import allow_dependents, pdl_supported
 
 __all__ = ["conv_step", "gdn_decode", "gated_rmsnorm", "ACTIVATIONS"]
 
@@ -94,7 +94,7 @@ def _gdn_decode_kernel(
     ``GATED_NORM`` with ``BV < V``: the norm needs the whole head, so each program stores its fp32 ``o`` block to
     ``o_part [B, HV, V]`` and counts itself in ``count[b, hv]`` (acq_rel); the head's last program reads the whole
     head back (L2), normalises and writes it, and resets the counter (a CUDA graph replays it unchanged)."""
-    pdl_begin(PDL)  # wait for the previous kernel, then let the next one launch (optimized.pdl)
+    allow_dependents(PDL)  # the output projection's GEMV may launch now (optimized.pdl)
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = pid_bh // HV
@@ -148,10 +148,8 @@ def _gated_rmsnorm_kernel(
     o_ptr, z_ptr, w_ptr, out_ptr, R, eps,
     s_ot, s_oh, s_zt, s_zh, s_outt, s_outh,
     HV: tl.constexpr, V: tl.constexpr, BR: tl.constexpr,
-    PDL: tl.constexpr,
 ):  # fmt: skip
     """``BR`` rows (token, value head) per program: the gated RMSNorm of each ``V``-long row."""
-    pdl_begin(PDL)  # wait for the previous kernel, then let the next one launch (optimized.pdl)
     rows = tl.program_id(0) * BR + tl.arange(0, BR)  # [BR]
     ok = rows < R
     t = (rows // HV).to(tl.int64)
@@ -293,7 +291,7 @@ def gdn_decode(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), a.stride(0), b.stride(0),
         zz.stride(0), zz.stride(1), out.stride(0), out.stride(1),
         H=H, HV=HV, K=K, V=V, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel), BETA_TWO=bool(allow_neg_eigval),
-        GATED_NORM=gated, PDL=pdl_mode(device), **pdl_launch(pdl_mode(device)),
+        GATED_NORM=gated, PDL=pdl_supported(device),
         **({} if interpreting() else {"num_warps": 8 if K * block_v >= 8192 else 4}),
     )  # fmt: skip
     return out
@@ -318,7 +316,6 @@ def gated_rmsnorm(o: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, *, eps
     BR = max(1, min(16, 4096 // V))
     _gated_rmsnorm_kernel[(triton.cdiv(R, BR),)](
         o, z, weight, out, R, float(eps), o.stride(0), o.stride(1), z.stride(0), z.stride(1), out.stride(0),
-        out.stride(1), HV=HV, V=V, BR=BR, PDL=pdl_mode(device), **pdl_launch(pdl_mode(device)),
-        **({} if interpreting() else {"num_warps": 4}),
+        out.stride(1), HV=HV, V=V, BR=BR, **({} if interpreting() else {"num_warps": 4}),
     )  # fmt: skip
     return out

@@ -46,7 +46,6 @@ from ._checks import (
     check_tree_rows,
     node_mask,
 )
-from .pdl import pdl_begin, pdl_launch, pdl_mode
 from .tree_attention import PATH_BLOCK, TreeMeta, accepted_path, path_chunk, tree_metadata
 
 __all__ = [
@@ -234,7 +233,6 @@ def _gdn_tree_solve_kernel(
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr,
-    PDL: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
     quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
@@ -242,7 +240,6 @@ def _gdn_tree_solve_kernel(
     Writes ``log Gamma`` and ``k_rnorm`` (factors), ``q_rnorm`` and the two ``[NP, NP]`` operands of part 2 per value
     head: ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D``.
     """
-    pdl_begin(PDL)  # wait for the previous kernel, then let the next one launch (optimized.pdl)
     pid = tl.program_id(0)
     b = pid // (HV // HEADS)
     hv0 = (pid % (HV // HEADS)) * HEADS  # first value head of this program
@@ -305,11 +302,9 @@ def _gdn_tree_apply_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
     QK16: tl.constexpr,
-    PDL: tl.constexpr,
 ):
     """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
     ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)``."""
-    pdl_begin(PDL)  # wait for the previous kernel, then let the next one launch (optimized.pdl)
     pid_v = tl.program_id(0)  # fastest: the V blocks of one value head share its TB / QKD tiles in L2
     pid_bh = tl.program_id(1)
     b = pid_bh // HV
@@ -362,11 +357,9 @@ def _gdn_tree_verify_kernel(
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr,
-    PDL: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
     redone by every V block of a value head; pays off when there are few programs, i.e. small batches)."""
-    pdl_begin(PDL)  # wait for the previous kernel, then let the next one launch (optimized.pdl)
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = pid_bh // HV
@@ -665,7 +658,6 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
                  PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors), QK16=qk16)
     gram_flags = dict(DOT16=qk16 and precision != "ieee" and bool(cfg.dot16))
-    pdl = dict(PDL=pdl_mode(device), **pdl_launch(pdl_mode(device)))  # optimized.pdl
     if cfg.split:
         q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]
         tb = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
@@ -676,13 +668,13 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             N, *qk_strides, *gate_strides,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
-            num_stages=cfg.solve_stages or cfg.num_stages, **flags, **gram_flags, **pdl,
+            num_stages=cfg.solve_stages or cfg.num_stages, **flags, **gram_flags,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta,
             scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2),
             H=H, HV=HV, K=K, V=V, NP=NP, BK=block_k, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel),
-            PRECISION=precision, QK16=qk16, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl,
+            PRECISION=precision, QK16=qk16, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
     else:
         _gdn_tree_verify_kernel[(B * HV, V // block_v)](
@@ -692,7 +684,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             BV=block_v, WORD_BITS=WORD_BITS, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
-            **gram_flags, **pdl,
+            **gram_flags,
         )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)
 

@@ -71,9 +71,8 @@ from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import WORD_BITS, TreeFactors, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
 from .gemv import preferred as gemv_preferred
-from .gemv import (MAX_ROWS, ConvStep, ResidualRows, RowNorm, TreeConv, interleave_gate_up, residual_linear,
-                   small_batch_linear)
-from .pdl import pdl_begin, pdl_launch, pdl_mode, pdl_supported
+from .gemv import MAX_ROWS, ConvStep, ResidualRows, RowNorm, TreeConv, interleave_gate_up, residual_linear, small_batch_linear
+from .pdl import allow_dependents, pdl_supported
 from .sampling import greedy_accept
 
 __all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random", "HEAD_ROWS"]
@@ -88,7 +87,7 @@ HEAD_ROWS = 1024
 def _add_rmsnorm_kernel(h_ptr, delta_ptr, w_ptr, out_ptr, D, eps, HAS_DELTA: tl.constexpr, BLOCK: tl.constexpr,
                         PDL: tl.constexpr):
     """One program per token row: ``h += delta`` (rounded to h's dtype, in place), ``out = h rsqrt(mean h^2 + eps) w``."""
-    pdl_begin(PDL)  # wait for the previous kernel, then let the next one launch (optimized.pdl)
+    allow_dependents(PDL)  # the GEMV after it may launch now (optimized.pdl)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)  # [BLOCK]
     ok = cols < D
@@ -107,7 +106,7 @@ def _add_rmsnorm_kernel(h_ptr, delta_ptr, w_ptr, out_ptr, D, eps, HAS_DELTA: tl.
 def _silu_mul_kernel(gu_ptr, out_ptr, inner, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """``out[t, j] = silu(gu[t, 2j]) * gu[t, 2j + 1]`` (SwiGLU of interleaved gate / up columns), fp32 arithmetic,
     one rounding."""
-    pdl_begin(PDL)  # wait for the previous kernel, then let the next one launch (optimized.pdl)
+    allow_dependents(PDL)  # the GEMV after it may launch now (optimized.pdl)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)  # [BLOCK]
     ok = cols < inner
@@ -124,7 +123,7 @@ def _step_prologue_kernel(tokens_ptr, slots_ptr, s_tok_b, s_tok_n, s_slot, embed
     ``(b, 0)`` also stores ``slots_out[b] = slots[b]`` (int32, contiguous) and ``lens_out[b] = lens[slots[b]]`` (the
     committed length the step's attention reads) and (``ADVANCE``, a decode step: one token, distinct slots) then
     ``lens[slots[b]] += 1``, in place of the small torch ops of a gather, a cast and an index."""
-    pdl_begin(PDL)  # wait for the previous kernel, then let the next one launch (optimized.pdl)
+    allow_dependents(PDL)  # the first GEMV may launch now (optimized.pdl)
     b = tl.program_id(0).to(tl.int64)
     n = tl.program_id(1)
     tok = tl.load(tokens_ptr + b * s_tok_b + n * s_tok_n).to(tl.int64)
@@ -156,8 +155,7 @@ def _step_prologue(tokens: torch.Tensor, slots: torch.Tensor, embed: torch.Tenso
     lens_out = torch.empty((B,), dtype=lens.dtype, device=embed.device)  # [B]
     _step_prologue_kernel[(B, N)](tokens2, slots, tokens2.stride(0), tokens2.stride(1), slots.stride(0), embed, lens,
                                   h, slots_out, lens_out, N, D, BLOCK=min(4096, triton.next_power_of_2(D)),
-                                  ADVANCE=bool(advance), PDL=pdl_mode(embed.device),
-                                  **pdl_launch(pdl_mode(embed.device)), **_launch_opts(4))
+                                  ADVANCE=bool(advance), PDL=pdl_supported(embed.device), **_launch_opts(4))
     return h, slots_out, lens_out
 
 
@@ -172,7 +170,7 @@ def _add_rmsnorm(h: torch.Tensor, delta: torch.Tensor | None, weight1p: torch.Te
     out = torch.empty_like(h)  # [T, Dm]
     has_delta = delta is not None
     _add_rmsnorm_kernel[(T,)](h, delta if has_delta else h, weight1p, out, D, float(eps), HAS_DELTA=has_delta,
-                              BLOCK=triton.next_power_of_2(D), PDL=pdl_mode(h.device), **pdl_launch(pdl_mode(h.device)),
+                              BLOCK=triton.next_power_of_2(D), PDL=pdl_supported(h.device),
                               **_launch_opts(8 if D >= 2048 else 4))
     return out
 
@@ -184,8 +182,7 @@ def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
     inner = two_i // 2
     out = torch.empty((T, inner), dtype=gu.dtype, device=gu.device)  # [T, I]
     block = min(1024, triton.next_power_of_2(inner))
-    _silu_mul_kernel[(T, triton.cdiv(inner, block))](gu, out, inner, BLOCK=block, PDL=pdl_mode(gu.device),
-                                                     **pdl_launch(pdl_mode(gu.device)),
+    _silu_mul_kernel[(T, triton.cdiv(inner, block))](gu, out, inner, BLOCK=block, PDL=pdl_supported(gu.device),
                                                      **_launch_opts(4))
     return out
 

@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from ._checks import check_num_nodes, check_tree_rows
-from .pdl import pdl_begin, pdl_launch, pdl_mode
+from .pdl import allow_dependents, pdl_supported
 
 __all__ = [
     "TreeMeta",
@@ -184,14 +184,12 @@ def _prepare_qkv_kernel(
     sob, son, soh, skcp, skch, skcc, svcp, svch, svcc,
     N, HQ, HKV, D, eps,
     ROT_HALF: tl.constexpr, BLOCK_D: tl.constexpr,
-    PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (request, node, head among HQ + HKV): zero-centred RMSNorm, partial RoPE, store.
 
     Heads ``h < HQ`` are query heads (written to QOut); heads ``HQ <= h < HQ + HKV`` are key heads, written with the
     matching value head into the cache slot at position ``L_b + node``.
     """
-    pdl_begin(PDL)  # wait for the previous kernel, then let the next one launch (optimized.pdl)
     b = tl.program_id(0)
     n = tl.program_id(1)
     h = tl.program_id(2)
@@ -298,8 +296,7 @@ def prepare_qkv(
         v.stride(2), out.stride(0), out.stride(1), out.stride(2), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         N, HQ, HKV, D, float(eps),
-        ROT_HALF=inv_freq.shape[0], BLOCK_D=triton.next_power_of_2(D), PDL=pdl_mode(device),
-        **pdl_launch(pdl_mode(device)),
+        ROT_HALF=inv_freq.shape[0], BLOCK_D=triton.next_power_of_2(D),
     )  # fmt: skip
     return out
 
@@ -384,7 +381,6 @@ def _tree_attn_kernel(
     N, NW, HQ, D, qk_scale, NUM_SPLITS, TREE_SLACK,
     G: tl.constexpr, FINALIZE: tl.constexpr, HAS_GATE: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
-    PDL: tl.constexpr,
 ):  # fmt: skip
     """Grid ``(row blocks, B * HKV, NUM_SPLITS)``. Rows are (node, query head in the GQA group) pairs. ``NW``: ancestor
     words per node. Split partials are stored normalised (``acc / l``) with ``(m, l)``.
@@ -393,7 +389,6 @@ def _tree_attn_kernel(
     last takes ``per = cdiv(Tc + TREE_SLACK * Tt, NUM_SPLITS)`` consecutive tiles, the last split the remaining ones
     plus the ``Tt`` tiles of the tree's own keys that this row block can see. ``TREE_SLACK`` (committed tiles the
     last split gives up per tree tile) takes the tree off the critical path; 0 is the even split."""
-    pdl_begin(PDL)  # wait for the previous kernel, then let the next one launch (optimized.pdl)
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -493,7 +488,7 @@ def _combine_kernel(
     """Grid ``(B * N * HQ, D / BLOCK_D)``: one (request, node, query head) row and ``BLOCK_D`` of its columns per
     program. ``o = sum_s w_s o_s / sum_s w_s`` with ``w_s = l_s 2^(m_s - max m)`` over the normalised split partials
     ``o_s``, ``BLOCK_S`` splits per vector load (one round trip when ``BLOCK_S >= NUM_SPLITS``); then the gate."""
-    pdl_begin(PDL)  # wait for the previous kernel, then let the next one launch (optimized.pdl)
+    allow_dependents(PDL)  # the output projection's GEMV may launch now (optimized.pdl)
     pid = tl.program_id(0)
     h = pid % HQ
     n = (pid // HQ) % N
@@ -706,8 +701,7 @@ def tree_attention(
         v_cache.stride(2), words.stride(0), words.stride(1), *pa_strides, *pm_strides,
         N, W, HQ, D, float(scale) * _LOG2E, num_splits, tree_slack,
         G=G, FINALIZE=num_splits == 1, HAS_GATE=gate is not None, IEEE=q.dtype == torch.float32,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, EVEN_D=block_d == D, PDL=pdl_mode(out.device),
-        **pdl_launch(pdl_mode(out.device)), **extra,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, EVEN_D=block_d == D, **extra,
     )  # fmt: skip
     if num_splits > 1:
         block_s = min(128, triton.next_power_of_2(num_splits))  # all splits in one load up to 128
@@ -715,8 +709,8 @@ def tree_attention(
         _combine_kernel[(B * N * HQ, triton.cdiv(D, block_dc))](
             part_acc, part_ml, g, out, *pa_strides, *pm_strides, g.stride(0), g.stride(1), g.stride(2),
             out.stride(0), out.stride(1), out.stride(2), N, HQ, D, num_splits,
-            HAS_GATE=gate is not None, BLOCK_D=block_dc, BLOCK_S=block_s, PDL=pdl_mode(out.device),
-            **pdl_launch(pdl_mode(out.device)), **({} if _is_interpreter() else {"num_warps": 4}),
+            HAS_GATE=gate is not None, BLOCK_D=block_dc, BLOCK_S=block_s, PDL=pdl_supported(out.device),
+            **({} if _is_interpreter() else {"num_warps": 4}),
         )  # fmt: skip
     return out
 
