@@ -150,14 +150,9 @@ def main() -> int:
     ap.add_argument("--pdl-trigger", choices=["auto", "early", "late"], default="auto",
                     help="a PDL-launched GEMV signals the next kernel before (early) or after (late) its wait for "
                          "the previous one; auto: the library's rule (gemv.EARLY_TRIGGER_MAX_ROWS; an A / B knob)")
-    ap.add_argument("--pdl-kernels", choices=["on", "off"], default="on",
-                    help="launch the model's GDN, norm, attention and prologue kernels with PDL too (on, the "
-                         "default) or plainly, only the GEMV with PDL (an A / B knob: pdl.LAUNCH_KERNELS)")
     args = ap.parse_args()
     from lumotree.optimized import gemv as G
-    from lumotree.optimized import pdl as P
 
-    P.LAUNCH_KERNELS = args.pdl_kernels == "on"
 
     G.PDL_EARLY_TRIGGER = None if args.pdl_trigger == "auto" else args.pdl_trigger == "early"
     if args.gemv_rows:
@@ -273,7 +268,6 @@ def main() -> int:
               "copy_bw": bw, "bf16_flops": flops, "params": params, "config": CONFIG, "fla": model.use_fla,
               "linear": args.linear, "pdl": args.pdl, "gemv_rows": args.gemv_rows,
               "swiglu_rows": model.swiglu_epilogue_rows, "pdl_trigger": args.pdl_trigger,
-              "pdl_kernels": args.pdl_kernels,
               "rows": rows}
     with open(args.out, "w") as f:  # written before the profile too: the timings survive a profiler failure
         json.dump(result, f, indent=1)
