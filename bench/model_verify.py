@@ -153,7 +153,6 @@ def main() -> int:
     args = ap.parse_args()
     from lumotree.optimized import gemv as G
 
-
     G.PDL_EARLY_TRIGGER = None if args.pdl_trigger == "auto" else args.pdl_trigger == "early"
     if args.gemv_rows:
         rule = om.gemv_preferred
