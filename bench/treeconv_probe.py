@@ -1,4 +1,4 @@
-"""Probe (GPU): what the tree conv costs inside the ``w_in`` GEMV's epilogue (:class:`~lumotree.optimized.gemv.TreeConv`).
+"""Probe (GPU): what the tree conv costs inside the ``w_in`` GEMV's epilogue (``gemv.TreeConv``).
 
 The bench model's ``w_in`` projection (``[12352, 2048]``, bf16; the conv over its first 8192 columns, width 4) on a
 B = 1 tree step of N nodes (random tree, committed conv state in the pool), three forms, each a CUDA graph of

@@ -27,23 +27,23 @@ never stored) and the matching ``x`` chunk (rows past M masked off). Two forms o
   ``num_stages``. Each program re-reads its K-range of x from L2, ``cdiv(N, BLOCK_N)`` times in all: at 64 rows
   that is as many bytes as the weight for ``BLOCK_N = 64``, hence the wider tiles there.
 
-Fused neighbours (one launch and one round trip less each): ``swiglu=True`` computes SwiGLU's ``silu(gate) * up``
-in the gate | up projection's epilogue, from a weight whose rows interleave the gate and up rows
+Fused neighbours (one launch and one round trip less each): ``swiglu=True`` computes SwiGLU's ``silu(gate) * up`` in
+the gate | up projection's epilogue, from a weight whose rows interleave the gate and up rows
 (:func:`interleave_gate_up`: row ``2j`` is ``gate_j``, row ``2j + 1`` is ``up_j``, so a program's block holds both
 halves of its outputs; ``y: [M, N / 2]``, the rounding of the GEMV followed by the separate SwiGLU kernel). The
-residual add + RMSNorm between two projections, ``x' = RMSNorm(h + x W1^T) = (h' * g) / rms(h')`` then
-``x' W2^T``, is split over the two GEMVs: :func:`residual_linear` adds its product into ``h`` in the epilogue (``h' = round(h + round(x W1^T))``, by the
-program that stores the row block) and stores, per row block, its share of each row's sum of squares and the rows
-scaled by the norm weight ``round(h' * g)``; the next launch, ``small_batch_linear(round(h' * g), W2,
-norm=RowNorm(parts, eps))``, streams those rows like any ``x`` and multiplies row m of its product by
+residual add + RMSNorm between two projections, ``x' = RMSNorm(h + x W1^T) = (h' * g) / rms(h')`` then ``x' W2^T``,
+is split over the two GEMVs: :func:`residual_linear` adds its product into ``h`` in the epilogue (``h' = round(h +
+round(x W1^T))``, by the program that stores the row block) and stores, per row block, its share of each row's sum
+of squares and the rows scaled by the norm weight ``round(h' * g)``; the next launch, ``small_batch_linear(round(h'
+* g), W2, norm=RowNorm(parts, eps))``, streams those rows like any ``x`` and multiplies row m of its product by
 ``rsqrt(sum(parts[m]) / K + eps)`` (every program sums the same parts in the same order). The result equals
 ``RMSNorm(h') W2^T`` exactly in real arithmetic; in floating point the rounding moves (``h' g`` is rounded instead
 of ``h' g / rms``, and the sum of squares runs in another order), an error of the size of the one rounding either
-way. Applying ``rstd * g`` to each x tile in the loads instead measured 1.8x slower at one row (the broadcast
-tiles repeat that work ``BLOCK_N`` times; ``bench/decode_probe.py --what fused``). ``conv=ConvStep(...)``: the
-first ``C`` output columns (the GDN layer's q | k | v) go through one decode step of the depthwise causal conv in
-the epilogue, the conv state shifted in place by the program that owns those channels (no other program reads them;
-one K split, since the conv needs the block's whole sum): bit-identical to the GEMV followed by
+way. Applying ``rstd * g`` to each x tile in the loads instead measured 1.8x slower at one row (the broadcast tiles
+repeat that work ``BLOCK_N`` times; ``bench/decode_probe.py --what fused``). ``conv=ConvStep(...)``: the first ``C``
+output columns (the GDN layer's q | k | v) go through one decode step of the depthwise causal conv in the epilogue,
+the conv state shifted in place by the program that owns those channels (no other program reads them; one K split,
+since the conv needs the block's whole sum): bit-identical to the GEMV followed by
 :func:`~lumotree.optimized.gdn_decode.conv_step`.
 
 In a tree step (``TreeConv``, rows = the step's nodes, all in every program of the ``tl.dot`` form) the ``w_in``

@@ -71,7 +71,8 @@ from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import WORD_BITS, TreeFactors, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
 from .gemv import preferred as gemv_preferred
-from .gemv import MAX_ROWS, ConvStep, ResidualRows, RowNorm, TreeConv, interleave_gate_up, residual_linear, small_batch_linear
+from .gemv import (MAX_ROWS, ConvStep, ResidualRows, RowNorm, TreeConv, interleave_gate_up, residual_linear,
+                   small_batch_linear)
 from .pdl import allow_dependents, pdl_supported
 from .sampling import greedy_accept
 

@@ -9,8 +9,10 @@ of 1629 us on the H200; prefetching weight tiles into L2 before the wait made it
 ``bench/decode_probe.py --what pdl``). The kernels that precede it in a decode step call :func:`allow_dependents`
 at their start, so that the GEMV can launch under their tail; a GEMV signals before its own wait at decode sizes
 and after it for tree steps (``gemv.EARLY_TRIGGER_MAX_ROWS``: a chain of tree-step GEMVs all resident and waiting
-made the B = 16 decode step 7 % slower). The signal alone changes nothing for a successor launched without PDL (it
-starts after completion, as always); both instructions are no-ops when PDL is not in use.
+made the B = 16 decode step 7 % slower). Launching the model's other kernels with PDL as well (each waiting, then
+signalling) measured slower at every point (bench/RESULTS.md, eighth session) and is not done. The signal alone
+changes nothing for a successor launched without PDL (it starts after completion, as always); both instructions are
+no-ops when PDL is not in use.
 """
 
 from __future__ import annotations
