@@ -144,9 +144,6 @@ def main() -> int:
                     help="also route every projection of steps with at most this many token rows (tree steps: "
                          "B * N) to the GEMV, with the residual add + RMSNorm fused into it (an A / B knob of this "
                          "bench: the model's own rule is gemv.preferred)")
-    ap.add_argument("--swiglu-rows", type=int, default=None,
-                    help="SwiGLU in the gate | up GEMV's epilogue up to this many token rows, its own kernel above "
-                         "(an A / B knob; default the model's, gemv.MAX_ROWS)")
     ap.add_argument("--pdl-trigger", choices=["auto", "early", "late"], default="auto",
                     help="a PDL-launched GEMV signals the next kernel before (early) or after (late) its wait for "
                          "the previous one; auto: the library's rule (gemv.EARLY_TRIGGER_MAX_ROWS; an A / B knob)")
@@ -171,8 +168,6 @@ def main() -> int:
     model = om.build_random(config, seed=0, num_slots=max_b, max_seq_len=max_l + 4096, max_nodes=args.N,
                             device=dev, small_batch_linear=args.linear == "gemv",
                             pdl=args.pdl != "off")
-    if args.swiglu_rows is not None:
-        model.swiglu_epilogue_rows = args.swiglu_rows
     params = sum(t.numel() for t in [model.embed, model.lm_head] +
                  [w for layer in model.layers for w in vars(layer).values()] +
                  [w for m in model.mlps for w in vars(m).values() if isinstance(w, torch.Tensor)])
@@ -266,7 +261,7 @@ def main() -> int:
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "copy_bw": bw, "bf16_flops": flops, "params": params, "config": CONFIG, "fla": model.use_fla,
               "linear": args.linear, "pdl": args.pdl, "gemv_rows": args.gemv_rows,
-              "swiglu_rows": model.swiglu_epilogue_rows, "pdl_trigger": args.pdl_trigger,
+              "pdl_trigger": args.pdl_trigger,
               "rows": rows}
     with open(args.out, "w") as f:  # written before the profile too: the timings survive a profiler failure
         json.dump(result, f, indent=1)

@@ -71,7 +71,7 @@ from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from .gdn_tree import WORD_BITS, TreeFactors, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
 from .gemv import preferred as gemv_preferred
-from .gemv import (MAX_ROWS, ConvStep, ResidualRows, RowNorm, TreeConv, interleave_gate_up, residual_linear,
+from .gemv import (ConvStep, ResidualRows, RowNorm, TreeConv, interleave_gate_up, residual_linear,
                    small_batch_linear)
 from .pdl import allow_dependents, pdl_supported
 from .sampling import greedy_accept
@@ -315,8 +315,6 @@ class OptimizedModel:
         self.small_batch_linear = bool(small_batch_linear)
         # residual add + RMSNorm inside the GEMVs around them wherever both run on the GEMV (see _add_linear)
         self.fused_norms = True
-        # steps of up to this many token rows compute SwiGLU in the gate | up GEMV's epilogue; above, its own kernel
-        self.swiglu_epilogue_rows = MAX_ROWS
         # the GEMV as a programmatic dependent launch (resident when the previous kernel ends; optimized.pdl)
         self.pdl = pdl_supported(self.device) if pdl is None else bool(pdl) and pdl_supported(self.device)
 
@@ -602,10 +600,7 @@ class OptimizedModel:
         """``h += MLP(RMSNorm(h))``: SwiGLU (on the GEMVs, the norm and the add inside them, ``next_norm`` the norm
         after it, None before the final one), or the MoE block computed densely (see the module docstring)."""
         if m.router is None:
-            if res.h.shape[0] <= self.swiglu_epilogue_rows:
-                act = self._norm_linear(res, m.post_norm, m.w_gate_up, swiglu=True)  # [T, I] silu(gate) * up
-            else:
-                act = _silu_mul(self._norm_linear(res, m.post_norm, m.w_gate_up))  # [T, I]
+            act = self._norm_linear(res, m.post_norm, m.w_gate_up, swiglu=True)  # [T, I] silu(gate) * up
             self._add_linear(res, act, m.w_down, next_norm)
             return
         x = self._normed(res, m.post_norm)  # [T, Dm]
