@@ -31,10 +31,11 @@ POINTERS = {"Q": "*bf16", "KC": "*bf16", "VC": "*bf16", "Gate": "*bf16", "Words"
 UNALIGNED = {"spm_s", "spm_b", "spm_n", "spm_h", "N", "NW", "NUM_SPLITS", "TREE_SLACK", "swb", "swn"}
 
 
-def compile_config(block_m: int, block_n: int, num_warps: int, num_stages: int, finalize: bool) -> dict:
+def compile_config(block_m: int, block_n: int, num_warps: int, num_stages: int, finalize: bool,
+                   pdl: bool = False) -> dict:
     kernel = ta._tree_attn_kernel
     const = dict(G=8, FINALIZE=finalize, HAS_GATE=True, IEEE=False, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=256,
-                 EVEN_D=True)
+                 EVEN_D=True, SKIP_EMPTY=not finalize and block_m > 16, PDL=pdl, KV_LINES=4, LINE_ELEMS=64)
     signature, attrs = {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in const:
@@ -63,7 +64,7 @@ def compile_config(block_m: int, block_n: int, num_warps: int, num_stages: int, 
     ttgir = compiled.asm["ttgir"]
     q_alloc = ttgir.find("ttg.local_alloc %q")
     first_async = ttgir.find("async_copy_global_to_local")
-    return {"config": [block_m, block_n, num_warps, num_stages, finalize], "triton": triton.__version__,
+    return {"config": [block_m, block_n, num_warps, num_stages, finalize], "pdl": pdl, "triton": triton.__version__,
             "registers": int(regs.group(1)) if regs else None, "spill_bytes": int(spills.group(1)) if spills else None,
             "shared_kib": compiled.metadata.shared / 1024, "wgmma": compiled.asm["ptx"].count("wgmma.mma_async"),
             "q_smem_before_first_kv_copy": 0 <= q_alloc < first_async, "ptxas_log": None if regs else log[-300:]}
@@ -72,11 +73,12 @@ def compile_config(block_m: int, block_n: int, num_warps: int, num_stages: int, 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--pdl", action="store_true", help="the PDL form (K / V prefetch before the wait)")
     args = ap.parse_args()
     rows = []
     for cfg in CONFIGS:
         try:
-            row = compile_config(*cfg)
+            row = compile_config(*cfg, pdl=args.pdl)
         except Exception as e:  # a config that does not compile is a result too
             row = {"config": list(cfg), "error": repr(e)[:300]}
         rows.append(row)

@@ -147,8 +147,19 @@ def main() -> int:
     ap.add_argument("--pdl-trigger", choices=["auto", "early", "late"], default="auto",
                     help="a PDL-launched GEMV signals the next kernel before (early) or after (late) its wait for "
                          "the previous one; auto: the library's rule (gemv.EARLY_TRIGGER_MAX_ROWS; an A / B knob)")
+    ap.add_argument("--gdn-pdl", choices=["on", "off"], default="on",
+                    help="the fused GDN verify kernel launched with PDL where its config asks for it, S0 "
+                         "prefetched before its wait (model.GDN_VERIFY_PDL; an A / B knob)")
+    ap.add_argument("--attention-pdl", choices=["auto", "off"], default="auto",
+                    help="tree attention launched with PDL, the committed K / V prefetched before its wait: the "
+                         "library's rule (auto, model.ATTENTION_PDL_MAX_BATCH) or never (an A / B knob)")
     args = ap.parse_args()
     from lumotree.optimized import gemv as G
+    from lumotree.optimized import model as model_module
+
+    model_module.GDN_VERIFY_PDL = args.gdn_pdl == "on"
+    if args.attention_pdl == "off":
+        model_module.ATTENTION_PDL_MAX_BATCH = 0
 
     G.PDL_EARLY_TRIGGER = None if args.pdl_trigger == "auto" else args.pdl_trigger == "early"
     if args.gemv_rows:

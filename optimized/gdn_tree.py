@@ -46,6 +46,7 @@ from ._checks import (
     check_tree_rows,
     node_mask,
 )
+from .pdl import pdl_supported, prefetch_l2
 from .tree_attention import PATH_BLOCK, TreeMeta, accepted_path, path_chunk, tree_metadata
 
 __all__ = [
@@ -89,7 +90,9 @@ class KernelConfig(NamedTuple):
     instead of an ``[N, N]`` gather (fewer registers). Split pipeline only: ``solve_heads`` value heads of one GVA
     group per solve program (``K K^T`` and ``Q K^T`` formed once for them; a divisor of ``HV // H``),
     ``solve_stages`` (0: ``num_stages``) for its K loop. ``dot16``: with 16-bit q / k in a tensor-core mode, form
-    ``K K^T`` and ``Q K^T`` as 16-bit products of the loaded tiles (:func:`_gram_products`). (A per-(request,
+    ``K K^T`` and ``Q K^T`` as 16-bit products of the loaded tiles (:func:`_gram_products`). ``pdl`` (fused kernel):
+    the launch may be a programmatic dependent one, which prefetches ``S0`` before its wait, when the caller allows
+    PDL (``gdn_tree_verify(pdl=True)``). (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
     form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
@@ -103,6 +106,7 @@ class KernelConfig(NamedTuple):
     solve_heads: int = 1
     solve_stages: int = 0
     dot16: bool = True
+    pdl: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -356,18 +360,26 @@ def _gdn_tree_verify_kernel(
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
-    DOT16: tl.constexpr,
+    DOT16: tl.constexpr, PDL: tl.constexpr, STATE_LINES: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
-    redone by every V block of a value head; pays off when there are few programs, i.e. small batches)."""
+    redone by every V block of a value head; pays off when there are few programs, i.e. small batches). ``PDL``:
+    launched as a programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program prefetches its
+    ``S0`` tile into L2 (``STATE_LINES`` 128-byte lines per state row), which no kernel of the step writes, then
+    waits for the previous kernel (whose output q, k, v and the gates are) before it reads anything else."""
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = pid_bh // HV
     hv = pid_bh % HV
     h = hv // (HV // H)
     b64 = b.to(tl.int64)
-    n_b = tl.load(num_nodes_ptr + b)
     slot = tl.load(slots_ptr + b).to(tl.int64)
+    state = pool_ptr + (slot * HV + hv) * (K * V)
+    if PDL:
+        lines = tl.arange(0, STATE_LINES)  # [STATE_LINES]
+        prefetch_l2(state + tl.arange(0, K)[:, None] * V + pid_v * BV + lines[None, :] * 32)  # [K, STATE_LINES]
+        tl.extra.cuda.gdc_wait()  # from here on the previous kernel's writes are visible
+    n_b = tl.load(num_nodes_ptr + b)
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b  # [NP] padding rows are never read
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
@@ -385,7 +397,6 @@ def _gdn_tree_verify_kernel(
     qs = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV]
     k_sq = tl.zeros([NP], dtype=tl.float32)  # [NP]
     q_sq = tl.zeros([NP], dtype=tl.float32)  # [NP]
-    state = pool_ptr + (slot * HV + hv) * (K * V)
     q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
     for k0 in range(0, K, BK):
@@ -524,13 +535,16 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
         return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 4 if NP <= 64 else 8,
                             solve_heads=pair, solve_stages=3)
     block_v, block_k, num_warps, stages = (32, 32, 4, 3) if NP <= 64 else (64, 32, 8, 2)
+    pdl = False
     if B * HV * triton.cdiv(V, block_v) <= _num_sms(device):  # one wave of programs (B = 1 at Qwen3-Next shapes)
         # the model-like sweep (cold states, the model's strided views; bench/NOTES-gdn.md, sixth session)
         if NP == 64 and qk16:  # bf16 q / k: 17.9 against 25.5 us per launch (fp32, state in L2: 23.9 against 20.6)
-            num_warps = 8
+            # and a PDL launch that prefetches S0 (B = 1 N = 64 model verify 2034 -> 2018 us; at N = 32, BK 16,
+            # 1899 -> 1927 us: not there)
+            num_warps, pdl = 8, True
         elif NP == 32:  # 10.8 against 12.2 us (fp32, state in L2: 15.2 against 17.3)
             block_k, stages = 16, 4
-    return KernelConfig(min(block_v, V), min(K, block_k), num_warps, stages, False)
+    return KernelConfig(min(block_v, V), min(K, block_k), num_warps, stages, False, pdl=pdl)
 
 
 def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
@@ -582,7 +596,7 @@ def _check_meta(meta: object, B: int, N: int, device: torch.device) -> TreeMeta:
 
 
 def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents, *, gated, allow_neg_eigval,
-            use_qk_l2norm_in_kernel, scale, num_nodes, meta, input_precision, validate, out, config):
+            use_qk_l2norm_in_kernel, scale, num_nodes, meta, input_precision, validate, out, config, pdl):
     names = ("a", "b") if gated else ("g", "beta")
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     check_tensor("q", q, (None, None, None, None), "B, N, H, K", FLOAT_DTYPES, device)
@@ -677,14 +691,16 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             PRECISION=precision, QK16=qk16, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
     else:
+        pdl = bool(pdl) and bool(cfg.pdl) and pdl_supported(device)
         _gdn_tree_verify_kernel[(B * HV, V // block_v)](
             q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             state_pool, slots, meta.words, meta.depth, num_nodes,
             o, delta, log_gamma, k_rnorm_arg, scale, N,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
-            BV=block_v, WORD_BITS=WORD_BITS, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags,
-            **gram_flags,
+            BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **({"launch_pdl": True} if pdl
+                                                                                           else {}),
         )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)
 
@@ -707,6 +723,7 @@ def gdn_tree_verify(
     validate: bool = True,
     out: tuple | None = None,
     config: KernelConfig | None = None,
+    pdl: bool = False,
 ) -> tuple[torch.Tensor, TreeFactors]:
     """Verify a batch of draft trees on one GDN layer from precomputed gates; returns ``(o, factors)``.
 
@@ -719,11 +736,13 @@ def gdn_tree_verify(
     cores). ``meta``: this step's :func:`tree_meta` (built here when None). ``validate=False`` skips the checks that
     read data back to the host (tree structure, slot range, finiteness, gate ranges), e.g. inside CUDA-graph capture.
     ``out``: preallocated ``(o, delta, log_gamma, k_rnorm)``. ``config``: launch parameters (default
-    :func:`verify_config`).
+    :func:`verify_config`). ``pdl``: allow the fused kernel a programmatic dependent launch where the device
+    supports it and the config asks for one (``KernelConfig.pdl``; :mod:`~lumotree.optimized.pdl`): it prefetches
+    its ``S0`` tiles into L2 before it waits for the previous kernel. The split pipeline ignores it.
     """
     return _verify(q, k, v, g, beta, None, None, state_pool, slots, parents, gated=False, allow_neg_eigval=False,
                    use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, scale=scale, num_nodes=num_nodes, meta=meta,
-                   input_precision=input_precision, validate=validate, out=out, config=config)
+                   input_precision=input_precision, validate=validate, out=out, config=config, pdl=pdl)
 
 
 def gdn_tree_verify_gated(
@@ -747,6 +766,7 @@ def gdn_tree_verify_gated(
     validate: bool = True,
     out: tuple | None = None,
     config: KernelConfig | None = None,
+    pdl: bool = False,
 ) -> tuple[torch.Tensor, TreeFactors]:
     """:func:`gdn_tree_verify` with the gates fused: raw projections ``a, b: [B, N, HV]``, ``A_log, dt_bias: [HV]``.
 
@@ -756,7 +776,7 @@ def gdn_tree_verify_gated(
     return _verify(q, k, v, a, b, A_log, dt_bias, state_pool, slots, parents, gated=True,
                    allow_neg_eigval=allow_neg_eigval, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, scale=scale,
                    num_nodes=num_nodes, meta=meta, input_precision=input_precision, validate=validate, out=out,
-                   config=config)
+                   config=config, pdl=pdl)
 
 
 def gdn_tree_commit(

@@ -220,52 +220,67 @@ def _conv_step_columns(val, rows, cols, M, slots_ptr, conv_w_ptr, conv_pool_ptr,
 
 
 @triton.jit
-def _tree_conv_rows(rows, M, NODES, slots_ptr, num_nodes_ptr, parents_ptr, s_pb, WIDTH: tl.constexpr):
-    """What the tree conv epilogue (:func:`_tree_conv_columns`) needs of each row ``r`` (node ``r % NODES`` of request
-    ``r // NODES``), computed before the K loop so that its loads overlap the weight stream: ``(req, real, slot,
-    parent_of_row, depth)``, ``real`` false on rows past M and on padding nodes, ``depth`` the node's in-tree steps
-    up to the root, at most ``W - 1`` (the walk gathers the parents of every row from one load, in registers)."""
+def _conv_tap(w_taps, j, WP: tl.constexpr):
+    """Column ``j`` of ``w_taps [BLOCK_N, WP]`` (the channels' conv weights): ``[BLOCK_N]``, exactly."""
+    return tl.sum(tl.where(tl.arange(0, WP)[None, :] == j, w_taps, 0.0), axis=1)
+
+
+@triton.jit
+def _tree_conv_rows(rows, cols, M, NODES, C, slots_ptr, num_nodes_ptr, parents_ptr, s_pb, conv_w_ptr, conv_pool_ptr,
+                    M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, WIDTH: tl.constexpr, WP: tl.constexpr):
+    """What the tree conv epilogue (:func:`_tree_conv_columns`) needs that does not depend on the product, computed
+    before the K loop so that its loads overlap the weight stream: each row ``r`` (node ``r % NODES`` of request
+    ``r // NODES``) gets ``req``, ``real`` (false on rows past M and on padding nodes) and ``parent_of_row``; the
+    block's first-``C`` columns get their conv weights ``w_taps [BLOCK_N, WP]`` (fp32, tap j in column j) and
+    ``state_acc [M_PAD, BLOCK_N]``, the committed-state taps already summed: tap ``d`` (``d > depth``, ``depth``
+    the node's in-tree steps up to the root, at most ``W - 1``) reads state row ``W - 1 - d + depth``, the
+    committed token ``d - depth`` before the root, in the order ``d = 1 .. W - 1`` of
+    :func:`~lumotree.optimized.conv_tree.tree_conv` (the walk gathers the parents of every row from one load, in
+    registers)."""
     req = rows // NODES  # [M_PAD] request of each row
     node = rows % NODES  # [M_PAD]
     row_ok = rows < M
     real = row_ok & (node < tl.load(num_nodes_ptr + req, mask=row_ok, other=0))  # [M_PAD]
     slot = tl.load(slots_ptr + req, mask=row_ok, other=0).to(tl.int64)  # [M_PAD]
     parent_of_row = tl.load(parents_ptr + req * s_pb + node, mask=real, other=0)  # [M_PAD] local node index
+    chan_ok = cols < C  # [BLOCK_N]
+    taps = tl.arange(0, WP)  # [WP]
+    w_taps = tl.load(conv_w_ptr + cols[:, None] * WIDTH + taps[None, :],
+                     mask=chan_ok[:, None] & (taps < WIDTH)[None, :], other=0.0).to(tl.float32)  # [BLOCK_N, WP]
     walk = node  # [M_PAD]
     depth = node * 0  # [M_PAD]
     for _ in tl.static_range(1, WIDTH):
         in_tree = walk >= 0
         walk = tl.where(in_tree, tl.gather(parent_of_row, req * NODES + tl.maximum(walk, 0), 0), walk - 1)
         depth += tl.where(walk >= 0, 1, 0)
-    return req, real, slot, parent_of_row, depth
+    state = conv_pool_ptr + slot * ((WIDTH - 1) * C)  # [M_PAD] each row's request's [W - 1, C] state
+    state_acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)  # [M_PAD, BLOCK_N]
+    for d in tl.static_range(1, WIDTH):
+        from_state = tl.load(state[:, None] + (WIDTH - 1 - d + depth[:, None]) * C + cols[None, :],
+                             mask=(real & (d > depth))[:, None] & chan_ok[None, :], other=0.0)  # [M_PAD, BLOCK_N]
+        state_acc += _conv_tap(w_taps, WIDTH - 1 - d, WP)[None, :] * from_state.to(tl.float32)
+    return req, real, parent_of_row, w_taps, state_acc
 
 
 @triton.jit
-def _tree_conv_columns(val, rows, cols, M, NODES, C, req, real, slot, parent_of_row, depth, conv_w_ptr,
-                       conv_pool_ptr, out_ptr, M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, WIDTH: tl.constexpr,
+def _tree_conv_columns(val, rows, cols, M, NODES, C, req, real, parent_of_row, w_taps, state_acc, out_ptr,
+                       M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, WIDTH: tl.constexpr, WP: tl.constexpr,
                        SILU: tl.constexpr):
     """The tree conv of the block's first-``C`` columns (:class:`TreeConv`; ``val: [M_PAD, BLOCK_N]`` fp32, the
-    product as rounded to y's dtype, every row of the step in this program; the rows' ``req, real, slot,
-    parent_of_row, depth`` from :func:`_tree_conv_rows`): row r's window walks up its request's tree (``d`` steps
-    up: row ``r // NODES * NODES + walk``, gathered from ``val`` in registers along ``parent_of_row``), past the
-    root into the committed conv state; ``act(conv)`` is stored to ``out[r, c]`` (padding nodes: zeros). The taps
-    in :func:`~lumotree.optimized.conv_tree.tree_conv`'s order (the same values): the committed-state taps first
-    (``d > depth``: their loads depend on no gather, so they are in flight together), then the tree taps."""
+    product as rounded to y's dtype, every row of the step in this program; ``req, real, parent_of_row, w_taps``
+    and the committed-state taps ``state_acc`` from :func:`_tree_conv_rows`): row r's window walks up its request's
+    tree (``d`` steps up: row ``r // NODES * NODES + walk``, gathered from ``val`` in registers along
+    ``parent_of_row``) and adds the tree taps to the state taps, in
+    :func:`~lumotree.optimized.conv_tree.tree_conv`'s order (the same values); ``act(conv)`` is stored to
+    ``out[r, c]`` (padding nodes: zeros)."""
     chan_ok = cols < C  # [BLOCK_N]
-    state = conv_pool_ptr + slot * ((WIDTH - 1) * C)  # [M_PAD] each row's request's [W - 1, C] state
-    acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)  # [M_PAD, BLOCK_N]
-    for d in tl.static_range(1, WIDTH):  # state row W - 1 - d + depth: the committed token d - depth before the root
-        w = tl.load(conv_w_ptr + cols * WIDTH + (WIDTH - 1 - d), mask=chan_ok, other=0.0).to(tl.float32)
-        from_state = tl.load(state[:, None] + (WIDTH - 1 - d + depth[:, None]) * C + cols[None, :],
-                             mask=(real & (d > depth))[:, None] & chan_ok[None, :], other=0.0)  # [M_PAD, BLOCK_N]
-        acc += w[None, :] * from_state.to(tl.float32)
+    acc = state_acc  # [M_PAD, BLOCK_N]
     walk = rows % NODES  # [M_PAD] the node d steps up; -e: the committed token e steps before the root
     for d in tl.static_range(WIDTH):
-        w = tl.load(conv_w_ptr + cols * WIDTH + (WIDTH - 1 - d), mask=chan_ok, other=0.0).to(tl.float32)
         in_tree = walk >= 0  # [M_PAD]
         src = req * NODES + tl.maximum(walk, 0)  # [M_PAD] the ancestor's row (<= r: parents precede children)
         from_tree = tl.gather(val, tl.broadcast_to(src[:, None], [M_PAD, BLOCK_N]), 0)  # [M_PAD, BLOCK_N]
-        acc += w[None, :] * tl.where((real & in_tree)[:, None], from_tree, 0.0)
+        acc += _conv_tap(w_taps, WIDTH - 1 - d, WP)[None, :] * tl.where((real & in_tree)[:, None], from_tree, 0.0)
         if d < WIDTH - 1:
             walk = tl.where(in_tree, tl.gather(parent_of_row, src, 0), walk - 1)  # the root's parent: -1
     if SILU:
@@ -285,7 +300,8 @@ def _gemv_kernel(
     SWIGLU: tl.constexpr,
     NORM: tl.constexpr,
     NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr, CONV: tl.constexpr,
-    CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_SILU: tl.constexpr, TREE_CONV: tl.constexpr,
+    CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_WP: tl.constexpr, CONV_SILU: tl.constexpr,
+    TREE_CONV: tl.constexpr,
 ):  # fmt: skip
     """Program (row block j, split s): ``acc[m, n] = sum_{k in split s} x[m, k] w[n, k]`` over the block's n, then
     ``y = acc`` (one split) or the deterministic split-K reduction of the module docstring. ``PDL``: launched as a
@@ -321,9 +337,10 @@ def _gemv_kernel(
     elif PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    if TREE_CONV:  # the rows' trees and slots, loaded while the weight streams
-        tc_req, tc_real, tc_slot, tc_parent, tc_depth = _tree_conv_rows(rows, M, TC_NODES, slots_ptr, tc_num_nodes_ptr,
-                                                                        tc_parents_ptr, s_tc_pb, CONV_WIDTH)
+    if TREE_CONV:  # the rows' trees, the conv weights and the committed-state taps, loaded while the weight streams
+        tc_req, tc_real, tc_parent, tc_w, tc_state = _tree_conv_rows(
+            rows, cols, M, TC_NODES, C_CONV, slots_ptr, tc_num_nodes_ptr, tc_parents_ptr, s_tc_pb, conv_w_ptr,
+            conv_pool_ptr, M_PAD, BLOCK_N, CONV_WIDTH, CONV_WP)
     if NORM:  # fixed-order sum of the producer's parts: the same factor in every program
         j = tl.arange(0, NORM_PARTS_PAD)  # [NORM_PARTS_PAD]
         sq = tl.load(norm_parts_ptr + rows[:, None] * N_NORM_PARTS + j[None, :],
@@ -387,8 +404,8 @@ def _gemv_kernel(
         if TREE_CONV:
             if pid_n * BLOCK_N < C_CONV:
                 _tree_conv_columns(acc.to(y_ptr.dtype.element_ty).to(tl.float32), rows, cols, M, TC_NODES, C_CONV,
-                                   tc_req, tc_real, tc_slot, tc_parent, tc_depth, conv_w_ptr, conv_pool_ptr,
-                                   tc_out_ptr, M_PAD, BLOCK_N, CONV_WIDTH, CONV_SILU)
+                                   tc_req, tc_real, tc_parent, tc_w, tc_state, tc_out_ptr, M_PAD, BLOCK_N,
+                                   CONV_WIDTH, CONV_WP, CONV_SILU)
     else:
         part_ptrs = part_ptr + rows[:, None] * N + cols[None, :]  # [M_PAD, BLOCK_N] in partials[0]
         tl.store(part_ptrs + pid_k * M * N, acc, mask=out_ok)
@@ -714,6 +731,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, SCALED=scaling is not None,
         CONV=isinstance(conv, ConvStep), CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,
         CONV_RP=max(2, triton.next_power_of_2(conv.weight.shape[1] - 1)) if conv is not None else 2,
+        CONV_WP=triton.next_power_of_2(conv.weight.shape[1]) if conv is not None else 2,
         CONV_SILU=conv is not None and conv.silu, TREE_CONV=tree, **opts,
     )  # fmt: skip
 

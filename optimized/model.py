@@ -78,6 +78,16 @@ from .sampling import greedy_accept
 
 __all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random", "HEAD_ROWS"]
 
+#: the fused GDN verify kernel of a tree step launched with PDL where its config asks for it (its ``S0`` tiles
+#: prefetched into L2 before its wait; :func:`~lumotree.optimized.gdn_tree.gdn_tree_verify`), when the model's GEMVs
+#: are (an A / B knob)
+GDN_VERIFY_PDL = True
+#: tree attention launched with PDL (each split's committed K / V prefetched into L2 before its wait;
+#: :func:`~lumotree.optimized.tree_attention.tree_attention`) in steps of at most this many requests, when the model's
+#: GEMVs are. H200, bench model, L = 1024 (bench/RESULTS.md, ninth session): B = 1 decode 1353 -> 1345 us, verify
+#: N = 64 unchanged; B = 16 decode 2123 -> 2165 us and verify 9713 -> 9755 us. 0: never (an A / B knob)
+ATTENTION_PDL_MAX_BATCH = 1
+
 #: rows of the LM head computed at once by a greedy step (its logits are reduced to the argmax chunk by chunk; 1024
 #: rows of fp32 logits over a 151936-token vocabulary take 622 MB)
 HEAD_ROWS = 1024
@@ -662,7 +672,7 @@ class OptimizedModel:
                     gdn_tree_verify_gated(
                         q, k, v, a_gate, b_gate, layer.A_log, layer.dt_bias, self.state_pools[gi], slots, parents,
                         allow_neg_eigval=self.config.allow_neg_eigval, num_nodes=num_nodes, meta=meta,
-                        input_precision=self.gdn_precision, validate=False,
+                        input_precision=self.gdn_precision, validate=False, pdl=self.pdl and GDN_VERIFY_PDL,
                         out=(o, factors.delta[gi], factors.log_gamma[gi], factors.k_rnorm[gi]))
                 gated = gated_rmsnorm(o.reshape(T, HV, V), z.reshape(T, HV, V), layer.norm_w, eps=self.eps)
                 self._add_linear(res, gated.view(T, HV * V), layer.w_out, m.post_norm)  # h += [T, Dm]
@@ -677,7 +687,8 @@ class OptimizedModel:
                                        self.k_pools[ai], self.v_pools[ai], slots, lens, eps=self.eps,
                                        validate=False)  # [B, N, HQ, D]; K/V stored at lens + n
                 att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, meta.words,
-                                        gate=qg[..., D:], num_splits=splits, validate=False)  # [B, N, HQ, D]
+                                        gate=qg[..., D:], num_splits=splits, validate=False,
+                                        pdl=self.pdl and B <= ATTENTION_PDL_MAX_BATCH)  # [B, N, HQ, D]
                 self._add_linear(res, att.reshape(T, HQ * D), layer.w_o, m.post_norm)  # h += [T, Dm]
                 ai += 1
             self._mlp(m, res, self._next_in_norm(i))
@@ -730,7 +741,8 @@ class OptimizedModel:
                                        self._zero_offsets[:B], self.k_pools[ai], self.v_pools[ai], slots, lens,
                                        eps=self.eps, validate=False)  # [B, 1, HQ, D]; K/V stored at lens
                 att = ta.tree_attention(q_rot, self.k_pools[ai], self.v_pools[ai], slots, lens, self._root_words[:B],
-                                        gate=qg[..., D:], num_splits=splits, validate=False)  # [B, 1, HQ, D]
+                                        gate=qg[..., D:], num_splits=splits, validate=False,
+                                        pdl=self.pdl and B <= ATTENTION_PDL_MAX_BATCH)  # [B, 1, HQ, D]
                 self._add_linear(res, att.view(B, HQ * D), layer.w_o, m.post_norm)  # h += [B, Dm]
                 ai += 1
             self._mlp(m, res, self._next_in_norm(i))

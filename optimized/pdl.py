@@ -3,16 +3,22 @@ start while the kernel before it in the stream is still running, once every prog
 ``griddepcontrol.launch_dependents`` (or exited). It must execute ``griddepcontrol.wait`` (which returns once the
 previous kernel has completed and its writes are visible) before it touches any memory that kernel may write or read.
 
-In this project only :func:`~lumotree.optimized.gemv.small_batch_linear` is launched with PDL (its programs then sit
+In this project :func:`~lumotree.optimized.gemv.small_batch_linear` is launched with PDL (its programs then sit
 resident at the wait when the previous kernel ends: the B = 1 decode step of the bench model replays in 1583 instead
 of 1629 us on the H200; prefetching weight tiles into L2 before the wait made it slower, 1669-1960 us:
 ``bench/decode_probe.py --what pdl``). The kernels that precede it in a decode step call :func:`allow_dependents`
 at their start, so that the GEMV can launch under their tail; a GEMV signals before its own wait at decode sizes
 and after it for tree steps (``gemv.EARLY_TRIGGER_MAX_ROWS``: a chain of tree-step GEMVs all resident and waiting
-made the B = 16 decode step 7 % slower). Launching the model's other kernels with PDL as well (each waiting, then
-signalling) measured slower at every point (bench/RESULTS.md, eighth session) and is not done. The signal alone
-changes nothing for a successor launched without PDL (it starts after completion, as always); both instructions are
-no-ops when PDL is not in use.
+made the B = 16 decode step 7 % slower). Two more kernels are PDL-launched where it measured faster, each moving
+what the previous kernel does not write towards the SMs before its wait (:func:`prefetch_l2`): the fused GDN tree
+verify at B = 1, N = 64 prefetches its ``S0`` tiles (``gdn_tree.KernelConfig.pdl``: verify 2034 -> 2018 us; at
+N = 32 slower), and the tree attention at B = 1 its splits' committed K / V behind :func:`~lumotree.optimized.
+tree_attention.prepare_qkv`, which signals at its start (decode 1353 -> 1345 us; slower at B = 16). Launching the
+model's other kernels with PDL as well (each waiting, then signalling) measured slower at every point
+(bench/RESULTS.md, eighth session), and so did a PDL-launched gated RMSNorm behind a signalling GDN verify (ninth
+session: verify 2041 -> 2051 us at B = 1, 9457 -> 9595 us at B = 16): not done. The signal alone changes nothing
+for a successor launched without PDL (it starts after completion, as always); both instructions are no-ops when
+PDL is not in use.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import triton.language as tl
 
 from ._checks import interpreting
 
-__all__ = ["pdl_supported", "allow_dependents"]
+__all__ = ["pdl_supported", "allow_dependents", "prefetch_l2"]
 
 _CAPABLE: dict[tuple[str, int | None], bool] = {}
 
@@ -45,3 +51,12 @@ def allow_dependents(ENABLED: tl.constexpr):
     a constant so that the interpreter never sees the instruction)."""
     if ENABLED:
         tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def prefetch_l2(ptrs):
+    """``prefetch.global.L2`` of the lines holding ``ptrs`` (any shape of pointers; nothing is returned or waited
+    for): a PDL-launched kernel can move what does not depend on the previous kernel towards the SMs before its
+    wait. Inline PTX: never under the interpreter (callers guard it with their PDL constant)."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
+                              is_pure=False, pack=1)

@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from ._checks import check_num_nodes, check_tree_rows
-from .pdl import allow_dependents, pdl_supported
+from .pdl import allow_dependents, pdl_supported, prefetch_l2
 
 __all__ = [
     "TreeMeta",
@@ -183,13 +183,14 @@ def _prepare_qkv_kernel(
     sqb, sqn, sqh, skb, skn, skh, svb, svn, svh,
     sob, son, soh, skcp, skch, skcc, svcp, svch, svcc,
     N, HQ, HKV, D, eps,
-    ROT_HALF: tl.constexpr, BLOCK_D: tl.constexpr,
+    ROT_HALF: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """One program per (request, node, head among HQ + HKV): zero-centred RMSNorm, partial RoPE, store.
 
     Heads ``h < HQ`` are query heads (written to QOut); heads ``HQ <= h < HQ + HKV`` are key heads, written with the
     matching value head into the cache slot at position ``L_b + node``.
     """
+    allow_dependents(PDL)  # a PDL-launched tree attention may launch now and prefetch the committed K / V
     b = tl.program_id(0)
     n = tl.program_id(1)
     h = tl.program_id(2)
@@ -296,7 +297,7 @@ def prepare_qkv(
         v.stride(2), out.stride(0), out.stride(1), out.stride(2), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         N, HQ, HKV, D, float(eps),
-        ROT_HALF=inv_freq.shape[0], BLOCK_D=triton.next_power_of_2(D),
+        ROT_HALF=inv_freq.shape[0], BLOCK_D=triton.next_power_of_2(D), PDL=pdl_supported(device),
     )  # fmt: skip
     return out
 
@@ -373,6 +374,20 @@ def _attend_tile(q, k_ptrs, v_ptrs, load_mask, score_mask, m_i, l_i, acc, qk_sca
 
 
 @triton.jit
+def _tiles_per_split(L, node_hi, NUM_SPLITS, TREE_SLACK, BLOCK_N: tl.constexpr):
+    """Committed key tiles per split of a row block that sees tree nodes ``[0, node_hi)`` (every split but the last
+    takes this many of ``[0, L)``, the last the rest plus the tree's tiles; :func:`_tree_attn_kernel`)."""
+    return tl.cdiv(tl.cdiv(L, BLOCK_N) + TREE_SLACK * tl.cdiv(node_hi, BLOCK_N), NUM_SPLITS)
+
+
+@triton.jit
+def _split_holds_keys(s, per, L, NUM_SPLITS, BLOCK_N: tl.constexpr):
+    """Whether split ``s`` sees any key: its committed range starts before ``L``, or it is the last (the tree's
+    keys). The kernel writes the partials of these splits only, and the combine reads only these."""
+    return (s * per * BLOCK_N < L) | (s == NUM_SPLITS - 1)
+
+
+@triton.jit
 def _tree_attn_kernel(
     Q, KC, VC, Gate, Words, Slots, Lens, Out, PartAcc, PartML,
     sqb, sqn, sqh, sgb, sgn, sgh, sob, son, soh,
@@ -381,6 +396,7 @@ def _tree_attn_kernel(
     N, NW, HQ, D, qk_scale, NUM_SPLITS, TREE_SLACK,
     G: tl.constexpr, FINALIZE: tl.constexpr, HAS_GATE: tl.constexpr, IEEE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, EVEN_D: tl.constexpr,
+    SKIP_EMPTY: tl.constexpr, PDL: tl.constexpr, KV_LINES: tl.constexpr, LINE_ELEMS: tl.constexpr,
 ):  # fmt: skip
     """Grid ``(row blocks, B * HKV, NUM_SPLITS)``. Rows are (node, query head in the GQA group) pairs. ``NW``: ancestor
     words per node. Split partials are stored normalised (``acc / l``) with ``(m, l)``.
@@ -388,7 +404,11 @@ def _tree_attn_kernel(
     Work split: the committed range ``[0, L)`` is cut into ``Tc = cdiv(L, BLOCK_N)`` key tiles; every split but the
     last takes ``per = cdiv(Tc + TREE_SLACK * Tt, NUM_SPLITS)`` consecutive tiles, the last split the remaining ones
     plus the ``Tt`` tiles of the tree's own keys that this row block can see. ``TREE_SLACK`` (committed tiles the
-    last split gives up per tree tile) takes the tree off the critical path; 0 is the even split."""
+    last split gives up per tree tile) takes the tree off the critical path; 0 is the even split. ``SKIP_EMPTY``
+    (split partials only): a split without keys (:func:`_split_holds_keys`) stores nothing. ``PDL``: launched as a
+    programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program prefetches its split's committed K
+    and V rows into L2 (``KV_LINES`` lines of ``LINE_ELEMS`` elements per row) before it waits for the previous
+    kernel (:func:`prepare_qkv`, which writes q and the tree's K / V, not the committed ones)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -407,14 +427,25 @@ def _tree_attn_kernel(
         mask_d = offs_d < D
     offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
 
+    slot = tl.load(Slots + b).to(tl.int64)
+    L = tl.load(Lens + b)
+    node_hi = tl.minimum((pid_m + 1) * NODES, N)  # this row block sees tree nodes [0, node_hi)
+    per = _tiles_per_split(L, node_hi, NUM_SPLITS, TREE_SLACK, BLOCK_N)  # key tiles per split
+    k_base = KC + slot * skcp + kvh * skch
+    v_base = VC + slot * svcp + kvh * svch
+    start = tl.minimum(pid_s * per * BLOCK_N, L)
+    end = tl.minimum(start + per * BLOCK_N, L)
+    if PDL:
+        lines = tl.arange(0, KV_LINES) * LINE_ELEMS  # [KV_LINES] first element of each line of a row
+        for t0 in range(start, end, BLOCK_N):
+            rows_kv = tl.minimum(t0 + offs_n, end - 1).to(tl.int64)  # [BLOCK_N] (the last row again past the end)
+            prefetch_l2(k_base + rows_kv[:, None] * skcc + lines[None, :])  # [BLOCK_N, KV_LINES]
+            prefetch_l2(v_base + rows_kv[:, None] * svcc + lines[None, :])
+        tl.extra.cuda.gdc_wait()  # from here on the previous kernel's writes (q, the tree's K / V) are visible
     q = tl.load(
         Q + b * sqb + node[:, None] * sqn + head[:, None] * sqh + offs_d[None, :],
         mask=row_ok[:, None] & mask_d[None, :], other=0.0,
     )  # [BLOCK_M, BLOCK_D]
-    slot = tl.load(Slots + b).to(tl.int64)
-    L = tl.load(Lens + b)
-    k_base = KC + slot * skcp + kvh * skch
-    v_base = VC + slot * svcp + kvh * svch
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -422,11 +453,6 @@ def _tree_attn_kernel(
 
     # committed keys: this split's tiles of [0, L) (NUM_SPLITS * per >= cdiv(L, BLOCK_N): the last split ends at L
     # and holds what the others leave); full tiles first, without masks
-    node_hi = tl.minimum((pid_m + 1) * NODES, N)  # this row block sees tree nodes [0, node_hi)
-    tree_tiles = tl.cdiv(node_hi, BLOCK_N)
-    per = tl.cdiv(tl.cdiv(L, BLOCK_N) + TREE_SLACK * tree_tiles, NUM_SPLITS)  # key tiles per split
-    start = tl.minimum(pid_s * per * BLOCK_N, L)
-    end = tl.minimum(start + per * BLOCK_N, L)
     full_end = start + tl.maximum(end - start, 0) // BLOCK_N * BLOCK_N
     pos = start + offs_n  # [BLOCK_N]
     k_ptrs = k_base + pos[:, None].to(tl.int64) * skcc + offs_d[None, :]  # [BLOCK_N, BLOCK_D]
@@ -461,6 +487,11 @@ def _tree_attn_kernel(
             m_i, l_i, acc, qk_scale, MASKED=True, IEEE=IEEE)
 
     io_mask = row_ok[:, None] & mask_d[None, :]
+    if SKIP_EMPTY:  # a split past the committed keys (not the last) stores nothing: the combine skips it (q is
+        # loaded regardless: masking it on L would put the length's load before it; the flag as a vector: the
+        # interpreter mistypes a scalar bool broadcast into a vector mask)
+        row_ok = row_ok & _split_holds_keys(pid_s + 0 * offs_r, per, L, NUM_SPLITS, BLOCK_N)  # [BLOCK_M]
+        io_mask = row_ok[:, None] & mask_d[None, :]
     if FINALIZE:  # one split: normalise and gate here
         o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # l == 0 only on padding rows
         if HAS_GATE:
@@ -480,19 +511,26 @@ def _tree_attn_kernel(
 
 @triton.jit
 def _combine_kernel(
-    PartAcc, PartML, Gate, Out,
+    PartAcc, PartML, Gate, Out, Lens,
     spa_s, spa_b, spa_n, spa_h, spm_s, spm_b, spm_n, spm_h, sgb, sgn, sgh, sob, son, soh,
-    N, HQ, D, NUM_SPLITS,
-    HAS_GATE: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr,
+    N, HQ, D, NUM_SPLITS, TREE_SLACK, NODES,
+    HAS_GATE: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, KEY_BLOCK: tl.constexpr,
+    SKIP_EMPTY: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     """Grid ``(B * N * HQ, D / BLOCK_D)``: one (request, node, query head) row and ``BLOCK_D`` of its columns per
     program. ``o = sum_s w_s o_s / sum_s w_s`` with ``w_s = l_s 2^(m_s - max m)`` over the normalised split partials
-    ``o_s``, ``BLOCK_S`` splits per vector load (one round trip when ``BLOCK_S >= NUM_SPLITS``); then the gate."""
+    ``o_s``, ``BLOCK_S`` splits per vector load (one round trip when ``BLOCK_S >= NUM_SPLITS``); then the gate.
+    ``SKIP_EMPTY``: only the splits that saw keys are read (:func:`_split_holds_keys`, from the main kernel's
+    ``KEY_BLOCK`` key tiles and ``NODES`` nodes per row block): less to read, one dependent load (the length)
+    before the partials."""
     allow_dependents(PDL)  # the output projection's GEMV may launch now (optimized.pdl)
     pid = tl.program_id(0)
     h = pid % HQ
     n = (pid // HQ) % N
     b = pid // (HQ * N)
+    if SKIP_EMPTY:
+        L = tl.load(Lens + b)
+        per = _tiles_per_split(L, tl.minimum((n // NODES + 1) * NODES, N), NUM_SPLITS, TREE_SLACK, KEY_BLOCK)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)  # [BLOCK_D]
     mask_d = offs_d < D
     offs_s = tl.arange(0, BLOCK_S)  # [BLOCK_S]
@@ -502,6 +540,8 @@ def _combine_kernel(
     for s0 in range(0, NUM_SPLITS, BLOCK_S):
         s = s0 + offs_s  # [BLOCK_S]
         s_ok = s < NUM_SPLITS
+        if SKIP_EMPTY:
+            s_ok = s_ok & _split_holds_keys(s, per, L, NUM_SPLITS, KEY_BLOCK)
         ml = PartML + s * spm_s + b * spm_b + n * spm_n + h * spm_h
         m_s = tl.load(ml, mask=s_ok, other=float("-inf"))  # [BLOCK_S] (-inf: a split that saw no key)
         l_s = tl.load(ml + 1, mask=s_ok, other=0.0)
@@ -605,6 +645,7 @@ def tree_attention(
     tree_slack: int | None = None,
     combine_block_d: int | None = None,
     validate: bool = True,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """Gated tree attention for a batch of trees over a slot-addressed KV cache pool.
 
@@ -618,7 +659,10 @@ def tree_attention(
     the capacity, finiteness of q and gate) with device-to-host copies: switch it off inside graph capture.
     Key tiles ``block_n`` of 16, 32 or 64. ``tree_slack`` (default :func:`default_tree_slack`): committed key tiles
     the last split gives up per tile of tree keys it walks (0: even split). ``combine_block_d``: columns per
-    program of the split combine (power of two, default up to 4096 / splits).
+    program of the split combine (power of two, default up to 4096 / splits). ``pdl``: a programmatic dependent
+    launch where the device supports it (:mod:`~lumotree.optimized.pdl`), which prefetches each split's committed
+    K / V into L2 before it waits for the previous kernel; that kernel must not write ``slots``, ``cache_lens`` or
+    the committed K / V (:func:`prepare_qkv`, which signals at its start for this, writes only the tree's).
     """
     device = q.device
     float_types = (torch.float32, torch.bfloat16, torch.float16)
@@ -687,12 +731,20 @@ def tree_attention(
         part_acc = part_ml = out  # unused
     g = gate if gate is not None else q
     block_d = max(16, triton.next_power_of_2(D))
+    # tree-sized partials (more than a decode tile of rows per kv head): the splits without keys store and the
+    # combine reads nothing (H200, B = 1, N = 64, L = 1024, 16 splits: -3.5 us a verify step); at decode sizes the
+    # combine's extra dependent load of the length costs more than the bytes it saves
+    skip_empty = num_splits > 1 and G * N > 16
     pa_strides = part_acc.stride()[:4] if num_splits > 1 else (0, 0, 0, 0)
     pm_strides = part_ml.stride()[:4] if num_splits > 1 else (0, 0, 0, 0)
     extra = {}
     if num_warps or not _is_interpreter():
         extra["num_warps"] = num_warps or nw
         extra["num_stages"] = num_stages or ns
+    pdl = bool(pdl) and pdl_supported(device)
+    if pdl:
+        extra["launch_pdl"] = True
+    line_elems = 128 // k_cache.element_size()  # elements of one 128-byte line
     _tree_attn_kernel[(row_blocks, B * HKV, num_splits)](
         q, k_cache, v_cache, g, words, slots, cache_lens, out, part_acc, part_ml,
         q.stride(0), q.stride(1), q.stride(2), g.stride(0), g.stride(1), g.stride(2),
@@ -701,15 +753,17 @@ def tree_attention(
         v_cache.stride(2), words.stride(0), words.stride(1), *pa_strides, *pm_strides,
         N, W, HQ, D, float(scale) * _LOG2E, num_splits, tree_slack,
         G=G, FINALIZE=num_splits == 1, HAS_GATE=gate is not None, IEEE=q.dtype == torch.float32,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, EVEN_D=block_d == D, **extra,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, EVEN_D=block_d == D, SKIP_EMPTY=skip_empty, PDL=pdl,
+        KV_LINES=triton.cdiv(D, line_elems), LINE_ELEMS=line_elems, **extra,
     )  # fmt: skip
     if num_splits > 1:
         block_s = min(128, triton.next_power_of_2(num_splits))  # all splits in one load up to 128
         block_dc = min(block_d, combine_block_d or max(16, 4096 // block_s))  # [block_s, block_dc] tiles
         _combine_kernel[(B * N * HQ, triton.cdiv(D, block_dc))](
-            part_acc, part_ml, g, out, *pa_strides, *pm_strides, g.stride(0), g.stride(1), g.stride(2),
-            out.stride(0), out.stride(1), out.stride(2), N, HQ, D, num_splits,
-            HAS_GATE=gate is not None, BLOCK_D=block_dc, BLOCK_S=block_s, PDL=pdl_supported(out.device),
+            part_acc, part_ml, g, out, cache_lens, *pa_strides, *pm_strides, g.stride(0), g.stride(1), g.stride(2),
+            out.stride(0), out.stride(1), out.stride(2), N, HQ, D, num_splits, tree_slack, block_m // G,
+            HAS_GATE=gate is not None, BLOCK_D=block_dc, BLOCK_S=block_s, KEY_BLOCK=block_n, SKIP_EMPTY=skip_empty,
+            PDL=pdl_supported(out.device),
             **({} if _is_interpreter() else {"num_warps": 4}),
         )  # fmt: skip
     return out

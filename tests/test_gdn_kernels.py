@@ -383,6 +383,41 @@ def test_gpu_qwen_shapes_error_bounds(precision, tol, gated):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", [64, 32, 5])
+def test_gpu_pdl_launch_of_the_fused_kernel_is_bit_identical(n):
+    """``pdl=True`` with a config that asks for it (the fused kernel at B = 1 as the model launches it at N = 64: a
+    PDL launch that prefetches its ``S0`` tiles before the wait; forced here at every size) behind a kernel that
+    writes its inputs: bit-identical to the plain launch, every step of a CUDA-graph replay too (the inputs are
+    rewritten between replays)."""
+    rng = np.random.default_rng(n)
+    case = make_case([build_tree_parents("random", n, rng)], **QWEN, gated=True, seed=n, dtype=torch.bfloat16)
+    cfg = G.verify_config(1, QWEN["H"] * QWEN["group"], n, QWEN["K"], QWEN["V"], torch.device("cuda"), QWEN["H"],
+                          "tf32", True)
+    assert not cfg.split and cfg.pdl == (n == 64)
+    cfg = cfg._replace(pdl=True)
+    v_src = case["v"].clone()
+    plain, plain_f = run_verify(case, l2norm=True, gated=True, precision="tf32", config=cfg)
+
+    def step():
+        case["v"].copy_(v_src * 1.0)  # the previous kernel writes the input the PDL launch must wait for
+        return run_verify(case, l2norm=True, gated=True, precision="tf32", config=cfg, pdl=True, validate=False)
+
+    o, f = step()
+    assert torch.equal(o, plain) and torch.equal(f.delta, plain_f.delta)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, f = step()
+    for scale in (0.5, 2.0):  # v = v0 / 2, then v0 again
+        v_src.mul_(scale)
+        case["v"].zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        want, _ = run_verify(case, l2norm=True, gated=True, precision="tf32", config=cfg)
+        assert torch.equal(o, want)
+        assert torch.equal(want, plain) == (scale == 2.0)
+
+
+@pytest.mark.gpu
 def test_gpu_bf16_inputs_within_2x_of_torch_bf16():
     """bf16 q/k/v: the kernel (fp32 inside) against float64 on the same bf16 inputs, vs torch's bf16 per-node."""
     rows = _gpu_rows(3)[:4]
@@ -442,3 +477,5 @@ def test_default_configs_follow_the_measured_rules():
         one_wave = {N: G.verify_config(1, 2, N, 128, 32, cpu, H=1, qk16=qk16) for N in (64, 32, 16)}
         assert not any(c.split for c in one_wave.values())
         assert [(c.num_warps, c.num_stages, c.block_k) for c in one_wave.values()] == [at64, (4, 4, 16), (4, 3, 32)]
+        assert [c.pdl for c in one_wave.values()] == [qk16, False, False]  # the PDL launch measured at N = 64 only
+    assert not small.pdl and not big.pdl

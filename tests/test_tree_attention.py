@@ -214,16 +214,27 @@ def test_tree_attention_tree_slack_at_bench_shape_ratio(tree_slack):
         np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6, err_msg=str(splits))
 
 
-def test_tree_attention_many_splits_merge_in_chunks():
-    """More splits than the combine merges at once (16): three chunks, most splits empty (-inf partials)."""
+@pytest.mark.parametrize("HQ", [4, 8], ids=["decode-sized", "tree-sized"])
+def test_tree_attention_many_splits_merge_in_chunks(HQ, monkeypatch):
+    """More splits than the combine merges at once (16): three chunks, most splits without keys. With more than 16
+    rows per kv head (tree-sized, G N > 16) those splits store nothing and the combine must not read them: the
+    split scratch is allocated NaN-filled here, so a read of an unwritten partial poisons the output."""
+    empty = torch.empty
+    def poisoned(*shape, **kw):
+        t = empty(*shape, **kw)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", poisoned)
     rng = np.random.default_rng(8)
     rows = [build_tree_parents("random", 5, rng), build_tree_parents("chain", 5, rng)]
-    q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, [70, 3], 4, 2, 16, torch.float32)
-    meta = ta.tree_metadata(_batch_parents(rows))
-    out = torch.full_like(q, float("nan"))
-    ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=37, out=out, block_n=16)
-    expected = _reference_output(q, gate, k_cache, v_cache, slots, [70, 3], rows)
-    np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
+    for lens in ([70, 3], [0, 17]):
+        q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, lens, HQ, 2, 16, torch.float32)
+        meta = ta.tree_metadata(_batch_parents(rows))
+        out = torch.full_like(q, float("nan"))
+        ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=37, out=out,
+                          block_n=16)
+        expected = _reference_output(q, gate, k_cache, v_cache, slots, lens, rows)
+        np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
 
 
 @pytest.mark.parametrize("block_n", [32, 64])
@@ -350,3 +361,41 @@ def test_gpu_bf16_qwen3_next_shapes_against_float64(B, N, L):
         assert not np.isnan(got).any()
         rel = np.linalg.norm(got - expected) / np.linalg.norm(expected)
         assert rel < 1e-2, rel
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B,N,L", [(1, 64, 1024), (1, 1, 5000), (3, 8, 700)])
+def test_gpu_pdl_attention_after_prepare_qkv_bit_identical(B, N, L):
+    """``tree_attention(pdl=True)`` right after :func:`prepare_qkv` (which signals at its start, so the attention's
+    programs prefetch the committed K / V while it still writes q and the tree's K / V): bit-identical to the plain
+    launch, eagerly and in CUDA-graph replays with new q / k / v between them; the decode shape (N = 1) too."""
+    rng = np.random.default_rng(B * 100 + N)
+    rows = [build_tree_parents("random", N, rng) for _ in range(B)]
+    lens = [max(0, L - 5 * b) for b in range(B)]
+    _, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, lens, 16, 2, 256, torch.bfloat16)
+    meta = ta.tree_metadata(_batch_parents(rows))
+    q_raw = torch.randn(B, N, 16, 256, device="cuda").to(torch.bfloat16)
+    k = torch.randn(B, N, 2, 256, device="cuda").to(torch.bfloat16)
+    v = torch.randn(B, N, 2, 256, device="cuda").to(torch.bfloat16)
+    qw, kw = torch.randn(256, device="cuda") * 0.3, torch.randn(256, device="cuda") * 0.3
+    inv_freq = ta.rope_inv_freq(64, 10000.0, "cuda")
+    splits = ta.default_launch(B, N, 16, 2, 256, max(lens) + N + 3, torch.device("cuda"))[4]
+
+    def layer(pdl):
+        q_rot = ta.prepare_qkv(q_raw, k, v, qw, kw, inv_freq, meta.depth, k_cache, v_cache, slots, lens_t,
+                               validate=False)
+        return ta.tree_attention(q_rot, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=splits,
+                                 validate=False, pdl=pdl)
+
+    plain = layer(False).clone()
+    assert torch.equal(layer(True), plain)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = layer(True)
+    for scale in (0.5, 2.0):  # q, k, v halved, then back
+        for t in (q_raw, k, v):
+            t.mul_(scale)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, layer(False))
+        assert torch.equal(out, plain) == (scale == 2.0)

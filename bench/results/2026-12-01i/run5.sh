@@ -1,0 +1,25 @@
+# ninth session, run 5: tree attention launched with PDL after prepare_qkv, each split's committed K / V prefetched
+# before the wait (model_verify --attention-pdl on / off), with the GDN verify's PDL launch now by config (N = 64
+# only); the previous commit (ab/old) beside; then the GPU tests of the changed files
+export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/lumotree-triton-cache
+LOG=$OUT/logs_run5.txt
+ROOT=$PWD
+mv1() {  # tag dir B N extra...
+  tag=$1; dir=$2; B=$3; N=$4; shift 4
+  (cd $dir && PYTHONPATH=$PWD:$PWD/bench timeout 120 python3 bench/model_verify.py --B $B --L 1024 --N $N \
+    --gdn-precisions tf32 "$@" --out /tmp/${tag}_B${B}_N${N}.json > /tmp/mv.log 2>&1)
+  echo "== $tag B=$B N=$N $*" >> $LOG; cat /tmp/mv.log >> $LOG
+  echo "$tag $(grep -E "^ +$B +1024" /tmp/mv.log | cut -c1-100)"
+}
+mv1 aon $ROOT 1 64 --attention-pdl on --profile --profile-nodes 64
+mv1 aoff $ROOT 1 64 --attention-pdl off
+mv1 old $ROOT/ab/old 1 64
+mv1 aon $ROOT 1 32 --attention-pdl on
+mv1 aoff $ROOT 1 32 --attention-pdl off
+mv1 aon $ROOT 1 64 --attention-pdl on
+mv1 aoff $ROOT 1 64 --attention-pdl off
+mv1 aon $ROOT 16 64 --attention-pdl on
+mv1 aoff $ROOT 16 64 --attention-pdl off
+grep -E "in issue order" $LOG | head -1 | cut -c1-600
+export PYTHONPATH=$PWD:$PWD/bench
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 tests/test_gdn_kernels.py tests/test_tree_attention.py tests/test_optimized_model.py 2>&1 | grep -E "passed|failed|Error|assert" | tail -8
