@@ -2,7 +2,9 @@
 the warp-stall reasons from the sampling counters (``--page raw``), and the SASS lines with the most stall samples
 (``--page source --print-source sass``).
 
-Run: ``python bench/ncu_summary.py details.csv raw.csv [src_*.csv ...]`` (any file may be missing or empty).
+A source export made with ``--print-source cuda,sass`` is summarised per kernel source line instead (the Python lines of
+a Triton kernel). Run: ``python bench/ncu_summary.py details.csv raw.csv [src_*.csv ...]`` (any file may be missing
+or empty).
 """
 
 from __future__ import annotations
@@ -93,13 +95,43 @@ def source(path: str, top: int = 25) -> None:
         print(f"   {100 * val(r) / total:5.1f}%  {r[src][:110]}")
 
 
+def source_lines(path: str, top: int = 30) -> None:
+    """Stall samples per high-level source line of a ``--print-source cuda,sass`` export (the Python lines of a
+    Triton kernel: one section per source file, each starting with a ``"File Path"`` row)."""
+    totals, text, current, head = {}, {}, "?", None
+    try:
+        lines = open(path, errors="replace").read().splitlines()
+    except OSError:
+        print(f"(no source view in {path})")
+        return
+    for row in csv.reader(ln for ln in lines if ln.startswith('"')):
+        if row and row[0] == "File Path":
+            current, head = row[1].rsplit("/", 1)[-1], None
+        elif row and row[0] == "Line No":
+            head = row
+        elif head and len(row) > 4 and row[0].isdigit():
+            try:
+                samples = float(row[4].replace(",", "") or 0)
+            except ValueError:
+                continue
+            key = (current, int(row[0]))
+            totals[key] = totals.get(key, 0.0) + samples
+            text[key] = row[1]
+    total = sum(totals.values()) or 1.0
+    print(f"-- {path}: {len(totals)} source lines, {total:.0f} samples; top {top}:")
+    for key in sorted(totals, key=totals.get, reverse=True)[:top]:
+        print(f"   {100 * totals[key] / total:5.1f}%  {key[0]}:{key[1]}  {text[key].strip()[:100]}")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 1:
         details(argv[0])
     if len(argv) >= 2:
         raw(argv[1])
     for path in argv[2:]:
-        source(path)
+        with open(path, errors="replace") as f:
+            by_line = '"File Path"' in f.read(4096)
+        source_lines(path) if by_line else source(path)
     return 0
 
 
