@@ -12,8 +12,8 @@ and after it for tree steps (``gemv.EARLY_TRIGGER_MAX_ROWS``: a chain of tree-st
 made the B = 16 decode step 7 % slower). Two more kernels are PDL-launched where it measured faster, each moving
 what the previous kernel does not write towards the SMs before its wait (:func:`prefetch_l2`): the fused GDN tree
 verify at B = 1, N = 64 prefetches its ``S0`` tiles (``gdn_tree.KernelConfig.pdl``: verify 2034 -> 2018 us; at
-N = 32 slower), and the tree attention at B = 1 its splits' committed K / V behind :func:`~lumotree.optimized.
-tree_attention.prepare_qkv`, which signals at its start (decode 1353 -> 1345 us; slower at B = 16). Launching the
+N = 32 slower), and the tree attention at B = 1 its splits' committed K / V behind ``prepare_qkv``, which signals
+at its start (decode 1353 -> 1345 us; slower at B = 16). Launching the
 model's other kernels with PDL as well (each waiting, then signalling) measured slower at every point
 (bench/RESULTS.md, eighth session), and so did a PDL-launched gated RMSNorm behind a signalling GDN verify (ninth
 session: verify 2041 -> 2051 us at B = 1, 9457 -> 9595 us at B = 16): not done. The signal alone changes nothing
