@@ -76,13 +76,15 @@ def variants(N: int, precision: str):
         bv, bk = min(cfg.block_v, V), min(cfg.block_k, K)
         flags["WORD_VECTORS"] = cfg.word_vectors
         if cfg.split:
-            parts = [("solve", G._gdn_tree_solve_kernel, dict(flags, **words, BK=bk), cfg.solve_warps),
+            parts = [("solve", G._gdn_tree_solve_kernel, dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False),
+                      cfg.solve_warps),
                      ("apply", G._gdn_tree_apply_kernel,
                       dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk,
                            BV=bv),
                       cfg.num_warps)]
         else:
-            parts = [("fused", G._gdn_tree_verify_kernel, dict(flags, **words, V=V, BK=bk, BV=bv), cfg.num_warps)]
+            parts = [("fused", G._gdn_tree_verify_kernel,
+                      dict(flags, **words, V=V, BK=bk, BV=bv, DOT16=False, PDL=False, STATE_LINES=1), cfg.num_warps)]
         for part, kernel, constexprs, nw in parts:
             key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages)
             if key not in seen:
