@@ -76,8 +76,8 @@ def variants(N: int, precision: str):
         bv, bk = min(cfg.block_v, V), min(cfg.block_k, K)
         flags["WORD_VECTORS"] = cfg.word_vectors
         if cfg.split:
-            parts = [("solve", G._gdn_tree_solve_kernel, dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False),
-                      cfg.solve_warps),
+            solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False)
+            parts = [("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps),
                      ("apply", G._gdn_tree_apply_kernel,
                       dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk,
                            BV=bv),
