@@ -168,6 +168,19 @@ def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg,
     assert torch.isnan(pool[others]).all() and torch.isnan(before[others]).all()
 
 
+def test_pdl_request_gives_the_plain_launch_values():
+    """``pdl=True`` with a config that asks for the PDL launch: the same values as without (where PDL is unsupported,
+    the interpreter or a GPU before sm_90, the plain launch: the prefetch's inline PTX is never traced there; on
+    sm_90 a PDL launch behind a kernel that does not signal, which waits for it to end)."""
+    rng = np.random.default_rng(2)
+    case = make_case([build_tree_parents("deep_wide", 9, rng), [-1, 0]], H=1, group=2, gated=True, seed=2)
+    cfg = verify_pipeline("fused", 2)._replace(pdl=True)
+    plain, plain_f = run_verify(case, l2norm=True, gated=True, config=cfg)
+    o, f = run_verify(case, l2norm=True, gated=True, config=cfg, pdl=True)
+    assert torch.equal(o, plain) and torch.equal(f.delta, plain_f.delta)
+    check_against_reference(case, o, f, l2norm=True, gated=True)
+
+
 @pytest.mark.parametrize("kind,n,seed", [("random", 40, 1), ("deep_wide", 70, 2), ("chain", 33, 3)])
 def test_multiword_trees(kind, n, seed):
     """Trees past 32 nodes: the mask reads words j // 32 > 0 (mixed with a small tree in the same batch)."""

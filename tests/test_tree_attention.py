@@ -237,6 +237,22 @@ def test_tree_attention_many_splits_merge_in_chunks(HQ, monkeypatch):
         np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
 
 
+def test_tree_attention_pdl_request_gives_the_reference_output():
+    """``pdl=True``: the reference output, tree-sized (empty splits skipped) and decode-sized (where PDL is
+    unsupported, the interpreter or a GPU before sm_90, the plain launch: the prefetch's inline PTX is never traced
+    there)."""
+    rng = np.random.default_rng(12)
+    for rows, HQ in (([build_tree_parents("random", 9, rng)], 8), ([[-1], [-1]], 4)):
+        lens = [21] * len(rows)
+        q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, lens, HQ, 2, 16, torch.float32)
+        meta = ta.tree_metadata(_batch_parents(rows))
+        out = torch.full_like(q, float("nan"))
+        ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=6, out=out,
+                          block_n=16, pdl=True)
+        expected = _reference_output(q, gate, k_cache, v_cache, slots, lens, rows)
+        np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
+
+
 @pytest.mark.parametrize("block_n", [32, 64])
 def test_tree_attention_without_gate_and_wide_tree_words(block_n):
     """N > 32 uses two ancestor words per node (a 64-key tile spans both); no gate returns the plain attention."""
