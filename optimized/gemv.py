@@ -77,10 +77,8 @@ from ._checks import FLOAT_DTYPES, check_num_nodes, check_slots, check_tensor, c
 from .pdl import pdl_supported
 
 __all__ = ["GemvConfig", "RowNorm", "ResidualRows", "ConvStep", "TreeConv", "gemv_config", "small_batch_linear",
-           "residual_linear",
-           "split_k_scratch",
-           "preferred", "interleave_gate_up", "MAX_ROWS", "MAX_SUM_ROWS", "MAX_NORM_PARTS", "WIDE_N",
-           "OUT_DTYPES"]
+           "residual_linear", "split_k_scratch", "preferred", "interleave_gate_up", "MAX_ROWS", "MAX_SUM_ROWS",
+           "MAX_NORM_PARTS", "WIDE_N", "OUT_DTYPES"]
 
 MAX_ROWS = 64  # the largest M (token rows) the kernel is built for
 MAX_SUM_ROWS = 8  # the broadcast + sum form's limit (its registers grow with M)
@@ -319,7 +317,7 @@ def _gemv_kernel(
     computes ``RMSNorm(y) @ w.T`` (module docstring). ``CONV``: the first ``C_CONV`` output columns go through one
     step of a depthwise causal conv whose state is advanced in place (:func:`_conv_step_columns`). ``TMA``: the
     ``tl.dot`` form's tiles come through the tensor descriptors ``w_desc`` (``[N, K]``, block ``[BLOCK_N,
-    BLOCK_K]``) and ``x_desc`` (``[M, K]`` or gate | up ``[M, 2K]``, block ``[M_PAD, BLOCK_K]``); the hardware
+    BLOCK_K]``) and ``x_desc`` (``[M, K]``, block ``[M_PAD, BLOCK_K]``); the hardware
     zero-fills what lies past N, M or K, so no clamp and no mask (``x_ptr`` / ``w_ptr`` are then unused, and
     without ``TMA`` the descriptors are). ``TREE_CONV`` (one split, every row in this program): after the store,
     the first ``C_CONV`` columns go through the tree-window conv of a tree step (:func:`_tree_conv_columns`,

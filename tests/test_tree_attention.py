@@ -220,6 +220,7 @@ def test_tree_attention_many_splits_merge_in_chunks(HQ, monkeypatch):
     rows per kv head (tree-sized, G N > 16) those splits store nothing and the combine must not read them: the
     split scratch is allocated NaN-filled here, so a read of an unwritten partial poisons the output."""
     empty = torch.empty
+
     def poisoned(*shape, **kw):
         t = empty(*shape, **kw)
         return t.fill_(float("nan")) if t.is_floating_point() else t
