@@ -69,11 +69,12 @@ from . import tree_attention as ta
 from ._checks import MAX_NODES, check_tree_rows, interpreting, node_mask
 from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
-from .gdn_tree import WORD_BITS, TreeFactors, gdn_tree_commit, gdn_tree_verify_gated, tree_meta
+from .gdn_tree import WORD_BITS, TreeFactors, gdn_tree_commit, gdn_tree_verify_gated
 from .gemv import preferred as gemv_preferred
 from .gemv import (ConvStep, ResidualRows, RowNorm, TreeConv, interleave_gate_up, residual_linear,
                    small_batch_linear)
 from .pdl import allow_dependents, pdl_supported
+from .tree_attention import tree_metadata_program
 from .sampling import greedy_accept
 
 __all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random", "HEAD_ROWS"]
@@ -128,46 +129,65 @@ def _silu_mul_kernel(gu_ptr, out_ptr, inner, BLOCK: tl.constexpr, PDL: tl.conste
 
 @triton.jit
 def _step_prologue_kernel(tokens_ptr, slots_ptr, s_tok_b, s_tok_n, s_slot, embed_ptr, lens_ptr, h_ptr,
-                          slots_out_ptr, lens_out_ptr, N, D, BLOCK: tl.constexpr, ADVANCE: tl.constexpr,
-                          PDL: tl.constexpr):
-    """Program ``(b, n)`` of a step with ``N`` tokens per request: ``h[b N + n] = embed[tokens[b, n]]``; program
-    ``(b, 0)`` also stores ``slots_out[b] = slots[b]`` (int32, contiguous) and ``lens_out[b] = lens[slots[b]]`` (the
-    committed length the step's attention reads) and (``ADVANCE``, a decode step: one token, distinct slots) then
-    ``lens[slots[b]] += 1``, in place of the small torch ops of a gather, a cast and an index."""
+                          slots_out_ptr, lens_out_ptr, N, D, parents_ptr, num_nodes_ptr, words_ptr, depth_ptr,
+                          s_par_b, s_par_n, W, BLOCK: tl.constexpr, ADVANCE: tl.constexpr, TREE: tl.constexpr,
+                          NP: tl.constexpr, BLOCK_W: tl.constexpr, ROUNDS: tl.constexpr, PDL: tl.constexpr):
+    """Program ``(b, n)``, ``n < N``, of a step with ``N`` tokens per request: ``h[b N + n] = embed[tokens[b, n]]``;
+    program ``(b, 0)`` also stores ``slots_out[b] = slots[b]`` (int32, contiguous) and ``lens_out[b] =
+    lens[slots[b]]`` (the committed length the step's attention reads) and (``ADVANCE``, a decode step: one token,
+    distinct slots) then ``lens[slots[b]] += 1``, in place of the small torch ops of a gather, a cast and an index.
+    With ``TREE`` (a tree step) program ``(b, N)`` builds request ``b``'s tree metadata
+    (:func:`~lumotree.optimized.tree_attention.tree_metadata_program`) next to the others."""
     allow_dependents(PDL)  # the first GEMV may launch now (optimized.pdl)
     b = tl.program_id(0).to(tl.int64)
     n = tl.program_id(1)
-    tok = tl.load(tokens_ptr + b * s_tok_b + n * s_tok_n).to(tl.int64)
-    cols = tl.arange(0, BLOCK)  # [BLOCK]
-    row = b * N + n
-    for d0 in range(0, D, BLOCK):
-        ok = d0 + cols < D
-        tl.store(h_ptr + row * D + d0 + cols, tl.load(embed_ptr + tok * D + d0 + cols, mask=ok), mask=ok)
-    if n == 0:
-        slot = tl.load(slots_ptr + b * s_slot).to(tl.int64)
-        length = tl.load(lens_ptr + slot)
-        tl.store(lens_out_ptr + b, length)
-        tl.store(slots_out_ptr + b, slot.to(tl.int32))
-        if ADVANCE:
-            tl.store(lens_ptr + slot, length + 1)
+    if TREE and n == N:
+        tree_metadata_program(b, parents_ptr, num_nodes_ptr, words_ptr, depth_ptr, N, s_par_b, s_par_n, W, NP,
+                              BLOCK_W, ROUNDS, True)
+    else:
+        tok = tl.load(tokens_ptr + b * s_tok_b + n * s_tok_n).to(tl.int64)
+        cols = tl.arange(0, BLOCK)  # [BLOCK]
+        row = b * N + n
+        for d0 in range(0, D, BLOCK):
+            ok = d0 + cols < D
+            tl.store(h_ptr + row * D + d0 + cols, tl.load(embed_ptr + tok * D + d0 + cols, mask=ok), mask=ok)
+        if n == 0:
+            slot = tl.load(slots_ptr + b * s_slot).to(tl.int64)
+            length = tl.load(lens_ptr + slot)
+            tl.store(lens_out_ptr + b, length)
+            tl.store(slots_out_ptr + b, slot.to(tl.int32))
+            if ADVANCE:
+                tl.store(lens_ptr + slot, length + 1)
 
 
 def _step_prologue(tokens: torch.Tensor, slots: torch.Tensor, embed: torch.Tensor, lens: torch.Tensor,
-                   advance: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   advance: bool, tree: tuple[torch.Tensor, torch.Tensor] | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, ta.TreeMeta | None]:
     """A step's inputs in one launch (:func:`_step_prologue_kernel`): ``tokens: [B, N]`` (a decode step: ``[B]``)
     and ``slots: [B]`` integer (any strides) -> the residual stream ``[B N, Dm]`` (the tokens' embeddings), the
     slots ``[B]`` int32 and their committed lengths ``[B]`` before the step; with ``advance`` (a decode step,
-    distinct slots) ``lens [P]`` then advances by one at those slots."""
+    distinct slots) ``lens [P]`` then advances by one at those slots. ``tree = (parents [B, N], num_nodes [B])``
+    (checked trees) also gives the step's :func:`~lumotree.optimized.gdn_tree.tree_meta` (else None)."""
     tokens2 = tokens[:, None] if tokens.ndim == 1 else tokens  # [B, N]
     B, N = tokens2.shape
     D = embed.shape[1]
     h = torch.empty((B * N, D), dtype=embed.dtype, device=embed.device)  # [B N, Dm]
     slots_out = torch.empty((B,), dtype=torch.int32, device=embed.device)  # [B]
     lens_out = torch.empty((B,), dtype=lens.dtype, device=embed.device)  # [B]
-    _step_prologue_kernel[(B, N)](tokens2, slots, tokens2.stride(0), tokens2.stride(1), slots.stride(0), embed, lens,
-                                  h, slots_out, lens_out, N, D, BLOCK=min(4096, triton.next_power_of_2(D)),
-                                  ADVANCE=bool(advance), PDL=pdl_supported(embed.device), **_launch_opts(4))
-    return h, slots_out, lens_out
+    meta = None
+    if tree is None:
+        parents = num_nodes = words = depth = tokens2  # unread
+        consts = dict(NP=1, BLOCK_W=1, ROUNDS=1)
+    else:
+        parents, num_nodes = tree  # [B, N], [B]
+        meta, consts = ta.tree_metadata_buffers(B, N, embed.device)
+        words, depth = meta
+    _step_prologue_kernel[(B, N + (tree is not None))](
+        tokens2, slots, tokens2.stride(0), tokens2.stride(1), slots.stride(0), embed, lens, h, slots_out, lens_out,
+        N, D, parents, num_nodes, words, depth, parents.stride(0), parents.stride(1), words.shape[-1],
+        BLOCK=min(4096, triton.next_power_of_2(D)), ADVANCE=bool(advance), TREE=tree is not None,
+        PDL=pdl_supported(embed.device), **consts, **_launch_opts(4))
+    return h, slots_out, lens_out, meta
 
 
 def _launch_opts(num_warps: int) -> dict:
@@ -634,8 +654,8 @@ class OptimizedModel:
         would take 2.5 GB of the graph's memory)."""
         B, N = tokens.shape
         T = B * N
-        meta = tree_meta(parents, num_nodes, validate=False)
-        h, _, lens = _step_prologue(tokens, slots, self.embed, self.lens, False)  # [T, Dm], lens: [B]
+        h, _, lens, meta = _step_prologue(tokens, slots, self.embed, self.lens, False, (parents, num_nodes))
+        # h: [T, Dm], lens: [B], meta: the tree's ancestor words and depths
         res = _Residual(h)  # [T, Dm] residual stream (fresh: updated in place)
         # what the commit reads, for every GDN layer in one tensor each (one commit launch for all layers)
         n_gdn = len(self.state_pools)
@@ -711,7 +731,7 @@ class OptimizedModel:
         tree and no commit (:mod:`~lumotree.optimized.gdn_decode` for the GDN layers: the state is read and
         written once; tree attention on one-node trees for the attention layers). Returns logits ``[B, V]`` fp32."""
         B = slots.shape[0]
-        h, slots, lens = _step_prologue(tokens, slots, self.embed, self.lens, True)  # lens: [B] before; lens += 1
+        h, slots, lens, _ = _step_prologue(tokens, slots, self.embed, self.lens, True)  # lens: [B] before; lens += 1
         res = _Residual(h)  # [B, Dm] residual stream
         if self.state_pools:
             H, HV, K, V, W = self._gdn_dims

@@ -111,14 +111,14 @@ class TreeMeta(NamedTuple):
 
 
 @triton.jit
-def _tree_metadata_kernel(Parents, NumNodes, Words, Depth, N, s_pb, s_pn, W, NP: tl.constexpr, BLOCK_W: tl.constexpr,
-                          ROUNDS: tl.constexpr, HAS_NUM: tl.constexpr):
-    """One program per request, every node at once by pointer jumping (``ROUNDS = ceil(log2 N)`` rounds, all in
+def tree_metadata_program(b, Parents, NumNodes, Words, Depth, N, s_pb, s_pn, W, NP: tl.constexpr,
+                          BLOCK_W: tl.constexpr, ROUNDS: tl.constexpr, HAS_NUM: tl.constexpr):
+    """Request ``b``'s tree, every node at once by pointer jumping (``ROUNDS = ceil(log2 N)`` rounds, all in
     registers): ``words[i] = bit(i) | words[parent(i)] | ...`` and ``depth[i]`` = the number of ancestors. Round r
     ORs in (adds) the words (depth) of the ancestor ``jump[i]`` at distance ``2^r`` and doubles the jump, so after it
     ``words[i]`` holds the path up to distance ``2^(r+1) - 1``. Nodes past ``num_nodes[b]`` (``HAS_NUM``) are read as
-    a chain below the last real node (their parents are not read; their rows are never used)."""
-    b = tl.program_id(0).to(tl.int64)
+    a chain below the last real node (their parents are not read; their rows are never used). Called by
+    :func:`_tree_metadata_kernel` and by the model's step prologue (one launch less a tree step)."""
     node = tl.arange(0, NP)  # [NP]
     node_ok = node < N
     real = node_ok
@@ -141,6 +141,24 @@ def _tree_metadata_kernel(Parents, NumNodes, Words, Depth, N, s_pb, s_pn, W, NP:
     tl.store(Depth + b * N + node, depth, mask=node_ok)
 
 
+@triton.jit
+def _tree_metadata_kernel(Parents, NumNodes, Words, Depth, N, s_pb, s_pn, W, NP: tl.constexpr, BLOCK_W: tl.constexpr,
+                          ROUNDS: tl.constexpr, HAS_NUM: tl.constexpr):
+    """One program per request: :func:`tree_metadata_program`."""
+    tree_metadata_program(tl.program_id(0).to(tl.int64), Parents, NumNodes, Words, Depth, N, s_pb, s_pn, W, NP,
+                          BLOCK_W, ROUNDS, HAS_NUM)
+
+
+def tree_metadata_buffers(B: int, N: int, device: torch.device) -> tuple[TreeMeta, dict]:
+    """The outputs ``words [B, N, W]`` and ``depth [B, N]`` of :func:`tree_metadata_program` and its constexprs."""
+    W = (N + WORD_BITS - 1) // WORD_BITS
+    words = torch.empty((B, N, W), dtype=torch.int32, device=device)  # [B, N, W]
+    depth = torch.empty((B, N), dtype=torch.int32, device=device)  # [B, N]
+    consts = dict(NP=triton.next_power_of_2(N), BLOCK_W=max(2, triton.next_power_of_2(W)),
+                  ROUNDS=max(1, (N - 1).bit_length()))
+    return TreeMeta(words, depth), consts
+
+
 def tree_metadata(parents: torch.Tensor, *, num_nodes: torch.Tensor | None = None, validate: bool = True
                   ) -> TreeMeta:
     """Ancestor bitsets and depths for a batch of trees ``parents: [B, N]`` (int32/int64, any strides, each row a
@@ -157,14 +175,11 @@ def tree_metadata(parents: torch.Tensor, *, num_nodes: torch.Tensor | None = Non
             num_nodes = check_num_nodes(num_nodes, parents.shape[0], parents.shape[1], parents.device, True)
             check_tree_rows(parents, num_nodes)
     B, N = parents.shape
-    W = (N + WORD_BITS - 1) // WORD_BITS
-    words = torch.empty((B, N, W), dtype=torch.int32, device=parents.device)  # [B, N, W]
-    depth = torch.empty((B, N), dtype=torch.int32, device=parents.device)  # [B, N]
-    _tree_metadata_kernel[(B,)](parents, num_nodes if num_nodes is not None else parents, words, depth, N,
-                                parents.stride(0), parents.stride(1), W, NP=triton.next_power_of_2(N),
-                                BLOCK_W=max(2, triton.next_power_of_2(W)), ROUNDS=max(1, (N - 1).bit_length()),
-                                HAS_NUM=num_nodes is not None)
-    return TreeMeta(words, depth)
+    meta, consts = tree_metadata_buffers(B, N, parents.device)
+    _tree_metadata_kernel[(B,)](parents, num_nodes if num_nodes is not None else parents, meta.words, meta.depth, N,
+                                parents.stride(0), parents.stride(1), meta.words.shape[2],
+                                HAS_NUM=num_nodes is not None, **consts)
+    return meta
 
 
 # --------------------------------------------------------------------------------------- q/k norm + RoPE + KV write

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from lumotree.optimized import model as om
+from lumotree.optimized.tree_attention import tree_metadata
 from lumotree.reference import model as rm
 from lumotree.reference.config import HybridConfig
 from lumotree.reference.tree import TokenTree
@@ -221,13 +222,15 @@ def test_fused_norms_keep_two_norm_launches_and_the_same_logits(tiny, monkeypatc
 def test_step_prologue_gathers_embeddings_and_reads_or_advances_the_lengths():
     """The step prologue kernel on strided int64 inputs (the columns of a ``[B, 2]`` decode step input, a strided
     ``[B, N]`` token block of a tree step): the embedding rows of the tokens in row order, the slots as contiguous
-    int32, each slot's length before the step, and (decode only) the lengths advanced by one at those slots only."""
+    int32, each slot's length before the step, (decode only) the lengths advanced by one at those slots only, and
+    (tree steps) the tree metadata of :func:`tree_metadata` bit for bit, a padded tree among them."""
     gen = torch.Generator().manual_seed(3)
     embed = torch.randn(11, 40, generator=gen)  # [Vocab, Dm] (Dm not a power of two)
     lens = torch.tensor([5, 0, 9, 2, 7], dtype=torch.int32)  # [P]
     step_in = torch.tensor([[10, 3], [0, 0], [4, 2]], dtype=torch.int64)  # [B, 2] tokens | slots
     before = lens.clone()
-    h, slots, got_lens = om._step_prologue(step_in[:, 0], step_in[:, 1], embed, lens, True)
+    h, slots, got_lens, meta = om._step_prologue(step_in[:, 0], step_in[:, 1], embed, lens, True)
+    assert meta is None
     assert torch.equal(h, embed[[10, 0, 4]])
     assert slots.dtype == torch.int32 and slots.is_contiguous() and slots.tolist() == [3, 0, 2]
     assert got_lens.tolist() == [before[3], before[0], before[2]]
@@ -236,9 +239,15 @@ def test_step_prologue_gathers_embeddings_and_reads_or_advances_the_lengths():
     assert torch.equal(lens, expected)
     tokens = torch.tensor([[1, 9, 9, 2, 9, 9, 3], [4, 9, 9, 5, 9, 9, 6]])[:, ::3]  # [B, N] = [2, 3] stride 3
     before = lens.clone()
-    h, slots, got_lens = om._step_prologue(tokens, torch.tensor([4, 1]), embed, lens, False)
+    parents = torch.tensor([[-1, 9, 0, 9, 0, 9], [-1, 9, 0, 9, 5, 9]])[:, ::2]  # [B, N] = [2, 3] stride 2
+    num_nodes = torch.tensor([3, 2], dtype=torch.int32)  # request 1: node 2 is padding (its parent is not read)
+    h, slots, got_lens, meta = om._step_prologue(tokens, torch.tensor([4, 1]), embed, lens, False,
+                                                 (parents, num_nodes))
     assert torch.equal(h, embed[[1, 2, 3, 4, 5, 6]]) and slots.tolist() == [4, 1]
     assert got_lens.tolist() == [before[4], before[1]] and torch.equal(lens, before)
+    want = tree_metadata(parents, num_nodes=num_nodes)
+    assert torch.equal(meta.words, want.words) and torch.equal(meta.depth, want.depth)
+    assert meta.depth.tolist() == [[0, 1, 1], [0, 1, 2]] and meta.words[1, :, 0].tolist() == [1, 3, 7]
 
 
 def test_moe_model_and_checkpoint_round_trip_match_reference_and_transformers(tmp_path):
