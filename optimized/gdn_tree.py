@@ -52,6 +52,8 @@ from .tree_attention import PATH_BLOCK, TreeMeta, accepted_path, path_chunk, tre
 __all__ = [
     "TreeFactors",
     "TreeMeta",
+    "OutputGate",
+    "GATE_PIECE",
     "KernelConfig",
     "PRECISIONS",
     "tree_meta",
@@ -63,6 +65,7 @@ __all__ = [
 ]
 
 WORD_BITS = 32  # lumotree.reference.tree.WORD_BITS
+GATE_PIECE = 16  # columns per piece of the output's sums of squares (OutputGate.parts)
 PRECISIONS = ("ieee", "tf32x3", "tf32")
 
 
@@ -79,6 +82,22 @@ class TreeFactors(NamedTuple):
     log_gamma: torch.Tensor
     k: torch.Tensor
     k_rnorm: torch.Tensor | None
+
+
+class OutputGate(NamedTuple):
+    """The gated RMSNorm after a GDN layer, ``weight * o * rsqrt(mean(o^2) + eps) * silu(z)`` per (node, value
+    head), half done by the verify kernel: with ``z: [B, N, HV, V]`` (the output gate; strided views with a
+    contiguous last dim), ``weight: [V]`` and ``parts: [B, N, HV, V // GATE_PIECE]`` fp32 contiguous (written), the
+    kernel stores ``o' = round(weight * round(o) * silu(z))`` in place of ``o`` (zeros on padding nodes) and, in
+    ``parts``, the sums of squares of ``round(o)`` over pieces of :data:`GATE_PIECE` columns. The norm is then
+    ``o' * rsqrt(sum(parts) / V + eps)``: the next projection applies that factor per head to its product
+    (:class:`~lumotree.optimized.gemv.RowNorm` with ``parts`` viewed as ``[B N, HV, V // GATE_PIECE]``), so the
+    separate norm launch goes. ``round(o)`` is what the norm would read from the stored output; the rounding of
+    the result moves from after the factor to before it (the same relative size)."""
+
+    z: torch.Tensor
+    weight: torch.Tensor
+    parts: torch.Tensor
 
 
 class KernelConfig(NamedTuple):
@@ -299,16 +318,43 @@ def _gdn_tree_solve_kernel(
 
 
 @triton.jit
+def _store_output(o, o_ptr, b64, nodes, real, hv, pid_v, N, z_ptr, s_zb, s_zn, s_zh, gate_w_ptr, gate_parts_ptr,
+                  HV: tl.constexpr, V: tl.constexpr, NP: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr,
+                  PIECE: tl.constexpr):
+    """Store the ``[NP, BV]`` output tile of (value head ``hv``, V block ``pid_v``) rounded to o's dtype, or with
+    ``GATE`` (:class:`OutputGate`) ``round(weight * round(o) * silu(z))`` and the pieces of ``round(o)``'s sums of
+    squares (padding rows: zeros; rows past N: not stored)."""
+    rows = nodes < N  # [NP]
+    vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
+    out_off = ((b64 * N + nodes[:, None]) * HV + hv) * V + vcols[None, :]  # [NP, BV]
+    if GATE:
+        o_r = o.to(o_ptr.dtype.element_ty).to(tl.float32)  # [NP, BV] the stored output the norm would read
+        z = tl.load(z_ptr + b64 * s_zb + nodes[:, None] * s_zn + hv * s_zh + vcols[None, :], mask=real[:, None],
+                    other=0.0).to(tl.float32)  # [NP, BV] padding: 0 -> silu 0
+        weight = tl.load(gate_w_ptr + vcols).to(tl.float32)  # [BV]
+        tl.store(o_ptr + out_off, (weight[None, :] * o_r * (z * tl.sigmoid(z))).to(o_ptr.dtype.element_ty),
+                 mask=rows[:, None])
+        sq = tl.sum(tl.reshape(o_r * o_r, [NP, BV // PIECE, PIECE]), axis=2)  # [NP, BV / PIECE]
+        piece = pid_v * (BV // PIECE) + tl.arange(0, BV // PIECE)  # [BV / PIECE]
+        tl.store(gate_parts_ptr + ((b64 * N + nodes[:, None]) * HV + hv) * (V // PIECE) + piece[None, :], sq,
+                 mask=rows[:, None])
+    else:
+        tl.store(o_ptr + out_off, o.to(o_ptr.dtype.element_ty), mask=rows[:, None])
+    return out_off, rows
+
+
+@triton.jit
 def _gdn_tree_apply_kernel(
     q_ptr, k_ptr, v_ptr, pool_ptr, slots_ptr, num_nodes_ptr, log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr,
-    tb_ptr, qkd_ptr, o_ptr, delta_ptr,
-    scale, N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh,
+    tb_ptr, qkd_ptr, o_ptr, delta_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,
+    scale, N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_zb, s_zn, s_zh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
-    QK16: tl.constexpr,
+    QK16: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr,
 ):
     """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
-    ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)``."""
+    ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)`` (``GATE``: stored through
+    :func:`_store_output`'s half of the gated RMSNorm)."""
     pid_v = tl.program_id(0)  # fastest: the V blocks of one value head share its TB / QKD tiles in L2
     pid_bh = tl.program_id(1)
     b = pid_bh // HV
@@ -343,9 +389,8 @@ def _gdn_tree_apply_kernel(
     delta = tl.dot(tb, _tf32_round(v_t - gamma[:, None] * ks, PRECISION), input_precision=PRECISION)  # [NP, BV]
     qkd = _tf32_round(tl.load(qkd_ptr + tile), PRECISION)  # [NP, NP] (loaded late: fewer live registers)
     o = (gamma[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
-    rows = nodes < N  # padding rows are written too (zeros)
-    out_off = ((b64 * N + nodes[:, None]) * HV + hv) * V + vcols[None, :]  # [NP, BV]
-    tl.store(o_ptr + out_off, o.to(o_ptr.dtype.element_ty), mask=rows[:, None])
+    out_off, rows = _store_output(o, o_ptr, b64, nodes, real, hv, pid_v, N, z_ptr, s_zb, s_zn, s_zh, gate_w_ptr,
+                                  gate_parts_ptr, HV, V, NP, BV, GATE, PIECE)  # padding rows: zeros
     tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
 
 
@@ -353,20 +398,21 @@ def _gdn_tree_apply_kernel(
 def _gdn_tree_verify_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
     pool_ptr, slots_ptr, words_ptr, depth_ptr, num_nodes_ptr,
-    o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr,
+    o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,
     scale, N,
-    s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+    s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, s_zb, s_zn, s_zh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
-    DOT16: tl.constexpr, PDL: tl.constexpr, STATE_LINES: tl.constexpr,
+    DOT16: tl.constexpr, PDL: tl.constexpr, STATE_LINES: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
     redone by every V block of a value head; pays off when there are few programs, i.e. small batches). ``PDL``:
     launched as a programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program prefetches its
     ``S0`` tile into L2 (``STATE_LINES`` 128-byte lines per state row), which no kernel of the step writes, then
-    waits for the previous kernel (whose output q, k, v and the gates are) before it reads anything else."""
+    waits for the previous kernel (whose output q, k, v and the gates are) before it reads anything else. ``GATE``:
+    the output is stored through :func:`_store_output`'s half of the gated RMSNorm (:class:`OutputGate`)."""
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = pid_bh // HV
@@ -435,9 +481,8 @@ def _gdn_tree_verify_kernel(
                    input_precision=PRECISION)  # [NP, BV]
     o = (gamma[:, None] * qs + tl.dot(_tf32_round(qk * decay, PRECISION), _tf32_round(delta, PRECISION),
                                       input_precision=PRECISION)) * scale  # [NP, BV]
-    rows = nodes < N  # padding rows are written too (zeros)
-    out_off = ((b64 * N + nodes[:, None]) * HV + hv) * V + vcols[None, :]  # [NP, BV]
-    tl.store(o_ptr + out_off, o.to(o_ptr.dtype.element_ty), mask=rows[:, None])
+    out_off, rows = _store_output(o, o_ptr, b64, nodes, real, hv, pid_v, N, z_ptr, s_zb, s_zn, s_zh, gate_w_ptr,
+                                  gate_parts_ptr, HV, V, NP, BV, GATE, PIECE)  # padding rows: zeros
     tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
     first_v = (nodes * 0 + pid_v) == 0  # [NP] one V block writes the per-node scalars
     tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=rows & first_v)
@@ -595,8 +640,17 @@ def _check_meta(meta: object, B: int, N: int, device: torch.device) -> TreeMeta:
     return meta
 
 
+def _check_gate(gate: object, B: int, N: int, HV: int, V: int, device: torch.device) -> None:
+    if not isinstance(gate, OutputGate):
+        raise TypeError(f"gate must be an OutputGate or None, got {type(gate).__name__}")
+    check_tensor("gate.z", gate.z, (B, N, HV, V), "B, N, HV, V", FLOAT_DTYPES, device)
+    check_tensor("gate.weight", gate.weight, (V,), "V", FLOAT_DTYPES, device, contiguous=True)
+    check_tensor("gate.parts", gate.parts, (B, N, HV, V // GATE_PIECE), f"B, N, HV, V / {GATE_PIECE}",
+                 (torch.float32,), device, contiguous=True)
+
+
 def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents, *, gated, allow_neg_eigval,
-            use_qk_l2norm_in_kernel, scale, num_nodes, meta, input_precision, validate, out, config, pdl):
+            use_qk_l2norm_in_kernel, scale, num_nodes, meta, input_precision, validate, out, config, pdl, gate):
     names = ("a", "b") if gated else ("g", "beta")
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     check_tensor("q", q, (None, None, None, None), "B, N, H, K", FLOAT_DTYPES, device)
@@ -632,6 +686,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         check_tensor("out[2] (log_gamma)", out[2], (B, N, HV), "B, N, HV", (torch.float32,), device, contiguous=True)
         if use_qk_l2norm_in_kernel:
             check_tensor("out[3] (k_rnorm)", out[3], (B, N, H), "B, N, H", (torch.float32,), device, contiguous=True)
+    if gate is not None:
+        _check_gate(gate, B, N, HV, V, device)
     if validate:
         check_tree_rows(parents, num_nodes)
         real = node_mask(num_nodes, N)  # [B, N]
@@ -669,6 +725,11 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
                     gate_b.stride(0), gate_b.stride(1), gate_b.stride(2))
     qk_strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2))
     k_rnorm_arg = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when not normalising
+    if block_v % GATE_PIECE:
+        raise ValueError(f"config.block_v = {cfg.block_v} must be a multiple of {GATE_PIECE}")
+    gate_args = (gate.z, gate.weight, gate.parts) if gate is not None else (o, o, log_gamma)  # unused without a gate
+    z_strides = (gate.z.stride(0), gate.z.stride(1), gate.z.stride(2)) if gate is not None else (0, 0, 0)
+    gate_flags = dict(GATE=gate is not None, PIECE=GATE_PIECE)
     flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
                  PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors), QK16=qk16)
     gram_flags = dict(DOT16=qk16 and precision != "ieee" and bool(cfg.dot16))
@@ -685,22 +746,22 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             num_stages=cfg.solve_stages or cfg.num_stages, **flags, **gram_flags,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
-            q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta,
-            scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2),
+            q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta, *gate_args,
+            scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides,
             H=H, HV=HV, K=K, V=V, NP=NP, BK=block_k, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel),
-            PRECISION=precision, QK16=qk16, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            PRECISION=precision, QK16=qk16, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **gate_flags,
         )
     else:
         pdl = bool(pdl) and bool(cfg.pdl) and pdl_supported(device)
         _gdn_tree_verify_kernel[(B * HV, V // block_v)](
             q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             state_pool, slots, meta.words, meta.depth, num_nodes,
-            o, delta, log_gamma, k_rnorm_arg, scale, N,
-            *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides,
+            o, delta, log_gamma, k_rnorm_arg, *gate_args, scale, N,
+            *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128),
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **({"launch_pdl": True} if pdl
-                                                                                           else {}),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags,
+            **({"launch_pdl": True} if pdl else {}),
         )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)
 
@@ -724,6 +785,7 @@ def gdn_tree_verify(
     out: tuple | None = None,
     config: KernelConfig | None = None,
     pdl: bool = False,
+    gate: OutputGate | None = None,
 ) -> tuple[torch.Tensor, TreeFactors]:
     """Verify a batch of draft trees on one GDN layer from precomputed gates; returns ``(o, factors)``.
 
@@ -738,11 +800,13 @@ def gdn_tree_verify(
     ``out``: preallocated ``(o, delta, log_gamma, k_rnorm)``. ``config``: launch parameters (default
     :func:`verify_config`). ``pdl``: allow the fused kernel a programmatic dependent launch where the device
     supports it and the config asks for one (``KernelConfig.pdl``; :mod:`~lumotree.optimized.pdl`): it prefetches
-    its ``S0`` tiles into L2 before it waits for the previous kernel. The split pipeline ignores it.
+    its ``S0`` tiles into L2 before it waits for the previous kernel. The split pipeline ignores it. ``gate`` (an
+    :class:`OutputGate`): ``o`` holds the gated output before its norm factor, the factor's pieces go to
+    ``gate.parts``.
     """
     return _verify(q, k, v, g, beta, None, None, state_pool, slots, parents, gated=False, allow_neg_eigval=False,
                    use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, scale=scale, num_nodes=num_nodes, meta=meta,
-                   input_precision=input_precision, validate=validate, out=out, config=config, pdl=pdl)
+                   input_precision=input_precision, validate=validate, out=out, config=config, pdl=pdl, gate=gate)
 
 
 def gdn_tree_verify_gated(
@@ -767,6 +831,7 @@ def gdn_tree_verify_gated(
     out: tuple | None = None,
     config: KernelConfig | None = None,
     pdl: bool = False,
+    gate: OutputGate | None = None,
 ) -> tuple[torch.Tensor, TreeFactors]:
     """:func:`gdn_tree_verify` with the gates fused: raw projections ``a, b: [B, N, HV]``, ``A_log, dt_bias: [HV]``.
 
@@ -776,7 +841,7 @@ def gdn_tree_verify_gated(
     return _verify(q, k, v, a, b, A_log, dt_bias, state_pool, slots, parents, gated=True,
                    allow_neg_eigval=allow_neg_eigval, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, scale=scale,
                    num_nodes=num_nodes, meta=meta, input_precision=input_precision, validate=validate, out=out,
-                   config=config, pdl=pdl)
+                   config=config, pdl=pdl, gate=gate)
 
 
 def gdn_tree_commit(

@@ -97,7 +97,11 @@ MAX_NORM_PARTS = 4096  # the most pieces of a row's sum of squares a norm prolog
 class RowNorm(NamedTuple):
     """The per-row factor a GEMV applies to its product: row m times ``rsqrt(sum(parts[m]) / K + eps)``, with
     ``parts: [M, R]`` fp32 the rows' sums of squares in pieces (as :func:`residual_linear` leaves them) and
-    ``eps > 0``."""
+    ``eps > 0``. ``parts: [M, S, R]``: per segment instead, row m's ``s``-th segment of ``K / S`` columns (an
+    attention or GDN head) times ``rsqrt(sum(parts[m, s]) / (K / S) + eps)``, applied to each K tile's product
+    (the ``tl.dot`` form, tiles inside one segment: ``block_k`` divides ``K / S``): ``y = sum_s rstd[m, s]
+    x[m, seg s] w[:, seg s]^T``, e.g. a gated RMSNorm per head whose ``x = round(w_norm o silu(z))`` and parts
+    the fused GDN verify left (:class:`~lumotree.optimized.gdn_tree.OutputGate`)."""
 
     parts: torch.Tensor
     eps: float
@@ -168,6 +172,31 @@ def _store_swiglu(val, y_ptr, s_ym, rows, pid_n, M, N, M_PAD: tl.constexpr, BLOC
     half = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)  # [BLOCK_N / 2] output columns
     tl.store(y_ptr + rows[:, None] * s_ym + half[None, :], (g * tl.sigmoid(g) * u).to(y_ptr.dtype.element_ty),
              mask=(rows < M)[:, None] & (half < N // 2)[None, :])
+
+
+@triton.jit
+def _segment_rstd(parts_ptr, rows, M, seg, seg_len, eps, N_PARTS, SEGMENTS: tl.constexpr, PARTS_PAD: tl.constexpr):
+    """``rsqrt(sum_j parts[m, seg, j] / seg_len + eps)`` for the block's rows (``parts: [M, SEGMENTS, N_PARTS]``
+    fp32, summed in a fixed order: every program the same factor): ``[M_PAD]``."""
+    j = tl.arange(0, PARTS_PAD)  # [PARTS_PAD]
+    sq = tl.load(parts_ptr + (rows[:, None] * SEGMENTS + seg) * N_PARTS + j[None, :],
+                 mask=(rows < M)[:, None] & (j < N_PARTS)[None, :], other=0.0)  # [M_PAD, PARTS_PAD]
+    return 1.0 / tl.sqrt(tl.sum(sq, axis=1) / seg_len + eps)
+
+
+@triton.jit
+def _tile_product(acc, x, w, k0, parts_ptr, rows, M, seg_len, eps, N_PARTS, IEEE: tl.constexpr,
+                  SEGMENTS: tl.constexpr, PARTS_PAD: tl.constexpr):
+    """``acc + x w^T`` on the tensor cores (``IEEE``: fp32 FMA); with ``SEGMENTS > 1`` (a per-segment
+    :class:`RowNorm`) the tile's product is scaled by its rows' factors of the segment of column ``k0`` first."""
+    if SEGMENTS > 1:
+        rstd = _segment_rstd(parts_ptr, rows, M, k0 // seg_len, seg_len, eps, N_PARTS, SEGMENTS, PARTS_PAD)
+        if IEEE:
+            return acc + tl.dot(x, tl.trans(w), input_precision="ieee") * rstd[:, None]
+        return acc + tl.dot(x, tl.trans(w)) * rstd[:, None]
+    if IEEE:
+        return tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
+    return tl.dot(x, tl.trans(w), acc)  # [M_PAD, BLOCK_N]
 
 
 @triton.jit
@@ -291,12 +320,12 @@ def _tree_conv_columns(val, rows, cols, M, NODES, C, req, real, parent_of_row, w
 @triton.jit
 def _gemv_kernel(
     x_ptr, w_ptr, x_desc, w_desc, y_ptr, part_ptr, count_ptr, norm_parts_ptr, out_parts_ptr, scale_ptr, scaled_ptr,
-    M, N, K, s_xm, s_ym, k_per_split, SPLIT_K: tl.constexpr, eps, N_NORM_PARTS, N_OUT_PARTS,
+    M, N, K, s_xm, s_ym, k_per_split, SPLIT_K: tl.constexpr, eps, N_NORM_PARTS, norm_seg_len, N_OUT_PARTS,
     slots_ptr, conv_w_ptr, conv_pool_ptr, C_CONV, tc_num_nodes_ptr, tc_parents_ptr, s_tc_pb, tc_out_ptr, TC_NODES,
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     USE_DOT: tl.constexpr, TMA: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, EARLY_TRIGGER: tl.constexpr,
     SWIGLU: tl.constexpr,
-    NORM: tl.constexpr,
+    NORM: tl.constexpr, NORM_SEGMENTS: tl.constexpr,
     NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr, CONV: tl.constexpr,
     CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_WP: tl.constexpr, CONV_SILU: tl.constexpr,
     TREE_CONV: tl.constexpr,
@@ -311,11 +340,13 @@ def _gemv_kernel(
     ``SWIGLU``: ``w``'s rows interleave gate and up (:func:`interleave_gate_up`) and the block that stores ``y``
     stores ``silu(gate) * up`` instead (:func:`_store_swiglu`; ``y: [M, N / 2]``).
     ``NORM``: row m of the product is multiplied by ``rsqrt(sum(norm_parts[m]) / K + eps)`` (the parts summed in a
-    fixed order before the loop: every program the same factor). ``RESIDUAL``: ``y`` is a residual stream updated in
-    place, ``y = round(y + round(acc))``, with each row block's sum of squares of the new rows stored to
-    ``out_parts[m, j]`` and (``SCALED``) ``scaled = round(y * scale)``: a following ``NORM`` launch on ``scaled``
-    computes ``RMSNorm(y) @ w.T`` (module docstring). ``CONV``: the first ``C_CONV`` output columns go through one
-    step of a depthwise causal conv whose state is advanced in place (:func:`_conv_step_columns`). ``TMA``: the
+    fixed order before the loop: every program the same factor); with ``NORM_SEGMENTS > 1`` (``tl.dot`` form) each
+    K tile's product by its rows' factors of its segment of ``norm_seg_len`` columns (:func:`_tile_product`).
+    ``RESIDUAL``: ``y`` is a residual stream updated in place, ``y = round(y + round(acc))``, with each row
+    block's sum of squares of the new rows stored to ``out_parts[m, j]`` and (``SCALED``) ``scaled = round(y *
+    scale)``: a following ``NORM`` launch on ``scaled`` computes ``RMSNorm(y) @ w.T`` (module docstring).
+    ``CONV``: the first ``C_CONV`` output columns go through one step of a depthwise causal conv whose state is
+    advanced in place (:func:`_conv_step_columns`). ``TMA``: the
     ``tl.dot`` form's tiles come through the tensor descriptors ``w_desc`` (``[N, K]``, block ``[BLOCK_N,
     BLOCK_K]``) and ``x_desc`` (``[M, K]``, block ``[M_PAD, BLOCK_K]``); the hardware
     zero-fills what lies past N, M or K, so no clamp and no mask (``x_ptr`` / ``w_ptr`` are then unused, and
@@ -339,21 +370,16 @@ def _gemv_kernel(
         tc_req, tc_real, tc_parent, tc_w, tc_state = _tree_conv_rows(
             rows, cols, M, TC_NODES, C_CONV, slots_ptr, tc_num_nodes_ptr, tc_parents_ptr, s_tc_pb, conv_w_ptr,
             conv_pool_ptr, M_PAD, BLOCK_N, CONV_WIDTH, CONV_WP)
-    if NORM:  # fixed-order sum of the producer's parts: the same factor in every program
-        j = tl.arange(0, NORM_PARTS_PAD)  # [NORM_PARTS_PAD]
-        sq = tl.load(norm_parts_ptr + rows[:, None] * N_NORM_PARTS + j[None, :],
-                     mask=(rows < M)[:, None] & (j < N_NORM_PARTS)[None, :], other=0.0)  # [M_PAD, NORM_PARTS_PAD]
-        rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)  # [M_PAD]
+    if NORM and NORM_SEGMENTS == 1:  # fixed-order sum of the producer's parts: the same factor in every program
+        rstd = _segment_rstd(norm_parts_ptr, rows, M, 0, K, eps, N_NORM_PARTS, 1, NORM_PARTS_PAD)  # [M_PAD]
     if USE_DOT and TMA:
         acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)  # [M_PAD, BLOCK_N]
         n0 = pid_n * BLOCK_N
         for k0 in range(k_begin, k_end, BLOCK_K):
             w = w_desc.load([n0, k0])  # [BLOCK_N, BLOCK_K]
             x = x_desc.load([0, k0])  # [M_PAD, BLOCK_K]
-            if IEEE:
-                acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
-            else:
-                acc = tl.dot(x, tl.trans(w), acc)  # [M_PAD, BLOCK_N]
+            acc = _tile_product(acc, x, w, k0, norm_parts_ptr, rows, M, norm_seg_len, eps, N_NORM_PARTS, IEEE,
+                                NORM_SEGMENTS, NORM_PARTS_PAD)  # [M_PAD, BLOCK_N]
     elif USE_DOT:
         x_rows = x_ptr + rows[:, None] * s_xm  # [M_PAD, 1]
         w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1] clamped: in bounds
@@ -367,10 +393,8 @@ def _gemv_kernel(
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [BLOCK_N, BLOCK_K]
                 x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_K]
-            if IEEE:
-                acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
-            else:
-                acc = tl.dot(x, tl.trans(w), acc)  # [M_PAD, BLOCK_N]
+            acc = _tile_product(acc, x, w, k0, norm_parts_ptr, rows, M, norm_seg_len, eps, N_NORM_PARTS, IEEE,
+                                NORM_SEGMENTS, NORM_PARTS_PAD)  # [M_PAD, BLOCK_N]
     else:  # elementwise fp32 products summed over the K loop, one reduction over k at the end
         # x's pointers are broadcast over the block's n (stride 0) so that its load gets w's register layout
         x_rows = x_ptr + rows[:, None, None] * s_xm + 0 * cols[None, :, None]  # [M_PAD, BLOCK_N, 1]
@@ -387,7 +411,7 @@ def _gemv_kernel(
                 x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_N, BLOCK_K]
             acc3 += x.to(tl.float32) * w.to(tl.float32)  # [M_PAD, BLOCK_N, BLOCK_K]
         acc = tl.sum(acc3, axis=2)  # [M_PAD, BLOCK_N]
-    if NORM:
+    if NORM and NORM_SEGMENTS == 1:
         acc = acc * rstd[:, None]  # [M_PAD, BLOCK_N] (split-K: each partial; the sum is linear)
     if CONV:  # one split only (the host checks): the block's final product, as y would hold it
         acc = _conv_step_columns(acc.to(y_ptr.dtype.element_ty).to(tl.float32), rows, cols, M, slots_ptr,
@@ -555,6 +579,7 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
     the rounding of a plain GEMV followed by the SwiGLU kernel (one launch and one round trip less; no ``conv``).
     ``norm`` (a :class:`RowNorm`): ``y[m] = (x[m] @ w.T) rsqrt(sum(norm.parts[m]) / K + norm.eps)`` before the
     rounding; with ``x = round(h * g)`` and the parts of :func:`residual_linear` that is ``RMSNorm(h) @ w.T``.
+    Per-segment parts ``[M, S, R]`` scale each segment's share of the product instead (:class:`RowNorm`).
     ``conv`` (a :class:`ConvStep`): the first ``C`` columns of ``y`` are then (as rounded) the input of one step of a
     depthwise causal conv, replaced by its output, its state advanced in place in the epilogue of the program that
     owns the columns (one launch less than the GEMV + :func:`~lumotree.optimized.gdn_decode.conv_step`, the same
@@ -573,7 +598,7 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
             raise ValueError("swiglu and conv cannot be combined: the conv reads the plain product")
         n_out //= 2
     if norm is not None:
-        _check_norm(norm, x.shape[0], x.device)
+        cfg = _check_norm(norm, x.shape[0], K, cfg, config is None, x.device)
     if conv is not None:
         conv = _check_conv(conv, x.shape[0], w.shape[0], x.device, validate)
         cfg = cfg._replace(split_k=1)  # the conv needs the block's whole sum
@@ -594,15 +619,19 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
 
 
 def residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, *, scale: torch.Tensor | None = None,
-                    config: GemvConfig | None = None, pdl: bool = False) -> ResidualRows:
+                    norm: RowNorm | None = None, config: GemvConfig | None = None, pdl: bool = False
+                    ) -> ResidualRows:
     """``residual += x @ w.T`` in place, for a few rows (``x: [M, K]``, ``w: [N, K]``, ``residual: [M, N]``
     contiguous, one dtype): ``residual = round(residual + round(x @ w.T))``, the rounding of a separate GEMV followed
     by an add in fp32. Returns :class:`ResidualRows`: the new rows' sums
     of squares in pieces and, with ``scale: [N]`` fp32 (an RMSNorm's weight), ``scaled = round(residual * scale)``;
     ``small_batch_linear(scaled, w2, norm=RowNorm(parts, eps))`` is then ``RMSNorm(residual) @ w2.T``: the residual
-    add + RMSNorm between two projections costs no launch of its own (module docstring)."""
+    add + RMSNorm between two projections costs no launch of its own (module docstring). ``norm``: the product
+    scaled as in :func:`small_batch_linear` before the add."""
     x, w, K, cfg, _ = _check_linear(x, w, None, config)
     M, N = x.shape[0], w.shape[0]
+    if norm is not None:
+        cfg = _check_norm(norm, M, K, cfg, config is None, x.device)
     check_tensor("residual", residual, (M, N), "M, N", (x.dtype,), x.device, contiguous=True)
     if residual.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(), w.untyped_storage().data_ptr()):
         raise ValueError("residual shares memory with x or w: the programs reading them would race with its update")
@@ -614,7 +643,7 @@ def residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, *,
     if parts.shape[1] > MAX_NORM_PARTS:
         raise ValueError(f"w has {N} rows: {parts.shape[1]} row blocks of {cfg.block_n} exceed the {MAX_NORM_PARTS} "
                          "pieces a norm reads")
-    _launch(x, w, residual, cfg, pdl, False, None, parts, (scale, scaled) if scale is not None else None, None)
+    _launch(x, w, residual, cfg, pdl, False, norm, parts, (scale, scaled) if scale is not None else None, None)
     return ResidualRows(parts, scaled)
 
 
@@ -640,14 +669,32 @@ def _check_linear(x, w, out_dtype, config) -> tuple[torch.Tensor, torch.Tensor, 
     return x, w, K, cfg, out_dtype
 
 
-def _check_norm(norm: object, M: int, device: torch.device) -> None:
+def _check_norm(norm: object, M: int, K: int, cfg: GemvConfig, default: bool, device: torch.device) -> GemvConfig:
+    """Checks ``norm``; returns the launch config, whose K tiles a per-segment norm fits inside one segment when it
+    is the ``default`` one (``block_k`` halved until it divides the segment)."""
     if not isinstance(norm, RowNorm):
         raise TypeError(f"norm must be a RowNorm or None, got {type(norm).__name__}")
-    parts = check_tensor("norm.parts", norm.parts, (M, None), "M, R", (torch.float32,), device, contiguous=True)
-    if not 1 <= parts.shape[1] <= MAX_NORM_PARTS:
-        raise ValueError(f"norm.parts has {parts.shape[1]} pieces per row, expected 1 to {MAX_NORM_PARTS}")
+    segmented = isinstance(norm.parts, torch.Tensor) and norm.parts.ndim == 3
+    shape, names = ((M, None, None), "M, S, R") if segmented else ((M, None), "M, R")
+    parts = check_tensor("norm.parts", norm.parts, shape, names, (torch.float32,), device, contiguous=True)
+    if not 1 <= parts.shape[-1] <= MAX_NORM_PARTS:
+        raise ValueError(f"norm.parts has {parts.shape[-1]} pieces per row, expected 1 to {MAX_NORM_PARTS}")
+    if segmented:
+        S = parts.shape[1]
+        if S < 1 or K % S:
+            raise ValueError(f"norm.parts has S = {S} segments, which do not divide x's K = {K} columns")
+        seg = K // S
+        if default:
+            block_k = cfg.block_k
+            while seg % block_k and block_k > 16:
+                block_k //= 2
+            cfg = cfg._replace(block_k=block_k)
+        if not cfg.use_dot or seg % cfg.block_k:
+            raise ValueError(f"a per-segment norm (segments of {seg} columns) needs the tl.dot form with K tiles "
+                             f"inside one segment; config has use_dot={cfg.use_dot}, block_k={cfg.block_k}")
     if isinstance(norm.eps, bool) or not isinstance(norm.eps, (int, float)) or not norm.eps > 0:
         raise ValueError(f"norm.eps = {norm.eps!r} must be a positive number")
+    return cfg
 
 
 def _check_conv(conv: object, M: int, N: int, device: torch.device, validate: bool) -> ConvStep | TreeConv:
@@ -708,7 +755,8 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
     opts = {} if interpreting() else {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
     if pdl:
         opts["launch_pdl"] = True
-    n_norm_parts = norm.parts.shape[1] if norm is not None else 1
+    n_norm_parts = norm.parts.shape[-1] if norm is not None else 1
+    norm_segments = norm.parts.shape[1] if norm is not None and norm.parts.ndim == 3 else 1
     x_desc, w_desc = _descriptors(x, w, cfg, m_pad) if cfg.tma and _tma_possible(x, w) else (None, None)
     tree = isinstance(conv, TreeConv)
     grid = (triton.cdiv(N, cfg.block_n), split_k)
@@ -717,7 +765,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         norm.parts if norm is not None else y, out_parts if out_parts is not None else y,
         *(scaling if scaling is not None else (y, y)),
         M, N, K, x.stride(0), y.stride(0), k_per_split, split_k, float(norm.eps) if norm is not None else 1.0,
-        n_norm_parts, out_parts.shape[1] if out_parts is not None else 1,
+        n_norm_parts, K // norm_segments, out_parts.shape[1] if out_parts is not None else 1,
         *((conv.slots, conv.weight, conv.state_pool, conv.weight.shape[0]) if conv is not None else (y, y, y, 0)),
         *((conv.num_nodes, conv.parents, conv.parents.stride(0), conv.out, conv.parents.shape[1]) if tree
           else (y, y, 0, y, 1)),
@@ -725,7 +773,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         USE_DOT=cfg.use_dot, TMA=x_desc is not None, IEEE=x.dtype == torch.float32, PDL=pdl,
         EARLY_TRIGGER=M <= EARLY_TRIGGER_MAX_ROWS if PDL_EARLY_TRIGGER is None else bool(PDL_EARLY_TRIGGER),
         SWIGLU=bool(swiglu),
-        NORM=norm is not None,
+        NORM=norm is not None, NORM_SEGMENTS=norm_segments,
         NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, SCALED=scaling is not None,
         CONV=isinstance(conv, ConvStep), CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,
         CONV_RP=max(2, triton.next_power_of_2(conv.weight.shape[1] - 1)) if conv is not None else 2,

@@ -69,7 +69,8 @@ from . import tree_attention as ta
 from ._checks import MAX_NODES, check_tree_rows, interpreting, node_mask
 from .conv_tree import tree_conv, tree_conv_commit
 from .gdn_decode import conv_step, gated_rmsnorm, gdn_decode
-from .gdn_tree import WORD_BITS, TreeFactors, gdn_tree_commit, gdn_tree_verify_gated
+from .gdn_tree import GATE_PIECE, WORD_BITS, OutputGate, TreeFactors, gdn_tree_commit, gdn_tree_verify_gated
+from .gemv import gemv_config
 from .gemv import preferred as gemv_preferred
 from .gemv import (ConvStep, ResidualRows, RowNorm, TreeConv, interleave_gate_up, residual_linear,
                    small_batch_linear)
@@ -88,6 +89,12 @@ GDN_VERIFY_PDL = True
 #: GEMVs are. H200, bench model, L = 1024 (bench/RESULTS.md, ninth session): B = 1 decode 1353 -> 1345 us, verify
 #: N = 64 unchanged; B = 16 decode 2123 -> 2165 us and verify 9713 -> 9755 us. 0: never (an A / B knob)
 ATTENTION_PDL_MAX_BATCH = 1
+#: a tree step's gated RMSNorm after each GDN layer split between the verify kernel (which stores ``w o silu(z)`` and
+#: the pieces of each head's sum of squares, :class:`~lumotree.optimized.gdn_tree.OutputGate`) and the ``w_out``
+#: GEMV (which scales each head's share of its product, a per-segment
+#: :class:`~lumotree.optimized.gemv.RowNorm`) instead of a launch of its own, where the GEMV takes the step
+#: (fused norms, ``tl.dot`` form: 2 to 64 rows) (an A / B knob)
+GDN_GATE_IN_GEMV = True
 
 #: rows of the LM head computed at once by a greedy step (its logits are reduced to the argmax chunk by chunk; 1024
 #: rows of fp32 logits over a 151936-token vocabulary take 622 MB)
@@ -564,6 +571,12 @@ class OptimizedModel:
         return (self.small_batch_linear and gemv_preferred(x.shape[0], n_out) and x.stride(-1) == 1
                 and (x.is_cuda or interpreting()))
 
+    def _gate_in_gemv(self, T: int, w_out: torch.Tensor) -> bool:
+        """Whether a ``T``-row tree step splits each GDN layer's gated RMSNorm between the verify kernel and the
+        ``w_out`` GEMV (:data:`GDN_GATE_IN_GEMV`): the GEMV takes the fused norms in its ``tl.dot`` form."""
+        return (GDN_GATE_IN_GEMV and self.fused_norms and self.small_batch_linear and gemv_preferred(T, w_out.shape[0])
+                and (w_out.is_cuda or interpreting()) and gemv_config(T, *w_out.shape, w_out.device).use_dot)
+
     def _linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None,
                 swiglu: bool = False, conv: ConvStep | TreeConv | None = None, out: torch.Tensor | None = None
                 ) -> torch.Tensor:
@@ -611,15 +624,18 @@ class OptimizedModel:
                                       swiglu=swiglu, validate=False, out=out)
         return self._linear(self._normed(res, weight1p), w, conv=conv, out=out, swiglu=swiglu)
 
-    def _add_linear(self, res: _Residual, x: torch.Tensor, w: torch.Tensor, next_norm: torch.Tensor | None) -> None:
+    def _add_linear(self, res: _Residual, x: torch.Tensor, w: torch.Tensor, next_norm: torch.Tensor | None,
+                    norm: RowNorm | None = None) -> None:
         """``h += x @ w^T``: in the GEMV's epilogue, which also leaves what the next norm (weight ``next_norm``,
         ``1 + w``) needs (:func:`~lumotree.optimized.gemv.residual_linear`; ``fused_norms``), or as a pending
-        ``delta`` that the next add + RMSNorm kernel adds."""
+        ``delta`` that the next add + RMSNorm kernel adds. ``norm``: the product scaled first (the GEMV path only:
+        :meth:`_gate_in_gemv` chose it)."""
         assert res.delta is None, "a norm settles every pending add before the next projection"
         if self.fused_norms and next_norm is not None and self._on_gemv(x, w.shape[0]):
-            res.rows = residual_linear(x, w, res.h, scale=next_norm, pdl=self.pdl)
+            res.rows = residual_linear(x, w, res.h, scale=next_norm, norm=norm, pdl=self.pdl)
             res.norm_for = next_norm
         else:
+            assert norm is None, "a scaled product needs the GEMV path"
             res.delta, res.rows, res.norm_for = self._linear(x, w), None, None
 
     def _next_in_norm(self, i: int) -> torch.Tensor | None:
@@ -685,17 +701,25 @@ class OptimizedModel:
                 q = conv[..., : H * K].unflatten(-1, (H, K))  # [B, N, H, K]
                 k = conv[..., H * K : 2 * H * K].unflatten(-1, (H, K))  # [B, N, H, K]
                 v = conv[..., 2 * H * K :].unflatten(-1, (HV, V))  # [B, N, HV, V]
+                gate = None
                 if factors is None:  # prefill through fla
                     o = self._fla_chunk(q, k, v, a_gate, b_gate, layer, gi, slots)  # advances the state pool
                 else:
                     o = torch.empty((B, N, HV, V), dtype=self.dtype, device=self.device)  # [B, N, HV, V]
+                    if self._gate_in_gemv(T, layer.w_out):  # o: w o silu(z); the per-head norm factor in w_out
+                        gate = OutputGate(z, layer.norm_w, torch.empty(
+                            (B, N, HV, V // GATE_PIECE), dtype=torch.float32, device=self.device))  # parts
                     gdn_tree_verify_gated(
                         q, k, v, a_gate, b_gate, layer.A_log, layer.dt_bias, self.state_pools[gi], slots, parents,
                         allow_neg_eigval=self.config.allow_neg_eigval, num_nodes=num_nodes, meta=meta,
                         input_precision=self.gdn_precision, validate=False, pdl=self.pdl and GDN_VERIFY_PDL,
-                        out=(o, factors.delta[gi], factors.log_gamma[gi], factors.k_rnorm[gi]))
-                gated = gated_rmsnorm(o.reshape(T, HV, V), z.reshape(T, HV, V), layer.norm_w, eps=self.eps)
-                self._add_linear(res, gated.view(T, HV * V), layer.w_out, m.post_norm)  # h += [T, Dm]
+                        out=(o, factors.delta[gi], factors.log_gamma[gi], factors.k_rnorm[gi]), gate=gate)
+                if gate is not None:
+                    self._add_linear(res, o.view(T, HV * V), layer.w_out, m.post_norm,
+                                     RowNorm(gate.parts.view(T, HV, -1), self.eps))  # h += [T, Dm]
+                else:
+                    gated = gated_rmsnorm(o.reshape(T, HV, V), z.reshape(T, HV, V), layer.norm_w, eps=self.eps)
+                    self._add_linear(res, gated.view(T, HV * V), layer.w_out, m.post_norm)  # h += [T, Dm]
                 gi += 1
             else:
                 HQ, HKV, D = self._attn_dims

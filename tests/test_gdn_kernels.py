@@ -181,6 +181,42 @@ def test_pdl_request_gives_the_plain_launch_values():
     check_against_reference(case, o, f, l2norm=True, gated=True)
 
 
+@pytest.mark.parametrize("pipeline", VERIFY_PIPELINES)
+def test_output_gate_stores_the_gated_output_and_its_norm_pieces(pipeline):
+    """``gate=OutputGate(z, weight, parts)`` in every pipeline: the factors bit for bit as without it, ``o'`` =
+    ``weight * o * silu(z)`` of the plain output, the NaN-poisoned parts filled with the sums of squares of o's rows
+    per head in pieces of GATE_PIECE columns (zeros on padding), and the GEMV with those parts as a per-head
+    RowNorm equals ``gated_rmsnorm(o, z, weight) @ w_out.T`` (single node, chain, star, deep+wide, padding; z a
+    strided view as the model's projection leaves it)."""
+    from lumotree.optimized.gdn_decode import gated_rmsnorm
+    from lumotree.optimized.gemv import RowNorm, small_batch_linear
+
+    rng = np.random.default_rng(4)
+    rows = [[-1], build_tree_parents("chain", 6, rng), build_tree_parents("star", 5, rng),
+            build_tree_parents("deep_wide", 9, rng)]
+    case = make_case(rows, H=1, group=2, pad=1, gated=True, seed=5, V=32)
+    B, N, HV, V = case["v"].shape
+    gen = torch.Generator().manual_seed(6)
+    z = torch.randn(B, N, HV, V + 3, generator=gen).to(DEVICE)[..., 1 : V + 1]  # [B, N, HV, V] strided rows
+    weight = (torch.rand(V, generator=gen) + 0.5).to(DEVICE)  # [V]
+    parts = torch.full((B, N, HV, V // G.GATE_PIECE), float("nan"), device=DEVICE)  # [B, N, HV, V / 16]
+    cfg = verify_pipeline(pipeline, 2)._replace(block_v=32)  # two pieces per program
+    plain, plain_f = run_verify(case, l2norm=True, gated=True, config=cfg)
+    got, f = run_verify(case, l2norm=True, gated=True, config=cfg, gate=G.OutputGate(z, weight, parts))
+    assert torch.equal(f.delta, plain_f.delta) and torch.equal(f.log_gamma, plain_f.log_gamma)
+    want = weight * plain * torch.nn.functional.silu(z)  # [B, N, HV, V]
+    assert rel_err(got, want) < 1e-6
+    want_sq = (plain.double() ** 2).view(B, N, HV, V // G.GATE_PIECE, G.GATE_PIECE).sum(-1)
+    assert rel_err(parts, want_sq) < 1e-6
+    for b, n in enumerate(case["num_nodes"].tolist()):  # padding rows: zeros
+        assert not got[b, n:].any() and not parts[b, n:].any()
+    w_out = torch.randn(24, HV * V, generator=gen).to(DEVICE)  # [Dm, HV V]
+    y = small_batch_linear(got.view(B * N, HV * V), w_out,
+                           norm=RowNorm(parts.view(B * N, HV, V // G.GATE_PIECE), 1e-6))  # [B N, Dm]
+    y_ref = gated_rmsnorm(plain.view(B * N, HV, V), z.reshape(B * N, HV, V), weight, eps=1e-6).view(B * N, -1)
+    assert rel_err(y, y_ref.double() @ w_out.double().T) < 1e-5
+
+
 @pytest.mark.parametrize("kind,n,seed", [("random", 40, 1), ("deep_wide", 70, 2), ("chain", 33, 3)])
 def test_multiword_trees(kind, n, seed):
     """Trees past 32 nodes: the mask reads words j // 32 > 0 (mixed with a small tree in the same batch)."""

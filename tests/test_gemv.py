@@ -404,6 +404,43 @@ def test_norm_factor_after_residual_linear_is_rmsnorm_then_gemv(M, N, K, config)
     assert _rel_err(got, _ref(h, w) * factor) < RTOL
 
 
+SEGMENT_CONFIGS = [G.GemvConfig(16, 16, 3, 4, 2, True), G.GemvConfig(32, 32, 1, 4, 3, True),
+                   G.GemvConfig(16, 16, 2, 4, 2, True, True)]
+
+
+@pytest.mark.parametrize("config", SEGMENT_CONFIGS, ids=["dot-split3", "dot-unsplit", "tma-split2"])
+@pytest.mark.parametrize("M,N,S,seg", [(1, 17, 4, 32), (5, 40, 3, 16), (12, 24, 2, 64)])
+def test_segment_norm_scales_each_segments_product(M, N, S, seg, config):
+    """``RowNorm`` with parts ``[M, S, R]``: ``y[m] = sum_s rsqrt(sum(parts[m, s]) / (K / S) + eps) x[m, seg s]
+    w[:, seg s]^T`` against float64, directly and inside ``residual_linear``; and the gated RMSNorm per head it
+    stands for: ``x = w_norm o silu(z)`` with the parts from o's rows equals ``gated_rmsnorm(o, z, w_norm) @ w.T``."""
+    from lumotree.optimized.gdn_decode import gated_rmsnorm
+
+    if seg % config.block_k:
+        pytest.skip("tiles straddle segments")
+    K = S * seg
+    gen = torch.Generator(device=DEVICE).manual_seed(M * 31 + S)
+    x, w = _inputs(M, N, K, seed=M + N)
+    parts = torch.rand(M, S, 3, generator=gen, device=DEVICE)  # [M, S, R]
+    factor = torch.rsqrt(parts.double().sum(-1) / seg + 0.25)  # [M, S]
+    want = torch.einsum("msk,nsk,ms->mn", x.double().view(M, S, seg), w.double().view(N, S, seg), factor)
+    got = G.small_batch_linear(x, w, config=config, norm=G.RowNorm(parts, 0.25))
+    assert _rel_err(got, want) < RTOL
+    h = torch.randn(M, N, generator=gen, device=DEVICE)  # [M, N]
+    updated = h.clone()
+    G.residual_linear(x, w, updated, config=config, norm=G.RowNorm(parts, 0.25))
+    assert _rel_err(updated, h.double() + want) < RTOL
+    o = torch.randn(M, S, seg, generator=gen, device=DEVICE)  # [M, heads, V]
+    z = torch.randn(M, S, seg, generator=gen, device=DEVICE)  # [M, heads, V]
+    w_norm = torch.rand(seg, generator=gen, device=DEVICE) + 0.5  # [V]
+    gated = (w_norm * o * torch.nn.functional.silu(z)).reshape(M, K)  # [M, K]
+    sq = (o * o).view(M, S, 2, seg // 2).sum(-1)  # [M, S, 2] the sums of squares in two pieces
+    got = G.small_batch_linear(gated, w, config=config, norm=G.RowNorm(sq.contiguous(), 1e-6))
+    want = gated_rmsnorm(o, z, w_norm, eps=1e-6).reshape(M, K).double() @ w.double().T  # [M, N]
+    assert _rel_err(got, want) < RTOL
+    assert _counters_zero()
+
+
 def _norm_bad_cases():
     x, w = _inputs(2, 8, 16, seed=3)
     parts = torch.ones(2, 4, device=DEVICE)
@@ -416,6 +453,12 @@ def _norm_bad_cases():
         (lin, dict(x=x, w=w, norm=G.RowNorm(torch.ones(2, G.MAX_NORM_PARTS + 1, device=DEVICE), 1e-6)),
          ValueError, "pieces per row"),
         (lin, dict(x=x, w=w, norm=G.RowNorm(parts, 0.0)), ValueError, "norm.eps = 0.0"),
+        (lin, dict(x=x, w=w, norm=G.RowNorm(torch.ones(2, 3, 1, device=DEVICE), 1e-6)), ValueError,
+         "S = 3 segments, which do not divide"),
+        (lin, dict(x=x, w=w, norm=G.RowNorm(torch.ones(2, 2, 1, device=DEVICE), 1e-6),
+                   config=G.GemvConfig(8, 16, 1, 4, 1)), ValueError, "needs the tl.dot form"),
+        (lin, dict(x=x, w=w, norm=G.RowNorm(torch.ones(2, 2, 1, device=DEVICE), 1e-6),
+                   config=G.GemvConfig(16, 16, 1, 4, 1, True)), ValueError, "K tiles inside one segment"),
         (G.residual_linear, dict(x=x, w=w, residual=h[:1]), ValueError, r"residual has shape \(1, 8\)"),
         (G.residual_linear, dict(x=x, w=w, residual=h.double()), TypeError, "residual has dtype"),
         (G.residual_linear, dict(x=x, w=w, residual=torch.zeros(8, 2, device=DEVICE).T), ValueError,

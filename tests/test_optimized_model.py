@@ -184,14 +184,16 @@ def test_fused_norms_keep_two_norm_launches_and_the_same_logits(tiny, monkeypatc
     """With the GEMVs fusing the residual add + RMSNorm between projections (``fused_norms``), a decode step launches
     the add + RMSNorm kernel only for the first layer's input and the final norm (instead of 1 + 2 per layer), and a
     small tree step (at most 8 rows: on the GEMV) the same; the decode's conv step runs in the GEMV's epilogue
-    either way (no conv_step launch on the GEMV, one per GDN layer on cuBLAS); logits equal the unfused model's,
-    cuBLAS's and the reference's."""
+    either way (no conv_step launch on the GEMV, one per GDN layer on cuBLAS); the tree step's gated RMSNorm after
+    each GDN layer is split between the verify kernel and ``w_out`` with fused norms (no gated_rmsnorm launch;
+    one per GDN layer otherwise); logits equal the unfused model's, cuBLAS's and the reference's."""
     ref, _ = tiny
     opt = om.from_reference(ref, num_slots=2, max_seq_len=48, max_nodes=16, graphs=False, small_batch_linear=True)
-    calls, conv_calls = [], []
-    real, real_conv = om._add_rmsnorm, om.conv_step
+    calls, conv_calls, gate_calls = [], [], []
+    real, real_conv, real_gate = om._add_rmsnorm, om.conv_step, om.gated_rmsnorm
     monkeypatch.setattr(om, "_add_rmsnorm", lambda *a: calls.append(1) or real(*a))
     monkeypatch.setattr(om, "conv_step", lambda *a, **k: conv_calls.append(1) or real_conv(*a, **k))
+    monkeypatch.setattr(om, "gated_rmsnorm", lambda *a, **k: gate_calls.append(1) or real_gate(*a, **k))
     prompt = [2, 7, 1, 8, 2, 8]
     tree_tokens, tree_parents = torch.tensor([[5, 9, 3, 11]]), torch.tensor([[-1, 0, 0, 1]], dtype=torch.int32)
     results = {}
@@ -203,13 +205,14 @@ def test_fused_norms_keep_two_norm_launches_and_the_same_logits(tiny, monkeypatc
         decoded = opt.decode(_slots(0), torch.tensor([31]))[0].clone()
         decode_calls, decode_convs = len(calls), len(conv_calls)
         calls.clear()
+        gate_calls.clear()
         tree = opt.verify(_slots(0), tree_tokens, tree_parents)[0].clone()
-        results[gemv, fused] = (decoded, tree, decode_calls, len(calls), decode_convs)
+        results[gemv, fused] = (decoded, tree, decode_calls, len(calls), decode_convs, len(gate_calls))
     layers = len(opt.layers)
     gdn_layers = len(opt.conv_pools)
-    assert results[True, True][2:] == (2, 2, 0)
-    assert results[True, False][2:] == (1 + 2 * layers, 1 + 2 * layers, 0)
-    assert results[False, False][2:] == (1 + 2 * layers, 1 + 2 * layers, gdn_layers)
+    assert results[True, True][2:] == (2, 2, 0, 0)
+    assert results[True, False][2:] == (1 + 2 * layers, 1 + 2 * layers, 0, gdn_layers)
+    assert results[False, False][2:] == (1 + 2 * layers, 1 + 2 * layers, gdn_layers, gdn_layers)
     for other in ((True, False), (False, False)):
         for i in (0, 1):
             np.testing.assert_allclose(results[True, True][i].numpy(), results[other][i].numpy(), atol=1e-5)
