@@ -5,7 +5,8 @@ For each kernel variant and launch configuration: registers per thread, stack (s
 / ``mma`` / ``cp.async`` instructions in the PTX. Qwen3-Next shapes (H=16, HV=32, K=V=128), fp32 inputs, q/k L2 norm
 in the kernel, precomputed gates.
 
-Run: ``PYTHONPATH=$PWD python bench/gdn_regs.py [--nodes 64] [--precision tf32] [--only fused,commit] [--out PATH]``.
+Run: ``PYTHONPATH=$PWD python bench/gdn_regs.py [--nodes 64] [--precision tf32] [--only fused,commit] [--gate]
+[--out PATH]``.
 """
 
 from __future__ import annotations
@@ -59,9 +60,10 @@ def resources(compiled) -> dict:
                 mma=len(re.findall(r"\bmma\.sync", ptx)), cp_async=ptx.count("cp.async"))
 
 
-def variants(N: int, precision: str):
+def variants(N: int, precision: str, gate: bool = False):
     """(label, kernel, constexprs, warps, stages) of the default configs and of every variant that
-    bench/gdn_probe.py times (its config tables are the one list)."""
+    bench/gdn_probe.py times (its config tables are the one list). ``gate``: verify with the output gate
+    (``gdn_tree.OutputGate``) in its epilogue."""
     import gdn_probe  # noqa: PLC0415 - bench/ is on sys.path when this file runs as a script
 
     NP = max(16, triton.next_power_of_2(N))
@@ -80,11 +82,12 @@ def variants(N: int, precision: str):
             parts = [("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps),
                      ("apply", G._gdn_tree_apply_kernel,
                       dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk,
-                           BV=bv),
+                           BV=bv, GATE=gate, PIECE=G.GATE_PIECE),
                       cfg.num_warps)]
         else:
             parts = [("fused", G._gdn_tree_verify_kernel,
-                      dict(flags, **words, V=V, BK=bk, BV=bv, DOT16=False, PDL=False, STATE_LINES=1), cfg.num_warps)]
+                      dict(flags, **words, V=V, BK=bk, BV=bv, DOT16=False, PDL=False, STATE_LINES=1, GATE=gate,
+                           PIECE=G.GATE_PIECE), cfg.num_warps)]
         for part, kernel, constexprs, nw in parts:
             key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages)
             if key not in seen:
@@ -104,10 +107,11 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--precision", default="tf32", choices=G.PRECISIONS)
     parser.add_argument("--only", default="", help="comma-separated label prefixes (verify, commit)")
+    parser.add_argument("--gate", action="store_true", help="verify with the output gate in its epilogue")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     rows = []
-    for label, kernel, constexprs, nw, ns in variants(args.nodes, args.precision):
+    for label, kernel, constexprs, nw, ns in variants(args.nodes, args.precision, args.gate):
         if args.only and not any(label.startswith(p) for p in args.only.split(",")):
             continue
         try:
@@ -118,7 +122,7 @@ def main() -> int:
         print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(dict(nodes=args.nodes, precision=args.precision, rows=rows), f, indent=1)
+            json.dump(dict(nodes=args.nodes, precision=args.precision, gate=args.gate, rows=rows), f, indent=1)
     return 0
 
 

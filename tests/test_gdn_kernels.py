@@ -432,6 +432,30 @@ def test_gpu_qwen_shapes_error_bounds(precision, tol, gated):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("B,n", [(1, 64), (1, 32), (16, 64)])
+def test_gpu_output_gate_bf16_qwen_shapes(B, n):
+    """The output gate at the model's launches (bf16, Qwen3-Next GDN shapes, tf32; B = 1: the fused kernel, PDL
+    at N = 64; B = 16: the split pipeline): the factors bit for bit as without it, ``o'`` within one bf16 rounding
+    of ``round(w * round(o) * silu(z))`` and the pieces within fp32 summation error of round(o)'s sums of squares."""
+    rng = np.random.default_rng(n + B)
+    case = make_case([build_tree_parents("random", n, rng) for _ in range(B)], **QWEN, gated=True, seed=n,
+                     dtype=torch.bfloat16)
+    N, HV, V = n, QWEN["H"] * QWEN["group"], QWEN["V"]
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    z = torch.randn(B, N, HV, V, generator=gen, device="cuda").to(torch.bfloat16)  # [B, N, HV, V]
+    weight = torch.rand(V, generator=gen, device="cuda") + 0.5  # [V]
+    parts = torch.full((B, N, HV, V // G.GATE_PIECE), float("nan"), device="cuda")  # [B, N, HV, V / 16]
+    plain, plain_f = run_verify(case, l2norm=True, gated=True, precision="tf32", pdl=True)
+    got, f = run_verify(case, l2norm=True, gated=True, precision="tf32", pdl=True,
+                        gate=G.OutputGate(z, weight, parts))
+    assert torch.equal(f.delta, plain_f.delta)
+    want = weight * plain.float() * torch.nn.functional.silu(z.float())  # [B, N, HV, V]
+    assert rel_err(got, want) < 4e-3  # bf16 rounding of the product
+    want_sq = (plain.double() ** 2).view(B, N, HV, V // G.GATE_PIECE, G.GATE_PIECE).sum(-1)
+    assert rel_err(parts, want_sq) < 1e-5
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("n", [64, 32, 5])
 def test_gpu_pdl_launch_of_the_fused_kernel_is_bit_identical(n):
     """``pdl=True`` with a config that asks for it (the fused kernel at B = 1 as the model launches it at N = 64: a
