@@ -318,22 +318,30 @@ def _gdn_tree_solve_kernel(
 
 
 @triton.jit
-def _store_output(o, o_ptr, b64, nodes, real, hv, pid_v, N, z_ptr, s_zb, s_zn, s_zh, gate_w_ptr, gate_parts_ptr,
-                  HV: tl.constexpr, V: tl.constexpr, NP: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr,
-                  PIECE: tl.constexpr):
+def _load_gate(z_ptr, s_zb, s_zn, s_zh, gate_w_ptr, b64, nodes, real, hv, vcols, GATE: tl.constexpr):
+    """With ``GATE`` (:class:`OutputGate`) the tile's ``weight * silu(z)`` (``[NP, BV]`` fp32; padding rows 0),
+    loaded early so that its latency hides behind the verify's work; else a scalar 0 (unused)."""
+    if GATE:
+        z = tl.load(z_ptr + b64 * s_zb + nodes[:, None] * s_zn + hv * s_zh + vcols[None, :], mask=real[:, None],
+                    other=0.0).to(tl.float32)  # [NP, BV]
+        gate = tl.load(gate_w_ptr + vcols).to(tl.float32)[None, :] * (z * tl.sigmoid(z))
+    else:
+        gate = 0.0
+    return gate
+
+
+@triton.jit
+def _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV: tl.constexpr, V: tl.constexpr,
+                  NP: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr):
     """Store the ``[NP, BV]`` output tile of (value head ``hv``, V block ``pid_v``) rounded to o's dtype, or with
-    ``GATE`` (:class:`OutputGate`) ``round(weight * round(o) * silu(z))`` and the pieces of ``round(o)``'s sums of
-    squares (padding rows: zeros; rows past N: not stored)."""
+    ``GATE`` (:class:`OutputGate`; ``gate = weight * silu(z)`` from :func:`_load_gate`) ``round(round(o) * gate)``
+    and the pieces of ``round(o)``'s sums of squares (padding rows: zeros; rows past N: not stored)."""
     rows = nodes < N  # [NP]
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
     out_off = ((b64 * N + nodes[:, None]) * HV + hv) * V + vcols[None, :]  # [NP, BV]
     if GATE:
         o_r = o.to(o_ptr.dtype.element_ty).to(tl.float32)  # [NP, BV] the stored output the norm would read
-        z = tl.load(z_ptr + b64 * s_zb + nodes[:, None] * s_zn + hv * s_zh + vcols[None, :], mask=real[:, None],
-                    other=0.0).to(tl.float32)  # [NP, BV] padding: 0 -> silu 0
-        weight = tl.load(gate_w_ptr + vcols).to(tl.float32)  # [BV]
-        tl.store(o_ptr + out_off, (weight[None, :] * o_r * (z * tl.sigmoid(z))).to(o_ptr.dtype.element_ty),
-                 mask=rows[:, None])
+        tl.store(o_ptr + out_off, (o_r * gate).to(o_ptr.dtype.element_ty), mask=rows[:, None])
         sq = tl.sum(tl.reshape(o_r * o_r, [NP, BV // PIECE, PIECE]), axis=2)  # [NP, BV / PIECE]
         piece = pid_v * (BV // PIECE) + tl.arange(0, BV // PIECE)  # [BV / PIECE]
         tl.store(gate_parts_ptr + ((b64 * N + nodes[:, None]) * HV + hv) * (V // PIECE) + piece[None, :], sq,
@@ -367,6 +375,7 @@ def _gdn_tree_apply_kernel(
     real = nodes < n_b
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
     tile = pid_bh.to(tl.int64) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
+    gate = _load_gate(z_ptr, s_zb, s_zn, s_zh, gate_w_ptr, b64, nodes, real, hv, vcols, GATE)  # [NP, BV] or 0
     ks = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] K S0
     qs = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] Q S0
     state = pool_ptr + (slot * HV + hv) * (K * V)
@@ -389,8 +398,8 @@ def _gdn_tree_apply_kernel(
     delta = tl.dot(tb, _tf32_round(v_t - gamma[:, None] * ks, PRECISION), input_precision=PRECISION)  # [NP, BV]
     qkd = _tf32_round(tl.load(qkd_ptr + tile), PRECISION)  # [NP, NP] (loaded late: fewer live registers)
     o = (gamma[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
-    out_off, rows = _store_output(o, o_ptr, b64, nodes, real, hv, pid_v, N, z_ptr, s_zb, s_zn, s_zh, gate_w_ptr,
-                                  gate_parts_ptr, HV, V, NP, BV, GATE, PIECE)  # padding rows: zeros
+    out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
+                                  PIECE)  # padding rows: zeros
     tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
 
 
@@ -432,6 +441,7 @@ def _gdn_tree_verify_kernel(
     anc, g, beta = _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
                                    s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS,
                                    WORD_VECTORS)
+    gate = _load_gate(z_ptr, s_zb, s_zn, s_zh, gate_w_ptr, b64, nodes, real, hv, vcols, GATE)  # [NP, BV] or 0
     log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
     gamma = tl.exp(log_gamma)  # [NP]
     decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
@@ -481,8 +491,8 @@ def _gdn_tree_verify_kernel(
                    input_precision=PRECISION)  # [NP, BV]
     o = (gamma[:, None] * qs + tl.dot(_tf32_round(qk * decay, PRECISION), _tf32_round(delta, PRECISION),
                                       input_precision=PRECISION)) * scale  # [NP, BV]
-    out_off, rows = _store_output(o, o_ptr, b64, nodes, real, hv, pid_v, N, z_ptr, s_zb, s_zn, s_zh, gate_w_ptr,
-                                  gate_parts_ptr, HV, V, NP, BV, GATE, PIECE)  # padding rows: zeros
+    out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
+                                  PIECE)  # padding rows: zeros
     tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
     first_v = (nodes * 0 + pid_v) == 0  # [NP] one V block writes the per-node scalars
     tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=rows & first_v)

@@ -92,6 +92,8 @@ EARLY_TRIGGER_MAX_ROWS = 8  # PDL launches of up to this many rows signal the ne
 # 1350 -> 1365 us; N = 64 verify 2042 -> 2051 us)
 PDL_EARLY_TRIGGER: bool | None = None  # None: the rule above; True / False: always before / after (an A / B knob)
 MAX_NORM_PARTS = 4096  # the most pieces of a row's sum of squares a norm prologue reads (one load per program)
+#: a per-segment RowNorm scales each x tile (rounded to x's dtype) instead of each tile's product (an A / B knob)
+SEGMENT_NORM_SCALES_X = False
 
 
 class RowNorm(NamedTuple):
@@ -175,25 +177,35 @@ def _store_swiglu(val, y_ptr, s_ym, rows, pid_n, M, N, M_PAD: tl.constexpr, BLOC
 
 
 @triton.jit
-def _segment_rstd(parts_ptr, rows, M, seg, seg_len, eps, N_PARTS, SEGMENTS: tl.constexpr, PARTS_PAD: tl.constexpr):
-    """``rsqrt(sum_j parts[m, seg, j] / seg_len + eps)`` for the block's rows (``parts: [M, SEGMENTS, N_PARTS]``
-    fp32, summed in a fixed order: every program the same factor): ``[M_PAD]``."""
+def _segment_rstd(parts_ptr, rows, M, seg0, seg_len, eps, N_PARTS, SEGMENTS: tl.constexpr, PARTS_PAD: tl.constexpr,
+                  SEG_BLOCK: tl.constexpr):
+    """``rsqrt(sum_j parts[m, s, j] / seg_len + eps)`` for the block's rows and the segments ``s = seg0 ..
+    seg0 + SEG_BLOCK - 1`` (``parts: [M, SEGMENTS, N_PARTS]`` fp32, summed in a fixed order: every program the same
+    factor): ``[M_PAD, SEG_BLOCK]``."""
+    seg = seg0 + tl.arange(0, SEG_BLOCK)  # [SEG_BLOCK]
     j = tl.arange(0, PARTS_PAD)  # [PARTS_PAD]
-    sq = tl.load(parts_ptr + (rows[:, None] * SEGMENTS + seg) * N_PARTS + j[None, :],
-                 mask=(rows < M)[:, None] & (j < N_PARTS)[None, :], other=0.0)  # [M_PAD, PARTS_PAD]
-    return 1.0 / tl.sqrt(tl.sum(sq, axis=1) / seg_len + eps)
+    ok = (rows < M)[:, None, None] & (seg < SEGMENTS)[None, :, None] & (j < N_PARTS)[None, None, :]
+    sq = tl.load(parts_ptr + (rows[:, None, None] * SEGMENTS + seg[None, :, None]) * N_PARTS + j[None, None, :],
+                 mask=ok, other=0.0)  # [M_PAD, SEG_BLOCK, PARTS_PAD]
+    return 1.0 / tl.sqrt(tl.sum(sq, axis=2) / seg_len + eps)
 
 
 @triton.jit
-def _tile_product(acc, x, w, k0, parts_ptr, rows, M, seg_len, eps, N_PARTS, IEEE: tl.constexpr,
-                  SEGMENTS: tl.constexpr, PARTS_PAD: tl.constexpr):
-    """``acc + x w^T`` on the tensor cores (``IEEE``: fp32 FMA); with ``SEGMENTS > 1`` (a per-segment
-    :class:`RowNorm`) the tile's product is scaled by its rows' factors of the segment of column ``k0`` first."""
-    if SEGMENTS > 1:
-        rstd = _segment_rstd(parts_ptr, rows, M, k0 // seg_len, seg_len, eps, N_PARTS, SEGMENTS, PARTS_PAD)
-        if IEEE:
+def _tile_product(acc, x, w, seg_rstd, seg_off, IEEE: tl.constexpr, SEGMENTED: tl.constexpr,
+                  SEG_BLOCK: tl.constexpr, SCALE_X: tl.constexpr):
+    """``acc + x w^T`` on the tensor cores (``IEEE``: fp32 FMA). ``SEGMENTED`` (a per-segment :class:`RowNorm`):
+    the tile lies in the split's ``seg_off``-th segment, whose factors (column ``seg_off`` of the split's
+    ``seg_rstd [M_PAD, SEG_BLOCK]``) scale its product (``SCALE_X``: scale ``x`` before the product instead,
+    rounded to x's dtype, which keeps the accumulation on the tensor cores)."""
+    if SEGMENTED:
+        pick = tl.arange(0, SEG_BLOCK)[None, :] == seg_off  # [1, SEG_BLOCK]
+        rstd = tl.sum(tl.where(pick, seg_rstd, 0.0), axis=1)  # [M_PAD]
+        if SCALE_X:
+            x = (x.to(tl.float32) * rstd[:, None]).to(x.dtype)
+        elif IEEE:
             return acc + tl.dot(x, tl.trans(w), input_precision="ieee") * rstd[:, None]
-        return acc + tl.dot(x, tl.trans(w)) * rstd[:, None]
+        else:
+            return acc + tl.dot(x, tl.trans(w)) * rstd[:, None]
     if IEEE:
         return tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
     return tl.dot(x, tl.trans(w), acc)  # [M_PAD, BLOCK_N]
@@ -325,7 +337,7 @@ def _gemv_kernel(
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     USE_DOT: tl.constexpr, TMA: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, EARLY_TRIGGER: tl.constexpr,
     SWIGLU: tl.constexpr,
-    NORM: tl.constexpr, NORM_SEGMENTS: tl.constexpr,
+    NORM: tl.constexpr, NORM_SEGMENTS: tl.constexpr, SPLIT_SEGMENTS: tl.constexpr, SCALE_X: tl.constexpr,
     NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr, CONV: tl.constexpr,
     CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_WP: tl.constexpr, CONV_SILU: tl.constexpr,
     TREE_CONV: tl.constexpr,
@@ -370,16 +382,19 @@ def _gemv_kernel(
         tc_req, tc_real, tc_parent, tc_w, tc_state = _tree_conv_rows(
             rows, cols, M, TC_NODES, C_CONV, slots_ptr, tc_num_nodes_ptr, tc_parents_ptr, s_tc_pb, conv_w_ptr,
             conv_pool_ptr, M_PAD, BLOCK_N, CONV_WIDTH, CONV_WP)
-    if NORM and NORM_SEGMENTS == 1:  # fixed-order sum of the producer's parts: the same factor in every program
-        rstd = _segment_rstd(norm_parts_ptr, rows, M, 0, K, eps, N_NORM_PARTS, 1, NORM_PARTS_PAD)  # [M_PAD]
+    seg_rstd = tl.zeros([M_PAD, SPLIT_SEGMENTS], dtype=tl.float32)  # [M_PAD, SPLIT_SEGMENTS] (unused unless NORM)
+    if NORM:  # fixed-order sums of the producer's parts: the same factors in every program; per segment: the
+        # factors of the split's segments, all loaded before the loop
+        seg_rstd = _segment_rstd(norm_parts_ptr, rows, M, k_begin // norm_seg_len, norm_seg_len, eps, N_NORM_PARTS,
+                                 NORM_SEGMENTS, NORM_PARTS_PAD, SPLIT_SEGMENTS)
     if USE_DOT and TMA:
         acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)  # [M_PAD, BLOCK_N]
         n0 = pid_n * BLOCK_N
         for k0 in range(k_begin, k_end, BLOCK_K):
             w = w_desc.load([n0, k0])  # [BLOCK_N, BLOCK_K]
             x = x_desc.load([0, k0])  # [M_PAD, BLOCK_K]
-            acc = _tile_product(acc, x, w, k0, norm_parts_ptr, rows, M, norm_seg_len, eps, N_NORM_PARTS, IEEE,
-                                NORM_SEGMENTS, NORM_PARTS_PAD)  # [M_PAD, BLOCK_N]
+            acc = _tile_product(acc, x, w, seg_rstd, k0 // norm_seg_len - k_begin // norm_seg_len, IEEE,
+                                NORM and NORM_SEGMENTS > 1, SPLIT_SEGMENTS, SCALE_X)  # [M_PAD, BLOCK_N]
     elif USE_DOT:
         x_rows = x_ptr + rows[:, None] * s_xm  # [M_PAD, 1]
         w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1] clamped: in bounds
@@ -393,8 +408,8 @@ def _gemv_kernel(
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [BLOCK_N, BLOCK_K]
                 x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_K]
-            acc = _tile_product(acc, x, w, k0, norm_parts_ptr, rows, M, norm_seg_len, eps, N_NORM_PARTS, IEEE,
-                                NORM_SEGMENTS, NORM_PARTS_PAD)  # [M_PAD, BLOCK_N]
+            acc = _tile_product(acc, x, w, seg_rstd, k0 // norm_seg_len - k_begin // norm_seg_len, IEEE,
+                                NORM and NORM_SEGMENTS > 1, SPLIT_SEGMENTS, SCALE_X)  # [M_PAD, BLOCK_N]
     else:  # elementwise fp32 products summed over the K loop, one reduction over k at the end
         # x's pointers are broadcast over the block's n (stride 0) so that its load gets w's register layout
         x_rows = x_ptr + rows[:, None, None] * s_xm + 0 * cols[None, :, None]  # [M_PAD, BLOCK_N, 1]
@@ -412,7 +427,7 @@ def _gemv_kernel(
             acc3 += x.to(tl.float32) * w.to(tl.float32)  # [M_PAD, BLOCK_N, BLOCK_K]
         acc = tl.sum(acc3, axis=2)  # [M_PAD, BLOCK_N]
     if NORM and NORM_SEGMENTS == 1:
-        acc = acc * rstd[:, None]  # [M_PAD, BLOCK_N] (split-K: each partial; the sum is linear)
+        acc = acc * tl.sum(seg_rstd, axis=1)[:, None]  # [M_PAD, BLOCK_N] (split-K: each partial; the sum is linear)
     if CONV:  # one split only (the host checks): the block's final product, as y would hold it
         acc = _conv_step_columns(acc.to(y_ptr.dtype.element_ty).to(tl.float32), rows, cols, M, slots_ptr,
                                  conv_w_ptr, conv_pool_ptr, C_CONV, CONV_WIDTH, CONV_RP, CONV_SILU)
@@ -774,12 +789,21 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         EARLY_TRIGGER=M <= EARLY_TRIGGER_MAX_ROWS if PDL_EARLY_TRIGGER is None else bool(PDL_EARLY_TRIGGER),
         SWIGLU=bool(swiglu),
         NORM=norm is not None, NORM_SEGMENTS=norm_segments,
+        SPLIT_SEGMENTS=_split_segments(K, k_per_split, split_k, K // norm_segments),
+        SCALE_X=SEGMENT_NORM_SCALES_X,
         NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, SCALED=scaling is not None,
         CONV=isinstance(conv, ConvStep), CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,
         CONV_RP=max(2, triton.next_power_of_2(conv.weight.shape[1] - 1)) if conv is not None else 2,
         CONV_WP=triton.next_power_of_2(conv.weight.shape[1]) if conv is not None else 2,
         CONV_SILU=conv is not None and conv.silu, TREE_CONV=tree, **opts,
     )  # fmt: skip
+
+
+def _split_segments(K: int, k_per_split: int, split_k: int, seg_len: int) -> int:
+    """The most segments of ``seg_len`` columns one K split touches, as a power of two."""
+    touched = max((min((s + 1) * k_per_split, K) - 1) // seg_len - s * k_per_split // seg_len + 1
+                  for s in range(split_k))
+    return triton.next_power_of_2(touched)
 
 
 def _tma_possible(x: torch.Tensor, w: torch.Tensor) -> bool:
