@@ -153,17 +153,15 @@ def main() -> int:
     ap.add_argument("--attention-pdl", choices=["auto", "off"], default="auto",
                     help="tree attention launched with PDL, the committed K / V prefetched before its wait: the "
                          "library's rule (auto, model.ATTENTION_PDL_MAX_BATCH) or never (an A / B knob)")
-    ap.add_argument("--gdn-gate", choices=["on", "x", "off"], default="on",
+    ap.add_argument("--gdn-gate", choices=["on", "off"], default="on",
                     help="a tree step's gated RMSNorm split between the GDN verify kernel and the w_out GEMV "
-                         "(model.GDN_GATE_IN_GEMV; x: the GEMV scales its x tiles, gemv.SEGMENT_NORM_SCALES_X, "
-                         "instead of the tiles' products) or its own launch (off; an A / B knob)")
+                         "(model.GDN_GATE_IN_GEMV) or its own launch (off; an A / B knob)")
     args = ap.parse_args()
     from lumotree.optimized import gemv as G
     from lumotree.optimized import model as model_module
 
     model_module.GDN_VERIFY_PDL = args.gdn_pdl == "on"
-    model_module.GDN_GATE_IN_GEMV = args.gdn_gate != "off"
-    G.SEGMENT_NORM_SCALES_X = args.gdn_gate == "x"
+    model_module.GDN_GATE_IN_GEMV = args.gdn_gate == "on"
     if args.attention_pdl == "off":
         model_module.ATTENTION_PDL_MAX_BATCH = 0
 

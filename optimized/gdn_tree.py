@@ -89,7 +89,8 @@ class OutputGate(NamedTuple):
     head), half done by the verify kernel: with ``z: [B, N, HV, V]`` (the output gate; strided views with a
     contiguous last dim), ``weight: [V]`` and ``parts: [B, N, HV, V // GATE_PIECE]`` fp32 contiguous (written), the
     kernel stores ``o' = round(weight * round(o) * silu(z))`` in place of ``o`` (zeros on padding nodes) and, in
-    ``parts``, the sums of squares of ``round(o)`` over pieces of :data:`GATE_PIECE` columns. The norm is then
+    ``parts``, the sums of squares of ``round(o)`` in pieces (``parts.sum(-1)`` = each head's sum of squares; how
+    the kernel's V blocks share it out over the :data:`GATE_PIECE`-column slots is theirs). The norm is then
     ``o' * rsqrt(sum(parts) / V + eps)``: the next projection applies that factor per head to its product
     (:class:`~lumotree.optimized.gemv.RowNorm` with ``parts`` viewed as ``[B N, HV, V // GATE_PIECE]``), so the
     separate norm launch goes. ``round(o)`` is what the norm would read from the stored output; the rounding of
@@ -335,17 +336,18 @@ def _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV: 
                   NP: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr):
     """Store the ``[NP, BV]`` output tile of (value head ``hv``, V block ``pid_v``) rounded to o's dtype, or with
     ``GATE`` (:class:`OutputGate`; ``gate = weight * silu(z)`` from :func:`_load_gate`) ``round(round(o) * gate)``
-    and the pieces of ``round(o)``'s sums of squares (padding rows: zeros; rows past N: not stored)."""
+    and ``round(o)``'s sums of squares over the block's columns, in the first of its ``BV / PIECE`` pieces (zeros
+    in the others: a row sum, no reshape; padding rows: zeros; rows past N: not stored)."""
     rows = nodes < N  # [NP]
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
     out_off = ((b64 * N + nodes[:, None]) * HV + hv) * V + vcols[None, :]  # [NP, BV]
     if GATE:
         o_r = o.to(o_ptr.dtype.element_ty).to(tl.float32)  # [NP, BV] the stored output the norm would read
         tl.store(o_ptr + out_off, (o_r * gate).to(o_ptr.dtype.element_ty), mask=rows[:, None])
-        sq = tl.sum(tl.reshape(o_r * o_r, [NP, BV // PIECE, PIECE]), axis=2)  # [NP, BV / PIECE]
-        piece = pid_v * (BV // PIECE) + tl.arange(0, BV // PIECE)  # [BV / PIECE]
-        tl.store(gate_parts_ptr + ((b64 * N + nodes[:, None]) * HV + hv) * (V // PIECE) + piece[None, :], sq,
-                 mask=rows[:, None])
+        piece = tl.arange(0, BV // PIECE)  # [BV / PIECE] the block's pieces: its sum in the first, zeros after
+        sq = tl.where(piece[None, :] == 0, tl.sum(o_r * o_r, axis=1)[:, None], 0.0)  # [NP, BV / PIECE]
+        tl.store(gate_parts_ptr + ((b64 * N + nodes[:, None]) * HV + hv) * (V // PIECE) + pid_v * (BV // PIECE)
+                 + piece[None, :], sq, mask=rows[:, None])
     else:
         tl.store(o_ptr + out_off, o.to(o_ptr.dtype.element_ty), mask=rows[:, None])
     return out_off, rows

@@ -92,8 +92,6 @@ EARLY_TRIGGER_MAX_ROWS = 8  # PDL launches of up to this many rows signal the ne
 # 1350 -> 1365 us; N = 64 verify 2042 -> 2051 us)
 PDL_EARLY_TRIGGER: bool | None = None  # None: the rule above; True / False: always before / after (an A / B knob)
 MAX_NORM_PARTS = 4096  # the most pieces of a row's sum of squares a norm prologue reads (one load per program)
-#: a per-segment RowNorm scales each x tile (rounded to x's dtype) instead of each tile's product (an A / B knob)
-SEGMENT_NORM_SCALES_X = False
 
 
 class RowNorm(NamedTuple):
@@ -192,20 +190,18 @@ def _segment_rstd(parts_ptr, rows, M, seg0, seg_len, eps, N_PARTS, SEGMENTS: tl.
 
 @triton.jit
 def _tile_product(acc, x, w, seg_rstd, seg_off, IEEE: tl.constexpr, SEGMENTED: tl.constexpr,
-                  SEG_BLOCK: tl.constexpr, SCALE_X: tl.constexpr):
+                  SEG_BLOCK: tl.constexpr):
     """``acc + x w^T`` on the tensor cores (``IEEE``: fp32 FMA). ``SEGMENTED`` (a per-segment :class:`RowNorm`):
     the tile lies in the split's ``seg_off``-th segment, whose factors (column ``seg_off`` of the split's
-    ``seg_rstd [M_PAD, SEG_BLOCK]``) scale its product (``SCALE_X``: scale ``x`` before the product instead,
-    rounded to x's dtype, which keeps the accumulation on the tensor cores)."""
+    ``seg_rstd [M_PAD, SEG_BLOCK]``) scale its product. (Scaling the x tile instead, rounded to x's dtype, so that
+    the accumulation stays on the tensor cores, made the model's ``[2048, 4096]`` launch at 64 rows 12 -> 98 us on
+    the H200: bench/NOTES-attention.md, tenth session.)"""
     if SEGMENTED:
         pick = tl.arange(0, SEG_BLOCK)[None, :] == seg_off  # [1, SEG_BLOCK]
         rstd = tl.sum(tl.where(pick, seg_rstd, 0.0), axis=1)  # [M_PAD]
-        if SCALE_X:
-            x = (x.to(tl.float32) * rstd[:, None]).to(x.dtype)
-        elif IEEE:
+        if IEEE:
             return acc + tl.dot(x, tl.trans(w), input_precision="ieee") * rstd[:, None]
-        else:
-            return acc + tl.dot(x, tl.trans(w)) * rstd[:, None]
+        return acc + tl.dot(x, tl.trans(w)) * rstd[:, None]
     if IEEE:
         return tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
     return tl.dot(x, tl.trans(w), acc)  # [M_PAD, BLOCK_N]
@@ -337,7 +333,7 @@ def _gemv_kernel(
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     USE_DOT: tl.constexpr, TMA: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, EARLY_TRIGGER: tl.constexpr,
     SWIGLU: tl.constexpr,
-    NORM: tl.constexpr, NORM_SEGMENTS: tl.constexpr, SPLIT_SEGMENTS: tl.constexpr, SCALE_X: tl.constexpr,
+    NORM: tl.constexpr, NORM_SEGMENTS: tl.constexpr, SPLIT_SEGMENTS: tl.constexpr,
     NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr, CONV: tl.constexpr,
     CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_WP: tl.constexpr, CONV_SILU: tl.constexpr,
     TREE_CONV: tl.constexpr,
@@ -394,7 +390,7 @@ def _gemv_kernel(
             w = w_desc.load([n0, k0])  # [BLOCK_N, BLOCK_K]
             x = x_desc.load([0, k0])  # [M_PAD, BLOCK_K]
             acc = _tile_product(acc, x, w, seg_rstd, k0 // norm_seg_len - k_begin // norm_seg_len, IEEE,
-                                NORM and NORM_SEGMENTS > 1, SPLIT_SEGMENTS, SCALE_X)  # [M_PAD, BLOCK_N]
+                                NORM and NORM_SEGMENTS > 1, SPLIT_SEGMENTS)  # [M_PAD, BLOCK_N]
     elif USE_DOT:
         x_rows = x_ptr + rows[:, None] * s_xm  # [M_PAD, 1]
         w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1] clamped: in bounds
@@ -409,7 +405,7 @@ def _gemv_kernel(
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [BLOCK_N, BLOCK_K]
                 x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_K]
             acc = _tile_product(acc, x, w, seg_rstd, k0 // norm_seg_len - k_begin // norm_seg_len, IEEE,
-                                NORM and NORM_SEGMENTS > 1, SPLIT_SEGMENTS, SCALE_X)  # [M_PAD, BLOCK_N]
+                                NORM and NORM_SEGMENTS > 1, SPLIT_SEGMENTS)  # [M_PAD, BLOCK_N]
     else:  # elementwise fp32 products summed over the K loop, one reduction over k at the end
         # x's pointers are broadcast over the block's n (stride 0) so that its load gets w's register layout
         x_rows = x_ptr + rows[:, None, None] * s_xm + 0 * cols[None, :, None]  # [M_PAD, BLOCK_N, 1]
@@ -790,7 +786,6 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         SWIGLU=bool(swiglu),
         NORM=norm is not None, NORM_SEGMENTS=norm_segments,
         SPLIT_SEGMENTS=_split_segments(K, k_per_split, split_k, K // norm_segments),
-        SCALE_X=SEGMENT_NORM_SCALES_X,
         NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, SCALED=scaling is not None,
         CONV=isinstance(conv, ConvStep), CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,
         CONV_RP=max(2, triton.next_power_of_2(conv.weight.shape[1] - 1)) if conv is not None else 2,
