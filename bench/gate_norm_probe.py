@@ -1,6 +1,7 @@
 """Probe (GPU): the ``w_out`` GEMV of a GDN layer in a tree step with the gated RMSNorm's per-head factors applied
 to its tiles' products (a per-segment ``gemv.RowNorm``, the other half of ``gdn_tree.OutputGate``), per launch
-config, against the plain GEMV and against the separate gated RMSNorm kernel + the plain GEMV.
+config (its K tiles in pairs or one at a time), against the plain GEMV and against the separate gated RMSNorm kernel
++ the plain GEMV.
 
 The bench model's ``w_out`` (``[2048, 4096]``, bf16; 32 value heads of 128 columns) adding into the residual with the
 next norm's scale (``gemv.residual_linear``, as the model launches it, PDL), M rows (the nodes of a B = 1 step), each
@@ -26,9 +27,10 @@ from lumotree.optimized.gdn_decode import gated_rmsnorm
 from lumotree.optimized.gdn_tree import GATE_PIECE
 
 HV, V, D_MODEL = 32, 128, 2048
-# (block_n, block_k, split_k, num_warps, num_stages) of the segmented form besides the default
-CONFIGS = [(64, 128, 2, 4, 4), (64, 128, 8, 4, 4), (32, 128, 4, 4, 4), (32, 128, 8, 4, 4), (128, 128, 8, 8, 4),
-           (64, 128, 4, 4, 3), (64, 128, 4, 4, 5), (64, 64, 4, 4, 5), (64, 128, 4, 8, 4)]
+# (block_n, block_k, split_k, num_warps, num_stages) of the segmented form besides the default, each with its tiles
+# in pairs (gemv.SEGMENT_TILE_PAIRS) and one at a time
+CONFIGS = [(64, 128, 4, 4, 4), (64, 128, 4, 8, 4), (64, 128, 4, 8, 3), (64, 128, 2, 8, 4), (64, 128, 8, 8, 4),
+           (128, 128, 4, 8, 4), (32, 128, 4, 4, 4), (64, 128, 4, 4, 5)]
 
 
 def main() -> int:
@@ -62,8 +64,11 @@ def main() -> int:
         def plain(i):
             return G.residual_linear(gated, ws[i % copies], h, scale=scale, pdl=True)
 
-        def segmented(cfg):
-            return lambda i: G.residual_linear(gated, ws[i % copies], h, scale=scale, norm=norm, config=cfg, pdl=True)
+        def segmented(cfg, pairs=True):
+            def call(i):
+                G.SEGMENT_TILE_PAIRS = pairs
+                return G.residual_linear(gated, ws[i % copies], h, scale=scale, norm=norm, config=cfg, pdl=True)
+            return call
 
         h.copy_(h0)
         separate(0)
@@ -71,13 +76,16 @@ def main() -> int:
         forms = {"separate": separate, "plain": plain, "default": segmented(None)}
         errs = {}
         for c in CONFIGS:
-            forms[f"{c[0]}x{c[1]}/s{c[2]}/w{c[3]}/st{c[4]}"] = segmented(G.GemvConfig(*c, use_dot=True))
+            for pairs in (True, False):
+                forms[f"{c[0]}x{c[1]}/s{c[2]}/w{c[3]}/st{c[4]}{'/pairs' if pairs else ''}"] = segmented(
+                    G.GemvConfig(*c, use_dot=True), pairs)
         for name, fn in forms.items():
             if name not in ("separate", "plain"):
                 h.copy_(h0)
                 fn(0)
                 errs[name] = rel_err(h.float() - h0.float(), want)
         times = {name: graph_time_us(fn, args.calls, 5.0, 25.0) for name, fn in forms.items()}
+        G.SEGMENT_TILE_PAIRS = True
         row = {"M": M, "us": times, "rel_err_vs_separate": errs}
         print(json.dumps(row), flush=True)
         rows.append(row)

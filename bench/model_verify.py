@@ -156,12 +156,17 @@ def main() -> int:
     ap.add_argument("--gdn-gate", choices=["on", "off"], default="on",
                     help="a tree step's gated RMSNorm split between the GDN verify kernel and the w_out GEMV "
                          "(model.GDN_GATE_IN_GEMV) or its own launch (off; an A / B knob)")
+    ap.add_argument("--segment-warps", type=int, default=0,
+                    help="warps of the w_out GEMV with the per-head norm factors (gemv.SEGMENT_NORM_WARPS; 0: the "
+                         "library's default; an A / B knob)")
     args = ap.parse_args()
     from lumotree.optimized import gemv as G
     from lumotree.optimized import model as model_module
 
     model_module.GDN_VERIFY_PDL = args.gdn_pdl == "on"
     model_module.GDN_GATE_IN_GEMV = args.gdn_gate == "on"
+    if args.segment_warps:
+        G.SEGMENT_NORM_WARPS = args.segment_warps
     if args.attention_pdl == "off":
         model_module.ATTENTION_PDL_MAX_BATCH = 0
 
@@ -277,7 +282,7 @@ def main() -> int:
               "copy_bw": bw, "bf16_flops": flops, "params": params, "config": CONFIG, "fla": model.use_fla,
               "linear": args.linear, "pdl": args.pdl, "gemv_rows": args.gemv_rows,
               "pdl_trigger": args.pdl_trigger, "gdn_pdl": args.gdn_pdl, "attention_pdl": args.attention_pdl,
-              "gdn_gate": args.gdn_gate,
+              "gdn_gate": args.gdn_gate, "segment_warps": args.segment_warps or None,
               "rows": rows}
     with open(args.out, "w") as f:  # written before the profile too: the timings survive a profiler failure
         json.dump(result, f, indent=1)

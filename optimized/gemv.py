@@ -92,6 +92,11 @@ EARLY_TRIGGER_MAX_ROWS = 8  # PDL launches of up to this many rows signal the ne
 # 1350 -> 1365 us; N = 64 verify 2042 -> 2051 us)
 PDL_EARLY_TRIGGER: bool | None = None  # None: the rule above; True / False: always before / after (an A / B knob)
 MAX_NORM_PARTS = 4096  # the most pieces of a row's sum of squares a norm prologue reads (one load per program)
+#: a per-segment RowNorm's K loop takes its tiles in pairs where every split has an even number of them (the
+#: per-thread-load ``tl.dot`` form; an A / B knob)
+SEGMENT_TILE_PAIRS = True
+#: warps of the default launch of a per-segment RowNorm GEMV (None: the config rule's; an A / B knob)
+SEGMENT_NORM_WARPS: int | None = None
 
 
 class RowNorm(NamedTuple):
@@ -205,6 +210,23 @@ def _tile_product(acc, x, w, seg_rstd, seg_off, IEEE: tl.constexpr, SEGMENTED: t
     if IEEE:
         return tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
     return tl.dot(x, tl.trans(w), acc)  # [M_PAD, BLOCK_N]
+
+
+@triton.jit
+def _tile_pair_product(acc, x, w, x2, w2, seg_rstd, seg_off, seg_off2, IEEE: tl.constexpr, SEG_BLOCK: tl.constexpr):
+    """Two consecutive tiles of :func:`_tile_product`'s per-segment form at once: both products are formed before
+    either is scaled, so the second's tensor-core work overlaps the wait for the first; the sum in the order of two
+    single steps."""
+    seg = tl.arange(0, SEG_BLOCK)[None, :]  # [1, SEG_BLOCK]
+    rstd = tl.sum(tl.where(seg == seg_off, seg_rstd, 0.0), axis=1)  # [M_PAD]
+    rstd2 = tl.sum(tl.where(seg == seg_off2, seg_rstd, 0.0), axis=1)  # [M_PAD]
+    if IEEE:
+        p = tl.dot(x, tl.trans(w), input_precision="ieee")  # [M_PAD, BLOCK_N]
+        p2 = tl.dot(x2, tl.trans(w2), input_precision="ieee")  # [M_PAD, BLOCK_N]
+    else:
+        p = tl.dot(x, tl.trans(w))  # [M_PAD, BLOCK_N]
+        p2 = tl.dot(x2, tl.trans(w2))  # [M_PAD, BLOCK_N]
+    return acc + p * rstd[:, None] + p2 * rstd2[:, None]
 
 
 @triton.jit
@@ -333,7 +355,7 @@ def _gemv_kernel(
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     USE_DOT: tl.constexpr, TMA: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, EARLY_TRIGGER: tl.constexpr,
     SWIGLU: tl.constexpr,
-    NORM: tl.constexpr, NORM_SEGMENTS: tl.constexpr, SPLIT_SEGMENTS: tl.constexpr,
+    NORM: tl.constexpr, NORM_SEGMENTS: tl.constexpr, SPLIT_SEGMENTS: tl.constexpr, TILE_PAIRS: tl.constexpr,
     NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr, CONV: tl.constexpr,
     CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_WP: tl.constexpr, CONV_SILU: tl.constexpr,
     TREE_CONV: tl.constexpr,
@@ -396,7 +418,7 @@ def _gemv_kernel(
         w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1] clamped: in bounds
         x_ok = (rows < M)[:, None]  # [M_PAD, 1] padding rows are not read
         acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)  # [M_PAD, BLOCK_N]
-        for k0 in range(k_begin, k_end, BLOCK_K):
+        for k0 in range(k_begin, k_end, BLOCK_K * (2 if TILE_PAIRS else 1)):
             k_idx = (k0 + ks)[None, :]  # [1, BLOCK_K]
             if EVEN_K:
                 w = tl.load(w_rows + k_idx)  # [BLOCK_N, BLOCK_K]
@@ -404,8 +426,16 @@ def _gemv_kernel(
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [BLOCK_N, BLOCK_K]
                 x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_K]
-            acc = _tile_product(acc, x, w, seg_rstd, k0 // norm_seg_len - k_begin // norm_seg_len, IEEE,
-                                NORM and NORM_SEGMENTS > 1, SPLIT_SEGMENTS)  # [M_PAD, BLOCK_N]
+            seg_off = k0 // norm_seg_len - k_begin // norm_seg_len
+            if TILE_PAIRS:  # a per-segment norm: two scaled tile products in flight before the first waits
+                w2 = tl.load(w_rows + k_idx + BLOCK_K)  # [BLOCK_N, BLOCK_K]
+                x2 = tl.load(x_rows + k_idx + BLOCK_K, mask=x_ok, other=0.0)  # [M_PAD, BLOCK_K]
+                acc = _tile_pair_product(acc, x, w, x2, w2, seg_rstd, seg_off,
+                                         (k0 + BLOCK_K) // norm_seg_len - k_begin // norm_seg_len, IEEE,
+                                         SPLIT_SEGMENTS)  # [M_PAD, BLOCK_N]
+            else:
+                acc = _tile_product(acc, x, w, seg_rstd, seg_off, IEEE, NORM and NORM_SEGMENTS > 1,
+                                    SPLIT_SEGMENTS)  # [M_PAD, BLOCK_N]
     else:  # elementwise fp32 products summed over the K loop, one reduction over k at the end
         # x's pointers are broadcast over the block's n (stride 0) so that its load gets w's register layout
         x_rows = x_ptr + rows[:, None, None] * s_xm + 0 * cols[None, :, None]  # [M_PAD, BLOCK_N, 1]
@@ -699,7 +729,7 @@ def _check_norm(norm: object, M: int, K: int, cfg: GemvConfig, default: bool, de
             block_k = cfg.block_k
             while seg % block_k and block_k > 16:
                 block_k //= 2
-            cfg = cfg._replace(block_k=block_k)
+            cfg = cfg._replace(block_k=block_k, num_warps=SEGMENT_NORM_WARPS or cfg.num_warps)
         if not cfg.use_dot or seg % cfg.block_k:
             raise ValueError(f"a per-segment norm (segments of {seg} columns) needs the tl.dot form with K tiles "
                              f"inside one segment; config has use_dot={cfg.use_dot}, block_k={cfg.block_k}")
@@ -786,12 +816,20 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         SWIGLU=bool(swiglu),
         NORM=norm is not None, NORM_SEGMENTS=norm_segments,
         SPLIT_SEGMENTS=_split_segments(K, k_per_split, split_k, K // norm_segments),
+        TILE_PAIRS=SEGMENT_TILE_PAIRS and norm_segments > 1 and x_desc is None and _even_tiles(K, k_per_split,
+                                                                                            cfg.block_k),
         NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, SCALED=scaling is not None,
         CONV=isinstance(conv, ConvStep), CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,
         CONV_RP=max(2, triton.next_power_of_2(conv.weight.shape[1] - 1)) if conv is not None else 2,
         CONV_WP=triton.next_power_of_2(conv.weight.shape[1]) if conv is not None else 2,
         CONV_SILU=conv is not None and conv.silu, TREE_CONV=tree, **opts,
     )  # fmt: skip
+
+
+def _even_tiles(K: int, k_per_split: int, block_k: int) -> bool:
+    """Whether every K split is an even number of whole ``block_k`` tiles (the tile pairs of a per-segment norm)."""
+    last = K % k_per_split or k_per_split  # the last split's columns
+    return K % block_k == 0 and (k_per_split // block_k) % 2 == 0 and (last // block_k) % 2 == 0
 
 
 def _split_segments(K: int, k_per_split: int, split_k: int, seg_len: int) -> int:
