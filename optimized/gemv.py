@@ -93,7 +93,7 @@ EARLY_TRIGGER_MAX_ROWS = 8  # PDL launches of up to this many rows signal the ne
 PDL_EARLY_TRIGGER: bool | None = None  # None: the rule above; True / False: always before / after (an A / B knob)
 MAX_NORM_PARTS = 4096  # the most pieces of a row's sum of squares a norm prologue reads (one load per program)
 #: a per-segment RowNorm's K loop takes its tiles in pairs where every split has an even number of them (the
-#: per-thread-load ``tl.dot`` form; an A / B knob)
+#: per-thread-load ``tl.dot`` form, half the stages of pairs: the same shared memory; an A / B knob)
 SEGMENT_TILE_PAIRS = True
 #: warps of the default launch of a per-segment RowNorm GEMV (None: the config rule's; an A / B knob)
 SEGMENT_NORM_WARPS: int | None = None
@@ -799,6 +799,10 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
     n_norm_parts = norm.parts.shape[-1] if norm is not None else 1
     norm_segments = norm.parts.shape[1] if norm is not None and norm.parts.ndim == 3 else 1
     x_desc, w_desc = _descriptors(x, w, cfg, m_pad) if cfg.tma and _tma_possible(x, w) else (None, None)
+    tile_pairs = (SEGMENT_TILE_PAIRS and norm_segments > 1 and x_desc is None
+                  and _even_tiles(K, k_per_split, cfg.block_k))
+    if tile_pairs and "num_stages" in opts:  # a stage holds a pair of tiles: as many tiles in flight, as much
+        opts["num_stages"] = max(1, (cfg.num_stages + 1) // 2)  # shared memory as one at a time
     tree = isinstance(conv, TreeConv)
     grid = (triton.cdiv(N, cfg.block_n), split_k)
     _gemv_kernel[grid](
@@ -816,8 +820,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         SWIGLU=bool(swiglu),
         NORM=norm is not None, NORM_SEGMENTS=norm_segments,
         SPLIT_SEGMENTS=_split_segments(K, k_per_split, split_k, K // norm_segments),
-        TILE_PAIRS=SEGMENT_TILE_PAIRS and norm_segments > 1 and x_desc is None and _even_tiles(K, k_per_split,
-                                                                                            cfg.block_k),
+        TILE_PAIRS=tile_pairs,
         NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, SCALED=scaling is not None,
         CONV=isinstance(conv, ConvStep), CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,
         CONV_RP=max(2, triton.next_power_of_2(conv.weight.shape[1] - 1)) if conv is not None else 2,
