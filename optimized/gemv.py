@@ -94,8 +94,9 @@ PDL_EARLY_TRIGGER: bool | None = None  # None: the rule above; True / False: alw
 MAX_NORM_PARTS = 4096  # the most pieces of a row's sum of squares a norm prologue reads (one load per program)
 #: a per-segment RowNorm's K loop takes its tiles in pairs where every split has an even number of them (the
 #: per-thread-load ``tl.dot`` form, half the stages of pairs: the same shared memory; an A / B knob)
-SEGMENT_TILE_PAIRS = True
-#: warps of the default launch of a per-segment RowNorm GEMV (None: the config rule's; an A / B knob)
+SEGMENT_TILE_PAIRS = False
+#: warps of the default launch of a per-segment RowNorm GEMV (None: 8 above 32 rows, else the config rule's; an A / B
+#: knob)
 SEGMENT_NORM_WARPS: int | None = None
 
 
@@ -729,7 +730,7 @@ def _check_norm(norm: object, M: int, K: int, cfg: GemvConfig, default: bool, de
             block_k = cfg.block_k
             while seg % block_k and block_k > 16:
                 block_k //= 2
-            cfg = cfg._replace(block_k=block_k, num_warps=SEGMENT_NORM_WARPS or cfg.num_warps)
+            cfg = cfg._replace(block_k=block_k, num_warps=SEGMENT_NORM_WARPS or (8 if M > 32 else cfg.num_warps))
         if not cfg.use_dot or seg % cfg.block_k:
             raise ValueError(f"a per-segment norm (segments of {seg} columns) needs the tl.dot form with K tiles "
                              f"inside one segment; config has use_dot={cfg.use_dot}, block_k={cfg.block_k}")
