@@ -159,8 +159,9 @@ def main() -> int:
     ap.add_argument("--segment-warps", type=int, default=0,
                     help="warps of the w_out GEMV with the per-head norm factors (gemv.SEGMENT_NORM_WARPS; 0: the "
                          "library's default; an A / B knob)")
-    ap.add_argument("--segment-pairs", choices=["on", "off"], default="on",
-                    help="that GEMV's K tiles in pairs (gemv.SEGMENT_TILE_PAIRS) or one at a time (an A / B knob)")
+    ap.add_argument("--segment-pairs", choices=["auto", "on", "off"], default="auto",
+                    help="that GEMV's K tiles in pairs (gemv.SEGMENT_TILE_PAIRS) or one at a time; auto: the "
+                         "library's default (an A / B knob)")
     args = ap.parse_args()
     from lumotree.optimized import gemv as G
     from lumotree.optimized import model as model_module
@@ -169,7 +170,8 @@ def main() -> int:
     model_module.GDN_GATE_IN_GEMV = args.gdn_gate == "on"
     if args.segment_warps:
         G.SEGMENT_NORM_WARPS = args.segment_warps
-    G.SEGMENT_TILE_PAIRS = args.segment_pairs == "on"
+    if args.segment_pairs != "auto":
+        G.SEGMENT_TILE_PAIRS = args.segment_pairs == "on"
     if args.attention_pdl == "off":
         model_module.ATTENTION_PDL_MAX_BATCH = 0
 
