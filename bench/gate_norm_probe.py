@@ -1,7 +1,7 @@
 """Probe (GPU): the ``w_out`` GEMV of a GDN layer in a tree step with the gated RMSNorm's per-head factors applied
 to its tiles' products (a per-segment ``gemv.RowNorm``, the other half of ``gdn_tree.OutputGate``), per launch
-config (its K tiles in pairs or one at a time), against the plain GEMV and against the separate gated RMSNorm kernel
-+ the plain GEMV.
+config, against the plain GEMV and against the separate gated RMSNorm kernel + the plain GEMV. (Runs 4-5 of
+``bench/results/2026-12-01j`` also timed a form that took the K tiles in pairs, since removed: slower.)
 
 The bench model's ``w_out`` (``[2048, 4096]``, bf16; 32 value heads of 128 columns) adding into the residual with the
 next norm's scale (``gemv.residual_linear``, as the model launches it, PDL), M rows (the nodes of a B = 1 step), each
@@ -27,8 +27,7 @@ from lumotree.optimized.gdn_decode import gated_rmsnorm
 from lumotree.optimized.gdn_tree import GATE_PIECE
 
 HV, V, D_MODEL = 32, 128, 2048
-# (block_n, block_k, split_k, num_warps, num_stages) of the segmented form besides the default, each with its tiles
-# in pairs (gemv.SEGMENT_TILE_PAIRS) and one at a time
+# (block_n, block_k, split_k, num_warps, num_stages) of the segmented form besides the default
 CONFIGS = [(64, 128, 4, 4, 4), (64, 128, 4, 8, 4), (64, 128, 4, 8, 3), (64, 128, 2, 8, 4), (64, 128, 8, 8, 4),
            (128, 128, 4, 8, 4), (32, 128, 4, 4, 4), (64, 128, 4, 4, 5)]
 
@@ -64,11 +63,8 @@ def main() -> int:
         def plain(i):
             return G.residual_linear(gated, ws[i % copies], h, scale=scale, pdl=True)
 
-        def segmented(cfg, pairs=True):
-            def call(i):
-                G.SEGMENT_TILE_PAIRS = pairs
-                return G.residual_linear(gated, ws[i % copies], h, scale=scale, norm=norm, config=cfg, pdl=True)
-            return call
+        def segmented(cfg):
+            return lambda i: G.residual_linear(gated, ws[i % copies], h, scale=scale, norm=norm, config=cfg, pdl=True)
 
         h.copy_(h0)
         separate(0)
@@ -76,16 +72,13 @@ def main() -> int:
         forms = {"separate": separate, "plain": plain, "default": segmented(None)}
         errs = {}
         for c in CONFIGS:
-            for pairs in (True, False):
-                forms[f"{c[0]}x{c[1]}/s{c[2]}/w{c[3]}/st{c[4]}{'/pairs' if pairs else ''}"] = segmented(
-                    G.GemvConfig(*c, use_dot=True), pairs)
+            forms[f"{c[0]}x{c[1]}/s{c[2]}/w{c[3]}/st{c[4]}"] = segmented(G.GemvConfig(*c, use_dot=True))
         for name, fn in forms.items():
             if name not in ("separate", "plain"):
                 h.copy_(h0)
                 fn(0)
                 errs[name] = rel_err(h.float() - h0.float(), want)
         times = {name: graph_time_us(fn, args.calls, 5.0, 25.0) for name, fn in forms.items()}
-        G.SEGMENT_TILE_PAIRS = True
         row = {"M": M, "us": times, "rel_err_vs_separate": errs}
         print(json.dumps(row), flush=True)
         rows.append(row)

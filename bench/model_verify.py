@@ -159,9 +159,6 @@ def main() -> int:
     ap.add_argument("--segment-warps", type=int, default=0,
                     help="warps of the w_out GEMV with the per-head norm factors (gemv.SEGMENT_NORM_WARPS; 0: the "
                          "library's default; an A / B knob)")
-    ap.add_argument("--segment-pairs", choices=["auto", "on", "off"], default="auto",
-                    help="that GEMV's K tiles in pairs (gemv.SEGMENT_TILE_PAIRS) or one at a time; auto: the "
-                         "library's default (an A / B knob)")
     args = ap.parse_args()
     from lumotree.optimized import gemv as G
     from lumotree.optimized import model as model_module
@@ -170,8 +167,6 @@ def main() -> int:
     model_module.GDN_GATE_IN_GEMV = args.gdn_gate == "on"
     if args.segment_warps:
         G.SEGMENT_NORM_WARPS = args.segment_warps
-    if args.segment_pairs != "auto":
-        G.SEGMENT_TILE_PAIRS = args.segment_pairs == "on"
     if args.attention_pdl == "off":
         model_module.ATTENTION_PDL_MAX_BATCH = 0
 
@@ -288,7 +283,6 @@ def main() -> int:
               "linear": args.linear, "pdl": args.pdl, "gemv_rows": args.gemv_rows,
               "pdl_trigger": args.pdl_trigger, "gdn_pdl": args.gdn_pdl, "attention_pdl": args.attention_pdl,
               "gdn_gate": args.gdn_gate, "segment_warps": args.segment_warps or None,
-              "segment_pairs": args.segment_pairs,
               "rows": rows}
     with open(args.out, "w") as f:  # written before the profile too: the timings survive a profiler failure
         json.dump(result, f, indent=1)

@@ -92,9 +92,6 @@ EARLY_TRIGGER_MAX_ROWS = 8  # PDL launches of up to this many rows signal the ne
 # 1350 -> 1365 us; N = 64 verify 2042 -> 2051 us)
 PDL_EARLY_TRIGGER: bool | None = None  # None: the rule above; True / False: always before / after (an A / B knob)
 MAX_NORM_PARTS = 4096  # the most pieces of a row's sum of squares a norm prologue reads (one load per program)
-#: a per-segment RowNorm's K loop takes its tiles in pairs where every split has an even number of them (the
-#: per-thread-load ``tl.dot`` form, half the stages of pairs: the same shared memory; an A / B knob)
-SEGMENT_TILE_PAIRS = False
 #: warps of the default launch of a per-segment RowNorm GEMV (None: 8 above 32 rows, else the config rule's; an A / B
 #: knob)
 SEGMENT_NORM_WARPS: int | None = None
@@ -199,9 +196,10 @@ def _tile_product(acc, x, w, seg_rstd, seg_off, IEEE: tl.constexpr, SEGMENTED: t
                   SEG_BLOCK: tl.constexpr):
     """``acc + x w^T`` on the tensor cores (``IEEE``: fp32 FMA). ``SEGMENTED`` (a per-segment :class:`RowNorm`):
     the tile lies in the split's ``seg_off``-th segment, whose factors (column ``seg_off`` of the split's
-    ``seg_rstd [M_PAD, SEG_BLOCK]``) scale its product. (Scaling the x tile instead, rounded to x's dtype, so that
-    the accumulation stays on the tensor cores, made the model's ``[2048, 4096]`` launch at 64 rows 12 -> 98 us on
-    the H200: bench/NOTES-attention.md, tenth session.)"""
+    ``seg_rstd [M_PAD, SEG_BLOCK]``) scale its product. Measured slower on the H200 (bench/NOTES-attention.md,
+    tenth session): scaling the x tile instead, rounded to x's dtype, so that the accumulation stays on the tensor
+    cores (the model's ``[2048, 4096]`` launch at 64 rows 12 -> 98 us), and two tiles' products formed before
+    either is scaled (11.6 -> 14.0 us)."""
     if SEGMENTED:
         pick = tl.arange(0, SEG_BLOCK)[None, :] == seg_off  # [1, SEG_BLOCK]
         rstd = tl.sum(tl.where(pick, seg_rstd, 0.0), axis=1)  # [M_PAD]
@@ -211,23 +209,6 @@ def _tile_product(acc, x, w, seg_rstd, seg_off, IEEE: tl.constexpr, SEGMENTED: t
     if IEEE:
         return tl.dot(x, tl.trans(w), acc, input_precision="ieee")  # [M_PAD, BLOCK_N]
     return tl.dot(x, tl.trans(w), acc)  # [M_PAD, BLOCK_N]
-
-
-@triton.jit
-def _tile_pair_product(acc, x, w, x2, w2, seg_rstd, seg_off, seg_off2, IEEE: tl.constexpr, SEG_BLOCK: tl.constexpr):
-    """Two consecutive tiles of :func:`_tile_product`'s per-segment form at once: both products are formed before
-    either is scaled, so the second's tensor-core work overlaps the wait for the first; the sum in the order of two
-    single steps."""
-    seg = tl.arange(0, SEG_BLOCK)[None, :]  # [1, SEG_BLOCK]
-    rstd = tl.sum(tl.where(seg == seg_off, seg_rstd, 0.0), axis=1)  # [M_PAD]
-    rstd2 = tl.sum(tl.where(seg == seg_off2, seg_rstd, 0.0), axis=1)  # [M_PAD]
-    if IEEE:
-        p = tl.dot(x, tl.trans(w), input_precision="ieee")  # [M_PAD, BLOCK_N]
-        p2 = tl.dot(x2, tl.trans(w2), input_precision="ieee")  # [M_PAD, BLOCK_N]
-    else:
-        p = tl.dot(x, tl.trans(w))  # [M_PAD, BLOCK_N]
-        p2 = tl.dot(x2, tl.trans(w2))  # [M_PAD, BLOCK_N]
-    return acc + p * rstd[:, None] + p2 * rstd2[:, None]
 
 
 @triton.jit
@@ -356,7 +337,7 @@ def _gemv_kernel(
     M_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     USE_DOT: tl.constexpr, TMA: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, EARLY_TRIGGER: tl.constexpr,
     SWIGLU: tl.constexpr,
-    NORM: tl.constexpr, NORM_SEGMENTS: tl.constexpr, SPLIT_SEGMENTS: tl.constexpr, TILE_PAIRS: tl.constexpr,
+    NORM: tl.constexpr, NORM_SEGMENTS: tl.constexpr, SPLIT_SEGMENTS: tl.constexpr,
     NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr, CONV: tl.constexpr,
     CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_WP: tl.constexpr, CONV_SILU: tl.constexpr,
     TREE_CONV: tl.constexpr,
@@ -419,7 +400,7 @@ def _gemv_kernel(
         w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1] clamped: in bounds
         x_ok = (rows < M)[:, None]  # [M_PAD, 1] padding rows are not read
         acc = tl.zeros([M_PAD, BLOCK_N], dtype=tl.float32)  # [M_PAD, BLOCK_N]
-        for k0 in range(k_begin, k_end, BLOCK_K * (2 if TILE_PAIRS else 1)):
+        for k0 in range(k_begin, k_end, BLOCK_K):
             k_idx = (k0 + ks)[None, :]  # [1, BLOCK_K]
             if EVEN_K:
                 w = tl.load(w_rows + k_idx)  # [BLOCK_N, BLOCK_K]
@@ -427,16 +408,8 @@ def _gemv_kernel(
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [BLOCK_N, BLOCK_K]
                 x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_K]
-            seg_off = k0 // norm_seg_len - k_begin // norm_seg_len
-            if TILE_PAIRS:  # a per-segment norm: two scaled tile products in flight before the first waits
-                w2 = tl.load(w_rows + k_idx + BLOCK_K)  # [BLOCK_N, BLOCK_K]
-                x2 = tl.load(x_rows + k_idx + BLOCK_K, mask=x_ok, other=0.0)  # [M_PAD, BLOCK_K]
-                acc = _tile_pair_product(acc, x, w, x2, w2, seg_rstd, seg_off,
-                                         (k0 + BLOCK_K) // norm_seg_len - k_begin // norm_seg_len, IEEE,
-                                         SPLIT_SEGMENTS)  # [M_PAD, BLOCK_N]
-            else:
-                acc = _tile_product(acc, x, w, seg_rstd, seg_off, IEEE, NORM and NORM_SEGMENTS > 1,
-                                    SPLIT_SEGMENTS)  # [M_PAD, BLOCK_N]
+            acc = _tile_product(acc, x, w, seg_rstd, k0 // norm_seg_len - k_begin // norm_seg_len, IEEE,
+                                NORM and NORM_SEGMENTS > 1, SPLIT_SEGMENTS)  # [M_PAD, BLOCK_N]
     else:  # elementwise fp32 products summed over the K loop, one reduction over k at the end
         # x's pointers are broadcast over the block's n (stride 0) so that its load gets w's register layout
         x_rows = x_ptr + rows[:, None, None] * s_xm + 0 * cols[None, :, None]  # [M_PAD, BLOCK_N, 1]
@@ -800,10 +773,6 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
     n_norm_parts = norm.parts.shape[-1] if norm is not None else 1
     norm_segments = norm.parts.shape[1] if norm is not None and norm.parts.ndim == 3 else 1
     x_desc, w_desc = _descriptors(x, w, cfg, m_pad) if cfg.tma and _tma_possible(x, w) else (None, None)
-    tile_pairs = (SEGMENT_TILE_PAIRS and norm_segments > 1 and x_desc is None
-                  and _even_tiles(K, k_per_split, cfg.block_k))
-    if tile_pairs and "num_stages" in opts:  # a stage holds a pair of tiles: as many tiles in flight, as much
-        opts["num_stages"] = max(1, (cfg.num_stages + 1) // 2)  # shared memory as one at a time
     tree = isinstance(conv, TreeConv)
     grid = (triton.cdiv(N, cfg.block_n), split_k)
     _gemv_kernel[grid](
@@ -821,19 +790,12 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         SWIGLU=bool(swiglu),
         NORM=norm is not None, NORM_SEGMENTS=norm_segments,
         SPLIT_SEGMENTS=_split_segments(K, k_per_split, split_k, K // norm_segments),
-        TILE_PAIRS=tile_pairs,
         NORM_PARTS_PAD=triton.next_power_of_2(n_norm_parts), RESIDUAL=out_parts is not None, SCALED=scaling is not None,
         CONV=isinstance(conv, ConvStep), CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,
         CONV_RP=max(2, triton.next_power_of_2(conv.weight.shape[1] - 1)) if conv is not None else 2,
         CONV_WP=triton.next_power_of_2(conv.weight.shape[1]) if conv is not None else 2,
         CONV_SILU=conv is not None and conv.silu, TREE_CONV=tree, **opts,
     )  # fmt: skip
-
-
-def _even_tiles(K: int, k_per_split: int, block_k: int) -> bool:
-    """Whether every K split is an even number of whole ``block_k`` tiles (the tile pairs of a per-segment norm)."""
-    last = K % k_per_split or k_per_split  # the last split's columns
-    return K % block_k == 0 and (k_per_split // block_k) % 2 == 0 and (last // block_k) % 2 == 0
 
 
 def _split_segments(K: int, k_per_split: int, split_k: int, seg_len: int) -> int:

@@ -410,12 +410,11 @@ SEGMENT_CONFIGS = [G.GemvConfig(16, 16, 3, 4, 2, True), G.GemvConfig(32, 32, 1, 
 
 @pytest.mark.parametrize("config", SEGMENT_CONFIGS, ids=["dot-split3", "dot-unsplit", "tma-split2"])
 @pytest.mark.parametrize("M,N,S,seg", [(1, 17, 4, 32), (5, 40, 3, 16), (12, 24, 2, 64)])
-def test_segment_norm_scales_each_segments_product(M, N, S, seg, config, monkeypatch):
+def test_segment_norm_scales_each_segments_product(M, N, S, seg, config):
     """``RowNorm`` with parts ``[M, S, R]``: ``y[m] = sum_s rsqrt(sum(parts[m, s]) / (K / S) + eps) x[m, seg s]
     w[:, seg s]^T`` against float64, directly and inside ``residual_linear`` (splits that start inside a segment
     among them); and the gated RMSNorm per head it stands for: ``x = w_norm o silu(z)`` with the parts from o's rows
-    equals ``gated_rmsnorm(o, z, w_norm) @ w.T``. Splits of an even number of tiles take them in pairs: the same
-    values as one at a time."""
+    equals ``gated_rmsnorm(o, z, w_norm) @ w.T``."""
     from lumotree.optimized.gdn_decode import gated_rmsnorm
 
     if seg % config.block_k:
@@ -428,9 +427,6 @@ def test_segment_norm_scales_each_segments_product(M, N, S, seg, config, monkeyp
     want = torch.einsum("msk,nsk,ms->mn", x.double().view(M, S, seg), w.double().view(N, S, seg), factor)
     got = G.small_batch_linear(x, w, config=config, norm=G.RowNorm(parts, 0.25))
     assert _rel_err(got, want) < RTOL
-    monkeypatch.setattr(G, "SEGMENT_TILE_PAIRS", False)
-    assert torch.equal(G.small_batch_linear(x, w, config=config, norm=G.RowNorm(parts, 0.25)), got)
-    monkeypatch.undo()
     h = torch.randn(M, N, generator=gen, device=DEVICE)  # [M, N]
     updated = h.clone()
     G.residual_linear(x, w, updated, config=config, norm=G.RowNorm(parts, 0.25))
