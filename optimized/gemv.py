@@ -40,7 +40,10 @@ of squares and the rows scaled by the norm weight ``round(h' * g)``; the next la
 ``RMSNorm(h') W2^T`` exactly in real arithmetic; in floating point the rounding moves (``h' g`` is rounded instead
 of ``h' g / rms``, and the sum of squares runs in another order), an error of the size of the one rounding either
 way. Applying ``rstd * g`` to each x tile in the loads instead measured 1.8x slower at one row (the broadcast tiles
-repeat that work ``BLOCK_N`` times; ``bench/decode_probe.py --what fused``). ``conv=ConvStep(...)``: the first ``C``
+repeat that work ``BLOCK_N`` times; ``bench/decode_probe.py --what fused``). Parts ``[M, S, R]`` make the factor
+one per segment of ``K / S`` columns (a head of a per-head norm such as the GDN layer's gated RMSNorm, whose other
+half the verify kernel does: :class:`~lumotree.optimized.gdn_tree.OutputGate`): each K tile's product is scaled by
+its segment's factors, loaded for the split before the loop (``tl.dot`` form). ``conv=ConvStep(...)``: the first ``C``
 output columns (the GDN layer's q | k | v) go through one decode step of the depthwise causal conv in the epilogue,
 the conv state shifted in place by the program that owns those channels (no other program reads them; one K split,
 since the conv needs the block's whole sum): bit-identical to the GEMV followed by

@@ -17,7 +17,9 @@ A *tree step* runs B requests with N nodes each through all layers: per GDN laye
 (:func:`~lumotree.optimized.conv_tree.tree_conv`, or in the ``w_in`` GEMV's epilogue,
 :class:`~lumotree.optimized.gemv.TreeConv`, when the step's B N rows run on the GEMV), the closed-form tree verify
 (:func:`~lumotree.optimized.gdn_tree.gdn_tree_verify_gated`) and the gated RMSNorm
-(:func:`~lumotree.optimized.gdn_decode.gated_rmsnorm`), per attention layer the fused q/k norm + RoPE + KV store
+(:func:`~lumotree.optimized.gdn_decode.gated_rmsnorm`; where the fused norms run on the GEMV, split between the verify
+kernel, :class:`~lumotree.optimized.gdn_tree.OutputGate`, and the ``w_out`` GEMV, a per-segment
+:class:`~lumotree.optimized.gemv.RowNorm`: no launch of its own), per attention layer the fused q/k norm + RoPE + KV store
 (:func:`~lumotree.optimized.tree_attention.prepare_qkv`) and tree attention; the projections and MLPs are cuBLAS
 matmuls (with ``small_batch_linear``, the GPU default, the projections of steps with few token rows use the split-K
 weight-streaming GEMV of :mod:`~lumotree.optimized.gemv` where :func:`~lumotree.optimized.gemv.preferred`, launched
