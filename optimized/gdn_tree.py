@@ -737,8 +737,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
                     gate_b.stride(0), gate_b.stride(1), gate_b.stride(2))
     qk_strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2))
     k_rnorm_arg = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when not normalising
-    if block_v % GATE_PIECE:
-        raise ValueError(f"config.block_v = {cfg.block_v} must be a multiple of {GATE_PIECE}")
+    if gate is not None and block_v % GATE_PIECE:
+        raise ValueError(f"config.block_v = {cfg.block_v} must be a multiple of {GATE_PIECE} for an output gate")
     gate_args = (gate.z, gate.weight, gate.parts) if gate is not None else (o, o, log_gamma)  # unused without a gate
     z_strides = (gate.z.stride(0), gate.z.stride(1), gate.z.stride(2)) if gate is not None else (0, 0, 0)
     gate_flags = dict(GATE=gate is not None, PIECE=GATE_PIECE)

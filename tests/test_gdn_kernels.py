@@ -396,6 +396,25 @@ def test_bad_input_misc():
             run_verify(grouped, l2norm=False, gated=False, config=G.KernelConfig(16, 16, 4, 2, **bad))
 
 
+def test_bad_output_gate_raises_naming_the_field():
+    """A malformed ``OutputGate`` is refused before any launch, naming its field."""
+    case = make_case([[-1, 0, 0]], H=1, group=2, seed=4)
+    B, N, HV, V = case["v"].shape
+    z = torch.zeros(B, N, HV, V, device=DEVICE)
+    w = torch.ones(V, device=DEVICE)
+    parts = torch.zeros(B, N, HV, V // G.GATE_PIECE, device=DEVICE)
+    bad = [((z, w, parts), TypeError, "gate must be an OutputGate"),
+           (G.OutputGate(z[:, :2], w, parts), ValueError, "gate.z has shape"),
+           (G.OutputGate(z, w[:8], parts), ValueError, "gate.weight has shape"),
+           (G.OutputGate(z, w, parts[..., :0]), ValueError, "gate.parts has shape"),
+           (G.OutputGate(z, w, parts.double()), TypeError, "gate.parts has dtype"),
+           (G.OutputGate(torch.zeros(B, N, HV, 2 * V, device=DEVICE)[..., ::2], w, parts), ValueError,
+            "gate.z must have a contiguous last dimension")]
+    for gate, error, message in bad:
+        with pytest.raises(error, match=message):
+            run_verify(case, l2norm=True, gated=False, gate=gate)
+
+
 # ------------------------------------------------------------------------------------------------------------- GPU
 QWEN = dict(H=16, group=2, K=128, V=128)
 
