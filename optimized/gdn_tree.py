@@ -41,6 +41,7 @@ from ._checks import (
     check_num_nodes,
     check_range_nodes,
     check_scalar,
+    check_disjoint,
     check_slots,
     check_tensor,
     check_tree_rows,
@@ -60,6 +61,9 @@ __all__ = [
     "gdn_tree_verify",
     "gdn_tree_verify_gated",
     "gdn_tree_commit",
+    "gdn_tree_defer_commit",
+    "gdn_tree_launch_commit",
+    "PendingCommit",
     "verify_config",
     "commit_config",
 ]
@@ -82,6 +86,24 @@ class TreeFactors(NamedTuple):
     log_gamma: torch.Tensor
     k: torch.Tensor
     k_rnorm: torch.Tensor | None
+
+
+class PendingCommit(NamedTuple):
+    """A commit checked and deferred by :func:`gdn_tree_defer_commit`: the pool is not written yet. Pass it to the
+    next verify (``commit=``), whose first launch runs it (in the split pipeline its programs share the grid of the
+    solve kernel), or launch it alone with :func:`gdn_tree_launch_commit`. Layer-stacked: ``pool [G, P, HV, K, V]``
+    and factors with the leading layer dimension (a stack of one for one layer); ``target`` is the pool as the
+    caller passed it."""
+
+    target: torch.Tensor
+    pool: torch.Tensor
+    slots: torch.Tensor
+    factors: TreeFactors
+    meta: TreeMeta
+    num_nodes: torch.Tensor
+    accepted: torch.Tensor
+    precision: str
+    config: KernelConfig
 
 
 class OutputGate(NamedTuple):
@@ -248,8 +270,8 @@ def _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP:
 
 
 @triton.jit
-def _gdn_tree_solve_kernel(
-    q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
+def _solve_group(
+    pid, q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
     log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
     N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
@@ -258,13 +280,12 @@ def _gdn_tree_solve_kernel(
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr,
 ):
-    """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
-    quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
+    """Split verify, part 1, for solve program ``pid`` = (request, HEADS value heads of one GVA group): the
+    ``[N, N]`` quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
 
     Writes ``log Gamma`` and ``k_rnorm`` (factors), ``q_rnorm`` and the two ``[NP, NP]`` operands of part 2 per value
     head: ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D``.
     """
-    pid = tl.program_id(0)
     b = pid // (HV // HEADS)
     hv0 = (pid % (HV // HEADS)) * HEADS  # first value head of this program
     h = hv0 // (HV // H)
@@ -316,6 +337,63 @@ def _gdn_tree_solve_kernel(
         neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
         t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]
         tl.store(tb_ptr + tile, t_inv * beta[None, :])
+
+
+@triton.jit
+def _interleave(pid, n_sparse, every):
+    """Roles in a grid of two kinds of programs: ``n_sparse`` programs at ``0, every + 1, 2 (every + 1), ...`` and
+    the other kind, numbered in order, everywhere else (``every = n_dense // n_sparse >= 1`` keeps every sparse
+    position inside the grid). Returns ``(is_sparse, sparse_index, dense_index)``."""
+    sparse_index = pid // (every + 1)
+    is_sparse = (pid % (every + 1) == 0) & (sparse_index < n_sparse)
+    dense_index = pid - tl.minimum(n_sparse, (pid + every) // (every + 1))
+    return is_sparse, sparse_index, dense_index
+
+
+@triton.jit
+def _gdn_tree_solve_kernel(
+    q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
+    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
+    N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+    c_pool_ptr, c_slots_ptr, c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr, c_log_gamma_ptr, c_k_ptr,
+    c_k_rnorm_ptr, c_B, c_N, c_s_kb, c_s_kn, c_s_kh, c_s_pool_g, c_s_delta_g, c_s_lg_g, c_s_k_g, c_s_kr_g,
+    n_sparse, every,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
+    NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
+    GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
+    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
+    DOT16: tl.constexpr, COMMIT: tl.constexpr, SOLVE_SPARSE: tl.constexpr, V: tl.constexpr, C_W: tl.constexpr,
+    C_NP: tl.constexpr, C_PB: tl.constexpr, C_BV: tl.constexpr, C_BK: tl.constexpr, C_L2NORM: tl.constexpr,
+    C_PRECISION: tl.constexpr,
+):
+    """Split verify, part 1 (:func:`_solve_group`), one program per (request, HEADS value heads). With ``COMMIT``
+    the launch also runs a deferred commit (:class:`PendingCommit`, the ``c_*`` arguments): its
+    :func:`_commit_tile` programs interleaved with the solve programs (:func:`_interleave`, the solve programs the
+    sparse kind iff ``SOLVE_SPARSE``), so the memory-bound commit shares the SMs with the latency-bound solve. The
+    two touch disjoint memory: the solve reads no state and the commit none of this step's tensors."""
+    pid = tl.program_id(0)
+    solve_index = pid
+    is_solve = True
+    if COMMIT:
+        is_sparse, sparse_index, dense_index = _interleave(pid, n_sparse, every)
+        if SOLVE_SPARSE:
+            is_solve, solve_index, commit_index = is_sparse, sparse_index, dense_index
+        else:
+            is_solve, solve_index, commit_index = is_sparse == 0, dense_index, sparse_index
+        if is_solve == 0:
+            c_nk = K // C_BK
+            c_nv = V // C_BV
+            _commit_tile(commit_index // (c_nk * c_nv), (commit_index // c_nk) % c_nv, commit_index % c_nk,
+                         c_pool_ptr, c_slots_ptr, c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr,
+                         c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_B, c_N, c_s_kb, c_s_kn, c_s_kh, c_s_pool_g,
+                         c_s_delta_g, c_s_lg_g, c_s_k_g, c_s_kr_g, H, HV, K, V, C_W, C_NP, C_PB, C_BV, C_BK,
+                         C_L2NORM, C_PRECISION, WORD_BITS)
+    if is_solve:
+        _solve_group(solve_index, q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr,
+                     num_nodes_ptr, log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
+                     N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+                     H, HV, K, W, NP, LOG_NP, BK, HEADS, GATED, BETA_TWO, L2NORM, PRECISION, WORD_BITS,
+                     WORD_VECTORS, QK16, DOT16)
 
 
 @triton.jit
@@ -504,20 +582,18 @@ def _gdn_tree_verify_kernel(
 
 
 @triton.jit
-def _gdn_tree_commit_kernel(
-    pool_ptr, slots_ptr, words_ptr, num_nodes_ptr, accepted_ptr,
+def _commit_tile(
+    pid, pid_v, pid_k, pool_ptr, slots_ptr, words_ptr, num_nodes_ptr, accepted_ptr,
     delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,
     B, N, s_kb, s_kn, s_kh, s_pool_g, s_delta_g, s_lg_g, s_k_g, s_kr_g,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, PB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
     L2NORM: tl.constexpr, PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
 ):
-    """One program per (layer, request, value head, V block, K block): ``S[rows, cols] = Gamma_a S0[rows, cols]
-    + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[rows] delta_j[cols]^T``, in place (layer g's pool and factors at
-    the ``s_*_g`` strides; the trees, slots and accepted nodes shared by the layers)."""
-    pid = tl.program_id(0)
-    pid_v = tl.program_id(1)
-    pid_k = tl.program_id(2)
+    """Commit program ``(pid, pid_v, pid_k)`` = (layer, request, value head; V block; K block):
+    ``S[rows, cols] = Gamma_a S0[rows, cols] + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[rows] delta_j[cols]^T``,
+    in place (layer g's pool and factors at the ``s_*_g`` strides; the trees, slots and accepted nodes shared by
+    the layers)."""
     g = (pid // (B * HV)).to(tl.int64)
     b = (pid // HV) % B
     hv = pid % HV
@@ -553,6 +629,22 @@ def _gdn_tree_commit_kernel(
         s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(weight[:, None] * d, PRECISION), s,
                    input_precision=PRECISION)  # [BK, BV]
     tl.store(state_ptrs, s)
+
+
+@triton.jit
+def _gdn_tree_commit_kernel(
+    pool_ptr, slots_ptr, words_ptr, num_nodes_ptr, accepted_ptr,
+    delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,
+    B, N, s_kb, s_kn, s_kh, s_pool_g, s_delta_g, s_lg_g, s_k_g, s_kr_g,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
+    NP: tl.constexpr, PB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
+    L2NORM: tl.constexpr, PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
+):
+    """One :func:`_commit_tile` program per (layer, request, value head) x V block x K block."""
+    _commit_tile(tl.program_id(0), tl.program_id(1), tl.program_id(2), pool_ptr, slots_ptr, words_ptr,
+                 num_nodes_ptr, accepted_ptr, delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,
+                 B, N, s_kb, s_kn, s_kh, s_pool_g, s_delta_g, s_lg_g, s_k_g, s_kr_g,
+                 H, HV, K, V, W, NP, PB, BV, BK, L2NORM, PRECISION, WORD_BITS)
 
 
 # ---------------------------------------------------------------------------------------------------------- configs
@@ -661,8 +753,21 @@ def _check_gate(gate: object, B: int, N: int, HV: int, V: int, device: torch.dev
                  (torch.float32,), device, contiguous=True)
 
 
+def _check_pending(commit: object, H: int, HV: int, K: int, V: int, device: torch.device) -> None:
+    if not isinstance(commit, PendingCommit):
+        raise TypeError(f"commit must be a PendingCommit (from gdn_tree_defer_commit) or None, "
+                        f"got {type(commit).__name__}")
+    if commit.pool.device != device:
+        raise ValueError(f"commit.pool is on {commit.pool.device} but the other inputs are on {device}")
+    shapes = (commit.factors.k.shape[-2], *commit.pool.shape[-3:])
+    if shapes != (H, HV, K, V):
+        raise ValueError(f"commit is for a layer with (H, HV, K, V) = {shapes}, this verify's layer has "
+                         f"{(H, HV, K, V)}")
+
+
 def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents, *, gated, allow_neg_eigval,
-            use_qk_l2norm_in_kernel, scale, num_nodes, meta, input_precision, validate, out, config, pdl, gate):
+            use_qk_l2norm_in_kernel, scale, num_nodes, meta, input_precision, validate, out, config, pdl, gate,
+            commit):
     names = ("a", "b") if gated else ("g", "beta")
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     check_tensor("q", q, (None, None, None, None), "B, N, H, K", FLOAT_DTYPES, device)
@@ -700,6 +805,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             check_tensor("out[3] (k_rnorm)", out[3], (B, N, H), "B, N, H", (torch.float32,), device, contiguous=True)
     if gate is not None:
         _check_gate(gate, B, N, HV, V, device)
+    if commit is not None:
+        _check_pending(commit, H, HV, K, V, device)
     if validate:
         check_tree_rows(parents, num_nodes)
         real = node_mask(num_nodes, N)  # [B, N]
@@ -749,13 +856,38 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]
         tb = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
         qkd = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
-        _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
+        n_solve = B * HV // cfg.solve_heads
+        if commit is not None:  # the deferred commit's programs in the solve's grid (they run at the same time)
+            for name, t in (("out[2] (log_gamma)", log_gamma), ("out[3] (k_rnorm)", k_rnorm)):
+                for pname, pt in zip(("delta", "log_gamma", "k", "k_rnorm"), commit.factors):
+                    check_disjoint(name, t, f"commit.factors.{pname}", pt, "the deferred commit reads the "
+                                   "previous step's factors while this verify's solve writes its own")
+            for name, t in (("q", q), ("k", k), (names[0], gate_a), (names[1], gate_b), ("meta.words", meta.words),
+                            ("meta.depth", meta.depth)):
+                check_disjoint(name, t, "commit.pool", commit.pool, "the deferred commit writes the pool while "
+                               "this verify's solve reads its inputs")
+            c_grid, c_args, c_consts = _commit_launch(commit)
+            n_commit = c_grid[0] * c_grid[1] * c_grid[2]
+            solve_sparse = n_solve <= n_commit
+            n_sparse = min(n_solve, n_commit)
+            every = max(n_solve, n_commit) // n_sparse
+            commit_flags = dict(COMMIT=True, SOLVE_SPARSE=solve_sparse, C_W=c_consts["W"], C_NP=c_consts["NP"],
+                                C_PB=c_consts["PB"], C_BV=c_consts["BV"], C_BK=c_consts["BK"],
+                                C_L2NORM=c_consts["L2NORM"], C_PRECISION=c_consts["PRECISION"])
+            grid = (n_solve + n_commit,)
+        else:  # unused pointers and sizes; the constexprs fixed so that this form compiles once
+            c_args = (log_gamma,) * 9 + (0,) * 10
+            n_sparse, every = 0, 1
+            commit_flags = dict(COMMIT=False, SOLVE_SPARSE=True, C_W=1, C_NP=16, C_PB=PATH_BLOCK, C_BV=16, C_BK=16,
+                                C_L2NORM=False, C_PRECISION="ieee")
+            grid = (n_solve,)
+        _gdn_tree_solve_kernel[grid](
             q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd,
-            N, *qk_strides, *gate_strides,
+            N, *qk_strides, *gate_strides, *c_args, n_sparse, every,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
-            HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
-            num_stages=cfg.solve_stages or cfg.num_stages, **flags, **gram_flags,
+            HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, V=V, num_warps=cfg.solve_warps,
+            num_stages=cfg.solve_stages or cfg.num_stages, **flags, **gram_flags, **commit_flags,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta, *gate_args,
@@ -764,6 +896,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             PRECISION=precision, QK16=qk16, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **gate_flags,
         )
     else:
+        if commit is not None:  # one wave of fused programs: the commit in its own launch first
+            gdn_tree_launch_commit(commit)
         pdl = bool(pdl) and bool(cfg.pdl) and pdl_supported(device)
         _gdn_tree_verify_kernel[(B * HV, V // block_v)](
             q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
@@ -798,6 +932,7 @@ def gdn_tree_verify(
     config: KernelConfig | None = None,
     pdl: bool = False,
     gate: OutputGate | None = None,
+    commit: PendingCommit | None = None,
 ) -> tuple[torch.Tensor, TreeFactors]:
     """Verify a batch of draft trees on one GDN layer from precomputed gates; returns ``(o, factors)``.
 
@@ -814,11 +949,14 @@ def gdn_tree_verify(
     supports it and the config asks for one (``KernelConfig.pdl``; :mod:`~lumotree.optimized.pdl`): it prefetches
     its ``S0`` tiles into L2 before it waits for the previous kernel. The split pipeline ignores it. ``gate`` (an
     :class:`OutputGate`): ``o`` holds the gated output before its norm factor, the factor's pieces go to
-    ``gate.parts``.
+    ``gate.parts``. ``commit``: the previous step's deferred commit (:func:`gdn_tree_defer_commit`, for a layer of
+    these shapes), run first: in the split pipeline by programs in the solve kernel's grid (the solve reads no
+    state), else by a launch of its own; ``state_pool`` is then read after it.
     """
     return _verify(q, k, v, g, beta, None, None, state_pool, slots, parents, gated=False, allow_neg_eigval=False,
                    use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, scale=scale, num_nodes=num_nodes, meta=meta,
-                   input_precision=input_precision, validate=validate, out=out, config=config, pdl=pdl, gate=gate)
+                   input_precision=input_precision, validate=validate, out=out, config=config, pdl=pdl, gate=gate,
+                   commit=commit)
 
 
 def gdn_tree_verify_gated(
@@ -844,6 +982,7 @@ def gdn_tree_verify_gated(
     config: KernelConfig | None = None,
     pdl: bool = False,
     gate: OutputGate | None = None,
+    commit: PendingCommit | None = None,
 ) -> tuple[torch.Tensor, TreeFactors]:
     """:func:`gdn_tree_verify` with the gates fused: raw projections ``a, b: [B, N, HV]``, ``A_log, dt_bias: [HV]``.
 
@@ -853,7 +992,102 @@ def gdn_tree_verify_gated(
     return _verify(q, k, v, a, b, A_log, dt_bias, state_pool, slots, parents, gated=True,
                    allow_neg_eigval=allow_neg_eigval, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, scale=scale,
                    num_nodes=num_nodes, meta=meta, input_precision=input_precision, validate=validate, out=out,
-                   config=config, pdl=pdl, gate=gate)
+                   config=config, pdl=pdl, gate=gate, commit=commit)
+
+
+def gdn_tree_defer_commit(
+    state_pool: torch.Tensor,
+    slots: torch.Tensor,
+    factors: TreeFactors,
+    parents: torch.Tensor,
+    accepted: torch.Tensor,
+    *,
+    num_nodes: torch.Tensor | None = None,
+    input_precision: str = "ieee",
+    meta: TreeMeta | None = None,
+    validate: bool = True,
+    config: KernelConfig | None = None,
+) -> PendingCommit:
+    """Check a commit as :func:`gdn_tree_commit` does and return it unlaunched (:class:`PendingCommit`).
+
+    The step loop ``verify(t); commit(t); verify(t + 1)`` becomes ``verify(t); p = defer_commit(t);
+    verify(t + 1, commit=p)``: the same states, outputs and factors, bit for bit, and the commit's memory-bound
+    programs run beside the next solve's latency-bound ones instead of in a launch of their own. Until ``p`` is
+    launched the pool holds ``S0`` at its slots; the factors it names must stay untouched until then.
+    """
+    if not isinstance(factors, TreeFactors):
+        raise TypeError(f"factors must be the TreeFactors returned by gdn_tree_verify, got {type(factors).__name__}")
+    delta, log_gamma, k, k_rnorm = factors
+    device = state_pool.device if isinstance(state_pool, torch.Tensor) else torch.device("cpu")
+    layered = isinstance(state_pool, torch.Tensor) and state_pool.ndim == 5
+    check_tensor("state_pool", state_pool, (None,) * (5 if layered else 4),
+                 "G, P, HV, K, V" if layered else "P, HV, K, V", (torch.float32,), device, contiguous=True)
+    P, HV, K, V = state_pool.shape[-4:]
+    lead, named = ((state_pool.shape[0],), "G, ") if layered else ((), "")
+    check_tensor("factors.delta", delta, (*lead, None, None, HV, V), named + "B, N, HV, V", (torch.float32,), device)
+    B, N = delta.shape[-4:-2]
+    check_tensor("factors.log_gamma", log_gamma, (*lead, B, N, HV), named + "B, N, HV", (torch.float32,), device)
+    check_tensor("factors.k", k, (*lead, B, N, None, K), named + "B, N, H, K", FLOAT_DTYPES, device)
+    H = k.shape[-2]
+    if HV % H != 0:
+        raise ValueError(f"state_pool has HV = {HV} value heads, not a multiple of H = {H} (factors.k)")
+    if k_rnorm is not None:
+        check_tensor("factors.k_rnorm", k_rnorm, (*lead, B, N, H), named + "B, N, H", (torch.float32,), device)
+    pool = state_pool
+    if not layered:  # one layer: a stack of one
+        pool, delta, log_gamma, k = state_pool[None], delta[None], log_gamma[None], k[None]
+        k_rnorm = k_rnorm[None] if k_rnorm is not None else None
+    for name, t in (("factors.delta", delta), ("factors.log_gamma", log_gamma), ("factors.k_rnorm", k_rnorm)):
+        if t is not None and not t[0].is_contiguous():
+            raise ValueError(f"{name} must be contiguous within each layer (strides {tuple(t.stride())})")
+    _pow2_dim("K", K)
+    _pow2_dim("V", V)
+    check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
+    if N > MAX_NODES:
+        raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
+    slots = check_slots(slots, B, P, device, validate, distinct=True)
+    num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
+    accepted = check_node_index("accepted", accepted, B, num_nodes, device, validate)
+    precision = _check_precision(input_precision)
+    if meta is not None:
+        meta = _check_meta(meta, B, N, device)
+    if validate:
+        check_tree_rows(parents, num_nodes)
+    if meta is None:
+        meta = tree_meta(parents, num_nodes, validate=False)
+    cfg = config or commit_config(pool.shape[0] * B, HV, N, K, V, device)  # the layers' programs fill the GPU
+    if not isinstance(cfg, KernelConfig):
+        raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
+    return PendingCommit(state_pool, pool, slots, TreeFactors(delta, log_gamma, k, k_rnorm), meta, num_nodes,
+                         accepted, precision, cfg)
+
+
+def _commit_launch(pending: PendingCommit) -> tuple[tuple[int, int, int], tuple, dict]:
+    """Grid ``(layers x requests x HV, V blocks, K blocks)``, runtime arguments and constexprs of ``pending``'s
+    :func:`_commit_tile` programs."""
+    delta, log_gamma, k, k_rnorm = pending.factors
+    G, _, HV, K, V = pending.pool.shape
+    B, N = delta.shape[1:3]
+    block_v = min(pending.config.block_v, V)
+    block_k = min(pending.config.block_k, K)
+    kr = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when k was not normalised
+    args = (pending.pool, pending.slots, pending.meta.words, pending.num_nodes, pending.accepted, delta, log_gamma, k,
+            kr, B, N, k.stride(1), k.stride(2), k.stride(3),
+            pending.pool.stride(0), delta.stride(0), log_gamma.stride(0), k.stride(0), kr.stride(0))
+    consts = dict(H=k.shape[-2], HV=HV, K=K, V=V, W=pending.meta.words.shape[2], NP=_padded_nodes(N), PB=PATH_BLOCK,
+                  BV=block_v, BK=block_k, L2NORM=k_rnorm is not None, PRECISION=pending.precision,
+                  WORD_BITS=WORD_BITS)
+    return (G * B * HV, V // block_v, K // block_k), args, consts
+
+
+def gdn_tree_launch_commit(pending: PendingCommit) -> torch.Tensor:
+    """Launch a deferred commit (:func:`gdn_tree_defer_commit`) on its own; returns the pool as passed there."""
+    if not isinstance(pending, PendingCommit):
+        raise TypeError(f"pending must be a PendingCommit (from gdn_tree_defer_commit), got {type(pending).__name__}")
+    grid, args, consts = _commit_launch(pending)
+    _gdn_tree_commit_kernel[grid](*args, **consts, num_warps=pending.config.num_warps,
+                                  num_stages=pending.config.num_stages)
+    return pending.target
 
 
 def gdn_tree_commit(
@@ -878,59 +1112,9 @@ def gdn_tree_commit(
     Layers verified on the same trees commit in one launch: ``state_pool: [G, P, HV, K, V]`` and factors with the
     same leading layer dimension (``delta: [G, B, N, HV, V]``, ``log_gamma: [G, B, N, HV]``, ``k: [G, B, N, H, K]``,
     ``k_rnorm: [G, B, N, H]``; each layer's block laid out as for one layer, the layers at any stride): layer g's
-    factors go into layer g's pool. Returns ``state_pool``.
+    factors go into layer g's pool. Returns ``state_pool``. :func:`gdn_tree_defer_commit` checks the same and
+    leaves the launch to the next verify.
     """
-    if not isinstance(factors, TreeFactors):
-        raise TypeError(f"factors must be the TreeFactors returned by gdn_tree_verify, got {type(factors).__name__}")
-    delta, log_gamma, k, k_rnorm = factors
-    device = state_pool.device if isinstance(state_pool, torch.Tensor) else torch.device("cpu")
-    layered = isinstance(state_pool, torch.Tensor) and state_pool.ndim == 5
-    check_tensor("state_pool", state_pool, (None,) * (5 if layered else 4),
-                 "G, P, HV, K, V" if layered else "P, HV, K, V", (torch.float32,), device, contiguous=True)
-    P, HV, K, V = state_pool.shape[-4:]
-    lead, named = ((state_pool.shape[0],), "G, ") if layered else ((), "")
-    check_tensor("factors.delta", delta, (*lead, None, None, HV, V), named + "B, N, HV, V", (torch.float32,), device)
-    B, N = delta.shape[-4:-2]
-    check_tensor("factors.log_gamma", log_gamma, (*lead, B, N, HV), named + "B, N, HV", (torch.float32,), device)
-    check_tensor("factors.k", k, (*lead, B, N, None, K), named + "B, N, H, K", FLOAT_DTYPES, device)
-    H = k.shape[-2]
-    if HV % H != 0:
-        raise ValueError(f"state_pool has HV = {HV} value heads, not a multiple of H = {H} (factors.k)")
-    if k_rnorm is not None:
-        check_tensor("factors.k_rnorm", k_rnorm, (*lead, B, N, H), named + "B, N, H", (torch.float32,), device)
-    if not layered:  # one layer: a stack of one
-        state_pool, delta, log_gamma, k = state_pool[None], delta[None], log_gamma[None], k[None]
-        k_rnorm = k_rnorm[None] if k_rnorm is not None else None
-    for name, t in (("factors.delta", delta), ("factors.log_gamma", log_gamma), ("factors.k_rnorm", k_rnorm)):
-        if t is not None and not t[0].is_contiguous():
-            raise ValueError(f"{name} must be contiguous within each layer (strides {tuple(t.stride())})")
-    _pow2_dim("K", K)
-    _pow2_dim("V", V)
-    check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
-    if N > MAX_NODES:
-        raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
-    slots = check_slots(slots, B, P, device, validate, distinct=True)
-    num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
-    accepted = check_node_index("accepted", accepted, B, num_nodes, device, validate)
-    precision = _check_precision(input_precision)
-    if meta is not None:
-        meta = _check_meta(meta, B, N, device)
-    if validate:
-        check_tree_rows(parents, num_nodes)
-    if meta is None:
-        meta = tree_meta(parents, num_nodes, validate=False)
-    cfg = config or commit_config(state_pool.shape[0] * B, HV, N, K, V, device)  # the layers' programs fill the GPU
-    if not isinstance(cfg, KernelConfig):
-        raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
-    block_v = min(cfg.block_v, V)
-    block_k = min(cfg.block_k, K)
-    kr = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when k was not normalised
-    _gdn_tree_commit_kernel[(state_pool.shape[0] * B * HV, V // block_v, K // block_k)](
-        state_pool, slots, meta.words, num_nodes, accepted, delta, log_gamma, k, kr,
-        B, N, k.stride(1), k.stride(2), k.stride(3),
-        state_pool.stride(0), delta.stride(0), log_gamma.stride(0), k.stride(0), kr.stride(0),
-        H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=_padded_nodes(N), PB=PATH_BLOCK, BV=block_v,
-        BK=block_k, L2NORM=k_rnorm is not None, PRECISION=precision, WORD_BITS=WORD_BITS,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
-    return state_pool if layered else state_pool[0]
+    return gdn_tree_launch_commit(gdn_tree_defer_commit(
+        state_pool, slots, factors, parents, accepted, num_nodes=num_nodes, input_precision=input_precision,
+        meta=meta, validate=validate, config=config))

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from strategies import build_tree_parents, trees
 
@@ -415,6 +415,122 @@ def test_bad_output_gate_raises_naming_the_field():
             run_verify(case, l2norm=True, gated=False, gate=gate)
 
 
+# ----------------------------------------------------------------------------------- deferred commit (interpreter)
+def two_steps(first, second, *, group, gated, seed, H=None, K=16, V=16):
+    """Two steps of one layer on one pool: ``first``'s trees, then ``second``'s (any batch; its slots drawn
+    independently, so a request may be new or land on a slot the first step commits). Unused pool rows are NaN."""
+    H = H or (1 if group == 2 else 2)
+    one = make_case(first, H=H, group=group, K=K, V=V, gated=gated, seed=seed)
+    two = make_case(second, H=H, group=group, K=K, V=V, gated=gated, seed=seed + 1)
+    gen = torch.Generator().manual_seed(seed + 2)
+    P = max(len(first), len(second)) + 2
+    pool = torch.full((P, H * group, K, V), float("nan"))
+    one["slots"] = torch.randperm(P, generator=gen)[: len(first)].to(DEVICE)
+    two["slots"] = torch.randperm(P, generator=gen)[: len(second)].to(DEVICE)
+    used = torch.cat([one["slots"], two["slots"]]).unique().cpu()
+    pool[used] = torch.randn(len(used), H * group, K, V, generator=gen)
+    one["pool"] = two["pool"] = pool.to(DEVICE)
+    return one, two
+
+
+def assert_same(a, b):
+    torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+@settings(max_examples=16, deadline=None)
+@given(
+    first=st.lists(trees(max_nodes=9), min_size=1, max_size=3),
+    second=st.lists(trees(max_nodes=9), min_size=1, max_size=3),
+    group=st.sampled_from([1, 2]),
+    gated=st.booleans(),
+    pipeline=st.sampled_from(list(VERIFY_PIPELINES)),
+    commit_shape=st.sampled_from([(16, 16), (16, 8), (8, 16)]),
+    V=st.sampled_from([16, 32]),
+    pick=st.lists(st.integers(0, 10**6), min_size=3, max_size=3),
+    seed=st.integers(0, 2**16),
+)
+# the solve the sparse kind (2 solve programs, 24 commit programs: every = 12), then the commit (2 against 6), then
+# the solve with a remainder (6 against 8: dense programs past the last sparse one)
+@example(first=[[-1, 0, 1], [-1], [-1, 0, 0, 1]], second=[[-1, 0]], group=2, gated=False, pipeline="split",
+         commit_shape=(16, 8), V=32, pick=[2, 0, 3], seed=1)
+@example(first=[[-1, 0, 0]], second=[[-1], [-1, 0], [-1, 0, 1]], group=1, gated=True, pipeline="split",
+         commit_shape=(16, 16), V=16, pick=[1, 0, 0], seed=2)
+@example(first=[[-1, 0, 1, 2]], second=[[-1, 0], [-1], [-1, 0, 0]], group=2, gated=False, pipeline="split",
+         commit_shape=(16, 8), V=32, pick=[3, 0, 0], seed=3)
+def test_deferred_commit_equals_commit_then_verify(first, second, group, gated, pipeline, commit_shape, V, pick,
+                                                   seed):
+    """``verify(t + 1, commit=defer_commit(t))`` gives the states, outputs and factors of ``commit(t); verify(t +
+    1)``, bit for bit, in every pipeline (split: the commit's programs interleaved with the solve's, either kind the
+    sparse one as the batches and the commit's [K, V] blocks make them outnumber each other; fused: a launch of its
+    own first), and the deferral itself writes nothing."""
+    one, two = two_steps(first, second, group=group, gated=gated, seed=seed, V=V)
+    config = verify_pipeline(pipeline, group)
+    commit_config = G.KernelConfig(commit_shape[0], commit_shape[1], 4, 1)
+    accepted = torch.tensor([pick[b] % len(r) for b, r in enumerate(first)], dtype=torch.int32, device=DEVICE)
+    commit_kw = dict(num_nodes=one["num_nodes"], config=commit_config)
+    pool0 = one["pool"].clone()
+
+    _, f1 = run_verify(one, l2norm=True, gated=gated, config=config)
+    G.gdn_tree_commit(one["pool"], one["slots"], f1, one["parents"], accepted, **commit_kw)
+    o_eager, f_eager = run_verify(two, l2norm=True, gated=gated, config=config)
+    pool_eager = one["pool"].clone()
+
+    one["pool"].copy_(pool0)
+    _, f1 = run_verify(one, l2norm=True, gated=gated, config=config)
+    pending = G.gdn_tree_defer_commit(one["pool"], one["slots"], f1, one["parents"], accepted, **commit_kw)
+    assert_same(one["pool"], pool0)  # nothing written yet
+    o_deferred, f_deferred = run_verify(two, l2norm=True, gated=gated, config=config, commit=pending)
+    assert_same(one["pool"], pool_eager)
+    assert_same(o_deferred, o_eager)
+    for got, want in zip(f_deferred, f_eager):
+        assert_same(got, want)
+
+
+def test_launch_commit_is_commit():
+    """A deferred commit launched alone writes what ``gdn_tree_commit`` writes; it returns the pool as passed."""
+    case = make_case([[-1, 0, 1, 1], [-1, 0]], H=1, group=2, seed=5)
+    _, f = run_verify(case, l2norm=True, gated=False)
+    accepted = torch.tensor([3, 1], dtype=torch.int32, device=DEVICE)
+    pool0 = case["pool"].clone()
+    G.gdn_tree_commit(case["pool"], case["slots"], f, case["parents"], accepted, num_nodes=case["num_nodes"])
+    eager = case["pool"].clone()
+    case["pool"].copy_(pool0)
+    pending = G.gdn_tree_defer_commit(case["pool"], case["slots"], f, case["parents"], accepted,
+                                      num_nodes=case["num_nodes"])
+    assert G.gdn_tree_launch_commit(pending) is case["pool"]
+    assert_same(case["pool"], eager)
+
+
+def test_deferred_commit_bad_input():
+    """A pending commit of another layer shape, or whose memory the solve launch would write or read while the
+    commit writes the pool, is refused before any launch, naming the arguments."""
+    case = make_case([[-1, 0, 0]], H=1, group=2, seed=3)
+    split = verify_pipeline("split", 2)
+    _, f = run_verify(case, l2norm=True, gated=False, config=split)
+    accepted = torch.tensor([2], dtype=torch.int32, device=DEVICE)
+    pending = G.gdn_tree_defer_commit(case["pool"], case["slots"], f, case["parents"], accepted)
+    with pytest.raises(TypeError, match="commit must be a PendingCommit"):
+        run_verify(case, l2norm=True, gated=False, config=split, commit=tuple(pending))
+    with pytest.raises(TypeError, match="pending must be a PendingCommit"):
+        G.gdn_tree_launch_commit(tuple(pending))
+    wide = make_case([[-1, 0, 0]], H=1, group=2, V=32, seed=3)
+    with pytest.raises(ValueError, match=r"commit is for a layer with \(H, HV, K, V\)"):
+        run_verify(wide, l2norm=True, gated=False, config=split, commit=pending)
+    B, N, HV, V = case["v"].shape
+    out = (torch.empty(B, N, HV, V, device=DEVICE), torch.empty(B, N, HV, V, device=DEVICE),
+           f.log_gamma, torch.empty(B, N, 1, device=DEVICE))  # this step's log_gamma over the pending one's
+    with pytest.raises(ValueError, match=r"out\[2\] \(log_gamma\) and commit.factors.log_gamma share memory"):
+        G.gdn_tree_verify(case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"], case["slots"],
+                          case["parents"], use_qk_l2norm_in_kernel=True, out=out, config=split, commit=pending)
+    q_in_pool = case["pool"].view(-1)[: case["q"].numel()].view(case["q"].shape)
+    with pytest.raises(ValueError, match="q and commit.pool share memory"):
+        G.gdn_tree_verify(q_in_pool, case["k"], case["v"], case["a"], case["b"], case["pool"], case["slots"],
+                          case["parents"], config=split, commit=pending, validate=False)
+    fused = verify_pipeline("fused", 2)  # one launch after the other: nothing to race, the same checks of shape
+    with pytest.raises(ValueError, match="commit is for a layer"):
+        run_verify(wide, l2norm=True, gated=False, config=fused, commit=pending)
+
+
 # ------------------------------------------------------------------------------------------------------------- GPU
 QWEN = dict(H=16, group=2, K=128, V=128)
 
@@ -447,6 +563,36 @@ def test_gpu_qwen_shapes_error_bounds(precision, tol, gated):
     G.gdn_tree_commit(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
                       input_precision=precision)
     assert rel_err(case["pool"][case["slots"]], ref_s) < tol
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B", [64, 16, 1])
+def test_gpu_deferred_commit_qwen_shapes(B):
+    """At Qwen3-Next shapes in tf32 with the default configs (B = 64 and 16: the split pipeline, the commit's
+    programs in the solve's grid; B = 1: the fused kernel after a commit launch), verify with the previous step's
+    deferred commit equals commit then verify: the pool and the factors bit for bit, the outputs within 1e-6 (the
+    same arithmetic; the solve compiles into another kernel beside the commit)."""
+    rng = np.random.default_rng(B)
+    first = [build_tree_parents("random", 64, rng) for _ in range(B)]
+    second = [build_tree_parents("deep_wide" if b % 2 else "chain", 64, rng) for b in range(B)]
+    one, two = two_steps(first, second, group=QWEN["group"], gated=True, seed=B, H=QWEN["H"], K=QWEN["K"],
+                         V=QWEN["V"])
+    accepted = torch.tensor([int(rng.integers(0, 64)) for _ in range(B)], dtype=torch.int32, device="cuda")
+    pool0 = one["pool"].clone()
+    kw = dict(l2norm=True, gated=True, precision="tf32")
+    _, f1 = run_verify(one, **kw)
+    G.gdn_tree_commit(one["pool"], one["slots"], f1, one["parents"], accepted, input_precision="tf32")
+    o_eager, f_eager = run_verify(two, **kw)
+    pool_eager = one["pool"].clone()
+    one["pool"].copy_(pool0)
+    _, f1 = run_verify(one, **kw)
+    pending = G.gdn_tree_defer_commit(one["pool"], one["slots"], f1, one["parents"], accepted,
+                                      input_precision="tf32")
+    o_deferred, f_deferred = run_verify(two, **kw, commit=pending)
+    assert_same(one["pool"], pool_eager)
+    assert rel_err(o_deferred, o_eager) < 1e-6
+    assert rel_err(f_deferred.delta, f_eager.delta) < 1e-6
+    assert_same(f_deferred.log_gamma, f_eager.log_gamma)
 
 
 @pytest.mark.gpu
