@@ -134,7 +134,10 @@ class KernelConfig(NamedTuple):
     ``solve_stages`` (0: ``num_stages``) for its K loop. ``dot16``: with 16-bit q / k in a tensor-core mode, form
     ``K K^T`` and ``Q K^T`` as 16-bit products of the loaded tiles (:func:`_gram_products`). ``pdl`` (fused kernel):
     the launch may be a programmatic dependent one, which prefetches ``S0`` before its wait, when the caller allows
-    PDL (``gdn_tree_verify(pdl=True)``). (A per-(request,
+    PDL (``gdn_tree_verify(pdl=True)``). ``fold_commit``: a deferred commit given to verify
+    (:func:`gdn_tree_defer_commit`, this pool and these requests) is folded into the pass over the state (the apply
+    or fused kernel commits each chunk it reads and stores it back) instead of running in the solve's grid or a
+    launch of its own. (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
     form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
@@ -149,6 +152,7 @@ class KernelConfig(NamedTuple):
     solve_stages: int = 0
     dot16: bool = True
     pdl: bool = False
+    fold_commit: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -436,13 +440,19 @@ def _gdn_tree_apply_kernel(
     q_ptr, k_ptr, v_ptr, pool_ptr, slots_ptr, num_nodes_ptr, log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr,
     tb_ptr, qkd_ptr, o_ptr, delta_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,
     scale, N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_zb, s_zn, s_zh,
+    c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr, c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr,
+    c_N, c_s_kb, c_s_kn, c_s_kh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
-    QK16: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr,
+    QK16: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr, FOLD: tl.constexpr, C_W: tl.constexpr,
+    C_NP: tl.constexpr, C_PB: tl.constexpr, C_L2NORM: tl.constexpr, C_PRECISION: tl.constexpr,
+    WORD_BITS: tl.constexpr,
 ):
     """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
     ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)`` (``GATE``: stored through
-    :func:`_store_output`'s half of the gated RMSNorm)."""
+    :func:`_store_output`'s half of the gated RMSNorm). ``FOLD``: the pool holds the previous step's states and
+    the ``c_*`` arguments its deferred commit (same requests and slots, one layer): each ``BK``-row chunk is
+    committed (:func:`_commit_rows`) and stored back before it is used as ``S0``."""
     pid_v = tl.program_id(0)  # fastest: the V blocks of one value head share its TB / QKD tiles in L2
     pid_bh = tl.program_id(1)
     b = pid_bh // HV
@@ -461,11 +471,20 @@ def _gdn_tree_apply_kernel(
     state = pool_ptr + (slot * HV + hv) * (K * V)
     q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
+    if FOLD:
+        on_path, rank, path_len, lg_a = _pending_path(c_words_ptr, c_num_nodes_ptr, c_accepted_ptr,
+                                                      c_log_gamma_ptr, b, b64, hv, c_N, HV, C_W, C_NP, WORD_BITS)
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)  # [BK]
         q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
         k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
-        s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
+        s_c = tl.load(state + kc[:, None] * V + vcols[None, :])  # [BK, BV]
+        if FOLD:
+            s_c = _commit_rows(s_c, kc, vcols, b64, hv, h, c_N, on_path, rank, path_len, lg_a, c_delta_ptr,
+                               c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_s_kb, c_s_kn, c_s_kh, H, HV, V, C_NP,
+                               C_PB, C_L2NORM, C_PRECISION)
+            tl.store(state + kc[:, None] * V + vcols[None, :], s_c)
+        s_c = _tf32_round(s_c, PRECISION)
         ks = tl.dot(_round_qk(k_c, PRECISION, QK16), s_c, ks, input_precision=PRECISION)
         qs = tl.dot(_round_qk(q_c, PRECISION, QK16), s_c, qs, input_precision=PRECISION)
     if L2NORM:
@@ -490,18 +509,23 @@ def _gdn_tree_verify_kernel(
     o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,
     scale, N,
     s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, s_zb, s_zn, s_zh,
+    c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr, c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr,
+    c_N, c_s_kb, c_s_kn, c_s_kh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr, PDL: tl.constexpr, STATE_LINES: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr,
+    FOLD: tl.constexpr, C_W: tl.constexpr, C_NP: tl.constexpr, C_PB: tl.constexpr, C_L2NORM: tl.constexpr,
+    C_PRECISION: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
     redone by every V block of a value head; pays off when there are few programs, i.e. small batches). ``PDL``:
     launched as a programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program prefetches its
     ``S0`` tile into L2 (``STATE_LINES`` 128-byte lines per state row), which no kernel of the step writes, then
     waits for the previous kernel (whose output q, k, v and the gates are) before it reads anything else. ``GATE``:
-    the output is stored through :func:`_store_output`'s half of the gated RMSNorm (:class:`OutputGate`)."""
+    the output is stored through :func:`_store_output`'s half of the gated RMSNorm (:class:`OutputGate`).
+    ``FOLD``: the previous step's deferred commit folded into the pass over the state, as in the apply kernel."""
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = pid_bh // HV
@@ -535,11 +559,20 @@ def _gdn_tree_verify_kernel(
     q_sq = tl.zeros([NP], dtype=tl.float32)  # [NP]
     q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
+    if FOLD:
+        on_path, rank, path_len, lg_a = _pending_path(c_words_ptr, c_num_nodes_ptr, c_accepted_ptr,
+                                                      c_log_gamma_ptr, b, b64, hv, c_N, HV, C_W, C_NP, WORD_BITS)
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)  # [BK]
         q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
         k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK]
-        s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
+        s_c = tl.load(state + kc[:, None] * V + vcols[None, :])  # [BK, BV]
+        if FOLD:
+            s_c = _commit_rows(s_c, kc, vcols, b64, hv, h, c_N, on_path, rank, path_len, lg_a, c_delta_ptr,
+                               c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_s_kb, c_s_kn, c_s_kh, H, HV, V, C_NP,
+                               C_PB, C_L2NORM, C_PRECISION)
+            tl.store(state + kc[:, None] * V + vcols[None, :], s_c)
+        s_c = _tf32_round(s_c, PRECISION)
         q_c = q_raw.to(tl.float32)  # [NP, BK]
         k_c = k_raw.to(tl.float32)  # [NP, BK]
         if L2NORM:
@@ -613,9 +646,24 @@ def _commit_tile(
     on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)  # path(node)
     lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
     state_ptrs = pool_ptr + (slot * HV + hv) * (K * V) + kcols[:, None] * V + vcols[None, :]  # [BK, BV]
-    s = tl.load(state_ptrs) * tl.exp(lg_a)  # [BK, BV] Gamma_a S0
+    s = _commit_rows(tl.load(state_ptrs), kcols, vcols, b64, hv, h, N, on_path, rank, path_len, lg_a,
+                     delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr, s_kb, s_kn, s_kh, H, HV, V, NP, PB, L2NORM,
+                     PRECISION)
+    tl.store(state_ptrs, s)
+
+
+@triton.jit
+def _commit_rows(s0, kcols, vcols, b64, hv, h, N, on_path, rank, path_len, lg_a,
+                 delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr, s_kb, s_kn, s_kh,
+                 H: tl.constexpr, HV: tl.constexpr, V: tl.constexpr, NP: tl.constexpr, PB: tl.constexpr,
+                 L2NORM: tl.constexpr, PRECISION: tl.constexpr):
+    """The committed rows ``kcols`` x columns ``vcols`` of one (request, value head) from the same block of ``S0``
+    (``s0 [BK, BV]``): ``Gamma_a s0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[kcols] delta_j[vcols]^T``, the path
+    (:func:`~lumotree.optimized.tree_attention.accepted_path` of the accepted node, ``lg_a = log Gamma_a``) gathered
+    PB nodes at a time into dense tiles."""
+    s = s0 * tl.exp(lg_a)  # [BK, BV] Gamma_a S0
     lanes = tl.arange(0, PB)  # [PB]
-    for p0 in range(0, path_len, PB):  # the path, PB nodes at a time, gathered into dense tiles
+    for p0 in range(0, path_len, PB):
         idx = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node index of path entry p0 + lane
         live = p0 + lanes < path_len  # [PB]
         lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PB]
@@ -628,7 +676,17 @@ def _commit_tile(
                       mask=live[:, None], other=0.0).to(tl.float32)  # [PB, BK]
         s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(weight[:, None] * d, PRECISION), s,
                    input_precision=PRECISION)  # [BK, BV]
-    tl.store(state_ptrs, s)
+    return s
+
+
+@triton.jit
+def _pending_path(c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_log_gamma_ptr, b, b64, hv, c_N,
+                  HV: tl.constexpr, C_W: tl.constexpr, C_NP: tl.constexpr, WORD_BITS: tl.constexpr):
+    """Request b's accepted path in a deferred commit (``c_*``, one layer): ``(on_path, rank, path_len, lg_a)``."""
+    c_node = tl.load(c_accepted_ptr + b)
+    on_path, rank, path_len = accepted_path(c_words_ptr + (b64 * c_N + c_node) * C_W, tl.load(c_num_nodes_ptr + b),
+                                            C_NP, WORD_BITS)
+    return on_path, rank, path_len, tl.load(c_log_gamma_ptr + (b64 * c_N + c_node) * HV + hv)
 
 
 @triton.jit
@@ -765,6 +823,34 @@ def _check_pending(commit: object, H: int, HV: int, K: int, V: int, device: torc
                          f"{(H, HV, K, V)}")
 
 
+def _check_commit_memory(commit: PendingCommit, written: dict, read: dict) -> None:
+    """The deferred commit runs in a launch that writes ``written`` and reads ``read``: neither may share bytes
+    with what the commit reads (its factors and tree metadata) or writes (the pool, at other requests' slots)."""
+    commit_reads = {"commit.factors.delta": commit.factors.delta, "commit.factors.log_gamma": commit.factors.log_gamma,
+                    "commit.factors.k": commit.factors.k, "commit.factors.k_rnorm": commit.factors.k_rnorm,
+                    "commit.meta.words": commit.meta.words}
+    for name, t in written.items():
+        for cname, ct in commit_reads.items():
+            check_disjoint(name, t, cname, ct, "the deferred commit reads the previous step's factors in the launch "
+                           "that writes this step's")
+    for name, t in read.items():
+        check_disjoint(name, t, "commit.pool", commit.pool, "the deferred commit writes the pool in the launch that "
+                       "reads this step's inputs")
+
+
+def _check_fold(commit: PendingCommit, state_pool: torch.Tensor, slots: torch.Tensor, B: int, validate: bool) -> None:
+    """``KernelConfig.fold_commit``: each verify program commits its own state tile, so the commit must be this
+    layer's (one layer, this pool) for these requests at these slots."""
+    if commit.pool.shape[0] != 1 or commit.pool[0].data_ptr() != state_pool.data_ptr():
+        raise ValueError("config.fold_commit: the deferred commit must be for this verify's state_pool, one layer")
+    same = commit.slots.shape == slots.shape and (
+        commit.slots.data_ptr() == slots.data_ptr() and commit.slots.dtype == slots.dtype
+        or validate and torch.equal(commit.slots.long(), slots.long()))
+    if commit.factors.delta.shape[1] != B or not same:
+        raise ValueError("config.fold_commit: the deferred commit must be for this verify's requests at the same "
+                         "slots (the same slots tensor, or equal slots with validate=True)")
+
+
 def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents, *, gated, allow_neg_eigval,
             use_qk_l2norm_in_kernel, scale, num_nodes, meta, input_precision, validate, out, config, pdl, gate,
             commit):
@@ -852,20 +938,29 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
                  PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors), QK16=qk16)
     gram_flags = dict(DOT16=qk16 and precision != "ieee" and bool(cfg.dot16))
+    fold = commit is not None and bool(cfg.fold_commit)
+    inputs = {"q": q, "k": k, "v": v, names[0]: gate_a, names[1]: gate_b, "meta.words": meta.words,
+              "meta.depth": meta.depth}
+    if fold:  # the commit inside the pass over the state: every output is written while the commit is read
+        _check_fold(commit, state_pool, slots, B, validate)
+        _check_commit_memory(commit, {"out[0] (o)": o, "out[1] (delta)": delta, "out[2] (log_gamma)": log_gamma,
+                                      "out[3] (k_rnorm)": k_rnorm}, inputs)
+        c_delta, c_log_gamma, c_k, c_k_rnorm = (t[0] if t is not None else None for t in commit.factors)
+        fold_args = (commit.meta.words, commit.num_nodes, commit.accepted, c_delta, c_log_gamma, c_k,
+                     c_k_rnorm if c_k_rnorm is not None else c_log_gamma, commit.meta.words.shape[1],
+                     c_k.stride(0), c_k.stride(1), c_k.stride(2))
+        fold_flags = dict(FOLD=True, C_W=commit.meta.words.shape[2], C_NP=_padded_nodes(commit.meta.words.shape[1]),
+                          C_PB=PATH_BLOCK, C_L2NORM=c_k_rnorm is not None, C_PRECISION=commit.precision)
+    else:  # unused pointers and sizes; the constexprs fixed so that this form compiles once
+        fold_args = (log_gamma,) * 7 + (0,) * 4
+        fold_flags = dict(FOLD=False, C_W=1, C_NP=16, C_PB=PATH_BLOCK, C_L2NORM=False, C_PRECISION="ieee")
     if cfg.split:
         q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]
         tb = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
         qkd = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
         n_solve = B * HV // cfg.solve_heads
-        if commit is not None:  # the deferred commit's programs in the solve's grid (they run at the same time)
-            for name, t in (("out[2] (log_gamma)", log_gamma), ("out[3] (k_rnorm)", k_rnorm)):
-                for pname, pt in zip(("delta", "log_gamma", "k", "k_rnorm"), commit.factors):
-                    check_disjoint(name, t, f"commit.factors.{pname}", pt, "the deferred commit reads the "
-                                   "previous step's factors while this verify's solve writes its own")
-            for name, t in (("q", q), ("k", k), (names[0], gate_a), (names[1], gate_b), ("meta.words", meta.words),
-                            ("meta.depth", meta.depth)):
-                check_disjoint(name, t, "commit.pool", commit.pool, "the deferred commit writes the pool while "
-                               "this verify's solve reads its inputs")
+        if commit is not None and not fold:  # the commit's programs in the solve's grid (they run at the same time)
+            _check_commit_memory(commit, {"out[2] (log_gamma)": log_gamma, "out[3] (k_rnorm)": k_rnorm}, inputs)
             c_grid, c_args, c_consts = _commit_launch(commit)
             n_commit = c_grid[0] * c_grid[1] * c_grid[2]
             solve_sparse = n_solve <= n_commit
@@ -891,22 +986,23 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta, *gate_args,
-            scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides,
+            scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides, *fold_args,
             H=H, HV=HV, K=K, V=V, NP=NP, BK=block_k, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel),
-            PRECISION=precision, QK16=qk16, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **gate_flags,
+            PRECISION=precision, QK16=qk16, WORD_BITS=WORD_BITS, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages, **gate_flags, **fold_flags,
         )
     else:
-        if commit is not None:  # one wave of fused programs: the commit in its own launch first
+        if commit is not None and not fold:  # one wave of fused programs: the commit in its own launch first
             gdn_tree_launch_commit(commit)
         pdl = bool(pdl) and bool(cfg.pdl) and pdl_supported(device)
         _gdn_tree_verify_kernel[(B * HV, V // block_v)](
             q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             state_pool, slots, meta.words, meta.depth, num_nodes,
             o, delta, log_gamma, k_rnorm_arg, *gate_args, scale, N,
-            *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides,
+            *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides, *fold_args,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128),
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags, **fold_flags,
             **({"launch_pdl": True} if pdl else {}),
         )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)

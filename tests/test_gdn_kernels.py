@@ -486,6 +486,45 @@ def test_deferred_commit_equals_commit_then_verify(first, second, group, gated, 
         assert_same(got, want)
 
 
+@settings(max_examples=16, deadline=None)
+@given(
+    data=st.data(),
+    first=st.lists(trees(max_nodes=9), min_size=1, max_size=3),
+    group=st.sampled_from([1, 2]),
+    gated=st.booleans(),
+    pipeline=st.sampled_from(list(VERIFY_PIPELINES)),
+    V=st.sampled_from([16, 32]),
+    pick=st.lists(st.integers(0, 10**6), min_size=3, max_size=3),
+    seed=st.integers(0, 2**16),
+)
+def test_folded_commit_equals_commit_then_verify(data, first, group, gated, pipeline, V, pick, seed):
+    """``KernelConfig.fold_commit``: the same requests at the same slots, their previous commit folded into the
+    verify's pass over the state (each chunk committed, stored back and used as ``S0``) gives the states, outputs
+    and factors of commit-then-verify, bit for bit, in every pipeline."""
+    second = [data.draw(trees(max_nodes=9)) for _ in first]
+    one, two = two_steps(first, second, group=group, gated=gated, seed=seed, V=V)
+    two["slots"] = one["slots"]
+    config = verify_pipeline(pipeline, group)
+    accepted = torch.tensor([pick[b] % len(r) for b, r in enumerate(first)], dtype=torch.int32, device=DEVICE)
+    pool0 = one["pool"].clone()
+
+    _, f1 = run_verify(one, l2norm=True, gated=gated, config=config)
+    G.gdn_tree_commit(one["pool"], one["slots"], f1, one["parents"], accepted, num_nodes=one["num_nodes"])
+    o_eager, f_eager = run_verify(two, l2norm=True, gated=gated, config=config)
+    pool_eager = one["pool"].clone()
+
+    one["pool"].copy_(pool0)
+    _, f1 = run_verify(one, l2norm=True, gated=gated, config=config)
+    pending = G.gdn_tree_defer_commit(one["pool"], one["slots"], f1, one["parents"], accepted,
+                                      num_nodes=one["num_nodes"])
+    o_folded, f_folded = run_verify(two, l2norm=True, gated=gated, config=config._replace(fold_commit=True),
+                                    commit=pending)
+    assert_same(one["pool"], pool_eager)
+    assert_same(o_folded, o_eager)
+    for got, want in zip(f_folded, f_eager):
+        assert_same(got, want)
+
+
 def test_launch_commit_is_commit():
     """A deferred commit launched alone writes what ``gdn_tree_commit`` writes; it returns the pool as passed."""
     case = make_case([[-1, 0, 1, 1], [-1, 0]], H=1, group=2, seed=5)
@@ -529,6 +568,21 @@ def test_deferred_commit_bad_input():
     fused = verify_pipeline("fused", 2)  # one launch after the other: nothing to race, the same checks of shape
     with pytest.raises(ValueError, match="commit is for a layer"):
         run_verify(wide, l2norm=True, gated=False, config=fused, commit=pending)
+    # folded: only this layer's commit of these requests at these slots
+    for config in (split._replace(fold_commit=True), fused._replace(fold_commit=True)):
+        other_slots = case["slots"].clone()
+        with pytest.raises(ValueError, match="fold_commit: the deferred commit must be for this verify's requests"):
+            G.gdn_tree_verify(case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"], other_slots,
+                              case["parents"], config=config, commit=pending, validate=False)
+        layered = G.gdn_tree_defer_commit(torch.stack([case["pool"]] * 2), case["slots"], G.TreeFactors(
+            *(torch.stack([t] * 2) for t in f)), case["parents"], accepted)  # two layers
+        with pytest.raises(ValueError, match="fold_commit: the deferred commit must be for this verify's state_pool"):
+            run_verify(case, l2norm=True, gated=False, config=config, commit=layered)
+        with pytest.raises(ValueError, match=r"out\[1\] \(delta\) and commit.factors.delta share memory"):
+            G.gdn_tree_verify(case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"], case["slots"],
+                              case["parents"], use_qk_l2norm_in_kernel=True, config=config, commit=pending,
+                              out=(torch.empty_like(case["v"]), f.delta, torch.empty_like(f.log_gamma),
+                                   torch.empty_like(f.k_rnorm)))
 
 
 # ------------------------------------------------------------------------------------------------------------- GPU
