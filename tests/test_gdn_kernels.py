@@ -620,17 +620,22 @@ def test_gpu_qwen_shapes_error_bounds(precision, tol, gated):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fold", [False, True])
 @pytest.mark.parametrize("B", [64, 16, 1])
-def test_gpu_deferred_commit_qwen_shapes(B):
-    """At Qwen3-Next shapes in tf32 with the default configs (B = 64 and 16: the split pipeline, the commit's
-    programs in the solve's grid; B = 1: the fused kernel after a commit launch), verify with the previous step's
-    deferred commit equals commit then verify: the pool and the factors bit for bit, the outputs within 1e-6 (the
-    same arithmetic; the solve compiles into another kernel beside the commit)."""
+def test_gpu_deferred_commit_qwen_shapes(B, fold):
+    """At Qwen3-Next shapes in tf32 with the default configs (B = 64 and 16: the split pipeline; B = 1: the fused
+    kernel), verify with the previous step's deferred commit equals commit then verify. Not folded: the commit's
+    programs in the solve's grid (split) or a launch before the fused kernel; the pool and log-decays bit for bit,
+    the outputs and deltas within 1e-6 (the solve compiles into another kernel beside the commit). Folded
+    (``fold_commit``, the same requests at the same slots): the commit's products run inside the apply / fused
+    kernel, so the pool too within 1e-6."""
     rng = np.random.default_rng(B)
     first = [build_tree_parents("random", 64, rng) for _ in range(B)]
     second = [build_tree_parents("deep_wide" if b % 2 else "chain", 64, rng) for b in range(B)]
     one, two = two_steps(first, second, group=QWEN["group"], gated=True, seed=B, H=QWEN["H"], K=QWEN["K"],
                          V=QWEN["V"])
+    if fold:
+        two["slots"] = one["slots"]
     accepted = torch.tensor([int(rng.integers(0, 64)) for _ in range(B)], dtype=torch.int32, device="cuda")
     pool0 = one["pool"].clone()
     kw = dict(l2norm=True, gated=True, precision="tf32")
@@ -642,8 +647,16 @@ def test_gpu_deferred_commit_qwen_shapes(B):
     _, f1 = run_verify(one, **kw)
     pending = G.gdn_tree_defer_commit(one["pool"], one["slots"], f1, one["parents"], accepted,
                                       input_precision="tf32")
-    o_deferred, f_deferred = run_verify(two, **kw, commit=pending)
-    assert_same(one["pool"], pool_eager)
+    config = G.verify_config(B, QWEN["H"] * QWEN["group"], 64, QWEN["K"], QWEN["V"], torch.device("cuda"),
+                             QWEN["H"], "tf32")._replace(fold_commit=True) if fold else None
+    o_deferred, f_deferred = run_verify(two, **kw, commit=pending, config=config)
+    if fold:
+        real = torch.zeros(one["pool"].shape[0], dtype=torch.bool, device="cuda")
+        real[one["slots"]] = True
+        assert rel_err(one["pool"][real], pool_eager[real]) < 1e-6
+        assert_same(one["pool"][~real], pool_eager[~real])
+    else:
+        assert_same(one["pool"], pool_eager)
     assert rel_err(o_deferred, o_eager) < 1e-6
     assert rel_err(f_deferred.delta, f_eager.delta) < 1e-6
     assert_same(f_deferred.log_gamma, f_eager.log_gamma)
