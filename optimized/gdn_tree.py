@@ -451,8 +451,8 @@ def _gdn_tree_apply_kernel(
     """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
     ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)`` (``GATE``: stored through
     :func:`_store_output`'s half of the gated RMSNorm). ``FOLD``: the pool holds the previous step's states and
-    the ``c_*`` arguments its deferred commit (same requests and slots, one layer): each ``BK``-row chunk is
-    committed (:func:`_commit_rows`) and stored back before it is used as ``S0``."""
+    the ``c_*`` arguments its deferred commit (same requests and slots, one layer): the program commits its tile
+    first (:func:`_fold_commit`), then reads it as ``S0``."""
     pid_v = tl.program_id(0)  # fastest: the V blocks of one value head share its TB / QKD tiles in L2
     pid_bh = tl.program_id(1)
     b = pid_bh // HV
@@ -472,19 +472,14 @@ def _gdn_tree_apply_kernel(
     q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
     if FOLD:
-        on_path, rank, path_len, lg_a = _pending_path(c_words_ptr, c_num_nodes_ptr, c_accepted_ptr,
-                                                      c_log_gamma_ptr, b, b64, hv, c_N, HV, C_W, C_NP, WORD_BITS)
+        _fold_commit(state, vcols, b, b64, hv, h, c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr,
+                     c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_N, c_s_kb, c_s_kn, c_s_kh, H, HV, K, V, BK, C_W,
+                     C_NP, C_PB, C_L2NORM, C_PRECISION, WORD_BITS)
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)  # [BK]
         q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
         k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
-        s_c = tl.load(state + kc[:, None] * V + vcols[None, :])  # [BK, BV]
-        if FOLD:
-            s_c = _commit_rows(s_c, kc, vcols, b64, hv, h, c_N, on_path, rank, path_len, lg_a, c_delta_ptr,
-                               c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_s_kb, c_s_kn, c_s_kh, H, HV, V, C_NP,
-                               C_PB, C_L2NORM, C_PRECISION)
-            tl.store(state + kc[:, None] * V + vcols[None, :], s_c)
-        s_c = _tf32_round(s_c, PRECISION)
+        s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
         ks = tl.dot(_round_qk(k_c, PRECISION, QK16), s_c, ks, input_precision=PRECISION)
         qs = tl.dot(_round_qk(q_c, PRECISION, QK16), s_c, qs, input_precision=PRECISION)
     if L2NORM:
@@ -560,19 +555,14 @@ def _gdn_tree_verify_kernel(
     q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
     if FOLD:
-        on_path, rank, path_len, lg_a = _pending_path(c_words_ptr, c_num_nodes_ptr, c_accepted_ptr,
-                                                      c_log_gamma_ptr, b, b64, hv, c_N, HV, C_W, C_NP, WORD_BITS)
+        _fold_commit(state, vcols, b, b64, hv, h, c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr,
+                     c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_N, c_s_kb, c_s_kn, c_s_kh, H, HV, K, V, BK, C_W,
+                     C_NP, C_PB, C_L2NORM, C_PRECISION, WORD_BITS)
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)  # [BK]
         q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
         k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK]
-        s_c = tl.load(state + kc[:, None] * V + vcols[None, :])  # [BK, BV]
-        if FOLD:
-            s_c = _commit_rows(s_c, kc, vcols, b64, hv, h, c_N, on_path, rank, path_len, lg_a, c_delta_ptr,
-                               c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_s_kb, c_s_kn, c_s_kh, H, HV, V, C_NP,
-                               C_PB, C_L2NORM, C_PRECISION)
-            tl.store(state + kc[:, None] * V + vcols[None, :], s_c)
-        s_c = _tf32_round(s_c, PRECISION)
+        s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
         q_c = q_raw.to(tl.float32)  # [NP, BK]
         k_c = k_raw.to(tl.float32)  # [NP, BK]
         if L2NORM:
@@ -680,13 +670,26 @@ def _commit_rows(s0, kcols, vcols, b64, hv, h, N, on_path, rank, path_len, lg_a,
 
 
 @triton.jit
-def _pending_path(c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_log_gamma_ptr, b, b64, hv, c_N,
-                  HV: tl.constexpr, C_W: tl.constexpr, C_NP: tl.constexpr, WORD_BITS: tl.constexpr):
-    """Request b's accepted path in a deferred commit (``c_*``, one layer): ``(on_path, rank, path_len, lg_a)``."""
+def _fold_commit(state, vcols, b, b64, hv, h, c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr,
+                 c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_N, c_s_kb, c_s_kn, c_s_kh,
+                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+                 C_W: tl.constexpr, C_NP: tl.constexpr, C_PB: tl.constexpr, C_L2NORM: tl.constexpr,
+                 C_PRECISION: tl.constexpr, WORD_BITS: tl.constexpr):
+    """A verify program's share of a deferred commit (``c_*``, one layer, request b at this program's slot): its
+    state tile ``state[:, vcols]`` committed (:func:`_commit_rows`) in ``BK``-row chunks and stored back, then a
+    barrier, so that the program's pass over ``S0`` (a loop of its own, which the compiler pipelines) reads the
+    committed tile (from L2: it was just written)."""
     c_node = tl.load(c_accepted_ptr + b)
     on_path, rank, path_len = accepted_path(c_words_ptr + (b64 * c_N + c_node) * C_W, tl.load(c_num_nodes_ptr + b),
                                             C_NP, WORD_BITS)
-    return on_path, rank, path_len, tl.load(c_log_gamma_ptr + (b64 * c_N + c_node) * HV + hv)
+    lg_a = tl.load(c_log_gamma_ptr + (b64 * c_N + c_node) * HV + hv)
+    for k0 in range(0, K, BK):
+        kc = k0 + tl.arange(0, BK)  # [BK]
+        tile = state + kc[:, None] * V + vcols[None, :]  # [BK, BV]
+        tl.store(tile, _commit_rows(tl.load(tile), kc, vcols, b64, hv, h, c_N, on_path, rank, path_len, lg_a,
+                                    c_delta_ptr, c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_s_kb, c_s_kn, c_s_kh, H,
+                                    HV, V, C_NP, C_PB, C_L2NORM, C_PRECISION))
+    tl.debug_barrier()  # the tile's other rows were stored by other threads of this program
 
 
 @triton.jit
