@@ -437,6 +437,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gdn_tree_results.json")
     parser.add_argument("--quick", action="store_true", help="(B, N) in {(64, 64), (1, 64)} only")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="precision modes to time")
+    parser.add_argument("--kinds", nargs="+", default=["random", "eagle", "chain", "star"],
+                        choices=["random", "eagle", "chain", "star"], help="tree kinds (the first is the headline)")
     parser.add_argument("--sweep", action="store_true", help="time the launch-config sweep first")
     parser.add_argument("--budget-s", type=float, default=1e9, help="stop starting new rows after this many seconds")
     parser.add_argument("--err-sub", type=int, default=4, help="requests checked against float64 per row")
@@ -472,7 +475,7 @@ def main() -> int:
             json.dump(result, fh, indent=1)
 
     shapes = [(64, 64), (1, 64)] if args.quick else PRIORITY  # most important first: a budget cut drops the rest
-    kinds = ("random", "eagle", "chain", "star")
+    kinds = tuple(args.kinds)
     # phase 0: the fla baselines, in child processes (fla 0.6.0's kernels have faulted here: a fault must not take
     # this process's CUDA context with it)
     result["fla_runs"] = fla = fla_baselines(fla_jobs(shapes[: args.fla_shapes], kinds), args.fla_budget_s, log)
@@ -508,7 +511,7 @@ def main() -> int:
                 row["io_floor_us"] = (row["bytes"]["verify"] + row["bytes"]["commit"]) / bw * 1e6
                 meta_us, _ = graph_time(lambda: G.tree_meta(x["parents"], validate=False), rep_ms=40)
                 row["meta_us"] = meta_us
-                for mode in MODES:
+                for mode in args.modes:
                     verify, commit, both, deferred, folded, _ = ours_fns(x, mode)
                     row[f"ours_{mode}_us"], row[f"ours_{mode}_graph"] = graph_time(both)
                     row[f"deferred_{mode}_us"], _ = graph_time(deferred)
@@ -561,10 +564,12 @@ def summary_line(r: dict) -> str:
     if "error" in r:
         return f"B={r['B']:3d} N={r['N']:3d} {r['kind']:6s} ERROR {r['error']}"
     extra = "".join(f" {m}={r[f'{m}_us']:.1f}" for m in ("branch", "pernode", "chunk") if f"{m}_us" in r)
-    r = dict(r, ar_us=r.get("ar_us", float("nan")))
+    r = {"ar_us": math.nan, **{f"{p}_{m}_us": math.nan for p in ("ours", "verify", "commit", "deferred", "folded")
+                               for m in MODES},
+         **{f"err_{w}_{m}": math.nan for w in "os" for m in MODES}, **r}
     return (f"B={r['B']:3d} N={r['N']:3d} {r['kind']:6s} depth={r['max_depth']:3d} ar={r['ar_us']:.1f} "
             f"ours tf32={r['ours_tf32_us']:.1f} (v {r['verify_tf32_us']:.1f} c {r['commit_tf32_us']:.1f}; "
-            f"deferred {r.get('deferred_tf32_us', math.nan):.1f} folded {r.get('folded_tf32_us', math.nan):.1f}) "
+            f"deferred {r['deferred_tf32_us']:.1f} folded {r['folded_tf32_us']:.1f}) "
             f"tf32x3={r['ours_tf32x3_us']:.1f} ieee={r['ours_ieee_us']:.1f} floor={r['floor_us']:.1f} "
             f"io_floor={r['io_floor_us']:.1f} meta={r['meta_us']:.1f}{extra} "
             f"err tf32={r['err_o_tf32']:.1e}/{r['err_s_tf32']:.1e} ieee={r['err_o_ieee']:.1e}/{r['err_s_ieee']:.1e}")
@@ -577,14 +582,15 @@ def ratio_table(rows: list[dict]) -> list[str]:
     for r in rows:
         if "error" in r:
             continue
-        t, i, ar = r["ours_tf32_us"], r["ours_ieee_us"], r.get("ar_us", float("nan"))
+        get = lambda key: r.get(key, math.nan)  # noqa: E731 - a mode left out of the run
+        t, i, ar = get("ours_tf32_us"), get("ours_ieee_us"), get("ar_us")
+        d, f = get("deferred_tf32_us"), get("folded_tf32_us")
         ratio = lambda key: f"{r[key] / t:.1f}x" if key in r else "-"  # noqa: E731
-        d, f = r.get("deferred_tf32_us", float("nan")), r.get("folded_tf32_us", float("nan"))
         out.append(f"| {r['B']} | {r['N']} | {r['kind']} | {r['max_depth']} | {t:.1f} | {d:.1f} / {f:.1f} | {i:.1f} | "
                    f"{t / ar:.2f} | {d / ar:.2f} / {f / ar:.2f} | {i / ar:.2f} | {ratio('branch_us')} | "
-                   f"{ratio('pernode_us')} | "
-                   f"{ratio('chunk_us')} | "
-                   f"{max(r['err_o_tf32'], r['err_s_tf32']):.1e} | {max(r['err_o_ieee'], r['err_s_ieee']):.1e} |")
+                   f"{ratio('pernode_us')} | {ratio('chunk_us')} | "
+                   f"{max(get('err_o_tf32'), get('err_s_tf32')):.1e} | "
+                   f"{max(get('err_o_ieee'), get('err_s_ieee')):.1e} |")
     return out
 
 

@@ -8,13 +8,15 @@
 # and call the device with carry [".whl"]. Without it the benchmark still times ours (no AR / chunk columns).
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/lumotree-triton-cache PYTHONPATH=$PWD:$PWD/bench
 if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 LOG=$OUT/logs_run1.txt
 timeout 170 python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 tests/test_gdn_kernels.py tests/test_conv_kernels.py \
   > /tmp/pytest.log 2>&1
 cat /tmp/pytest.log >> $LOG; grep -E "passed|failed|Error" /tmp/pytest.log | tail -6
-timeout 280 python3 bench/gdn_tree.py --quick --fla-shapes 2 --fla-budget-s 60 --budget-s 170 \
+timeout 280 python3 bench/gdn_tree.py --quick --modes tf32 --kinds random chain eagle star --fla-shapes 2 \
+  --fla-budget-s 60 --budget-s 170 \
   --out $OUT/gdn_tree.json > /tmp/gt.log 2>&1
 cat /tmp/gt.log >> $LOG; grep -E "^\| (64|1) \|" /tmp/gt.log
 python3 -c "
