@@ -844,7 +844,8 @@ def _check_commit_memory(commit: PendingCommit, written: dict, read: dict) -> No
 def _check_fold(commit: PendingCommit, state_pool: torch.Tensor, slots: torch.Tensor, B: int, validate: bool) -> None:
     """``KernelConfig.fold_commit``: each verify program commits its own state tile, so the commit must be this
     layer's (one layer, this pool) for these requests at these slots."""
-    if commit.pool.shape[0] != 1 or commit.pool[0].data_ptr() != state_pool.data_ptr():
+    if (commit.pool.shape[0] != 1 or commit.pool[0].data_ptr() != state_pool.data_ptr()
+            or commit.pool.shape[1:] != state_pool.shape):
         raise ValueError("config.fold_commit: the deferred commit must be for this verify's state_pool, one layer")
     same = commit.slots.shape == slots.shape and (
         commit.slots.data_ptr() == slots.data_ptr() and commit.slots.dtype == slots.dtype
