@@ -12,6 +12,8 @@ import re
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from strategies import build_tree_parents, trees
@@ -523,6 +525,28 @@ def test_folded_commit_equals_commit_then_verify(data, first, group, gated, pipe
     assert_same(o_folded, o_eager)
     for got, want in zip(f_folded, f_eager):
         assert_same(got, want)
+
+
+@triton.jit
+def _roles_kernel(out_ptr, n_sparse, every):
+    pid = tl.program_id(0)
+    is_sparse, sparse_index, dense_index = G._interleave(pid, n_sparse, every)
+    tl.store(out_ptr + 2 * pid, tl.where(is_sparse, sparse_index, -1 - dense_index))
+
+
+def test_interleave_is_a_bijection():
+    """The kernel's role map (``_interleave``, run by the kernel code itself) gives every program of a grid of
+    ``n_sparse + n_dense`` exactly one role and index, each sparse index in ``[0, n_sparse)`` and each dense one in
+    ``[0, n_dense)`` exactly once, for every pair of counts up to 16 and a few larger ones (``every = n_dense //
+    n_sparse``, as the launch computes it)."""
+    pairs = [(a, b) for a in range(1, 17) for b in range(a, 17)] + [(3, 50), (7, 62), (5, 97), (1, 90)]
+    for n_sparse, n_dense in pairs:
+        total = n_sparse + n_dense
+        out = torch.full((2 * total,), -10**6, dtype=torch.int32, device=DEVICE)
+        _roles_kernel[(total,)](out, n_sparse, n_dense // n_sparse)
+        roles = out[::2].cpu().tolist()
+        assert sorted(r for r in roles if r >= 0) == list(range(n_sparse)), (n_sparse, n_dense)
+        assert sorted(-1 - r for r in roles if r < 0) == list(range(n_dense)), (n_sparse, n_dense)
 
 
 def test_launch_commit_is_commit():
