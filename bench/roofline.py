@@ -39,6 +39,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 #: H200 SXM datasheet peaks (dense, no sparsity): the most favourable rates a bound can assume.
 DATASHEET = {"bf16_flops": 989.4e12, "tf32_flops": 494.7e12, "bandwidth": 4.8e12}
 
+#: the attention probe's shapes (bench/attention_probe.py: Qwen3-Next's gated attention)
+ATTENTION = {"q_heads": 16, "kv_heads": 2, "head_dim": 256}
+
 #: committed result files the baselines come from (relative to bench/results)
 SOURCES = {
     "model_b16": "2026-12-01j/run5_mv_pairs_B16_N64.json",
@@ -147,7 +150,8 @@ def targets(results: Path = RESULTS) -> list[Target]:
         B, N, L = point["B"], point["N"], point["L"]
         out.append(Target(6, f"tree attention, B = {B}, N = {N}, L = {L}", 1.3, point["decode_sdpa_us"],
                           "one SDPA decode over the same cache", point["variants"]["default"]["us"],
-                          attention_flops(B, N, L, 16, 256), "bf16_flops", kv_bytes(B, L, 2, 256), {},
+                          attention_flops(B, N, L, ATTENTION["q_heads"], ATTENTION["head_dim"]), "bf16_flops",
+                          kv_bytes(B, L, ATTENTION["kv_heads"], ATTENTION["head_dim"]), {},
                           SOURCES["attention"]))
     gdn = _load(results, "gdn")
     shapes = gdn["shapes"]
