@@ -527,6 +527,43 @@ def test_folded_commit_equals_commit_then_verify(data, first, group, gated, pipe
         assert_same(got, want)
 
 
+@pytest.mark.parametrize("fold", [False, True])
+@pytest.mark.parametrize("pipeline", ["split", "fused"])
+def test_deferred_commit_decoding_loop(pipeline, fold):
+    """Four steps of a decoding loop on the same requests (new trees each step: single node, chain, star,
+    deep+wide, random), each step's commit deferred into the next verify and the last one launched alone, give the
+    outputs, factors and final states of the eager loop, bit for bit."""
+    rng = np.random.default_rng(7)
+    kinds = [["single", "chain", "star"], ["random", "deep_wide", "chain"], ["star", "random", "single"],
+             ["deep_wide", "single", "random"]]
+    steps = [[build_tree_parents(kind, int(rng.integers(2, 10)), rng) for kind in row] for row in kinds]
+    cases = [make_case(rows, H=1, group=2, gated=True, seed=10 + t) for t, rows in enumerate(steps)]
+    for case in cases[1:]:  # the same requests at the same slots of one pool
+        case["pool"], case["slots"] = cases[0]["pool"], cases[0]["slots"]
+    pool0 = cases[0]["pool"].clone()
+    config = verify_pipeline(pipeline, 2)._replace(fold_commit=fold)
+    accepted = [torch.tensor([int(rng.integers(0, len(r))) for r in rows], dtype=torch.int32, device=DEVICE)
+                for rows in steps]
+    commit_args = lambda t, f: (cases[t]["pool"], cases[t]["slots"], f, cases[t]["parents"], accepted[t])  # noqa: E731
+
+    eager = []
+    for t, case in enumerate(cases):
+        o, f = run_verify(case, l2norm=True, gated=True, config=config)
+        G.gdn_tree_commit(*commit_args(t, f), num_nodes=case["num_nodes"])
+        eager.append((o, *f))
+    pool_eager = cases[0]["pool"].clone()
+
+    cases[0]["pool"].copy_(pool0)
+    pending = None
+    for t, case in enumerate(cases):
+        o, f = run_verify(case, l2norm=True, gated=True, config=config, commit=pending)
+        for got, want in zip((o, *f), eager[t]):
+            assert_same(got, want)
+        pending = G.gdn_tree_defer_commit(*commit_args(t, f), num_nodes=case["num_nodes"])
+    G.gdn_tree_launch_commit(pending)
+    assert_same(cases[0]["pool"], pool_eager)
+
+
 @triton.jit
 def _roles_kernel(out_ptr, n_sparse, every):
     pid = tl.program_id(0)
