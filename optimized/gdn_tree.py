@@ -1038,8 +1038,9 @@ def gdn_tree_verify(
 
     ``q, k: [B, N, H, K]``, ``v: [B, N, HV, V]`` (fp32, bf16 or fp16, last dim contiguous), ``g`` (log decay, <= 0)
     and ``beta`` (after its activation, in [0, 2]): ``[B, N, HV]``; ``state_pool: [P, HV, K, V]`` fp32, read at
-    ``slots: [B]`` (not modified); ``parents: [B, N]`` with ``parents[b, 0] == -1``; ``num_nodes: [B]`` for trees
-    smaller than N (padding ignored, written as zeros). ``o: [B, N, HV, V]`` in v's dtype,
+    ``slots: [B]`` (not modified, except by a deferred ``commit``, which writes its own slots first);
+    ``parents: [B, N]`` with ``parents[b, 0] == -1``; ``num_nodes: [B]`` for trees smaller than N (padding
+    ignored, written as zeros). ``o: [B, N, HV, V]`` in v's dtype,
     ``o_i = scale * S_i^T q_i`` with ``S_i`` the state after node i. ``use_qk_l2norm_in_kernel`` L2-normalises q and
     k (``x * rsqrt(|x|^2 + 1e-6)``). ``input_precision``: ``"ieee"`` (fp32 FMA), ``"tf32x3"`` or ``"tf32"`` (tensor
     cores). ``meta``: this step's :func:`tree_meta` (built here when None). ``validate=False`` skips the checks that
