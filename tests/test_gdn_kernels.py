@@ -564,6 +564,45 @@ def test_deferred_commit_decoding_loop(pipeline, fold):
     assert_same(cases[0]["pool"], pool_eager)
 
 
+def test_deferred_layered_commit_rides_along_one_layers_verify():
+    """A deferred commit of a stack of three layers (pools ``[G, P, HV, K, V]``, the keys strided views of a wider
+    buffer, as the model holds them) runs in the solve's grid of one layer's next verify: every layer's pool is
+    committed bit for bit as by the layered commit alone, and the verify reads its layer's committed state."""
+    rng = np.random.default_rng(9)
+    rows = [[-1], build_tree_parents("chain", 6, rng), build_tree_parents("deep_wide", 9, rng)]
+    cases = [make_case(rows, H=1, group=2, seed=50 + g) for g in range(3)]
+    for c in cases[1:]:  # every layer's states at the slots of one batch
+        states = c["pool"][c["slots"]].clone()
+        c["pool"].fill_(float("nan"))
+        c["pool"][cases[0]["slots"]] = states
+        c["slots"] = cases[0]["slots"]
+    pools = torch.stack([c["pool"] for c in cases])  # [G, P, HV, K, V]
+    factors = [run_verify(dict(c, pool=pools[g]), l2norm=True, gated=False)[1] for g, c in enumerate(cases)]
+    B, N, H, K = cases[0]["k"].shape
+    wide = torch.full((3, B, N, 3 * H * K), float("nan"), device=DEVICE)  # the keys inside q | k | v rows
+    wide[..., H * K : 2 * H * K] = torch.stack([c["k"] for c in cases]).flatten(-2)
+    stacked = G.TreeFactors(torch.stack([f.delta for f in factors]), torch.stack([f.log_gamma for f in factors]),
+                            wide[..., H * K : 2 * H * K].unflatten(-1, (H, K)),
+                            torch.stack([f.k_rnorm for f in factors]))
+    accepted = torch.tensor([0, 5, 4], dtype=torch.int32, device=DEVICE)
+    commit = (cases[0]["slots"], stacked, cases[0]["parents"], accepted)
+    nxt = dict(make_case([build_tree_parents("random", 7, rng) for _ in rows], H=1, group=2, seed=60),
+               slots=cases[0]["slots"])  # layer 0's next step
+    pools0 = pools.clone()
+    split = verify_pipeline("split", 2)
+
+    G.gdn_tree_commit(pools, *commit, num_nodes=cases[0]["num_nodes"])
+    o_eager, f_eager = run_verify(dict(nxt, pool=pools[0]), l2norm=True, gated=False, config=split)
+    pools_eager = pools.clone()
+    pools.copy_(pools0)
+    pending = G.gdn_tree_defer_commit(pools, *commit, num_nodes=cases[0]["num_nodes"])
+    o, f = run_verify(dict(nxt, pool=pools[0]), l2norm=True, gated=False, config=split, commit=pending)
+    assert_same(pools, pools_eager)
+    assert_same(o, o_eager)
+    for got, want in zip(f, f_eager):
+        assert_same(got, want)
+
+
 @triton.jit
 def _roles_kernel(out_ptr, n_sparse, every):
     pid = tl.program_id(0)
