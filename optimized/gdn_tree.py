@@ -943,8 +943,9 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
                  PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors), QK16=qk16)
     gram_flags = dict(DOT16=qk16 and precision != "ieee" and bool(cfg.dot16))
     fold = commit is not None and bool(cfg.fold_commit)
-    inputs = {"q": q, "k": k, "v": v, names[0]: gate_a, names[1]: gate_b, "meta.words": meta.words,
-              "meta.depth": meta.depth}
+    if commit is not None:  # what this step's launches read, for the memory checks of the deferred commit
+        inputs = {"q": q, "k": k, "v": v, names[0]: gate_a, names[1]: gate_b, "meta.words": meta.words,
+                  "meta.depth": meta.depth}
     if fold:  # the commit inside the pass over the state: every output is written while the commit is read
         _check_fold(commit, state_pool, slots, B, validate)
         _check_commit_memory(commit, {"out[0] (o)": o, "out[1] (delta)": delta, "out[2] (log_gamma)": log_gamma,
