@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -196,7 +195,6 @@ def main() -> None:
               f"{r['bound_measured_us']:>13.1f} | {ours:>9} | {verdict} ({r['source']})")
     if args.json:
         args.json.write_text(json.dumps({"datasheet": DATASHEET, "rows": rows}, indent=1, default=str))
-    assert all(math.isfinite(r["bound_datasheet_us"]) for r in rows)
 
 
 if __name__ == "__main__":
