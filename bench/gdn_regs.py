@@ -75,34 +75,19 @@ def variants(N: int, precision: str, gate: bool = False):
     defaults = {f"default_B{B}": G.verify_config(B, HV, N, K, V, h200, H) for B in (1, 64)}
     configs = {**defaults, **gdn_probe.VERIFY_LARGE, **gdn_probe.VERIFY_SMALL}
     out, seen = [], set()
-    # no deferred commit (the constexprs as gdn_tree passes them then), a deferred one in the solve's grid (the
-    # B = 64 commit config's tiles) and one folded into the pass over the state
-    no_commit = dict(COMMIT=False, SOLVE_SPARSE=True, C_W=1, C_NP=16, C_PB=G.PATH_BLOCK, C_BV=16, C_BK=16,
-                     C_L2NORM=False, C_PRECISION="ieee")
-    no_fold = dict(FOLD=False, C_W=1, C_NP=16, C_PB=G.PATH_BLOCK, C_L2NORM=False, C_PRECISION="ieee")
-    commit64 = G.commit_config(64, HV, N, K, V, h200)
-    with_commit = dict(no_commit, COMMIT=True, C_W=words["W"], C_NP=NP, C_BV=commit64.block_v,
-                       C_BK=commit64.block_k, C_L2NORM=True, C_PRECISION=precision)
-    fold = dict(no_fold, FOLD=True, C_W=words["W"], C_NP=NP, C_L2NORM=True, C_PRECISION=precision)
     for name, cfg in configs.items():
         bv, bk = min(cfg.block_v, V), min(cfg.block_k, K)
         flags["WORD_VECTORS"] = cfg.word_vectors
-        deferred = name.startswith("default")
-        if cfg.split:
-            solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, V=V)
+        if cfg.split:  # PDL as the config asks (the apply waits after its pass over S0)
+            solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, PDL=cfg.apply_pdl)
             apply = dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk, BV=bv,
-                         GATE=gate, PIECE=G.GATE_PIECE, WORD_BITS=32)
-            parts = [("solve", G._gdn_tree_solve_kernel, dict(solve, **no_commit), cfg.solve_warps),
-                     ("apply", G._gdn_tree_apply_kernel, dict(apply, **no_fold), cfg.num_warps)]
-            if deferred:
-                parts += [("solve + commit", G._gdn_tree_solve_kernel, dict(solve, **with_commit), cfg.solve_warps),
-                          ("apply, commit folded", G._gdn_tree_apply_kernel, dict(apply, **fold), cfg.num_warps)]
+                         GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl)
+            parts = [("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps),
+                     ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps)]
         else:
             fused = dict(flags, **words, V=V, BK=bk, BV=bv, DOT16=False, PDL=False, STATE_LINES=1, GATE=gate,
                          PIECE=G.GATE_PIECE)
-            parts = [("fused", G._gdn_tree_verify_kernel, dict(fused, **no_fold), cfg.num_warps)]
-            if deferred:
-                parts.append(("fused, commit folded", G._gdn_tree_verify_kernel, dict(fused, **fold), cfg.num_warps))
+            parts = [("fused", G._gdn_tree_verify_kernel, fused, cfg.num_warps)]
         for part, kernel, constexprs, nw in parts:
             key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages)
             if key not in seen:

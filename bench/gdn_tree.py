@@ -5,12 +5,10 @@ For every (B requests, N nodes, tree kind) it times, with CUDA-graph replay and 
 
 - ``ours_<mode>``: :func:`lumotree.optimized.gdn_tree.gdn_tree_verify` (q/k L2 norm in the kernel, gates given)
   plus :func:`~lumotree.optimized.gdn_tree.gdn_tree_commit` of an accepted node of depth ~max/2, for the modes
-  ``ieee``, ``tf32x3``, ``tf32``; ``verify_*`` and ``commit_*`` alone; ``deferred_*``: the same work as a step of
-  the deferred commit's loop (the previous step's commit inside this verify:
-  :func:`~lumotree.optimized.gdn_tree.gdn_tree_defer_commit`, in the solve's grid), ``folded_*``: the same with the
-  commit folded into the pass over the state (``KernelConfig.fold_commit``), with ``deferred_diff_*`` and
-  ``folded_diff_*`` their largest relative difference from commit-then-verify on the row's inputs (0 expected on
-  the CPU, rounding-level on the GPU); ``meta_us``: the per-step tree metadata
+  ``ieee``, ``tf32x3``, ``tf32``; ``verify_*`` and ``commit_*`` alone; ``nopdl_*``: verify + commit with the
+  split pipeline's apply launched without PDL (``KernelConfig.apply_pdl=False``; the default launches it with PDL
+  behind the solve), and ``nopdl_diff_*`` its largest relative difference from the default's outputs, deltas and
+  committed states (0 expected: the same kernels); ``meta_us``: the per-step tree metadata
   (shared by all layers of a step, not per layer);
 - ``ar``: flash-linear-attention's single-token decode step (``fused_recurrent_gated_delta_rule``, T=1);
 - ``branch``: the tree branch by branch: every root-to-leaf path re-run from S0 with fla's fused_recurrent (paths
@@ -172,11 +170,11 @@ def make_inputs(B: int, N: int, kind: str, seed: int, dtype=torch.float32):
                 accepted=accepted, max_depth=max(max(d) for d in dep), leaves=len(set(range(N)) - set(rows[0])))
 
 
-def fold_config(x, mode: str, config=None):
-    """The launch config of the row with the deferred commit folded into the pass over the state."""
+def nopdl_config(x, mode: str, config=None):
+    """The row's launch config with the split pipeline's apply launched without PDL."""
     B, N, HV_ = x["v"].shape[:3]
     cfg = config or G.verify_config(B, HV_, N, K, V, x["q"].device, H, mode, x["q"].dtype != torch.float32)
-    return cfg._replace(fold_commit=True)
+    return cfg._replace(apply_pdl=False)
 
 
 def ours_fns(x, mode: str, config=None):
@@ -201,45 +199,29 @@ def ours_fns(x, mode: str, config=None):
         G.gdn_tree_commit(pool_work, x["slots"], f, x["parents"], x["accepted"], input_precision=mode, meta=meta,
                           validate=False)
 
-    pending = G.gdn_tree_defer_commit(pool_work, x["slots"], factors, x["parents"], x["accepted"],
-                                      input_precision=mode, meta=meta, validate=False)
-    folding = fold_config(x, mode, config)
+    without_pdl = nopdl_config(x, mode, config)
 
-    def deferred():
-        """A step of the deferred commit's loop: the previous step's commit (``pending``, re-applied at every replay:
-        timing only) runs inside this verify (the solve's grid in the split pipeline, a launch before it in the
-        fused one); the same work as ``both``."""
-        return verify(commit=pending)
+    def nopdl():
+        """``both`` with the apply launched without PDL."""
+        _, f = verify(config=without_pdl)
+        G.gdn_tree_commit(pool_work, x["slots"], f, x["parents"], x["accepted"], input_precision=mode, meta=meta,
+                          validate=False)
 
-    def folded():
-        """The same step with the commit folded into the apply / fused kernel's pass over the state."""
-        return verify(commit=pending, config=folding)
-
-    return verify, commit, both, deferred, folded, pool_work
+    return verify, commit, both, nopdl, pool_work
 
 
-def deferred_difference(x, mode: str) -> dict[str, float]:
-    """Largest relative difference of outputs, factors and committed states between ``commit(t); verify(t + 1)`` and
-    ``verify(t + 1, commit=deferred(t))``, in the solve's grid (``deferred``) and folded (``folded``), on the row's
-    inputs (the second step re-verifies the same trees from the committed states): 0 when they give the same
-    numbers, as the tests require."""
-    results = {}
-    for form in ("eager", "deferred", "folded"):
+def nopdl_difference(x, mode: str) -> float:
+    """Largest relative difference of outputs, deltas and committed states between the default launch and the
+    apply launched without PDL, on the row's inputs: 0 when they give the same numbers, as the tests require."""
+    results = []
+    for config in (None, nopdl_config(x, mode)):
         pool = x["pool"].clone()
-        kw = dict(use_qk_l2norm_in_kernel=True, input_precision=mode)
-        args = (x["q"], x["k"], x["v"], x["g"], x["beta"])
-        _, f = G.gdn_tree_verify(*args, pool, x["slots"], x["parents"], **kw)
-        commit_args = (pool, x["slots"], f, x["parents"], x["accepted"])
-        if form == "eager":
-            G.gdn_tree_commit(*commit_args, input_precision=mode)
-            o, f2 = G.gdn_tree_verify(*args, pool, x["slots"], x["parents"], **kw)
-        else:
-            pending = G.gdn_tree_defer_commit(*commit_args, input_precision=mode)
-            config = fold_config(x, mode) if form == "folded" else None
-            o, f2 = G.gdn_tree_verify(*args, pool, x["slots"], x["parents"], **kw, commit=pending, config=config)
-        results[form] = (o, f2.delta, pool)
+        o, f = G.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], pool, x["slots"], x["parents"],
+                                 use_qk_l2norm_in_kernel=True, input_precision=mode, config=config)
+        G.gdn_tree_commit(pool, x["slots"], f, x["parents"], x["accepted"], input_precision=mode)
+        results.append((o, f.delta, pool))
     rel = lambda a, b: float((a.double() - b.double()).norm() / b.double().norm())  # noqa: E731
-    return {form: max(rel(a, b) for a, b in zip(results[form], results["eager"])) for form in ("deferred", "folded")}
+    return max(rel(a, b) for a, b in zip(results[1], results[0]))
 
 
 def errors(x, mode: str, sub: int) -> tuple[float, float]:
@@ -512,12 +494,10 @@ def main() -> int:
                 meta_us, _ = graph_time(lambda: G.tree_meta(x["parents"], validate=False), rep_ms=40)
                 row["meta_us"] = meta_us
                 for mode in args.modes:
-                    verify, commit, both, deferred, folded, _ = ours_fns(x, mode)
+                    verify, commit, both, nopdl, _ = ours_fns(x, mode)
                     row[f"ours_{mode}_us"], row[f"ours_{mode}_graph"] = graph_time(both)
-                    row[f"deferred_{mode}_us"], _ = graph_time(deferred)
-                    row[f"folded_{mode}_us"], _ = graph_time(folded)
-                    for form, diff in deferred_difference(x, mode).items():
-                        row[f"{form}_diff_{mode}"] = diff
+                    row[f"nopdl_{mode}_us"], _ = graph_time(nopdl)
+                    row[f"nopdl_diff_{mode}"] = nopdl_difference(x, mode)
                     row[f"verify_{mode}_us"], _ = graph_time(verify, rep_ms=60)
                     row[f"commit_{mode}_us"], _ = graph_time(commit, rep_ms=60)
                     if mode == "tf32":
@@ -564,30 +544,30 @@ def summary_line(r: dict) -> str:
     if "error" in r:
         return f"B={r['B']:3d} N={r['N']:3d} {r['kind']:6s} ERROR {r['error']}"
     extra = "".join(f" {m}={r[f'{m}_us']:.1f}" for m in ("branch", "pernode", "chunk") if f"{m}_us" in r)
-    r = {"ar_us": math.nan, **{f"{p}_{m}_us": math.nan for p in ("ours", "verify", "commit", "deferred", "folded")
+    r = {"ar_us": math.nan, **{f"{p}_{m}_us": math.nan for p in ("ours", "verify", "commit", "nopdl")
                                for m in MODES},
          **{f"err_{w}_{m}": math.nan for w in "os" for m in MODES}, **r}
     return (f"B={r['B']:3d} N={r['N']:3d} {r['kind']:6s} depth={r['max_depth']:3d} ar={r['ar_us']:.1f} "
             f"ours tf32={r['ours_tf32_us']:.1f} (v {r['verify_tf32_us']:.1f} c {r['commit_tf32_us']:.1f}; "
-            f"deferred {r['deferred_tf32_us']:.1f} folded {r['folded_tf32_us']:.1f}) "
+            f"apply without PDL {r['nopdl_tf32_us']:.1f}) "
             f"tf32x3={r['ours_tf32x3_us']:.1f} ieee={r['ours_ieee_us']:.1f} floor={r['floor_us']:.1f} "
             f"io_floor={r['io_floor_us']:.1f} meta={r['meta_us']:.1f}{extra} "
             f"err tf32={r['err_o_tf32']:.1e}/{r['err_s_tf32']:.1e} ieee={r['err_o_ieee']:.1e}/{r['err_s_ieee']:.1e}")
 
 
 def ratio_table(rows: list[dict]) -> list[str]:
-    out = ["| B | N | tree | depth | ours tf32 (us) | deferred / folded tf32 (us) | ours ieee (us) | /AR tf32"
-           " | /AR deferred / folded | /AR ieee | branch/ours | pernode/ours | chunk/ours | err tf32 | err ieee |",
+    out = ["| B | N | tree | depth | ours tf32 (us) | no PDL tf32 (us) | ours ieee (us) | /AR tf32"
+           " | /AR no PDL | /AR ieee | branch/ours | pernode/ours | chunk/ours | err tf32 | err ieee |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             continue
         get = lambda key: r.get(key, math.nan)  # noqa: E731 - a mode left out of the run
         t, i, ar = get("ours_tf32_us"), get("ours_ieee_us"), get("ar_us")
-        d, f = get("deferred_tf32_us"), get("folded_tf32_us")
+        d = get("nopdl_tf32_us")
         ratio = lambda key: f"{r[key] / t:.1f}x" if key in r else "-"  # noqa: E731
-        out.append(f"| {r['B']} | {r['N']} | {r['kind']} | {r['max_depth']} | {t:.1f} | {d:.1f} / {f:.1f} | {i:.1f} | "
-                   f"{t / ar:.2f} | {d / ar:.2f} / {f / ar:.2f} | {i / ar:.2f} | {ratio('branch_us')} | "
+        out.append(f"| {r['B']} | {r['N']} | {r['kind']} | {r['max_depth']} | {t:.1f} | {d:.1f} | {i:.1f} | "
+                   f"{t / ar:.2f} | {d / ar:.2f} | {i / ar:.2f} | {ratio('branch_us')} | "
                    f"{ratio('pernode_us')} | {ratio('chunk_us')} | "
                    f"{max(get('err_o_tf32'), get('err_s_tf32')):.1e} | "
                    f"{max(get('err_o_ieee'), get('err_s_ieee')):.1e} |")

@@ -28,7 +28,6 @@ __all__ = [
     "check_node_index",
     "node_mask",
     "check_scalar",
-    "check_disjoint",
 ]
 
 MAX_NODES = 128  # the largest tree (nodes per request) the kernels are built for
@@ -165,22 +164,3 @@ def check_scalar(name: str, x: object) -> float:
     if not (value > 0 and value < float("inf")):
         raise ValueError(f"{name} = {value} must be finite and positive")
     return value
-
-
-def _byte_span(t: torch.Tensor) -> tuple[int, int]:
-    """``[first, last]`` byte addresses a (strided) tensor can touch."""
-    if t.numel() == 0:
-        return 0, -1
-    extent = sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()))
-    return t.data_ptr(), t.data_ptr() + (extent + 1) * t.element_size() - 1
-
-
-def check_disjoint(name_a: str, a: torch.Tensor | None, name_b: str, b: torch.Tensor | None, why: str) -> None:
-    """Two tensors that one launch writes and reads at the same time must not share bytes (the spans their strides
-    reach are compared: a conservative test for interleaved views)."""
-    if a is None or b is None:
-        return
-    a0, a1 = _byte_span(a)
-    b0, b1 = _byte_span(b)
-    if a0 <= b1 and b0 <= a1:
-        raise ValueError(f"{name_a} and {name_b} share memory: {why}")

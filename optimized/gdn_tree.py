@@ -41,13 +41,12 @@ from ._checks import (
     check_num_nodes,
     check_range_nodes,
     check_scalar,
-    check_disjoint,
     check_slots,
     check_tensor,
     check_tree_rows,
     node_mask,
 )
-from .pdl import pdl_supported, prefetch_l2
+from .pdl import allow_dependents, pdl_supported, prefetch_l2
 from .tree_attention import PATH_BLOCK, TreeMeta, accepted_path, path_chunk, tree_metadata
 
 __all__ = [
@@ -61,9 +60,6 @@ __all__ = [
     "gdn_tree_verify",
     "gdn_tree_verify_gated",
     "gdn_tree_commit",
-    "gdn_tree_defer_commit",
-    "gdn_tree_launch_commit",
-    "PendingCommit",
     "verify_config",
     "commit_config",
 ]
@@ -86,24 +82,6 @@ class TreeFactors(NamedTuple):
     log_gamma: torch.Tensor
     k: torch.Tensor
     k_rnorm: torch.Tensor | None
-
-
-class PendingCommit(NamedTuple):
-    """A commit checked and deferred by :func:`gdn_tree_defer_commit`: the pool is not written yet. Pass it to the
-    next verify (``commit=``), whose first launch runs it (in the split pipeline its programs share the grid of the
-    solve kernel), or launch it alone with :func:`gdn_tree_launch_commit`. Layer-stacked: ``pool [G, P, HV, K, V]``
-    and factors with the leading layer dimension (a stack of one for one layer); ``target`` is the pool as the
-    caller passed it."""
-
-    target: torch.Tensor
-    pool: torch.Tensor
-    slots: torch.Tensor
-    factors: TreeFactors
-    meta: TreeMeta
-    num_nodes: torch.Tensor
-    accepted: torch.Tensor
-    precision: str
-    config: KernelConfig
 
 
 class OutputGate(NamedTuple):
@@ -134,10 +112,10 @@ class KernelConfig(NamedTuple):
     ``solve_stages`` (0: ``num_stages``) for its K loop. ``dot16``: with 16-bit q / k in a tensor-core mode, form
     ``K K^T`` and ``Q K^T`` as 16-bit products of the loaded tiles (:func:`_gram_products`). ``pdl`` (fused kernel):
     the launch may be a programmatic dependent one, which prefetches ``S0`` before its wait, when the caller allows
-    PDL (``gdn_tree_verify(pdl=True)``). ``fold_commit``: a deferred commit given to verify
-    (:func:`gdn_tree_defer_commit`, this pool and these requests) is folded into the pass over the state (the apply
-    or fused kernel commits each chunk it reads and stores it back) instead of running in the solve's grid or a
-    launch of its own. (A per-(request,
+    PDL (``gdn_tree_verify(pdl=True)``). ``apply_pdl`` (split pipeline): the apply kernel is a programmatic
+    dependent launch behind the solve, which signals at its start: the apply's pass over ``S0`` (q, k and the
+    state, which the solve does not write) runs under the solve's tail, and it waits before it reads the solve's
+    outputs. (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
     form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
@@ -152,7 +130,7 @@ class KernelConfig(NamedTuple):
     solve_stages: int = 0
     dot16: bool = True
     pdl: bool = False
-    fold_commit: bool = False
+    apply_pdl: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -274,22 +252,24 @@ def _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP:
 
 
 @triton.jit
-def _solve_group(
-    pid, q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
+def _gdn_tree_solve_kernel(
+    q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
     log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
     N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
-    DOT16: tl.constexpr,
+    DOT16: tl.constexpr, PDL: tl.constexpr,
 ):
-    """Split verify, part 1, for solve program ``pid`` = (request, HEADS value heads of one GVA group): the
-    ``[N, N]`` quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
+    """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
+    quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
 
     Writes ``log Gamma`` and ``k_rnorm`` (factors), ``q_rnorm`` and the two ``[NP, NP]`` operands of part 2 per value
     head: ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D``.
     """
+    allow_dependents(PDL)  # the apply (KernelConfig.apply_pdl) reads none of this kernel's outputs before its wait
+    pid = tl.program_id(0)
     b = pid // (HV // HEADS)
     hv0 = (pid % (HV // HEADS)) * HEADS  # first value head of this program
     h = hv0 // (HV // H)
@@ -344,63 +324,6 @@ def _solve_group(
 
 
 @triton.jit
-def _interleave(pid, n_sparse, every):
-    """Roles in a grid of two kinds of programs: ``n_sparse`` programs at ``0, every + 1, 2 (every + 1), ...`` and
-    the other kind, numbered in order, everywhere else (``every = n_dense // n_sparse >= 1`` keeps every sparse
-    position inside the grid). Returns ``(is_sparse, sparse_index, dense_index)``."""
-    sparse_index = pid // (every + 1)
-    is_sparse = (pid % (every + 1) == 0) & (sparse_index < n_sparse)
-    dense_index = pid - tl.minimum(n_sparse, (pid + every) // (every + 1))
-    return is_sparse, sparse_index, dense_index
-
-
-@triton.jit
-def _gdn_tree_solve_kernel(
-    q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
-    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
-    N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
-    c_pool_ptr, c_slots_ptr, c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr, c_log_gamma_ptr, c_k_ptr,
-    c_k_rnorm_ptr, c_B, c_N, c_s_kb, c_s_kn, c_s_kh, c_s_pool_g, c_s_delta_g, c_s_lg_g, c_s_k_g, c_s_kr_g,
-    n_sparse, every,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
-    NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
-    GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
-    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
-    DOT16: tl.constexpr, COMMIT: tl.constexpr, SOLVE_SPARSE: tl.constexpr, V: tl.constexpr, C_W: tl.constexpr,
-    C_NP: tl.constexpr, C_PB: tl.constexpr, C_BV: tl.constexpr, C_BK: tl.constexpr, C_L2NORM: tl.constexpr,
-    C_PRECISION: tl.constexpr,
-):
-    """Split verify, part 1 (:func:`_solve_group`), one program per (request, HEADS value heads). With ``COMMIT``
-    the launch also runs a deferred commit (:class:`PendingCommit`, the ``c_*`` arguments): its
-    :func:`_commit_tile` programs interleaved with the solve programs (:func:`_interleave`, the solve programs the
-    sparse kind iff ``SOLVE_SPARSE``), so the memory-bound commit shares the SMs with the latency-bound solve. The
-    two touch disjoint memory: the solve reads no state and the commit none of this step's tensors."""
-    pid = tl.program_id(0)
-    solve_index = pid
-    is_solve = True
-    if COMMIT:
-        is_sparse, sparse_index, dense_index = _interleave(pid, n_sparse, every)
-        if SOLVE_SPARSE:
-            is_solve, solve_index, commit_index = is_sparse, sparse_index, dense_index
-        else:
-            is_solve, solve_index, commit_index = is_sparse == 0, dense_index, sparse_index
-        if is_solve == 0:
-            c_nk = K // C_BK
-            c_nv = V // C_BV
-            _commit_tile(commit_index // (c_nk * c_nv), (commit_index // c_nk) % c_nv, commit_index % c_nk,
-                         c_pool_ptr, c_slots_ptr, c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr,
-                         c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_B, c_N, c_s_kb, c_s_kn, c_s_kh, c_s_pool_g,
-                         c_s_delta_g, c_s_lg_g, c_s_k_g, c_s_kr_g, H, HV, K, V, C_W, C_NP, C_PB, C_BV, C_BK,
-                         C_L2NORM, C_PRECISION, WORD_BITS)
-    if is_solve:
-        _solve_group(solve_index, q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr,
-                     num_nodes_ptr, log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
-                     N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
-                     H, HV, K, W, NP, LOG_NP, BK, HEADS, GATED, BETA_TWO, L2NORM, PRECISION, WORD_BITS,
-                     WORD_VECTORS, QK16, DOT16)
-
-
-@triton.jit
 def _load_gate(z_ptr, s_zb, s_zn, s_zh, gate_w_ptr, b64, nodes, real, hv, vcols, GATE: tl.constexpr):
     """With ``GATE`` (:class:`OutputGate`) the tile's ``weight * silu(z)`` (``[NP, BV]`` fp32; padding rows 0),
     loaded early so that its latency hides behind the verify's work; else a scalar 0 (unused)."""
@@ -440,19 +363,15 @@ def _gdn_tree_apply_kernel(
     q_ptr, k_ptr, v_ptr, pool_ptr, slots_ptr, num_nodes_ptr, log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr,
     tb_ptr, qkd_ptr, o_ptr, delta_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,
     scale, N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_zb, s_zn, s_zh,
-    c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr, c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr,
-    c_N, c_s_kb, c_s_kn, c_s_kh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
-    QK16: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr, FOLD: tl.constexpr, C_W: tl.constexpr,
-    C_NP: tl.constexpr, C_PB: tl.constexpr, C_L2NORM: tl.constexpr, C_PRECISION: tl.constexpr,
-    WORD_BITS: tl.constexpr,
+    QK16: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr, PDL: tl.constexpr,
 ):
     """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
     ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)`` (``GATE``: stored through
-    :func:`_store_output`'s half of the gated RMSNorm). ``FOLD``: the pool holds the previous step's states and
-    the ``c_*`` arguments its deferred commit (same requests and slots, one layer): the program commits its tile
-    first (:func:`_fold_commit`), then reads it as ``S0``."""
+    :func:`_store_output`'s half of the gated RMSNorm). ``PDL``: launched as a programmatic dependent launch behind
+    the solve kernel (``KernelConfig.apply_pdl``): the pass over ``S0`` reads only what the solve does not write
+    (q, k, the state, the slots and sizes), then the program waits for the solve before it reads its outputs."""
     pid_v = tl.program_id(0)  # fastest: the V blocks of one value head share its TB / QKD tiles in L2
     pid_bh = tl.program_id(1)
     b = pid_bh // HV
@@ -471,10 +390,6 @@ def _gdn_tree_apply_kernel(
     state = pool_ptr + (slot * HV + hv) * (K * V)
     q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
-    if FOLD:
-        _fold_commit(state, vcols, b, b64, hv, h, c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr,
-                     c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_N, c_s_kb, c_s_kn, c_s_kh, H, HV, K, V, BK, C_W,
-                     C_NP, C_PB, C_L2NORM, C_PRECISION, WORD_BITS)
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)  # [BK]
         q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
@@ -482,6 +397,8 @@ def _gdn_tree_apply_kernel(
         s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
         ks = tl.dot(_round_qk(k_c, PRECISION, QK16), s_c, ks, input_precision=PRECISION)
         qs = tl.dot(_round_qk(q_c, PRECISION, QK16), s_c, qs, input_precision=PRECISION)
+    if PDL:
+        tl.extra.cuda.gdc_wait()  # from here on the solve's outputs are complete and visible
     if L2NORM:
         ks = ks * tl.load(k_rnorm_ptr + (b64 * N + nodes) * H + h, mask=real, other=0.0)[:, None]
         qs = qs * tl.load(q_rnorm_ptr + (b64 * NP + nodes) * H + h)[:, None]
@@ -504,23 +421,18 @@ def _gdn_tree_verify_kernel(
     o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,
     scale, N,
     s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, s_zb, s_zn, s_zh,
-    c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr, c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr,
-    c_N, c_s_kb, c_s_kn, c_s_kh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr, PDL: tl.constexpr, STATE_LINES: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr,
-    FOLD: tl.constexpr, C_W: tl.constexpr, C_NP: tl.constexpr, C_PB: tl.constexpr, C_L2NORM: tl.constexpr,
-    C_PRECISION: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
     redone by every V block of a value head; pays off when there are few programs, i.e. small batches). ``PDL``:
     launched as a programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program prefetches its
     ``S0`` tile into L2 (``STATE_LINES`` 128-byte lines per state row), which no kernel of the step writes, then
     waits for the previous kernel (whose output q, k, v and the gates are) before it reads anything else. ``GATE``:
-    the output is stored through :func:`_store_output`'s half of the gated RMSNorm (:class:`OutputGate`).
-    ``FOLD``: the previous step's deferred commit folded into the pass over the state, as in the apply kernel."""
+    the output is stored through :func:`_store_output`'s half of the gated RMSNorm (:class:`OutputGate`)."""
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = pid_bh // HV
@@ -554,10 +466,6 @@ def _gdn_tree_verify_kernel(
     q_sq = tl.zeros([NP], dtype=tl.float32)  # [NP]
     q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
-    if FOLD:
-        _fold_commit(state, vcols, b, b64, hv, h, c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr,
-                     c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_N, c_s_kb, c_s_kn, c_s_kh, H, HV, K, V, BK, C_W,
-                     C_NP, C_PB, C_L2NORM, C_PRECISION, WORD_BITS)
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)  # [BK]
         q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
@@ -605,18 +513,20 @@ def _gdn_tree_verify_kernel(
 
 
 @triton.jit
-def _commit_tile(
-    pid, pid_v, pid_k, pool_ptr, slots_ptr, words_ptr, num_nodes_ptr, accepted_ptr,
+def _gdn_tree_commit_kernel(
+    pool_ptr, slots_ptr, words_ptr, num_nodes_ptr, accepted_ptr,
     delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,
     B, N, s_kb, s_kn, s_kh, s_pool_g, s_delta_g, s_lg_g, s_k_g, s_kr_g,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, PB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
     L2NORM: tl.constexpr, PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
 ):
-    """Commit program ``(pid, pid_v, pid_k)`` = (layer, request, value head; V block; K block):
-    ``S[rows, cols] = Gamma_a S0[rows, cols] + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[rows] delta_j[cols]^T``,
-    in place (layer g's pool and factors at the ``s_*_g`` strides; the trees, slots and accepted nodes shared by
-    the layers)."""
+    """One program per (layer, request, value head, V block, K block): ``S[rows, cols] = Gamma_a S0[rows, cols]
+    + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[rows] delta_j[cols]^T``, in place (layer g's pool and factors at
+    the ``s_*_g`` strides; the trees, slots and accepted nodes shared by the layers)."""
+    pid = tl.program_id(0)
+    pid_v = tl.program_id(1)
+    pid_k = tl.program_id(2)
     g = (pid // (B * HV)).to(tl.int64)
     b = (pid // HV) % B
     hv = pid % HV
@@ -636,24 +546,9 @@ def _commit_tile(
     on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)  # path(node)
     lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
     state_ptrs = pool_ptr + (slot * HV + hv) * (K * V) + kcols[:, None] * V + vcols[None, :]  # [BK, BV]
-    s = _commit_rows(tl.load(state_ptrs), kcols, vcols, b64, hv, h, N, on_path, rank, path_len, lg_a,
-                     delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr, s_kb, s_kn, s_kh, H, HV, V, NP, PB, L2NORM,
-                     PRECISION)
-    tl.store(state_ptrs, s)
-
-
-@triton.jit
-def _commit_rows(s0, kcols, vcols, b64, hv, h, N, on_path, rank, path_len, lg_a,
-                 delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr, s_kb, s_kn, s_kh,
-                 H: tl.constexpr, HV: tl.constexpr, V: tl.constexpr, NP: tl.constexpr, PB: tl.constexpr,
-                 L2NORM: tl.constexpr, PRECISION: tl.constexpr):
-    """The committed rows ``kcols`` x columns ``vcols`` of one (request, value head) from the same block of ``S0``
-    (``s0 [BK, BV]``): ``Gamma_a s0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[kcols] delta_j[vcols]^T``, the path
-    (:func:`~lumotree.optimized.tree_attention.accepted_path` of the accepted node, ``lg_a = log Gamma_a``) gathered
-    PB nodes at a time into dense tiles."""
-    s = s0 * tl.exp(lg_a)  # [BK, BV] Gamma_a S0
+    s = tl.load(state_ptrs) * tl.exp(lg_a)  # [BK, BV] Gamma_a S0
     lanes = tl.arange(0, PB)  # [PB]
-    for p0 in range(0, path_len, PB):
+    for p0 in range(0, path_len, PB):  # the path, PB nodes at a time, gathered into dense tiles
         idx = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node index of path entry p0 + lane
         live = p0 + lanes < path_len  # [PB]
         lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PB]
@@ -666,46 +561,7 @@ def _commit_rows(s0, kcols, vcols, b64, hv, h, N, on_path, rank, path_len, lg_a,
                       mask=live[:, None], other=0.0).to(tl.float32)  # [PB, BK]
         s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(weight[:, None] * d, PRECISION), s,
                    input_precision=PRECISION)  # [BK, BV]
-    return s
-
-
-@triton.jit
-def _fold_commit(state, vcols, b, b64, hv, h, c_words_ptr, c_num_nodes_ptr, c_accepted_ptr, c_delta_ptr,
-                 c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_N, c_s_kb, c_s_kn, c_s_kh,
-                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
-                 C_W: tl.constexpr, C_NP: tl.constexpr, C_PB: tl.constexpr, C_L2NORM: tl.constexpr,
-                 C_PRECISION: tl.constexpr, WORD_BITS: tl.constexpr):
-    """A verify program's share of a deferred commit (``c_*``, one layer, request b at this program's slot): its
-    state tile ``state[:, vcols]`` committed (:func:`_commit_rows`) in ``BK``-row chunks and stored back, then a
-    barrier, so that the program's pass over ``S0`` (a loop of its own, which the compiler pipelines) reads the
-    committed tile (from L2: it was just written)."""
-    c_node = tl.load(c_accepted_ptr + b)
-    on_path, rank, path_len = accepted_path(c_words_ptr + (b64 * c_N + c_node) * C_W, tl.load(c_num_nodes_ptr + b),
-                                            C_NP, WORD_BITS)
-    lg_a = tl.load(c_log_gamma_ptr + (b64 * c_N + c_node) * HV + hv)
-    for k0 in range(0, K, BK):
-        kc = k0 + tl.arange(0, BK)  # [BK]
-        tile = state + kc[:, None] * V + vcols[None, :]  # [BK, BV]
-        tl.store(tile, _commit_rows(tl.load(tile), kc, vcols, b64, hv, h, c_N, on_path, rank, path_len, lg_a,
-                                    c_delta_ptr, c_log_gamma_ptr, c_k_ptr, c_k_rnorm_ptr, c_s_kb, c_s_kn, c_s_kh, H,
-                                    HV, V, C_NP, C_PB, C_L2NORM, C_PRECISION))
-    tl.debug_barrier()  # the tile's other rows were stored by other threads of this program
-
-
-@triton.jit
-def _gdn_tree_commit_kernel(
-    pool_ptr, slots_ptr, words_ptr, num_nodes_ptr, accepted_ptr,
-    delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,
-    B, N, s_kb, s_kn, s_kh, s_pool_g, s_delta_g, s_lg_g, s_k_g, s_kr_g,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
-    NP: tl.constexpr, PB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
-    L2NORM: tl.constexpr, PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
-):
-    """One :func:`_commit_tile` program per (layer, request, value head) x V block x K block."""
-    _commit_tile(tl.program_id(0), tl.program_id(1), tl.program_id(2), pool_ptr, slots_ptr, words_ptr,
-                 num_nodes_ptr, accepted_ptr, delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,
-                 B, N, s_kb, s_kn, s_kh, s_pool_g, s_delta_g, s_lg_g, s_k_g, s_kr_g,
-                 H, HV, K, V, W, NP, PB, BV, BK, L2NORM, PRECISION, WORD_BITS)
+    tl.store(state_ptrs, s)
 
 
 # ---------------------------------------------------------------------------------------------------------- configs
@@ -735,15 +591,17 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     The fused kernel: 32 V columns, 4 warps, 3 stages up to N = 64; when its programs fit in one wave (B = 1), 8 warps
     at N = 64 for 16-bit q / k (``qk16``) and 16-row K chunks with 4 stages at N = 32, the best of a sweep that
     launches it as the model does (``bench/gdn_profile.py --model-like``, bf16: every launch's state cold in L2; the
-    fp32 sweeps with the state in L2 ranked 8 warps at N = 64 lower, so fp32 keeps 4)."""
+    fp32 sweeps with the state in L2 ranked 8 warps at N = 64 lower, so fp32 keeps 4). The split pipeline's apply
+    is a PDL launch behind the solve (``apply_pdl``; 2026-12-02, B = 64, tf32, verify: N = 64 320.3 -> 312.5 us,
+    N = 128 1148.6 -> 1136.6, N = 32 166.8 -> 167.2; B = 16, N = 64: 91.3 -> 87.6)."""
     NP = _padded_nodes(N)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
         pair = 2 if NP <= 64 and H is not None and (HV // H) % 2 == 0 else 1
         if NP > 64 and precision == "ieee":
-            return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 16)
+            return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 16, apply_pdl=True)
         return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 4 if NP <= 64 else 8,
-                            solve_heads=pair, solve_stages=3)
+                            solve_heads=pair, solve_stages=3, apply_pdl=True)
     block_v, block_k, num_warps, stages = (32, 32, 4, 3) if NP <= 64 else (64, 32, 8, 2)
     pdl = False
     if B * HV * triton.cdiv(V, block_v) <= _num_sms(device):  # one wave of programs (B = 1 at Qwen3-Next shapes)
@@ -814,50 +672,8 @@ def _check_gate(gate: object, B: int, N: int, HV: int, V: int, device: torch.dev
                  (torch.float32,), device, contiguous=True)
 
 
-def _check_pending(commit: object, H: int, HV: int, K: int, V: int, device: torch.device) -> None:
-    if not isinstance(commit, PendingCommit):
-        raise TypeError(f"commit must be a PendingCommit (from gdn_tree_defer_commit) or None, "
-                        f"got {type(commit).__name__}")
-    if commit.pool.device != device:
-        raise ValueError(f"commit.pool is on {commit.pool.device} but the other inputs are on {device}")
-    shapes = (commit.factors.k.shape[-2], *commit.pool.shape[-3:])
-    if shapes != (H, HV, K, V):
-        raise ValueError(f"commit is for a layer with (H, HV, K, V) = {shapes}, this verify's layer has "
-                         f"{(H, HV, K, V)}")
-
-
-def _check_commit_memory(commit: PendingCommit, written: dict, read: dict) -> None:
-    """The deferred commit runs in a launch that writes ``written`` and reads ``read``: neither may share bytes
-    with what the commit reads (its factors and tree metadata) or writes (the pool, at other requests' slots)."""
-    commit_reads = {"commit.factors.delta": commit.factors.delta, "commit.factors.log_gamma": commit.factors.log_gamma,
-                    "commit.factors.k": commit.factors.k, "commit.factors.k_rnorm": commit.factors.k_rnorm,
-                    "commit.meta.words": commit.meta.words}
-    for name, t in written.items():
-        for cname, ct in commit_reads.items():
-            check_disjoint(name, t, cname, ct, "the deferred commit reads the previous step's factors in the launch "
-                           "that writes this step's")
-    for name, t in read.items():
-        check_disjoint(name, t, "commit.pool", commit.pool, "the deferred commit writes the pool in the launch that "
-                       "reads this step's inputs")
-
-
-def _check_fold(commit: PendingCommit, state_pool: torch.Tensor, slots: torch.Tensor, B: int, validate: bool) -> None:
-    """``KernelConfig.fold_commit``: each verify program commits its own state tile, so the commit must be this
-    layer's (one layer, this pool) for these requests at these slots."""
-    if (commit.pool.shape[0] != 1 or commit.pool[0].data_ptr() != state_pool.data_ptr()
-            or commit.pool.shape[1:] != state_pool.shape):
-        raise ValueError("config.fold_commit: the deferred commit must be for this verify's state_pool, one layer")
-    same = commit.slots.shape == slots.shape and (
-        commit.slots.data_ptr() == slots.data_ptr() and commit.slots.dtype == slots.dtype
-        or validate and torch.equal(commit.slots.long(), slots.long()))
-    if commit.factors.delta.shape[1] != B or not same:
-        raise ValueError("config.fold_commit: the deferred commit must be for this verify's requests at the same "
-                         "slots (the same slots tensor, or equal slots with validate=True)")
-
-
 def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents, *, gated, allow_neg_eigval,
-            use_qk_l2norm_in_kernel, scale, num_nodes, meta, input_precision, validate, out, config, pdl, gate,
-            commit):
+            use_qk_l2norm_in_kernel, scale, num_nodes, meta, input_precision, validate, out, config, pdl, gate):
     names = ("a", "b") if gated else ("g", "beta")
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     check_tensor("q", q, (None, None, None, None), "B, N, H, K", FLOAT_DTYPES, device)
@@ -895,8 +711,6 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             check_tensor("out[3] (k_rnorm)", out[3], (B, N, H), "B, N, H", (torch.float32,), device, contiguous=True)
     if gate is not None:
         _check_gate(gate, B, N, HV, V, device)
-    if commit is not None:
-        _check_pending(commit, H, HV, K, V, device)
     if validate:
         check_tree_rows(parents, num_nodes)
         real = node_mask(num_nodes, N)  # [B, N]
@@ -942,72 +756,36 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
                  PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors), QK16=qk16)
     gram_flags = dict(DOT16=qk16 and precision != "ieee" and bool(cfg.dot16))
-    fold = commit is not None and bool(cfg.fold_commit)
-    if commit is not None:  # what this step's launches read, for the memory checks of the deferred commit
-        inputs = {"q": q, "k": k, "v": v, names[0]: gate_a, names[1]: gate_b, "meta.words": meta.words,
-                  "meta.depth": meta.depth}
-    if fold:  # the commit inside the pass over the state: every output is written while the commit is read
-        _check_fold(commit, state_pool, slots, B, validate)
-        _check_commit_memory(commit, {"out[0] (o)": o, "out[1] (delta)": delta, "out[2] (log_gamma)": log_gamma,
-                                      "out[3] (k_rnorm)": k_rnorm}, inputs)
-        c_delta, c_log_gamma, c_k, c_k_rnorm = (t[0] if t is not None else None for t in commit.factors)
-        fold_args = (commit.meta.words, commit.num_nodes, commit.accepted, c_delta, c_log_gamma, c_k,
-                     c_k_rnorm if c_k_rnorm is not None else c_log_gamma, commit.meta.words.shape[1],
-                     c_k.stride(0), c_k.stride(1), c_k.stride(2))
-        fold_flags = dict(FOLD=True, C_W=commit.meta.words.shape[2], C_NP=_padded_nodes(commit.meta.words.shape[1]),
-                          C_PB=PATH_BLOCK, C_L2NORM=c_k_rnorm is not None, C_PRECISION=commit.precision)
-    else:  # unused pointers and sizes; the constexprs fixed so that this form compiles once
-        fold_args = (log_gamma,) * 7 + (0,) * 4
-        fold_flags = dict(FOLD=False, C_W=1, C_NP=16, C_PB=PATH_BLOCK, C_L2NORM=False, C_PRECISION="ieee")
     if cfg.split:
         q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]
         tb = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
         qkd = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
-        n_solve = B * HV // cfg.solve_heads
-        if commit is not None and not fold:  # the commit's programs in the solve's grid (they run at the same time)
-            _check_commit_memory(commit, {"out[2] (log_gamma)": log_gamma, "out[3] (k_rnorm)": k_rnorm}, inputs)
-            c_grid, c_args, c_consts = _commit_launch(commit)
-            n_commit = c_grid[0] * c_grid[1] * c_grid[2]
-            solve_sparse = n_solve <= n_commit
-            n_sparse = min(n_solve, n_commit)
-            every = max(n_solve, n_commit) // n_sparse
-            commit_flags = dict(COMMIT=True, SOLVE_SPARSE=solve_sparse, C_W=c_consts["W"], C_NP=c_consts["NP"],
-                                C_PB=c_consts["PB"], C_BV=c_consts["BV"], C_BK=c_consts["BK"],
-                                C_L2NORM=c_consts["L2NORM"], C_PRECISION=c_consts["PRECISION"])
-            grid = (n_solve + n_commit,)
-        else:  # unused pointers and sizes; the constexprs fixed so that this form compiles once
-            c_args = (log_gamma,) * 9 + (0,) * 10
-            n_sparse, every = 0, 1
-            commit_flags = dict(COMMIT=False, SOLVE_SPARSE=True, C_W=1, C_NP=16, C_PB=PATH_BLOCK, C_BV=16, C_BK=16,
-                                C_L2NORM=False, C_PRECISION="ieee")
-            grid = (n_solve,)
-        _gdn_tree_solve_kernel[grid](
+        apply_pdl = bool(cfg.apply_pdl) and pdl_supported(device)
+        _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
             q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd,
-            N, *qk_strides, *gate_strides, *c_args, n_sparse, every,
+            N, *qk_strides, *gate_strides,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
-            HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, V=V, num_warps=cfg.solve_warps,
-            num_stages=cfg.solve_stages or cfg.num_stages, **flags, **gram_flags, **commit_flags,
+            HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
+            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, **flags, **gram_flags,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta, *gate_args,
-            scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides, *fold_args,
+            scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides,
             H=H, HV=HV, K=K, V=V, NP=NP, BK=block_k, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel),
-            PRECISION=precision, QK16=qk16, WORD_BITS=WORD_BITS, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, **gate_flags, **fold_flags,
+            PRECISION=precision, QK16=qk16, PDL=apply_pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            **gate_flags, **({"launch_pdl": True} if apply_pdl else {}),
         )
     else:
-        if commit is not None and not fold:  # one wave of fused programs: the commit in its own launch first
-            gdn_tree_launch_commit(commit)
         pdl = bool(pdl) and bool(cfg.pdl) and pdl_supported(device)
         _gdn_tree_verify_kernel[(B * HV, V // block_v)](
             q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             state_pool, slots, meta.words, meta.depth, num_nodes,
             o, delta, log_gamma, k_rnorm_arg, *gate_args, scale, N,
-            *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides, *fold_args,
+            *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128),
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags, **fold_flags,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags,
             **({"launch_pdl": True} if pdl else {}),
         )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)
@@ -1033,15 +811,13 @@ def gdn_tree_verify(
     config: KernelConfig | None = None,
     pdl: bool = False,
     gate: OutputGate | None = None,
-    commit: PendingCommit | None = None,
 ) -> tuple[torch.Tensor, TreeFactors]:
     """Verify a batch of draft trees on one GDN layer from precomputed gates; returns ``(o, factors)``.
 
     ``q, k: [B, N, H, K]``, ``v: [B, N, HV, V]`` (fp32, bf16 or fp16, last dim contiguous), ``g`` (log decay, <= 0)
     and ``beta`` (after its activation, in [0, 2]): ``[B, N, HV]``; ``state_pool: [P, HV, K, V]`` fp32, read at
-    ``slots: [B]`` (not modified, except by a deferred ``commit``, which writes its own slots first);
-    ``parents: [B, N]`` with ``parents[b, 0] == -1``; ``num_nodes: [B]`` for trees smaller than N (padding
-    ignored, written as zeros). ``o: [B, N, HV, V]`` in v's dtype,
+    ``slots: [B]`` (not modified); ``parents: [B, N]`` with ``parents[b, 0] == -1``; ``num_nodes: [B]`` for trees
+    smaller than N (padding ignored, written as zeros). ``o: [B, N, HV, V]`` in v's dtype,
     ``o_i = scale * S_i^T q_i`` with ``S_i`` the state after node i. ``use_qk_l2norm_in_kernel`` L2-normalises q and
     k (``x * rsqrt(|x|^2 + 1e-6)``). ``input_precision``: ``"ieee"`` (fp32 FMA), ``"tf32x3"`` or ``"tf32"`` (tensor
     cores). ``meta``: this step's :func:`tree_meta` (built here when None). ``validate=False`` skips the checks that
@@ -1049,16 +825,13 @@ def gdn_tree_verify(
     ``out``: preallocated ``(o, delta, log_gamma, k_rnorm)``. ``config``: launch parameters (default
     :func:`verify_config`). ``pdl``: allow the fused kernel a programmatic dependent launch where the device
     supports it and the config asks for one (``KernelConfig.pdl``; :mod:`~lumotree.optimized.pdl`): it prefetches
-    its ``S0`` tiles into L2 before it waits for the previous kernel. The split pipeline ignores it. ``gate`` (an
-    :class:`OutputGate`): ``o`` holds the gated output before its norm factor, the factor's pieces go to
-    ``gate.parts``. ``commit``: the previous step's deferred commit (:func:`gdn_tree_defer_commit`, for a layer of
-    these shapes), run first: in the split pipeline by programs in the solve kernel's grid (the solve reads no
-    state), else by a launch of its own; ``state_pool`` is then read after it.
+    its ``S0`` tiles into L2 before it waits for the previous kernel. The split pipeline ignores it (its apply
+    kernel's PDL launch behind its own solve is ``KernelConfig.apply_pdl``). ``gate`` (an :class:`OutputGate`):
+    ``o`` holds the gated output before its norm factor, the factor's pieces go to ``gate.parts``.
     """
     return _verify(q, k, v, g, beta, None, None, state_pool, slots, parents, gated=False, allow_neg_eigval=False,
                    use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, scale=scale, num_nodes=num_nodes, meta=meta,
-                   input_precision=input_precision, validate=validate, out=out, config=config, pdl=pdl, gate=gate,
-                   commit=commit)
+                   input_precision=input_precision, validate=validate, out=out, config=config, pdl=pdl, gate=gate)
 
 
 def gdn_tree_verify_gated(
@@ -1084,7 +857,6 @@ def gdn_tree_verify_gated(
     config: KernelConfig | None = None,
     pdl: bool = False,
     gate: OutputGate | None = None,
-    commit: PendingCommit | None = None,
 ) -> tuple[torch.Tensor, TreeFactors]:
     """:func:`gdn_tree_verify` with the gates fused: raw projections ``a, b: [B, N, HV]``, ``A_log, dt_bias: [HV]``.
 
@@ -1094,102 +866,7 @@ def gdn_tree_verify_gated(
     return _verify(q, k, v, a, b, A_log, dt_bias, state_pool, slots, parents, gated=True,
                    allow_neg_eigval=allow_neg_eigval, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, scale=scale,
                    num_nodes=num_nodes, meta=meta, input_precision=input_precision, validate=validate, out=out,
-                   config=config, pdl=pdl, gate=gate, commit=commit)
-
-
-def gdn_tree_defer_commit(
-    state_pool: torch.Tensor,
-    slots: torch.Tensor,
-    factors: TreeFactors,
-    parents: torch.Tensor,
-    accepted: torch.Tensor,
-    *,
-    num_nodes: torch.Tensor | None = None,
-    input_precision: str = "ieee",
-    meta: TreeMeta | None = None,
-    validate: bool = True,
-    config: KernelConfig | None = None,
-) -> PendingCommit:
-    """Check a commit as :func:`gdn_tree_commit` does and return it unlaunched (:class:`PendingCommit`).
-
-    The step loop ``verify(t); commit(t); verify(t + 1)`` becomes ``verify(t); p = defer_commit(t);
-    verify(t + 1, commit=p)``: the same states, outputs and factors, bit for bit, and the commit's memory-bound
-    programs run beside the next solve's latency-bound ones instead of in a launch of their own. Until ``p`` is
-    launched the pool holds ``S0`` at its slots; the factors it names must stay untouched until then.
-    """
-    if not isinstance(factors, TreeFactors):
-        raise TypeError(f"factors must be the TreeFactors returned by gdn_tree_verify, got {type(factors).__name__}")
-    delta, log_gamma, k, k_rnorm = factors
-    device = state_pool.device if isinstance(state_pool, torch.Tensor) else torch.device("cpu")
-    layered = isinstance(state_pool, torch.Tensor) and state_pool.ndim == 5
-    check_tensor("state_pool", state_pool, (None,) * (5 if layered else 4),
-                 "G, P, HV, K, V" if layered else "P, HV, K, V", (torch.float32,), device, contiguous=True)
-    P, HV, K, V = state_pool.shape[-4:]
-    lead, named = ((state_pool.shape[0],), "G, ") if layered else ((), "")
-    check_tensor("factors.delta", delta, (*lead, None, None, HV, V), named + "B, N, HV, V", (torch.float32,), device)
-    B, N = delta.shape[-4:-2]
-    check_tensor("factors.log_gamma", log_gamma, (*lead, B, N, HV), named + "B, N, HV", (torch.float32,), device)
-    check_tensor("factors.k", k, (*lead, B, N, None, K), named + "B, N, H, K", FLOAT_DTYPES, device)
-    H = k.shape[-2]
-    if HV % H != 0:
-        raise ValueError(f"state_pool has HV = {HV} value heads, not a multiple of H = {H} (factors.k)")
-    if k_rnorm is not None:
-        check_tensor("factors.k_rnorm", k_rnorm, (*lead, B, N, H), named + "B, N, H", (torch.float32,), device)
-    pool = state_pool
-    if not layered:  # one layer: a stack of one
-        pool, delta, log_gamma, k = state_pool[None], delta[None], log_gamma[None], k[None]
-        k_rnorm = k_rnorm[None] if k_rnorm is not None else None
-    for name, t in (("factors.delta", delta), ("factors.log_gamma", log_gamma), ("factors.k_rnorm", k_rnorm)):
-        if t is not None and not t[0].is_contiguous():
-            raise ValueError(f"{name} must be contiguous within each layer (strides {tuple(t.stride())})")
-    _pow2_dim("K", K)
-    _pow2_dim("V", V)
-    check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
-    if N > MAX_NODES:
-        raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
-    slots = check_slots(slots, B, P, device, validate, distinct=True)
-    num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
-    accepted = check_node_index("accepted", accepted, B, num_nodes, device, validate)
-    precision = _check_precision(input_precision)
-    if meta is not None:
-        meta = _check_meta(meta, B, N, device)
-    if validate:
-        check_tree_rows(parents, num_nodes)
-    if meta is None:
-        meta = tree_meta(parents, num_nodes, validate=False)
-    cfg = config or commit_config(pool.shape[0] * B, HV, N, K, V, device)  # the layers' programs fill the GPU
-    if not isinstance(cfg, KernelConfig):
-        raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
-    return PendingCommit(state_pool, pool, slots, TreeFactors(delta, log_gamma, k, k_rnorm), meta, num_nodes,
-                         accepted, precision, cfg)
-
-
-def _commit_launch(pending: PendingCommit) -> tuple[tuple[int, int, int], tuple, dict]:
-    """Grid ``(layers x requests x HV, V blocks, K blocks)``, runtime arguments and constexprs of ``pending``'s
-    :func:`_commit_tile` programs."""
-    delta, log_gamma, k, k_rnorm = pending.factors
-    G, _, HV, K, V = pending.pool.shape
-    B, N = delta.shape[1:3]
-    block_v = min(pending.config.block_v, V)
-    block_k = min(pending.config.block_k, K)
-    kr = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when k was not normalised
-    args = (pending.pool, pending.slots, pending.meta.words, pending.num_nodes, pending.accepted, delta, log_gamma, k,
-            kr, B, N, k.stride(1), k.stride(2), k.stride(3),
-            pending.pool.stride(0), delta.stride(0), log_gamma.stride(0), k.stride(0), kr.stride(0))
-    consts = dict(H=k.shape[-2], HV=HV, K=K, V=V, W=pending.meta.words.shape[2], NP=_padded_nodes(N), PB=PATH_BLOCK,
-                  BV=block_v, BK=block_k, L2NORM=k_rnorm is not None, PRECISION=pending.precision,
-                  WORD_BITS=WORD_BITS)
-    return (G * B * HV, V // block_v, K // block_k), args, consts
-
-
-def gdn_tree_launch_commit(pending: PendingCommit) -> torch.Tensor:
-    """Launch a deferred commit (:func:`gdn_tree_defer_commit`) on its own; returns the pool as passed there."""
-    if not isinstance(pending, PendingCommit):
-        raise TypeError(f"pending must be a PendingCommit (from gdn_tree_defer_commit), got {type(pending).__name__}")
-    grid, args, consts = _commit_launch(pending)
-    _gdn_tree_commit_kernel[grid](*args, **consts, num_warps=pending.config.num_warps,
-                                  num_stages=pending.config.num_stages)
-    return pending.target
+                   config=config, pdl=pdl, gate=gate)
 
 
 def gdn_tree_commit(
@@ -1214,9 +891,59 @@ def gdn_tree_commit(
     Layers verified on the same trees commit in one launch: ``state_pool: [G, P, HV, K, V]`` and factors with the
     same leading layer dimension (``delta: [G, B, N, HV, V]``, ``log_gamma: [G, B, N, HV]``, ``k: [G, B, N, H, K]``,
     ``k_rnorm: [G, B, N, H]``; each layer's block laid out as for one layer, the layers at any stride): layer g's
-    factors go into layer g's pool. Returns ``state_pool``. :func:`gdn_tree_defer_commit` checks the same and
-    leaves the launch to the next verify.
+    factors go into layer g's pool. Returns ``state_pool``.
     """
-    return gdn_tree_launch_commit(gdn_tree_defer_commit(
-        state_pool, slots, factors, parents, accepted, num_nodes=num_nodes, input_precision=input_precision,
-        meta=meta, validate=validate, config=config))
+    if not isinstance(factors, TreeFactors):
+        raise TypeError(f"factors must be the TreeFactors returned by gdn_tree_verify, got {type(factors).__name__}")
+    delta, log_gamma, k, k_rnorm = factors
+    device = state_pool.device if isinstance(state_pool, torch.Tensor) else torch.device("cpu")
+    layered = isinstance(state_pool, torch.Tensor) and state_pool.ndim == 5
+    check_tensor("state_pool", state_pool, (None,) * (5 if layered else 4),
+                 "G, P, HV, K, V" if layered else "P, HV, K, V", (torch.float32,), device, contiguous=True)
+    P, HV, K, V = state_pool.shape[-4:]
+    lead, named = ((state_pool.shape[0],), "G, ") if layered else ((), "")
+    check_tensor("factors.delta", delta, (*lead, None, None, HV, V), named + "B, N, HV, V", (torch.float32,), device)
+    B, N = delta.shape[-4:-2]
+    check_tensor("factors.log_gamma", log_gamma, (*lead, B, N, HV), named + "B, N, HV", (torch.float32,), device)
+    check_tensor("factors.k", k, (*lead, B, N, None, K), named + "B, N, H, K", FLOAT_DTYPES, device)
+    H = k.shape[-2]
+    if HV % H != 0:
+        raise ValueError(f"state_pool has HV = {HV} value heads, not a multiple of H = {H} (factors.k)")
+    if k_rnorm is not None:
+        check_tensor("factors.k_rnorm", k_rnorm, (*lead, B, N, H), named + "B, N, H", (torch.float32,), device)
+    if not layered:  # one layer: a stack of one
+        state_pool, delta, log_gamma, k = state_pool[None], delta[None], log_gamma[None], k[None]
+        k_rnorm = k_rnorm[None] if k_rnorm is not None else None
+    for name, t in (("factors.delta", delta), ("factors.log_gamma", log_gamma), ("factors.k_rnorm", k_rnorm)):
+        if t is not None and not t[0].is_contiguous():
+            raise ValueError(f"{name} must be contiguous within each layer (strides {tuple(t.stride())})")
+    _pow2_dim("K", K)
+    _pow2_dim("V", V)
+    check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
+    if N > MAX_NODES:
+        raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
+    slots = check_slots(slots, B, P, device, validate, distinct=True)
+    num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
+    accepted = check_node_index("accepted", accepted, B, num_nodes, device, validate)
+    precision = _check_precision(input_precision)
+    if meta is not None:
+        meta = _check_meta(meta, B, N, device)
+    if validate:
+        check_tree_rows(parents, num_nodes)
+    if meta is None:
+        meta = tree_meta(parents, num_nodes, validate=False)
+    cfg = config or commit_config(state_pool.shape[0] * B, HV, N, K, V, device)  # the layers' programs fill the GPU
+    if not isinstance(cfg, KernelConfig):
+        raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
+    block_v = min(cfg.block_v, V)
+    block_k = min(cfg.block_k, K)
+    kr = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when k was not normalised
+    _gdn_tree_commit_kernel[(state_pool.shape[0] * B * HV, V // block_v, K // block_k)](
+        state_pool, slots, meta.words, num_nodes, accepted, delta, log_gamma, k, kr,
+        B, N, k.stride(1), k.stride(2), k.stride(3),
+        state_pool.stride(0), delta.stride(0), log_gamma.stride(0), k.stride(0), kr.stride(0),
+        H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=_padded_nodes(N), PB=PATH_BLOCK, BV=block_v,
+        BK=block_k, L2NORM=k_rnorm is not None, PRECISION=precision, WORD_BITS=WORD_BITS,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return state_pool if layered else state_pool[0]

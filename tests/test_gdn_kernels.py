@@ -12,9 +12,7 @@ import re
 import numpy as np
 import pytest
 import torch
-import triton
-import triton.language as tl
-from hypothesis import example, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import build_tree_parents, trees
 
@@ -417,276 +415,12 @@ def test_bad_output_gate_raises_naming_the_field():
             run_verify(case, l2norm=True, gated=False, gate=gate)
 
 
-# ----------------------------------------------------------------------------------- deferred commit (interpreter)
-def two_steps(first, second, *, group, gated, seed, H=None, K=16, V=16):
-    """Two steps of one layer on one pool: ``first``'s trees, then ``second``'s (any batch; its slots drawn
-    independently, so a request may be new or land on a slot the first step commits). Unused pool rows are NaN."""
-    H = H or (1 if group == 2 else 2)
-    one = make_case(first, H=H, group=group, K=K, V=V, gated=gated, seed=seed)
-    two = make_case(second, H=H, group=group, K=K, V=V, gated=gated, seed=seed + 1)
-    gen = torch.Generator().manual_seed(seed + 2)
-    P = max(len(first), len(second)) + 2
-    pool = torch.full((P, H * group, K, V), float("nan"))
-    one["slots"] = torch.randperm(P, generator=gen)[: len(first)].to(DEVICE)
-    two["slots"] = torch.randperm(P, generator=gen)[: len(second)].to(DEVICE)
-    used = torch.cat([one["slots"], two["slots"]]).unique().cpu()
-    pool[used] = torch.randn(len(used), H * group, K, V, generator=gen)
-    one["pool"] = two["pool"] = pool.to(DEVICE)
-    return one, two
+# ------------------------------------------------------------------------------------------------------------- GPU
+QWEN = dict(H=16, group=2, K=128, V=128)
 
 
 def assert_same(a, b):
     torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
-
-
-@settings(max_examples=16, deadline=None)
-@given(
-    first=st.lists(trees(max_nodes=9), min_size=1, max_size=3),
-    second=st.lists(trees(max_nodes=9), min_size=1, max_size=3),
-    group=st.sampled_from([1, 2]),
-    gated=st.booleans(),
-    pipeline=st.sampled_from(list(VERIFY_PIPELINES)),
-    commit_shape=st.sampled_from([(16, 16), (16, 8), (8, 16)]),
-    V=st.sampled_from([16, 32]),
-    pick=st.lists(st.integers(0, 10**6), min_size=3, max_size=3),
-    seed=st.integers(0, 2**16),
-)
-# the solve the sparse kind (2 solve programs, 24 commit programs: every = 12), then the commit (2 against 6), then
-# the solve with a remainder (6 against 8: dense programs past the last sparse one)
-@example(first=[[-1, 0, 1], [-1], [-1, 0, 0, 1]], second=[[-1, 0]], group=2, gated=False, pipeline="split",
-         commit_shape=(16, 8), V=32, pick=[2, 0, 3], seed=1)
-@example(first=[[-1, 0, 0]], second=[[-1], [-1, 0], [-1, 0, 1]], group=1, gated=True, pipeline="split",
-         commit_shape=(16, 16), V=16, pick=[1, 0, 0], seed=2)
-@example(first=[[-1, 0, 1, 2]], second=[[-1, 0], [-1], [-1, 0, 0]], group=2, gated=False, pipeline="split",
-         commit_shape=(16, 8), V=32, pick=[3, 0, 0], seed=3)
-def test_deferred_commit_equals_commit_then_verify(first, second, group, gated, pipeline, commit_shape, V, pick,
-                                                   seed):
-    """``verify(t + 1, commit=defer_commit(t))`` gives the states, outputs and factors of ``commit(t); verify(t +
-    1)``, bit for bit, in every pipeline (split: the commit's programs interleaved with the solve's, either kind the
-    sparse one as the batches and the commit's [K, V] blocks make them outnumber each other; fused: a launch of its
-    own first), and the deferral itself writes nothing."""
-    one, two = two_steps(first, second, group=group, gated=gated, seed=seed, V=V)
-    config = verify_pipeline(pipeline, group)
-    commit_config = G.KernelConfig(commit_shape[0], commit_shape[1], 4, 1)
-    accepted = torch.tensor([pick[b] % len(r) for b, r in enumerate(first)], dtype=torch.int32, device=DEVICE)
-    commit_kw = dict(num_nodes=one["num_nodes"], config=commit_config)
-    pool0 = one["pool"].clone()
-
-    _, f1 = run_verify(one, l2norm=True, gated=gated, config=config)
-    G.gdn_tree_commit(one["pool"], one["slots"], f1, one["parents"], accepted, **commit_kw)
-    o_eager, f_eager = run_verify(two, l2norm=True, gated=gated, config=config)
-    pool_eager = one["pool"].clone()
-
-    one["pool"].copy_(pool0)
-    _, f1 = run_verify(one, l2norm=True, gated=gated, config=config)
-    pending = G.gdn_tree_defer_commit(one["pool"], one["slots"], f1, one["parents"], accepted, **commit_kw)
-    assert_same(one["pool"], pool0)  # nothing written yet
-    o_deferred, f_deferred = run_verify(two, l2norm=True, gated=gated, config=config, commit=pending)
-    assert_same(one["pool"], pool_eager)
-    assert_same(o_deferred, o_eager)
-    for got, want in zip(f_deferred, f_eager):
-        assert_same(got, want)
-
-
-@settings(max_examples=16, deadline=None)
-@given(
-    data=st.data(),
-    first=st.lists(trees(max_nodes=9), min_size=1, max_size=3),
-    group=st.sampled_from([1, 2]),
-    gated=st.booleans(),
-    pipeline=st.sampled_from(list(VERIFY_PIPELINES)),
-    V=st.sampled_from([16, 32]),
-    pick=st.lists(st.integers(0, 10**6), min_size=3, max_size=3),
-    seed=st.integers(0, 2**16),
-)
-def test_folded_commit_equals_commit_then_verify(data, first, group, gated, pipeline, V, pick, seed):
-    """``KernelConfig.fold_commit``: the same requests at the same slots, their previous commit folded into the
-    verify's pass over the state (each chunk committed, stored back and used as ``S0``) gives the states, outputs
-    and factors of commit-then-verify, bit for bit, in every pipeline."""
-    second = [data.draw(trees(max_nodes=9)) for _ in first]
-    one, two = two_steps(first, second, group=group, gated=gated, seed=seed, V=V)
-    two["slots"] = one["slots"]
-    config = verify_pipeline(pipeline, group)
-    accepted = torch.tensor([pick[b] % len(r) for b, r in enumerate(first)], dtype=torch.int32, device=DEVICE)
-    pool0 = one["pool"].clone()
-
-    _, f1 = run_verify(one, l2norm=True, gated=gated, config=config)
-    G.gdn_tree_commit(one["pool"], one["slots"], f1, one["parents"], accepted, num_nodes=one["num_nodes"])
-    o_eager, f_eager = run_verify(two, l2norm=True, gated=gated, config=config)
-    pool_eager = one["pool"].clone()
-
-    one["pool"].copy_(pool0)
-    _, f1 = run_verify(one, l2norm=True, gated=gated, config=config)
-    pending = G.gdn_tree_defer_commit(one["pool"], one["slots"], f1, one["parents"], accepted,
-                                      num_nodes=one["num_nodes"])
-    o_folded, f_folded = run_verify(two, l2norm=True, gated=gated, config=config._replace(fold_commit=True),
-                                    commit=pending)
-    assert_same(one["pool"], pool_eager)
-    assert_same(o_folded, o_eager)
-    for got, want in zip(f_folded, f_eager):
-        assert_same(got, want)
-
-
-@pytest.mark.parametrize("fold", [False, True])
-@pytest.mark.parametrize("pipeline", ["split", "fused"])
-def test_deferred_commit_decoding_loop(pipeline, fold):
-    """Four steps of a decoding loop on the same requests (new trees each step: single node, chain, star,
-    deep+wide, random), each step's commit deferred into the next verify and the last one launched alone, give the
-    outputs, factors and final states of the eager loop, bit for bit."""
-    rng = np.random.default_rng(7)
-    kinds = [["single", "chain", "star"], ["random", "deep_wide", "chain"], ["star", "random", "single"],
-             ["deep_wide", "single", "random"]]
-    steps = [[build_tree_parents(kind, int(rng.integers(2, 10)), rng) for kind in row] for row in kinds]
-    cases = [make_case(rows, H=1, group=2, gated=True, seed=10 + t) for t, rows in enumerate(steps)]
-    for case in cases[1:]:  # the same requests at the same slots of one pool
-        case["pool"], case["slots"] = cases[0]["pool"], cases[0]["slots"]
-    pool0 = cases[0]["pool"].clone()
-    config = verify_pipeline(pipeline, 2)._replace(fold_commit=fold)
-    accepted = [torch.tensor([int(rng.integers(0, len(r))) for r in rows], dtype=torch.int32, device=DEVICE)
-                for rows in steps]
-    commit_args = lambda t, f: (cases[t]["pool"], cases[t]["slots"], f, cases[t]["parents"], accepted[t])  # noqa: E731
-
-    eager = []
-    for t, case in enumerate(cases):
-        o, f = run_verify(case, l2norm=True, gated=True, config=config)
-        G.gdn_tree_commit(*commit_args(t, f), num_nodes=case["num_nodes"])
-        eager.append((o, *f))
-    pool_eager = cases[0]["pool"].clone()
-
-    cases[0]["pool"].copy_(pool0)
-    pending = None
-    for t, case in enumerate(cases):
-        o, f = run_verify(case, l2norm=True, gated=True, config=config, commit=pending)
-        for got, want in zip((o, *f), eager[t]):
-            assert_same(got, want)
-        pending = G.gdn_tree_defer_commit(*commit_args(t, f), num_nodes=case["num_nodes"])
-    G.gdn_tree_launch_commit(pending)
-    assert_same(cases[0]["pool"], pool_eager)
-
-
-def test_deferred_layered_commit_rides_along_one_layers_verify():
-    """A deferred commit of a stack of three layers (pools ``[G, P, HV, K, V]``, the keys strided views of a wider
-    buffer, as the model holds them) runs in the solve's grid of one layer's next verify: every layer's pool is
-    committed bit for bit as by the layered commit alone, and the verify reads its layer's committed state."""
-    rng = np.random.default_rng(9)
-    rows = [[-1], build_tree_parents("chain", 6, rng), build_tree_parents("deep_wide", 9, rng)]
-    cases = [make_case(rows, H=1, group=2, seed=50 + g) for g in range(3)]
-    for c in cases[1:]:  # every layer's states at the slots of one batch
-        states = c["pool"][c["slots"]].clone()
-        c["pool"].fill_(float("nan"))
-        c["pool"][cases[0]["slots"]] = states
-        c["slots"] = cases[0]["slots"]
-    pools = torch.stack([c["pool"] for c in cases])  # [G, P, HV, K, V]
-    factors = [run_verify(dict(c, pool=pools[g]), l2norm=True, gated=False)[1] for g, c in enumerate(cases)]
-    B, N, H, K = cases[0]["k"].shape
-    wide = torch.full((3, B, N, 3 * H * K), float("nan"), device=DEVICE)  # the keys inside q | k | v rows
-    wide[..., H * K : 2 * H * K] = torch.stack([c["k"] for c in cases]).flatten(-2)
-    stacked = G.TreeFactors(torch.stack([f.delta for f in factors]), torch.stack([f.log_gamma for f in factors]),
-                            wide[..., H * K : 2 * H * K].unflatten(-1, (H, K)),
-                            torch.stack([f.k_rnorm for f in factors]))
-    accepted = torch.tensor([0, 5, 4], dtype=torch.int32, device=DEVICE)
-    commit = (cases[0]["slots"], stacked, cases[0]["parents"], accepted)
-    nxt = dict(make_case([build_tree_parents("random", 7, rng) for _ in rows], H=1, group=2, seed=60),
-               slots=cases[0]["slots"])  # layer 0's next step
-    pools0 = pools.clone()
-    split = verify_pipeline("split", 2)
-
-    G.gdn_tree_commit(pools, *commit, num_nodes=cases[0]["num_nodes"])
-    o_eager, f_eager = run_verify(dict(nxt, pool=pools[0]), l2norm=True, gated=False, config=split)
-    pools_eager = pools.clone()
-    pools.copy_(pools0)
-    pending = G.gdn_tree_defer_commit(pools, *commit, num_nodes=cases[0]["num_nodes"])
-    o, f = run_verify(dict(nxt, pool=pools[0]), l2norm=True, gated=False, config=split, commit=pending)
-    assert_same(pools, pools_eager)
-    assert_same(o, o_eager)
-    for got, want in zip(f, f_eager):
-        assert_same(got, want)
-
-
-@triton.jit
-def _roles_kernel(out_ptr, n_sparse, every):
-    pid = tl.program_id(0)
-    is_sparse, sparse_index, dense_index = G._interleave(pid, n_sparse, every)
-    tl.store(out_ptr + 2 * pid, tl.where(is_sparse, sparse_index, -1 - dense_index))
-
-
-def test_interleave_is_a_bijection():
-    """The kernel's role map (``_interleave``, run by the kernel code itself) gives every program of a grid of
-    ``n_sparse + n_dense`` exactly one role and index, each sparse index in ``[0, n_sparse)`` and each dense one in
-    ``[0, n_dense)`` exactly once, for every pair of counts up to 16 and a few larger ones (``every = n_dense //
-    n_sparse``, as the launch computes it)."""
-    pairs = [(a, b) for a in range(1, 17) for b in range(a, 17)] + [(3, 50), (7, 62), (5, 97), (1, 90)]
-    for n_sparse, n_dense in pairs:
-        total = n_sparse + n_dense
-        out = torch.full((2 * total,), -10**6, dtype=torch.int32, device=DEVICE)
-        _roles_kernel[(total,)](out, n_sparse, n_dense // n_sparse)
-        roles = out[::2].cpu().tolist()
-        assert sorted(r for r in roles if r >= 0) == list(range(n_sparse)), (n_sparse, n_dense)
-        assert sorted(-1 - r for r in roles if r < 0) == list(range(n_dense)), (n_sparse, n_dense)
-
-
-def test_launch_commit_is_commit():
-    """A deferred commit launched alone writes what ``gdn_tree_commit`` writes; it returns the pool as passed."""
-    case = make_case([[-1, 0, 1, 1], [-1, 0]], H=1, group=2, seed=5)
-    _, f = run_verify(case, l2norm=True, gated=False)
-    accepted = torch.tensor([3, 1], dtype=torch.int32, device=DEVICE)
-    pool0 = case["pool"].clone()
-    G.gdn_tree_commit(case["pool"], case["slots"], f, case["parents"], accepted, num_nodes=case["num_nodes"])
-    eager = case["pool"].clone()
-    case["pool"].copy_(pool0)
-    pending = G.gdn_tree_defer_commit(case["pool"], case["slots"], f, case["parents"], accepted,
-                                      num_nodes=case["num_nodes"])
-    assert G.gdn_tree_launch_commit(pending) is case["pool"]
-    assert_same(case["pool"], eager)
-
-
-def test_deferred_commit_bad_input():
-    """A pending commit of another layer shape, or whose memory the solve launch would write or read while the
-    commit writes the pool, is refused before any launch, naming the arguments."""
-    case = make_case([[-1, 0, 0]], H=1, group=2, seed=3)
-    split = verify_pipeline("split", 2)
-    _, f = run_verify(case, l2norm=True, gated=False, config=split)
-    accepted = torch.tensor([2], dtype=torch.int32, device=DEVICE)
-    pending = G.gdn_tree_defer_commit(case["pool"], case["slots"], f, case["parents"], accepted)
-    with pytest.raises(TypeError, match="commit must be a PendingCommit"):
-        run_verify(case, l2norm=True, gated=False, config=split, commit=tuple(pending))
-    with pytest.raises(TypeError, match="pending must be a PendingCommit"):
-        G.gdn_tree_launch_commit(tuple(pending))
-    wide = make_case([[-1, 0, 0]], H=1, group=2, V=32, seed=3)
-    with pytest.raises(ValueError, match=r"commit is for a layer with \(H, HV, K, V\)"):
-        run_verify(wide, l2norm=True, gated=False, config=split, commit=pending)
-    B, N, HV, V = case["v"].shape
-    out = (torch.empty(B, N, HV, V, device=DEVICE), torch.empty(B, N, HV, V, device=DEVICE),
-           f.log_gamma, torch.empty(B, N, 1, device=DEVICE))  # this step's log_gamma over the pending one's
-    with pytest.raises(ValueError, match=r"out\[2\] \(log_gamma\) and commit.factors.log_gamma share memory"):
-        G.gdn_tree_verify(case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"], case["slots"],
-                          case["parents"], use_qk_l2norm_in_kernel=True, out=out, config=split, commit=pending)
-    q_in_pool = case["pool"].view(-1)[: case["q"].numel()].view(case["q"].shape)
-    with pytest.raises(ValueError, match="q and commit.pool share memory"):
-        G.gdn_tree_verify(q_in_pool, case["k"], case["v"], case["a"], case["b"], case["pool"], case["slots"],
-                          case["parents"], config=split, commit=pending, validate=False)
-    fused = verify_pipeline("fused", 2)  # one launch after the other: nothing to race, the same checks of shape
-    with pytest.raises(ValueError, match="commit is for a layer"):
-        run_verify(wide, l2norm=True, gated=False, config=fused, commit=pending)
-    # folded: only this layer's commit of these requests at these slots
-    for config in (split._replace(fold_commit=True), fused._replace(fold_commit=True)):
-        other_slots = case["slots"].clone()
-        with pytest.raises(ValueError, match="fold_commit: the deferred commit must be for this verify's requests"):
-            G.gdn_tree_verify(case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"], other_slots,
-                              case["parents"], config=config, commit=pending, validate=False)
-        layered = G.gdn_tree_defer_commit(torch.stack([case["pool"]] * 2), case["slots"], G.TreeFactors(
-            *(torch.stack([t] * 2) for t in f)), case["parents"], accepted)  # two layers
-        with pytest.raises(ValueError, match="fold_commit: the deferred commit must be for this verify's state_pool"):
-            run_verify(case, l2norm=True, gated=False, config=config, commit=layered)
-        with pytest.raises(ValueError, match=r"out\[1\] \(delta\) and commit.factors.delta share memory"):
-            G.gdn_tree_verify(case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"], case["slots"],
-                              case["parents"], use_qk_l2norm_in_kernel=True, config=config, commit=pending,
-                              out=(torch.empty_like(case["v"]), f.delta, torch.empty_like(f.log_gamma),
-                                   torch.empty_like(f.k_rnorm)))
-
-
-# ------------------------------------------------------------------------------------------------------------- GPU
-QWEN = dict(H=16, group=2, K=128, V=128)
 
 
 def _gpu_rows(seed):
@@ -720,46 +454,34 @@ def test_gpu_qwen_shapes_error_bounds(precision, tol, gated):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fold", [False, True])
-@pytest.mark.parametrize("B", [64, 16, 1])
-def test_gpu_deferred_commit_qwen_shapes(B, fold):
-    """At Qwen3-Next shapes in tf32 with the default configs (B = 64 and 16: the split pipeline; B = 1: the fused
-    kernel), verify with the previous step's deferred commit equals commit then verify. Not folded: the commit's
-    programs in the solve's grid (split) or a launch before the fused kernel; the pool and log-decays bit for bit,
-    the outputs and deltas within 1e-6 (the solve compiles into another kernel beside the commit). Folded
-    (``fold_commit``, the same requests at the same slots): the commit's products run inside the apply / fused
-    kernel, so the pool too within 1e-6."""
-    rng = np.random.default_rng(B)
-    first = [build_tree_parents("random", 64, rng) for _ in range(B)]
-    second = [build_tree_parents("deep_wide" if b % 2 else "chain", 64, rng) for b in range(B)]
-    one, two = two_steps(first, second, group=QWEN["group"], gated=True, seed=B, H=QWEN["H"], K=QWEN["K"],
-                         V=QWEN["V"])
-    if fold:
-        two["slots"] = one["slots"]
-    accepted = torch.tensor([int(rng.integers(0, 64)) for _ in range(B)], dtype=torch.int32, device="cuda")
-    pool0 = one["pool"].clone()
-    kw = dict(l2norm=True, gated=True, precision="tf32")
-    _, f1 = run_verify(one, **kw)
-    G.gdn_tree_commit(one["pool"], one["slots"], f1, one["parents"], accepted, input_precision="tf32")
-    o_eager, f_eager = run_verify(two, **kw)
-    pool_eager = one["pool"].clone()
-    one["pool"].copy_(pool0)
-    _, f1 = run_verify(one, **kw)
-    pending = G.gdn_tree_defer_commit(one["pool"], one["slots"], f1, one["parents"], accepted,
-                                      input_precision="tf32")
+@pytest.mark.parametrize("B", [64, 16])
+def test_gpu_apply_pdl_is_bit_exact(B):
+    """``KernelConfig.apply_pdl`` (the apply kernel a programmatic dependent launch behind the solve, which reads
+    q, k and the state before it waits): outputs and factors bit for bit as the plain split pipeline, eagerly and in
+    a CUDA-graph replay whose inputs were rewritten after capture."""
+    rng = np.random.default_rng(B + 1)
+    case = make_case([build_tree_parents("random", 64, rng) for _ in range(B)], **QWEN, gated=True, seed=B)
     config = G.verify_config(B, QWEN["H"] * QWEN["group"], 64, QWEN["K"], QWEN["V"], torch.device("cuda"),
-                             QWEN["H"], "tf32")._replace(fold_commit=True) if fold else None
-    o_deferred, f_deferred = run_verify(two, **kw, commit=pending, config=config)
-    if fold:
-        real = torch.zeros(one["pool"].shape[0], dtype=torch.bool, device="cuda")
-        real[one["slots"]] = True
-        assert rel_err(one["pool"][real], pool_eager[real]) < 1e-6
-        assert_same(one["pool"][~real], pool_eager[~real])
-    else:
-        assert_same(one["pool"], pool_eager)
-    assert rel_err(o_deferred, o_eager) < 1e-6
-    assert rel_err(f_deferred.delta, f_eager.delta) < 1e-6
-    assert_same(f_deferred.log_gamma, f_eager.log_gamma)
+                             QWEN["H"], "tf32")
+    assert config.split
+    kw = dict(l2norm=True, gated=True, precision="tf32", validate=False)
+    o_plain, f_plain = run_verify(case, **kw, config=config._replace(apply_pdl=False))
+    o_pdl, f_pdl = run_verify(case, **kw, config=config._replace(apply_pdl=True))
+    assert_same(o_pdl, o_plain)
+    for got, want in zip(f_pdl, f_plain):
+        assert_same(got, want)
+    inputs = {n: case[n].clone() for n in ("q", "k", "v", "a", "b")}
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_graph, f_graph = run_verify(case, **kw, config=config._replace(apply_pdl=True))
+    for n in inputs:
+        case[n].normal_()
+        case[n].copy_(inputs[n])
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_same(o_graph, o_plain)
+    for got, want in zip(f_graph, f_plain):
+        assert_same(got, want)
 
 
 @pytest.mark.gpu
