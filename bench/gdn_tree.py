@@ -392,7 +392,7 @@ def run_sweep(log) -> list[dict]:
         for cfg in SWEEP:
             cfg = cfg._replace(solve_warps=4 if NP <= 32 else 8 if NP <= 64 else 16)
             try:
-                verify, _, _, _, _, _ = ours_fns(x, mode, cfg)
+                verify, _, _, _, _ = ours_fns(x, mode, cfg)
                 us, _ = graph_time(verify, rep_ms=60)
             except Exception as exc:  # noqa: BLE001 - a config that fails to compile (registers) is recorded
                 us = float("nan")
@@ -403,7 +403,7 @@ def run_sweep(log) -> list[dict]:
         log(f"sweep default for B={B} N={N}: {tuple(default)}")
         if mode == "tf32" and N == 64:
             for cfg in COMMIT_SWEEP:
-                _, commit, _, _, _, _ = ours_fns(x, mode)
+                _, commit, _, _, _ = ours_fns(x, mode)
                 pool_work, factors, meta = commit.state
                 us, _ = graph_time(lambda: G.gdn_tree_commit(pool_work, x["slots"], factors, x["parents"],
                                                              x["accepted"], input_precision=mode, meta=meta,
