@@ -592,8 +592,8 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     at N = 64 for 16-bit q / k (``qk16``) and 16-row K chunks with 4 stages at N = 32, the best of a sweep that
     launches it as the model does (``bench/gdn_profile.py --model-like``, bf16: every launch's state cold in L2; the
     fp32 sweeps with the state in L2 ranked 8 warps at N = 64 lower, so fp32 keeps 4). The split pipeline's apply
-    is a PDL launch behind the solve (``apply_pdl``; 2026-12-02, B = 64, tf32, verify: N = 64 320.3 -> 312.5 us,
-    N = 128 1148.6 -> 1136.6, N = 32 166.8 -> 167.2; B = 16, N = 64: 91.3 -> 87.6)."""
+    is a PDL launch behind the solve (``apply_pdl``; 2026-12-02, tf32, verify + commit at B = 64: N = 8 / 32 / 64 /
+    128: 180.6 / 259.4 / 410.9 / 1248.5 -> 174.0 / 252.2 / 403.9 / 1231.0 us; at B = 16 2-4 % less as well)."""
     NP = _padded_nodes(N)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
