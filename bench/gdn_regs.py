@@ -27,8 +27,7 @@ from lumotree.optimized import gdn_tree as G
 
 H, HV, K, V = 16, 32, 128, 128
 H200_SMS = 132
-INT_POINTERS = ("slots_ptr", "words_ptr", "depth_ptr", "num_nodes_ptr", "accepted_ptr", "c_slots_ptr", "c_words_ptr",
-                "c_num_nodes_ptr", "c_accepted_ptr")
+INT_POINTERS = ("slots_ptr", "words_ptr", "depth_ptr", "num_nodes_ptr", "accepted_ptr")
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 

@@ -194,8 +194,8 @@ def ours_fns(x, mode: str, config=None):
 
     commit.state = (pool_work, factors, meta)
 
-    def both():
-        _, f = verify()
+    def both(**kw):
+        _, f = verify(**kw)
         G.gdn_tree_commit(pool_work, x["slots"], f, x["parents"], x["accepted"], input_precision=mode, meta=meta,
                           validate=False)
 
@@ -203,9 +203,7 @@ def ours_fns(x, mode: str, config=None):
 
     def nopdl():
         """``both`` with the apply launched without PDL."""
-        _, f = verify(config=without_pdl)
-        G.gdn_tree_commit(pool_work, x["slots"], f, x["parents"], x["accepted"], input_precision=mode, meta=meta,
-                          validate=False)
+        both(config=without_pdl)
 
     return verify, commit, both, nopdl, pool_work
 
