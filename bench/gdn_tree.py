@@ -23,9 +23,10 @@ Errors against a float64 torch closed form (tested against the exact reference i
 ``o_MiB``: the output's size, which every method allocates; the table gives our share of the per-node peak with
 and without it).
 
-The fla baselines run first, in child processes (``--fla-budget-s``, ``--fla-shapes``): fla 0.6.0's kernels have
-faulted on this card (illegal memory access in ``fused_recurrent_gated_delta_rule``), and a fault ends only the child;
-the job it died in is recorded as failed and a new child takes the rest.
+The fla baselines run first, in child processes (``--fla-budget-s``, ``--fla-shapes``), each checked against the
+float64 closed form (``<method>_err_o``). Until 2026-12-02 ``beta`` went into fla 0.6.0's ``gk`` parameter, and its
+fused_recurrent faulted (illegal memory access) or gave wrong outputs; a fault ends only the child, the job it died
+in is recorded as failed and a new child takes the rest.
 
 Run: ``python bench/gdn_tree.py --out results.json`` (``--quick`` for a small subset, ``--sweep`` to time the launch
 configurations at the main shapes first). Needs a CUDA GPU and fla-core 0.6.
@@ -248,8 +249,10 @@ def fla_fns(x, fla):
     g1, b1 = x["g"][:, :1].contiguous(), x["beta"][:, :1].contiguous()
 
     def ar():
-        return fla.fused_recurrent_gated_delta_rule(q1, k1, v1, g1, b1, initial_state=S0, output_final_state=True,
-                                                    use_qk_l2norm_in_kernel=True)
+        # beta by keyword: fla 0.6.0's fifth parameter is gk (a per-key gate); passed there, beta faulted or gave
+        # wrong outputs in every run before the thirteenth session (bench/RESULTS.md)
+        return fla.fused_recurrent_gated_delta_rule(q1, k1, v1, g=g1, beta=b1, initial_state=S0,
+                                                    output_final_state=True, use_qk_l2norm_in_kernel=True)
 
     # branch by branch: every root-to-leaf path as one varlen sequence starting from its request's S0
     paths, owner = [], []
@@ -263,8 +266,8 @@ def fla_fns(x, fla):
             paths.append(path[::-1])
             owner.append(b)
     # every path padded at its end to the longest: g = 0, beta = 0 there leave the state unchanged (alpha = 1, no
-    # write), so a plain batched fused_recurrent over [paths, T] replaces the varlen call (which faults in fla 0.6.0
-    # at this size, see bench/RESULTS.md)
+    # write), so a plain batched fused_recurrent over [paths, T] replaces the varlen call (which faulted at this size
+    # while beta was passed into gk: see bench/RESULTS.md; not tried since)
     T = max(len(p) for p in paths)
     node = torch.tensor([p + [p[-1]] * (T - len(p)) for p in paths], device=DEVICE)  # [L, T]
     live = torch.tensor([[t < len(p) for t in range(T)] for p in paths], device=DEVICE)  # [L, T]
@@ -275,8 +278,10 @@ def fla_fns(x, fla):
         qb, kb, vb = (x[n][req, node] for n in ("q", "k", "v"))  # [L, T, H or HV, K or V]
         gb = x["g"][req, node] * live[..., None]  # [L, T, HV]
         bb = x["beta"][req, node] * live[..., None]
-        return fla.fused_recurrent_gated_delta_rule(qb, kb, vb, gb, bb, initial_state=S0[owner_t],
+        return fla.fused_recurrent_gated_delta_rule(qb, kb, vb, g=gb, beta=bb, initial_state=S0[owner_t],
                                                     output_final_state=True, use_qk_l2norm_in_kernel=True)
+
+    branch.paths = (paths, owner)
 
     def chunk():
         return fla.chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=S0,
@@ -287,7 +292,7 @@ def fla_fns(x, fla):
 
 def fla_jobs(shapes, kinds) -> list[list]:
     """The fla baselines to time, as ``[method, B, N, kind]``: the decode step per B, the chunk kernel on every
-    chain, branch by branch on every random / eagle tree (last: the heaviest and the one that has faulted)."""
+    chain, branch by branch on every random / eagle tree (last: the heaviest)."""
     jobs = [["ar", B, 64, "random"] for B in dict.fromkeys(B for B, _ in shapes)]
     jobs += [["chunk", B, N, "chain"] for B, N in shapes if "chain" in kinds]
     jobs += [["branch", B, N, kind] for B, N in shapes for kind in ("random", "eagle") if kind in kinds]
@@ -312,11 +317,40 @@ def fla_child(job_path: str, out_path: str) -> int:
         fn = dict(zip(FLA_METHODS, fla_fns(x, fla)[:3]))[method]
         us, graph_ok = graph_time(fn, rep_ms=60 if method != "ar" else 100)
         done[key] = dict(status="ok", us=us, graph=graph_ok, MiB=peak_mib(fn) if method != "ar" else None)
+        done[key]["err_o"] = fla_error(x, method, fn)
         json.dump(done, open(out_path, "w"))
         print(f"fla {key}: {us:.1f} us", flush=True)
         del x, fn
         torch.cuda.empty_cache()
     return 0
+
+
+def fla_error(x, method: str, fn, sub: int = 2) -> float:
+    """Relative error of an fla baseline's outputs for the first ``sub`` requests against the float64 closed form
+    of their trees: the decode step's against the roots', the chunk kernel's against every node's (chains), branch
+    by branch every path's step t against its t-th node's."""
+    args = [x[n][:sub].double() for n in ("q", "k", "v", "g", "beta")]
+    ro, _ = R.gdn_tree_closed_form_ref(*args, x["pool"].double(), x["slots"][:sub], x["parents"][:sub],
+                                       use_qk_l2norm=True)  # [sub, N, HV, V]
+    o = fn()[0]
+    if method == "ar":
+        return float((o[:sub, 0].double() - ro[:, 0]).norm() / ro[:, 0].norm())
+    if method == "chunk":
+        return float((o[:sub].double() - ro).norm() / ro.norm())
+    return branch_error(o, fn.paths, ro)
+
+
+def branch_error(o, paths, ro) -> float:
+    """Relative error of branch-by-branch outputs ``o: [L, T, HV, V]`` (``paths``: the paths and their requests)
+    against the closed form ``ro: [sub, N, HV, V]`` of the first requests: path step t is its t-th node's output."""
+    paths, owner = paths
+    got, want = [], []
+    for p, (path, b) in enumerate(zip(paths, owner)):
+        if b < ro.shape[0]:
+            got.append(o[p, : len(path)].double())
+            want.append(ro[b, path])
+    got, want = torch.cat(got), torch.cat(want)
+    return float((got - want).norm() / want.norm())
 
 
 def fla_baselines(jobs: list[list], budget_s: float, log) -> dict[str, dict]:
@@ -458,8 +492,8 @@ def main() -> int:
 
     shapes = [(64, 64), (1, 64)] if args.quick else PRIORITY  # most important first: a budget cut drops the rest
     kinds = tuple(args.kinds)
-    # phase 0: the fla baselines, in child processes (fla 0.6.0's kernels have faulted here: a fault must not take
-    # this process's CUDA context with it)
+    # phase 0: the fla baselines, in child processes (a fault in a peer must not take this process's CUDA context
+    # with it)
     result["fla_runs"] = fla = fla_baselines(fla_jobs(shapes[: args.fla_shapes], kinds), args.fla_budget_s, log)
     save()
     start = time.time()  # --budget-s counts from here: our rows
@@ -475,6 +509,8 @@ def main() -> int:
             row[f"{method}_us"], row[f"{method}_graph"] = r["us"], r["graph"]
             if r.get("MiB") is not None:
                 row[f"{method}_MiB"] = r["MiB"]
+            if "err_o" in r:
+                row[f"{method}_err_o"] = r["err_o"]  # its outputs against float64, as ours
         else:
             row[f"{method}_status"] = r["status"]
 
@@ -545,6 +581,7 @@ def summary_line(r: dict) -> str:
     if "error" in r:
         return f"B={r['B']:3d} N={r['N']:3d} {r['kind']:6s} ERROR {r['error']}"
     extra = "".join(f" {m}={r[f'{m}_us']:.1f}" for m in ("branch", "pernode", "chunk") if f"{m}_us" in r)
+    extra += "".join(f" {m}_err={r[f'{m}_err_o']:.1e}" for m in FLA_METHODS if f"{m}_err_o" in r)
     r = {"ar_us": math.nan, **{f"{p}_{m}_us": math.nan for p in ("ours", "verify", "commit", "nopdl")
                                for m in MODES},
          **{f"err_{w}_{m}": math.nan for w in "os" for m in MODES}, **r}
