@@ -225,15 +225,19 @@ def nopdl_difference(x, mode: str) -> float:
     return max(rel(a, b) for a, b in zip(results[1], results[0]))
 
 
-def errors(x, mode: str, sub: int) -> tuple[float, float]:
-    """Relative errors of outputs and committed state against float64, on the first ``sub`` requests."""
+def errors(x, mode: str, sub: int, mod=G) -> tuple[float, float]:
+    """Relative errors of outputs and committed state against float64, on the first ``sub`` requests, run with the
+    launch config of the row's whole batch (the timed pipeline: split at large B). ``mod``: the gdn_tree module
+    (a probe's variant)."""
+    B, N, _, _ = x["q"].shape
+    config = mod.verify_config(B, HV, N, K, V, x["q"].device, H, mode, x["q"].dtype != torch.float32)
     s = slice(0, sub)
     pool = x["pool"][x["slots"][s].long()].clone()  # [sub, HV, K, V]
     slots = torch.arange(sub, dtype=torch.int32, device=DEVICE)
     args = [x[n][s] for n in ("q", "k", "v", "g", "beta")]
-    o, f = G.gdn_tree_verify(*args, pool, slots, x["parents"][s], use_qk_l2norm_in_kernel=True,
-                             input_precision=mode)
-    G.gdn_tree_commit(pool, slots, f, x["parents"][s], x["accepted"][s], input_precision=mode)
+    o, f = mod.gdn_tree_verify(*args, pool, slots, x["parents"][s], use_qk_l2norm_in_kernel=True,
+                               input_precision=mode, config=config)
+    mod.gdn_tree_commit(pool, slots, f, x["parents"][s], x["accepted"][s], input_precision=mode)
     ref_pool = x["pool"][x["slots"][s].long()].double()
     ro, rf = R.gdn_tree_closed_form_ref(*[t.double() for t in args], ref_pool, slots, x["parents"][s],
                                         use_qk_l2norm=True)

@@ -39,7 +39,6 @@ import torch
 
 import gdn_tree as T  # bench/gdn_tree.py
 from lumotree.optimized import gdn_tree as G
-from lumotree.optimized import gdn_tree_ref as R
 
 S0_ROUNDED = "s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]"
 S0_TRUNCATED = "s_c = tl.load(state + kc[:, None] * V + vcols[None, :])  # [BK, BV]"
@@ -104,21 +103,7 @@ def fns(mod, x):
 
 
 def errors(mod, x, sub: int = 4) -> tuple[float, float]:
-    B, N, _, _ = x["q"].shape
-    config = mod.verify_config(B, T.HV, N, T.K, T.V, x["q"].device, T.H, "tf32")  # the full batch's pipeline
-    s = slice(0, sub)
-    pool = x["pool"][x["slots"][s].long()].clone()  # [sub, HV, K, V]
-    slots = torch.arange(sub, dtype=torch.int32, device=T.DEVICE)
-    args = [x[n][s] for n in ("q", "k", "v", "g", "beta")]
-    o, f = mod.gdn_tree_verify(*args, pool, slots, x["parents"][s], use_qk_l2norm_in_kernel=True,
-                               input_precision="tf32", config=config)
-    mod.gdn_tree_commit(pool, slots, f, x["parents"][s], x["accepted"][s], input_precision="tf32")
-    ref_pool = x["pool"][x["slots"][s].long()].double()
-    ro, rf = R.gdn_tree_closed_form_ref(*[t.double() for t in args], ref_pool, slots, x["parents"][s],
-                                        use_qk_l2norm=True)
-    rs = R.gdn_tree_commit_ref(ref_pool, slots, rf, x["parents"][s], x["accepted"][s])
-    err = lambda a, b: float((a.double() - b).norm() / b.norm())  # noqa: E731
-    return err(o, ro), err(pool, rs)
+    return T.errors(x, "tf32", sub, mod)  # run with the full batch's launch config
 
 
 def main() -> int:
