@@ -1,12 +1,12 @@
-"""Plot the GDN tree benchmark for docs/gdn-kernels.md (bench/results/2026-12-01-h200-gdn-tree.json, the run of
-2026-11-29 it improves on, and the per-kernel variant sweep bench/results/2026-12-01-h200-gdn-variants.json).
+"""Plot the GDN tree benchmark for docs/gdn-kernels.md.
 
-Left: one layer at B=64, N=64 (random tree, depth 10): our verify + commit in the three precision modes against the
-memory floors and fla's single-token decode step measured in the same run, and the 2026-11-29 run; branch-by-branch
-and per-node states from the anchors (DESIGN.md §7, same card type, not this run: fla's branch kernel faults in
-fla-core 0.6.0 at this size, and the per-node baseline did not fit the run's time budget).
-Right: where the verify time goes (solve and apply kernels timed alone, tf32) before and after this session's solve
-kernel (two value heads of a GVA group per 4-warp program, 3 stages), per (B, N).
+Left: one layer at B=64, N=64 (random tree, depth 10), from bench/results/2026-12-02b/gdn_tree_run7.json (the first
+run with fla's decode step and branch by branch called correctly, both checked against float64): our verify + commit
+in tf32 against the memory floors, fla's single-token decode step, branch by branch and per-node states of the same
+run; the tf32x3 and ieee modes from run 4 of the same session (gdn_tree_run4.json), and our 2026-11-29 run.
+Right: where the verify time goes (solve and apply kernels timed alone, tf32) before and after the 2026-12-01 solve
+kernel (two value heads of a GVA group per 4-warp program, 3 stages), per (B, N)
+(bench/results/2026-12-01-h200-gdn-variants.json).
 
 Run: ``python bench/plot_gdn_tree.py`` (writes docs/img/gdn-tree-h200.png).
 """
@@ -22,24 +22,25 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-ANCHOR = {"branch-by-branch (fla)": 6486.9, "per-node states": 26768.8}
 
 
 def main() -> int:
-    new = json.loads((ROOT / "bench/results/2026-12-01-h200-gdn-tree.json").read_text())
-    old = json.loads((ROOT / "bench/results/2026-11-29-h200-gdn-tree-run3.json").read_text())
+    results = ROOT / "bench/results"
+    load = lambda name: json.loads((results / name).read_text())  # noqa: E731
     pick = lambda run: next(r for r in run["rows"] if (r["B"], r["N"], r["kind"]) == (64, 64, "random"))  # noqa: E731
-    row, row_old = pick(new), pick(old)
+    row = pick(load("2026-12-02b/gdn_tree_run7.json"))
+    modes = pick(load("2026-12-02b/gdn_tree_run4.json"))
+    row_old = pick(load("2026-11-29-h200-gdn-tree-run3.json"))
     bars = [
         ("state floor\n(read S0, write S)", row["floor_us"], "0.6"),
         ("io floor\n(+ tokens, factors)", row["io_floor_us"], "0.6"),
-        ("ours tf32\n(2026-12-01)", row["ours_tf32_us"], "C0"),
+        ("ours tf32\n(2026-12-02)", row["ours_tf32_us"], "C0"),
         ("ours tf32\n(2026-11-29)", row_old["ours_tf32_us"], "C9"),
-        ("ours tf32x3", row["ours_tf32x3_us"], "C0"),
-        ("ours ieee", row["ours_ieee_us"], "C0"),
+        ("ours tf32x3", modes["ours_tf32x3_us"], "C0"),
+        ("ours ieee", modes["ours_ieee_us"], "C0"),
         ("fla decode step\n(same run)", row["ar_us"], "C1"),
-        ("branch-by-branch\n(anchor)", ANCHOR["branch-by-branch (fla)"], "C3"),
-        ("per-node states\n(anchor)", ANCHOR["per-node states"], "C3"),
+        ("branch-by-branch\n(fla, same run)", row["branch_us"], "C3"),
+        ("per-node states\n(same run)", row["pernode_us"], "C3"),
     ]
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw=dict(width_ratios=[1.25, 1]))
     ax.bar(range(len(bars)), [b[1] for b in bars], color=[b[2] for b in bars])
