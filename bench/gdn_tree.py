@@ -10,6 +10,8 @@ For every (B requests, N nodes, tree kind) it times, with CUDA-graph replay and 
   behind the solve), and ``nopdl_diff_*`` its largest relative difference from the default's outputs, deltas and
   committed states (0 expected: the same kernels); ``meta_us``: the per-step tree metadata
   (shared by all layers of a step, not per layer);
+- ``split_<mode>``: where the default is the fused kernel (small batches), verify + commit with the split pipeline
+  of large batches (its apply a PDL launch), and its errors (``split_err_*``);
 - ``ar``: flash-linear-attention's single-token decode step (``fused_recurrent_gated_delta_rule``, T=1);
 - ``branch``: the tree branch by branch: every root-to-leaf path re-run from S0 with fla's fused_recurrent (paths
   batched, padded at the end with g = beta = 0);
@@ -211,6 +213,17 @@ def ours_fns(x, mode: str, config=None):
     return verify, commit, both, nopdl, pool_work
 
 
+def split_config(x, mode: str):
+    """The split pipeline's config for the row's shape (the one ``verify_config`` picks once the batch fills the GPU)
+    when the row's default is the fused kernel, else None."""
+    B, N, HV_ = x["v"].shape[:3]
+    device, qk16 = x["q"].device, x["q"].dtype != torch.float32
+    if G.verify_config(B, HV_, N, K, V, device, H, mode, qk16).split:
+        return None
+    large = -(-2 * G._num_sms(device) // HV_)  # the smallest batch of the split pipeline
+    return G.verify_config(max(B, large), HV_, N, K, V, device, H, mode, qk16)
+
+
 def nopdl_difference(x, mode: str) -> float:
     """Largest relative difference of outputs, deltas and committed states between the default launch and the
     apply launched without PDL, on the row's inputs: 0 when they give the same numbers, as the tests require."""
@@ -225,12 +238,13 @@ def nopdl_difference(x, mode: str) -> float:
     return max(rel(a, b) for a, b in zip(results[1], results[0]))
 
 
-def errors(x, mode: str, sub: int, mod=G) -> tuple[float, float]:
-    """Relative errors of outputs and committed state against float64, on the first ``sub`` requests, run with the
-    launch config of the row's whole batch (the timed pipeline: split at large B). ``mod``: the gdn_tree module
-    (a probe's variant)."""
+def errors(x, mode: str, sub: int, mod=G, config=None) -> tuple[float, float]:
+    """Relative errors of outputs and committed state against float64, on the first ``sub`` requests, run with
+    ``config`` or the launch config of the row's whole batch (the timed pipeline: split at large B). ``mod``: the
+    gdn_tree module (a probe's variant)."""
     B, N, _, _ = x["q"].shape
-    config = mod.verify_config(B, HV, N, K, V, x["q"].device, H, mode, x["q"].dtype != torch.float32)
+    qk16 = x["q"].dtype != torch.float32
+    config = config or mod.verify_config(B, HV, N, K, V, x["q"].device, H, mode, qk16)
     s = slice(0, sub)
     pool = x["pool"][x["slots"][s].long()].clone()  # [sub, HV, K, V]
     slots = torch.arange(sub, dtype=torch.int32, device=DEVICE)
@@ -545,6 +559,10 @@ def main() -> int:
                         row["o_MiB"] = x["v"].numel() * x["v"].element_size() / 2**20  # every method writes o
                     sub = min(B, args.err_sub)
                     row[f"err_o_{mode}"], row[f"err_s_{mode}"] = errors(x, mode, sub)
+                    split = split_config(x, mode)
+                    if split is not None:  # the default is the fused kernel: the split pipeline side by side
+                        row[f"split_{mode}_us"], _ = graph_time(ours_fns(x, mode, split)[2])
+                        row[f"split_err_o_{mode}"], row[f"split_err_s_{mode}"] = errors(x, mode, sub, config=split)
                 row["leaves"] = x["leaves"]
                 fla_get(row, "ar", B, 64, "random")
                 if kind == "chain":
@@ -586,6 +604,8 @@ def summary_line(r: dict) -> str:
         return f"B={r['B']:3d} N={r['N']:3d} {r['kind']:6s} ERROR {r['error']}"
     extra = "".join(f" {m}={r[f'{m}_us']:.1f}" for m in ("branch", "pernode", "chunk") if f"{m}_us" in r)
     extra += "".join(f" {m}_err={r[f'{m}_err_o']:.1e}" for m in FLA_METHODS if f"{m}_err_o" in r)
+    extra += "".join(f" split {m}={r[f'split_{m}_us']:.1f} (err {r[f'split_err_o_{m}']:.1e})" for m in MODES
+                     if f"split_{m}_us" in r)
     r = {"ar_us": math.nan, **{f"{p}_{m}_us": math.nan for p in ("ours", "verify", "commit", "nopdl")
                                for m in MODES},
          **{f"err_{w}_{m}": math.nan for w in "os" for m in MODES}, **r}
