@@ -175,11 +175,16 @@ def make_inputs(B: int, N: int, kind: str, seed: int, dtype=torch.float32):
                 accepted=accepted, max_depth=max(max(d) for d in dep), leaves=len(set(range(N)) - set(rows[0])))
 
 
+def row_config(x, mode: str, mod=G, batch: int | None = None):
+    """``verify_config`` of the row's shape, inputs and device (for ``batch`` requests instead of the row's B).
+    ``mod``: the gdn_tree module (a probe's variant)."""
+    B, N, HV_ = x["v"].shape[:3]
+    return mod.verify_config(batch or B, HV_, N, K, V, x["q"].device, H, mode, x["q"].dtype != torch.float32)
+
+
 def nopdl_config(x, mode: str, config=None):
     """The row's launch config with the split pipeline's apply launched without PDL."""
-    B, N, HV_ = x["v"].shape[:3]
-    cfg = config or G.verify_config(B, HV_, N, K, V, x["q"].device, H, mode, x["q"].dtype != torch.float32)
-    return cfg._replace(apply_pdl=False)
+    return (config or row_config(x, mode))._replace(apply_pdl=False)
 
 
 def ours_fns(x, mode: str, config=None):
@@ -216,12 +221,10 @@ def ours_fns(x, mode: str, config=None):
 def split_config(x, mode: str):
     """The split pipeline's config for the row's shape (the one ``verify_config`` picks once the batch fills the GPU)
     when the row's default is the fused kernel, else None."""
-    B, N, HV_ = x["v"].shape[:3]
-    device, qk16 = x["q"].device, x["q"].dtype != torch.float32
-    if G.verify_config(B, HV_, N, K, V, device, H, mode, qk16).split:
+    if row_config(x, mode).split:
         return None
-    large = -(-2 * G._num_sms(device) // HV_)  # the smallest batch of the split pipeline
-    return G.verify_config(max(B, large), HV_, N, K, V, device, H, mode, qk16)
+    large = -(-2 * G._num_sms(x["q"].device) // x["v"].shape[2])  # the smallest batch of the split pipeline
+    return row_config(x, mode, batch=large)
 
 
 def nopdl_difference(x, mode: str) -> float:
@@ -242,9 +245,7 @@ def errors(x, mode: str, sub: int, mod=G, config=None) -> tuple[float, float]:
     """Relative errors of outputs and committed state against float64, on the first ``sub`` requests, run with
     ``config`` or the launch config of the row's whole batch (the timed pipeline: split at large B). ``mod``: the
     gdn_tree module (a probe's variant)."""
-    B, N, _, _ = x["q"].shape
-    qk16 = x["q"].dtype != torch.float32
-    config = config or mod.verify_config(B, HV, N, K, V, x["q"].device, H, mode, qk16)
+    config = config or row_config(x, mode, mod)
     s = slice(0, sub)
     pool = x["pool"][x["slots"][s].long()].clone()  # [sub, HV, K, V]
     slots = torch.arange(sub, dtype=torch.int32, device=DEVICE)

@@ -67,23 +67,25 @@ MASKED = {  # run 3: the working tree's unmasked triangle loads back to run 2's 
 }
 
 
+def substituted(src: str, pairs) -> str:
+    """``src`` with each ``(old, new)`` of ``pairs`` replaced; every ``old`` must be there."""
+    for old, new in pairs:
+        assert old in src, old
+        src = src.replace(old, new)
+    return src
+
+
 def variants(old_path: str, tmp: str, name: str, masked: bool = False) -> dict:
     src = inspect.getsource(G)
+    mods = {"two_tiles": load_module("probe_two_tiles", open(old_path).read(), tmp), name: G}
     if masked:
-        assert all(src.count(a) == 1 for a in MASKED)
-        masked_src = src
-        for a, b in MASKED.items():
-            masked_src = masked_src.replace(a, b)
-        return {"two_tiles": load_module("probe_two_tiles", open(old_path).read(), tmp), name: G,
-                "triangles_masked": load_module("probe_masked", masked_src, tmp)}
-    assert src.count(S0_ROUNDED) == 2 and all(src.count(s) == 1 for s in QK_ROUNDED)
-    s0_trunc = src.replace(S0_ROUNDED, S0_TRUNCATED)  # the fused kernel's line too: only the split one is timed
-    all_trunc = s0_trunc
-    for a, b in zip(QK_ROUNDED, QK_TRUNCATED):
-        all_trunc = all_trunc.replace(a, b)
-    return {"two_tiles": load_module("probe_two_tiles", open(old_path).read(), tmp), name: G,
-            f"{name}_s0_trunc": load_module("probe_s0_trunc", s0_trunc, tmp),
-            f"{name}_all_trunc": load_module("probe_all_trunc", all_trunc, tmp)}
+        mods["triangles_masked"] = load_module("probe_masked", substituted(src, MASKED.items()), tmp)
+        return mods
+    s0_trunc = substituted(src, [(S0_ROUNDED, S0_TRUNCATED)])  # also the fused kernel's line (not timed here)
+    mods[f"{name}_s0_trunc"] = load_module("probe_s0_trunc", s0_trunc, tmp)
+    mods[f"{name}_all_trunc"] = load_module("probe_all_trunc", substituted(s0_trunc, zip(QK_ROUNDED, QK_TRUNCATED)),
+                                            tmp)
+    return mods
 
 
 def fns(mod, x):
