@@ -302,6 +302,7 @@ def main() -> int:
         graphs = {}
         for name, (key, config) in VARIANTS.items():
             start = time.time()
+            config = mods[key].KernelConfig(*config) if config is not None else None  # the module's own class
             f = fns(x, mods[key], config)
             graphs[name] = {what: graph_of(fn) for what, fn in f.items()}
             err_o, err_s = T.errors(x, "tf32", 1, mod=mods[key], config=config)
