@@ -78,14 +78,14 @@ def variants(N: int, precision: str, gate: bool = False):
         bv, bk = min(cfg.block_v, V), min(cfg.block_k, K)
         flags["WORD_VECTORS"] = cfg.word_vectors
         if cfg.split:  # PDL as the config asks (the apply waits after its pass over S0)
-            solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, PDL=cfg.apply_pdl)
+            solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, PDL=cfg.apply_pdl, HAS_NUM=True)
             apply = dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk, BV=bv,
-                         GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl)
+                         GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl, SIGNAL=False, HAS_NUM=True)
             parts = [("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps),
                      ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps)]
         else:
             fused = dict(flags, **words, V=V, BK=bk, BV=bv, DOT16=False, PDL=False, STATE_LINES=1, GATE=gate,
-                         PIECE=G.GATE_PIECE)
+                         PIECE=G.GATE_PIECE, SIGNAL=False, HAS_NUM=True)
             parts = [("fused", G._gdn_tree_verify_kernel, fused, cfg.num_warps)]
         for part, kernel, constexprs, nw in parts:
             key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages)
@@ -93,7 +93,7 @@ def variants(N: int, precision: str, gate: bool = False):
                 seen.add(key)
                 out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages))
     commit = dict(H=H, HV=HV, K=K, V=V, W=words["W"], NP=NP, PB=G.PATH_BLOCK, L2NORM=True, PRECISION=precision,
-                  WORD_BITS=32)
+                  WORD_BITS=32, PDL=False, HAS_NUM=True)
     commit_defaults = {f"default_B{B}": G.commit_config(B, HV, N, K, V, h200) for B in (1, 64)}
     for name, cfg in {**commit_defaults, **gdn_probe.COMMIT_LARGE, **gdn_probe.COMMIT_SMALL}.items():
         out.append((f"commit {name}", G._gdn_tree_commit_kernel,

@@ -5,10 +5,12 @@ For every (B requests, N nodes, tree kind) it times, with CUDA-graph replay and 
 
 - ``ours_<mode>``: :func:`lumotree.optimized.gdn_tree.gdn_tree_verify` (q/k L2 norm in the kernel, gates given)
   plus :func:`~lumotree.optimized.gdn_tree.gdn_tree_commit` of an accepted node of depth ~max/2, for the modes
-  ``ieee``, ``tf32x3``, ``tf32``; ``verify_*`` and ``commit_*`` alone; ``nopdl_*``: verify + commit with the
-  split pipeline's apply launched without PDL (``KernelConfig.apply_pdl=False``; the default launches it with PDL
-  behind the solve), and ``nopdl_diff_*`` its largest relative difference from the default's outputs, deltas and
-  committed states (0 expected: the same kernels); ``meta_us``: the per-step tree metadata
+  ``ieee``, ``tf32x3``, ``tf32``; ``verify_*`` and ``commit_*`` alone. Verify + commit launches the commit with
+  PDL behind the verify, which signals at its start (``gdn_tree_commit(pdl=True)``,
+  ``gdn_tree_verify(launch_dependents=True)``), and the split pipeline's apply with PDL behind its solve
+  (``KernelConfig.apply_pdl``); ``nopdl_*``: verify + commit with every launch plain, and ``nopdl_diff_*`` its
+  largest relative difference from the default's outputs, deltas and committed states (0 expected: the same
+  kernels); ``meta_us``: the per-step tree metadata
   (shared by all layers of a step, not per layer);
 - ``split_<mode>``: where the default is the fused kernel (small batches), verify + commit with the split pipeline
   of large batches (its apply a PDL launch), and its errors (``split_err_*``);
@@ -183,7 +185,7 @@ def row_config(x, mode: str, mod=G, batch: int | None = None):
 
 
 def nopdl_config(x, mode: str, config=None):
-    """The row's launch config with the split pipeline's apply launched without PDL."""
+    """The row's launch config with the split pipeline's apply launched without PDL (the verify of ``nopdl``)."""
     return (config or row_config(x, mode))._replace(apply_pdl=False)
 
 
@@ -204,16 +206,17 @@ def ours_fns(x, mode: str, config=None):
 
     commit.state = (pool_work, factors, meta)
 
-    def both(**kw):
-        _, f = verify(**kw)
+    def both(pdl=True, **kw):
+        """Verify, then the commit as a PDL launch behind it (``pdl``)."""
+        _, f = verify(launch_dependents=pdl, **kw)
         G.gdn_tree_commit(pool_work, x["slots"], f, x["parents"], x["accepted"], input_precision=mode, meta=meta,
-                          validate=False)
+                          validate=False, pdl=pdl)
 
     without_pdl = nopdl_config(x, mode, config)
 
     def nopdl():
-        """``both`` with the apply launched without PDL."""
-        both(config=without_pdl)
+        """``both`` with every launch plain (the apply too)."""
+        both(pdl=False, config=without_pdl)
 
     return verify, commit, both, nopdl, pool_work
 
@@ -228,14 +231,15 @@ def split_config(x, mode: str):
 
 
 def nopdl_difference(x, mode: str) -> float:
-    """Largest relative difference of outputs, deltas and committed states between the default launch and the
-    apply launched without PDL, on the row's inputs: 0 when they give the same numbers, as the tests require."""
+    """Largest relative difference of outputs, deltas and committed states between the default launches (PDL) and
+    plain ones, on the row's inputs: 0 when they give the same numbers, as the tests require."""
     results = []
-    for config in (None, nopdl_config(x, mode)):
+    for config, pdl in ((None, True), (nopdl_config(x, mode), False)):
         pool = x["pool"].clone()
         o, f = G.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], pool, x["slots"], x["parents"],
-                                 use_qk_l2norm_in_kernel=True, input_precision=mode, config=config)
-        G.gdn_tree_commit(pool, x["slots"], f, x["parents"], x["accepted"], input_precision=mode)
+                                 use_qk_l2norm_in_kernel=True, input_precision=mode, config=config,
+                                 launch_dependents=pdl)
+        G.gdn_tree_commit(pool, x["slots"], f, x["parents"], x["accepted"], input_precision=mode, pdl=pdl)
         results.append((o, f.delta, pool))
     rel = lambda a, b: float((a.double() - b.double()).norm() / b.double().norm())  # noqa: E731
     return max(rel(a, b) for a, b in zip(results[1], results[0]))
@@ -612,7 +616,7 @@ def summary_line(r: dict) -> str:
          **{f"err_{w}_{m}": math.nan for w in "os" for m in MODES}, **r}
     return (f"B={r['B']:3d} N={r['N']:3d} {r['kind']:6s} depth={r['max_depth']:3d} ar={r['ar_us']:.1f} "
             f"ours tf32={r['ours_tf32_us']:.1f} (v {r['verify_tf32_us']:.1f} c {r['commit_tf32_us']:.1f}; "
-            f"apply without PDL {r['nopdl_tf32_us']:.1f}) "
+            f"without PDL {r['nopdl_tf32_us']:.1f}) "
             f"tf32x3={r['ours_tf32x3_us']:.1f} ieee={r['ours_ieee_us']:.1f} floor={r['floor_us']:.1f} "
             f"io_floor={r['io_floor_us']:.1f} meta={r['meta_us']:.1f}{extra} "
             f"err tf32={r['err_o_tf32']:.1e}/{r['err_s_tf32']:.1e} ieee={r['err_o_ieee']:.1e}/{r['err_s_ieee']:.1e}")

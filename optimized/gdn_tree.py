@@ -252,6 +252,17 @@ def _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP:
 
 
 @triton.jit
+def _tree_size(num_nodes_ptr, b, N, HAS_NUM: tl.constexpr):
+    """Request ``b``'s node count: ``num_nodes[b]``, or N when the caller gave no sizes (``HAS_NUM`` False: every
+    tree has N nodes, and no sizes tensor is made)."""
+    if HAS_NUM:
+        n_b = tl.load(num_nodes_ptr + b)
+    else:
+        n_b = N
+    return n_b
+
+
+@triton.jit
 def _gdn_tree_solve_kernel(
     q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
     log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
@@ -260,7 +271,7 @@ def _gdn_tree_solve_kernel(
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
-    DOT16: tl.constexpr, PDL: tl.constexpr,
+    DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
     quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
@@ -274,7 +285,7 @@ def _gdn_tree_solve_kernel(
     hv0 = (pid % (HV // HEADS)) * HEADS  # first value head of this program
     h = hv0 // (HV // H)
     b64 = b.to(tl.int64)
-    n_b = tl.load(num_nodes_ptr + b)
+    n_b = _tree_size(num_nodes_ptr, b, N, HAS_NUM)
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b
     kk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] K K^T
@@ -365,20 +376,23 @@ def _gdn_tree_apply_kernel(
     scale, N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_zb, s_zn, s_zh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
-    QK16: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr, PDL: tl.constexpr,
+    QK16: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr, PDL: tl.constexpr, SIGNAL: tl.constexpr,
+    HAS_NUM: tl.constexpr,
 ):
     """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
     ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)`` (``GATE``: stored through
     :func:`_store_output`'s half of the gated RMSNorm). ``PDL``: launched as a programmatic dependent launch behind
     the solve kernel (``KernelConfig.apply_pdl``): the pass over ``S0`` reads only what the solve does not write
-    (q, k, the state, the slots and sizes), then the program waits for the solve before it reads its outputs."""
+    (q, k, the state, the slots and sizes), then the program waits for the solve before it reads its outputs.
+    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started."""
+    allow_dependents(SIGNAL)  # a PDL-launched successor (gdn_tree_commit(pdl=True)) may launch now
     pid_v = tl.program_id(0)  # fastest: the V blocks of one value head share its TB / QKD tiles in L2
     pid_bh = tl.program_id(1)
     b = pid_bh // HV
     hv = pid_bh % HV
     h = hv // (HV // H)
     b64 = b.to(tl.int64)
-    n_b = tl.load(num_nodes_ptr + b)
+    n_b = _tree_size(num_nodes_ptr, b, N, HAS_NUM)
     slot = tl.load(slots_ptr + b).to(tl.int64)
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b
@@ -426,13 +440,16 @@ def _gdn_tree_verify_kernel(
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr, PDL: tl.constexpr, STATE_LINES: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr,
+    SIGNAL: tl.constexpr, HAS_NUM: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
     redone by every V block of a value head; pays off when there are few programs, i.e. small batches). ``PDL``:
     launched as a programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program prefetches its
     ``S0`` tile into L2 (``STATE_LINES`` 128-byte lines per state row), which no kernel of the step writes, then
     waits for the previous kernel (whose output q, k, v and the gates are) before it reads anything else. ``GATE``:
-    the output is stored through :func:`_store_output`'s half of the gated RMSNorm (:class:`OutputGate`)."""
+    the output is stored through :func:`_store_output`'s half of the gated RMSNorm (:class:`OutputGate`).
+    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started."""
+    allow_dependents(SIGNAL)  # a PDL-launched successor (gdn_tree_commit(pdl=True)) may launch now
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
     b = pid_bh // HV
@@ -445,7 +462,7 @@ def _gdn_tree_verify_kernel(
         lines = tl.arange(0, STATE_LINES)  # [STATE_LINES]
         prefetch_l2(state + tl.arange(0, K)[:, None] * V + pid_v * BV + lines[None, :] * 32)  # [K, STATE_LINES]
         tl.extra.cuda.gdc_wait()  # from here on the previous kernel's writes are visible
-    n_b = tl.load(num_nodes_ptr + b)
+    n_b = _tree_size(num_nodes_ptr, b, N, HAS_NUM)
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b  # [NP] padding rows are never read
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
@@ -519,11 +536,14 @@ def _gdn_tree_commit_kernel(
     B, N, s_kb, s_kn, s_kh, s_pool_g, s_delta_g, s_lg_g, s_k_g, s_kr_g,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, PB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
-    L2NORM: tl.constexpr, PRECISION: tl.constexpr, WORD_BITS: tl.constexpr,
+    L2NORM: tl.constexpr, PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, PDL: tl.constexpr,
+    HAS_NUM: tl.constexpr,
 ):
     """One program per (layer, request, value head, V block, K block): ``S[rows, cols] = Gamma_a S0[rows, cols]
     + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[rows] delta_j[cols]^T``, in place (layer g's pool and factors at
-    the ``s_*_g`` strides; the trees, slots and accepted nodes shared by the layers)."""
+    the ``s_*_g`` strides; the trees, slots and accepted nodes shared by the layers). ``PDL``: launched as a
+    programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program loads its ``S0`` tile, then waits
+    for the previous kernel (which must write neither the slots nor the pool) before it reads anything else."""
     pid = tl.program_id(0)
     pid_v = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -537,16 +557,18 @@ def _gdn_tree_commit_kernel(
     k_rnorm_ptr += g * s_kr_g
     h = hv // (HV // H)
     b64 = b.to(tl.int64)
-    n_b = tl.load(num_nodes_ptr + b)
-    node = tl.load(accepted_ptr + b)
     slot = tl.load(slots_ptr + b).to(tl.int64)
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
     kcols = pid_k * BK + tl.arange(0, BK)  # [BK] state rows of this program
-
+    state_ptrs = pool_ptr + (slot * HV + hv) * (K * V) + kcols[:, None] * V + vcols[None, :]  # [BK, BV]
+    s = tl.load(state_ptrs)  # [BK, BV] S0
+    if PDL:  # the slots and the pool are read above, everything the previous kernel may write below
+        tl.extra.cuda.gdc_wait()
+    n_b = _tree_size(num_nodes_ptr, b, N, HAS_NUM)
+    node = tl.load(accepted_ptr + b)
     on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)  # path(node)
     lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
-    state_ptrs = pool_ptr + (slot * HV + hv) * (K * V) + kcols[:, None] * V + vcols[None, :]  # [BK, BV]
-    s = tl.load(state_ptrs) * tl.exp(lg_a)  # [BK, BV] Gamma_a S0
+    s = s * tl.exp(lg_a)  # [BK, BV] Gamma_a S0
     lanes = tl.arange(0, PB)  # [PB]
     for p0 in range(0, path_len, PB):  # the path, PB nodes at a time, gathered into dense tiles
         idx = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node index of path entry p0 + lane
@@ -673,7 +695,8 @@ def _check_gate(gate: object, B: int, N: int, HV: int, V: int, device: torch.dev
 
 
 def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents, *, gated, allow_neg_eigval,
-            use_qk_l2norm_in_kernel, scale, num_nodes, meta, input_precision, validate, out, config, pdl, gate):
+            use_qk_l2norm_in_kernel, scale, num_nodes, meta, input_precision, validate, out, config, pdl, gate,
+            launch_dependents):
     names = ("a", "b") if gated else ("g", "beta")
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     check_tensor("q", q, (None, None, None, None), "B, N, H, K", FLOAT_DTYPES, device)
@@ -696,7 +719,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     if N > MAX_NODES:
         raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
     slots = check_slots(slots, B, state_pool.shape[0], device, validate, distinct=False)
-    num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
+    has_num = num_nodes is not None  # else every tree has N nodes: the kernels read no sizes (no tensor is made)
+    num_nodes = check_num_nodes(num_nodes, B, N, device, validate) if has_num or validate else None
     scale = K**-0.5 if scale is None else check_scalar("scale", scale)
     precision = _check_precision(input_precision)
     if meta is not None:
@@ -724,7 +748,10 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             check_range_nodes("beta", gate_b, 0.0, 2.0, real)
         check_finite_nodes("state_pool[slots]", state_pool[slots.long()][None], None)
     if meta is None:
-        meta = tree_meta(parents, num_nodes, validate=False)
+        meta = tree_meta(parents, num_nodes if has_num else None, validate=False)
+    sizes = dict(HAS_NUM=has_num)
+    num_nodes = num_nodes if has_num else slots  # an unused int pointer without sizes
+    signal = bool(launch_dependents) and pdl_supported(device)
 
     if out is None:
         o = torch.empty((B, N, HV, V), dtype=v.dtype, device=device)  # [B, N, HV, V]
@@ -767,14 +794,14 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             N, *qk_strides, *gate_strides,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
-            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, **flags, **gram_flags,
+            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, **flags, **gram_flags, **sizes,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta, *gate_args,
             scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides,
             H=H, HV=HV, K=K, V=V, NP=NP, BK=block_k, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel),
-            PRECISION=precision, QK16=qk16, PDL=apply_pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-            **gate_flags, **({"launch_pdl": True} if apply_pdl else {}),
+            PRECISION=precision, QK16=qk16, PDL=apply_pdl, SIGNAL=signal, num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages, **gate_flags, **sizes, **({"launch_pdl": True} if apply_pdl else {}),
         )
     else:
         pdl = bool(pdl) and bool(cfg.pdl) and pdl_supported(device)
@@ -784,8 +811,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             o, delta, log_gamma, k_rnorm_arg, *gate_args, scale, N,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
-            BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128),
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags,
+            BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128), SIGNAL=signal,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags, **sizes,
             **({"launch_pdl": True} if pdl else {}),
         )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)
@@ -811,6 +838,7 @@ def gdn_tree_verify(
     config: KernelConfig | None = None,
     pdl: bool = False,
     gate: OutputGate | None = None,
+    launch_dependents: bool = False,
 ) -> tuple[torch.Tensor, TreeFactors]:
     """Verify a batch of draft trees on one GDN layer from precomputed gates; returns ``(o, factors)``.
 
@@ -828,10 +856,13 @@ def gdn_tree_verify(
     its ``S0`` tiles into L2 before it waits for the previous kernel. The split pipeline ignores it (its apply
     kernel's PDL launch behind its own solve is ``KernelConfig.apply_pdl``). ``gate`` (an :class:`OutputGate`):
     ``o`` holds the gated output before its norm factor, the factor's pieces go to ``gate.parts``.
+    ``launch_dependents``: every program of the last verify kernel signals at its start that a PDL-launched
+    successor may launch (:mod:`~lumotree.optimized.pdl`), e.g. ``gdn_tree_commit(pdl=True)`` right behind it.
     """
     return _verify(q, k, v, g, beta, None, None, state_pool, slots, parents, gated=False, allow_neg_eigval=False,
                    use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, scale=scale, num_nodes=num_nodes, meta=meta,
-                   input_precision=input_precision, validate=validate, out=out, config=config, pdl=pdl, gate=gate)
+                   input_precision=input_precision, validate=validate, out=out, config=config, pdl=pdl, gate=gate,
+                   launch_dependents=launch_dependents)
 
 
 def gdn_tree_verify_gated(
@@ -857,6 +888,7 @@ def gdn_tree_verify_gated(
     config: KernelConfig | None = None,
     pdl: bool = False,
     gate: OutputGate | None = None,
+    launch_dependents: bool = False,
 ) -> tuple[torch.Tensor, TreeFactors]:
     """:func:`gdn_tree_verify` with the gates fused: raw projections ``a, b: [B, N, HV]``, ``A_log, dt_bias: [HV]``.
 
@@ -866,7 +898,7 @@ def gdn_tree_verify_gated(
     return _verify(q, k, v, a, b, A_log, dt_bias, state_pool, slots, parents, gated=True,
                    allow_neg_eigval=allow_neg_eigval, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, scale=scale,
                    num_nodes=num_nodes, meta=meta, input_precision=input_precision, validate=validate, out=out,
-                   config=config, pdl=pdl, gate=gate)
+                   config=config, pdl=pdl, gate=gate, launch_dependents=launch_dependents)
 
 
 def gdn_tree_commit(
@@ -881,6 +913,7 @@ def gdn_tree_commit(
     meta: TreeMeta | None = None,
     validate: bool = True,
     config: KernelConfig | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """Rebuild each request's accepted node's state from ``S0`` and the factors on its path, in place in the pool.
 
@@ -891,7 +924,11 @@ def gdn_tree_commit(
     Layers verified on the same trees commit in one launch: ``state_pool: [G, P, HV, K, V]`` and factors with the
     same leading layer dimension (``delta: [G, B, N, HV, V]``, ``log_gamma: [G, B, N, HV]``, ``k: [G, B, N, H, K]``,
     ``k_rnorm: [G, B, N, H]``; each layer's block laid out as for one layer, the layers at any stride): layer g's
-    factors go into layer g's pool. Returns ``state_pool``.
+    factors go into layer g's pool. ``pdl``: a programmatic dependent launch where the device supports it
+    (:mod:`~lumotree.optimized.pdl`): each program loads its ``S0`` tile before it waits for the previous kernel,
+    which must write neither ``slots`` nor ``state_pool`` (the verify of the same step qualifies; with
+    ``gdn_tree_verify(launch_dependents=True)`` the commit launches under the verify's tail). Returns
+    ``state_pool``.
     """
     if not isinstance(factors, TreeFactors):
         raise TypeError(f"factors must be the TreeFactors returned by gdn_tree_verify, got {type(factors).__name__}")
@@ -923,7 +960,8 @@ def gdn_tree_commit(
     if N > MAX_NODES:
         raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
     slots = check_slots(slots, B, P, device, validate, distinct=True)
-    num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
+    has_num = num_nodes is not None  # else every tree has N nodes: the kernel reads no sizes (no tensor is made)
+    num_nodes = check_num_nodes(num_nodes, B, N, device, validate) if has_num or validate else None
     accepted = check_node_index("accepted", accepted, B, num_nodes, device, validate)
     precision = _check_precision(input_precision)
     if meta is not None:
@@ -931,19 +969,20 @@ def gdn_tree_commit(
     if validate:
         check_tree_rows(parents, num_nodes)
     if meta is None:
-        meta = tree_meta(parents, num_nodes, validate=False)
+        meta = tree_meta(parents, num_nodes if has_num else None, validate=False)
     cfg = config or commit_config(state_pool.shape[0] * B, HV, N, K, V, device)  # the layers' programs fill the GPU
+    pdl = bool(pdl) and pdl_supported(device)
     if not isinstance(cfg, KernelConfig):
         raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
     block_v = min(cfg.block_v, V)
     block_k = min(cfg.block_k, K)
     kr = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when k was not normalised
     _gdn_tree_commit_kernel[(state_pool.shape[0] * B * HV, V // block_v, K // block_k)](
-        state_pool, slots, meta.words, num_nodes, accepted, delta, log_gamma, k, kr,
+        state_pool, slots, meta.words, num_nodes if has_num else slots, accepted, delta, log_gamma, k, kr,
         B, N, k.stride(1), k.stride(2), k.stride(3),
         state_pool.stride(0), delta.stride(0), log_gamma.stride(0), k.stride(0), kr.stride(0),
         H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=_padded_nodes(N), PB=PATH_BLOCK, BV=block_v,
-        BK=block_k, L2NORM=k_rnorm is not None, PRECISION=precision, WORD_BITS=WORD_BITS,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        BK=block_k, L2NORM=k_rnorm is not None, PRECISION=precision, WORD_BITS=WORD_BITS, PDL=pdl, HAS_NUM=has_num,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
     )
     return state_pool if layered else state_pool[0]

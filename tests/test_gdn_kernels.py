@@ -182,6 +182,29 @@ def test_pdl_request_gives_the_plain_launch_values():
 
 
 @pytest.mark.parametrize("pipeline", VERIFY_PIPELINES)
+def test_no_sizes_and_the_pdl_requests_give_the_same_values(pipeline):
+    """``num_nodes=None`` (every tree full: the kernels read no sizes and no sizes tensor is made) gives bit for bit
+    the outputs, factors and committed states of explicit sizes; so do ``launch_dependents=True`` and the commit's
+    ``pdl=True`` (plain launches where PDL is unsupported; on a GPU of sm_90 the commit's PDL launch behind the
+    signalling verify)."""
+    rng = np.random.default_rng(5)
+    rows = [build_tree_parents(kind, 9, rng) for kind in ("chain", "star", "deep_wide")]
+    case = make_case(rows, H=1, group=2, gated=True, seed=5)
+    accepted = torch.tensor([8, 3, 5], device=DEVICE)
+    results = []
+    for sizes, pdl in ((case["num_nodes"], False), (None, False), (None, True)):
+        pool = case["pool"].clone()
+        o, f = run_verify(dict(case, num_nodes=sizes, pool=pool), l2norm=True, gated=True,
+                          config=verify_pipeline(pipeline, 2), launch_dependents=pdl)
+        G.gdn_tree_commit(pool, case["slots"], f, case["parents"], accepted, num_nodes=sizes, pdl=pdl)
+        results.append((o, *f, pool))
+    for got in results[1:]:
+        for a, b in zip(got, results[0]):
+            assert_same(a, b)
+    check_against_reference(case, results[1][0], G.TreeFactors(*results[1][1:5]), l2norm=True, gated=True)
+
+
+@pytest.mark.parametrize("pipeline", VERIFY_PIPELINES)
 def test_output_gate_stores_the_gated_output_and_its_norm_pieces(pipeline):
     """``gate=OutputGate(z, weight, parts)`` in every pipeline: the factors bit for bit as without it, ``o'`` =
     ``weight * o * silu(z)`` of the plain output, the NaN-poisoned parts filled with pieces that sum to the sums of
@@ -482,6 +505,43 @@ def test_gpu_apply_pdl_is_bit_exact(B):
     assert_same(o_graph, o_plain)
     for got, want in zip(f_graph, f_plain):
         assert_same(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B", [1, 16])
+def test_gpu_pdl_commit_behind_a_signalling_verify_is_bit_exact(B):
+    """``gdn_tree_commit(pdl=True)`` right behind ``gdn_tree_verify(launch_dependents=True)`` (the commit launches
+    under the verify's tail, loads its state tiles, waits, then reads the factors; B = 1: the fused verify, B = 16:
+    the split pipeline): outputs and committed states bit for bit as plain launches, eagerly and in a CUDA-graph
+    replay whose v is rewritten between replays (the commit must read the factors of its own replay)."""
+    rng = np.random.default_rng(B + 7)
+    case = make_case([build_tree_parents("random", 64, rng) for _ in range(B)], **QWEN, gated=True, seed=B)
+    accepted = torch.tensor(rng.integers(0, 64, B).tolist(), device="cuda")
+    pool0 = case["pool"].clone()
+    v0 = case["v"].clone()
+
+    def step(pdl):
+        case["pool"].copy_(pool0)
+        o, f = run_verify(case, l2norm=True, gated=True, precision="tf32", validate=False, launch_dependents=pdl)
+        G.gdn_tree_commit(case["pool"], case["slots"], f, case["parents"], accepted, num_nodes=case["num_nodes"],
+                          input_precision="tf32", validate=False, pdl=pdl)
+        return o
+
+    o_plain = step(False)
+    pool_plain = case["pool"].clone()
+    assert_same(step(True), o_plain)
+    assert_same(case["pool"], pool_plain)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o_graph = step(True)
+    for scale in (0.5, 1.0):  # v = v0 / 2, then v0 again
+        case["v"].copy_(v0 * scale)
+        graph.replay()
+        torch.cuda.synchronize()
+        o_got, pool_got = o_graph.clone(), case["pool"].clone()
+        assert_same(o_got, step(False))
+        assert_same(pool_got, case["pool"])
+        assert torch.equal(pool_got[case["slots"]], pool_plain[case["slots"]]) == (scale == 1.0)
 
 
 @pytest.mark.gpu

@@ -1,25 +1,28 @@
-"""Fourteenth session, run 1: where B = 1's verify + commit time goes (issue 5's B = 1 target: <= 3x fla's decode
-step; 28.2 against 7.6 us in the thirteenth session's run 7), and the launch forms that could shorten it.
+"""Fourteenth session, runs 1 and 2: where B = 1's verify + commit time goes (issue 5's B = 1 target: <= 3x fla's
+decode step; 28.2 against 7.6 us in the thirteenth session's run 7), and the launch forms that could shorten it.
 
 One process, Qwen3-Next GDN shapes (H=16, HV=32, K=V=128), B = 1, N = 64 (random / EAGLE trees), fp32 inputs, tf32,
 q/k L2 norm in the kernel. Each variant: verify + commit, verify alone and commit alone as CUDA-graph replays
 (median of do_bench), the rounds interleaved (three rounds, median of the three), and its errors against the float64
-closed form (outputs and committed state) run the same way:
+closed form (outputs and committed state) run the same way. ``empty`` / ``empty2``: one / two empty Triton kernels
+in one graph (the launch floor of this harness); ``fla_decode``: fla 0.6.0's single-token decode step
+(``fused_recurrent_gated_delta_rule``, beta by keyword).
 
-- ``fused``: the library's default at B = 1 (fused verify, then the commit);
-- ``split_<solve>_bv<BV>[_nopdl]``: the split pipeline (solve kernel, then the apply as a PDL launch behind it):
-  ``pair`` two value heads per 4-warp solve program (the B >= 16 default), ``head8`` / ``head4`` one value head
-  per 8- / 4-warp program;
-- ``fused_w8``: the fused kernel at 8 warps;
-- ``pdl`` / ``pdl_split_head8``: a variant module (source substitution) in which every verify kernel signals
-  ``griddepcontrol.launch_dependents`` at its start and the commit is a PDL launch that loads its state tile and
-  its path before ``griddepcontrol.wait`` (the verify writes neither) and the factors after it;
-- ``empty`` / ``empty2``: one / two empty Triton kernels in one graph (the launch floor of this harness);
-- ``fla_decode``: fla 0.6.0's single-token decode step (``fused_recurrent_gated_delta_rule``, beta by keyword).
+Run 1 (this file at commit "b1 probe: configs as the variant module's own KernelConfig"): the library's kernels
+then launched a ``torch.full`` of the tree sizes before the verify and before the commit when ``num_nodes`` was not
+given; variants: the split pipeline's solve forms and apply widths, the fused kernel at 8 warps, and a PDL commit
+behind a signalling verify built by source substitution (it could not launch early: the fill kernel sat between).
+
+Run 2 (this version; the library now reads no sizes when none are given, and has ``gdn_tree_commit(pdl=True)`` and
+``gdn_tree_verify(launch_dependents=True)``): ``*_pdl`` variants launch the commit with PDL behind a signalling
+verify; ``split_head4`` one value head per 4-warp solve program (the best split form of run 1), ``_s2`` 2 solve
+stages, ``_a3`` 3 apply stages, ``head2w`` 2 warps, ``pair`` two heads per program; the fused kernel with 64-row K
+chunks, 4 stages, its mask / gates / decay after the K loop (``mask_late``, source substitution), and (measurement
+only) q, k and S0 unrounded in the K loop (``trunc``).
 
 Then a timeline: the fused verify and the commit with ``%globaltimer`` / ``%clock64`` stamps at phase boundaries
 (each stamp waits on a reduction of the phase's result, so it perturbs the kernel slightly), replayed in a graph,
-without and with the PDL commit: per-program phase durations and the launch gap between the kernels.
+plain and with the PDL commit: per-program phase durations and the kernels' spans.
 
 Run (GPU): PYTHONPATH=$PWD:$PWD/bench python3 bench/results/2026-12-02c/b1_probe.py --out b1.json
 """
@@ -64,110 +67,113 @@ def load_module(name: str, source: str, tmp: str):
     return mod
 
 
-STAMP_HELPER = '''
+STAMP_HELPER = """
 @triton.jit
-def _stamp(buf, row, i: tl.constexpr, dep):
-    """Timeline probe: %globaltimer and %clock64 (after ``dep``, an int32 that depends on the phase's result) into
-    ``buf[row, i]`` and ``buf[row, 8 + i]``; the SM id into ``buf[row, 16]`` at the first stamp."""
+def _stamp(buf, row, i, dep):
+    \"\"\"Timeline probe: %globaltimer and %clock64 (after ``dep``, an int32 that depends on the phase's result) into
+    ``buf[row, i]`` and ``buf[row, 16 + i]``, the SM id into ``buf[row, 32]``.\"\"\"
     t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer; // $1", "=l,r", [dep], dtype=tl.int64, is_pure=False,
                                   pack=1)
     c = tl.inline_asm_elementwise("mov.u64 $0, %clock64; // $1", "=l,r", [dep], dtype=tl.int64, is_pure=False,
                                   pack=1)
-    tl.store(buf + row * 24 + i, t)
-    tl.store(buf + row * 24 + 8 + i, c)
-    if i == 0:
-        tl.store(buf + row * 24 + 16, tl.extra.cuda.smid().to(tl.int64))
+    tl.store(buf + row * 40 + i, t)
+    tl.store(buf + row * 40 + 16 + i, c)
+    tl.store(buf + row * 40 + 32, tl.extra.cuda.smid().to(tl.int64))
 
 
-'''
+"""
 
 FUSED_DEF = "@triton.jit\ndef _gdn_tree_verify_kernel("
-FUSED_START = "    pid_bh = tl.program_id(0)\n    pid_v = tl.program_id(1)\n    b = pid_bh // HV\n"
-APPLY_START = "    pid_v = tl.program_id(0)  # fastest"
-COMMIT_LOADS = ("    lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)\n"
-                "    state_ptrs = pool_ptr + (slot * HV + hv) * (K * V) + kcols[:, None] * V + vcols[None, :]"
-                "  # [BK, BV]\n"
-                "    s = tl.load(state_ptrs) * tl.exp(lg_a)  # [BK, BV] Gamma_a S0\n")
-COMMIT_LOADS_PDL = ("    state_ptrs = pool_ptr + (slot * HV + hv) * (K * V) + kcols[:, None] * V + vcols[None, :]"
-                    "  # [BK, BV]\n"
-                    "    s = tl.load(state_ptrs)  # [BK, BV] S0: the verify does not write the pool\n"
-                    "    tl.extra.cuda.gdc_wait()  # the verify's factors are complete and visible from here on\n"
-                    "    lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)\n"
-                    "    s = s * tl.exp(lg_a)  # [BK, BV] Gamma_a S0\n")
-COMMIT_LAUNCH_END = ("        num_warps=cfg.num_warps, num_stages=cfg.num_stages,\n    )\n"
-                     "    return state_pool if layered else state_pool[0]")
+DECAY = ('    decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D\n'
+         '\n    # one pass over S0')
+MASK_BLOCK = ("    anc, g, beta = _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,\n"
+              "                                   s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS,\n"
+              "                                   WORD_VECTORS)\n"
+              "    gate = _load_gate(z_ptr, s_zb, s_zn, s_zh, gate_w_ptr, b64, nodes, real, hv, vcols, GATE)"
+              "  # [NP, BV] or 0\n"
+              "    log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)"
+              "  # [NP] log Gamma_i: g summed over path(i)\n"
+              "    gamma = tl.exp(log_gamma)  # [NP]\n"
+              '    decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))'
+              "  # [NP, NP] D\n")
+STRICT = "    strict = anc & (nodes[:, None] != nodes[None, :])  # [NP, NP] M°\n    neg_a = tl.where(strict, -(beta"
 
 
-def pdl_pairs():
-    """Every verify kernel signals at its start; the commit is a PDL launch with its state tile loaded first."""
-    return [
-        (FUSED_START, FUSED_START + "    tl.extra.cuda.gdc_launch_dependents()  # probe: the commit may launch\n"),
-        (APPLY_START, "    tl.extra.cuda.gdc_launch_dependents()  # probe: the commit may launch\n" + APPLY_START),
-        (COMMIT_LOADS, COMMIT_LOADS_PDL),
-        (COMMIT_LAUNCH_END, COMMIT_LAUNCH_END.replace("num_stages=cfg.num_stages,\n",
-                                                      "num_stages=cfg.num_stages, launch_pdl=True,\n")),
-    ]
+def mask_late_pairs():
+    """The fused kernel's mask, gates and decay after the K loop (as in the split pipeline's solve)."""
+    return [(MASK_BLOCK, ""), (STRICT, MASK_BLOCK + STRICT)]
 
 
-def stamp_pairs(pdl: bool):
-    """Stamps in the fused verify (start, K loop done, inverse, Delta, O, end) and the commit (start, path, products,
-    end); the stamp buffers are the module globals ``STAMPS_V`` / ``STAMPS_C``."""
+def trunc_source(src: str) -> str:
+    """Measurement only: q, k and S0 enter the K loops' products unrounded (the hardware truncates to tf32)."""
+    for old, new in (("s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)",
+                      "s_c = tl.load(state + kc[:, None] * V + vcols[None, :])"),
+                     ("q_c = _round_qk(q_c, PRECISION, QK16)", "q_c = q_c"),
+                     ("k_c = _round_qk(k_c, PRECISION, QK16)", "k_c = k_c")):
+        assert old in src, old
+        src = src.replace(old, new)
+    return src
+
+
+def stamp_pairs():
+    """Stamps in the fused verify (start, mask and gates, each K chunk, norms, inverse, Delta, O, end) and the commit
+    (start, state tile, wait + path, products, end); the stamp buffers are the module globals ``STAMPS_V`` /
+    ``STAMPS_C``."""
     row_v = "pid_bh * (V // BV) + pid_v"
     row_c = "(pid * tl.num_programs(1) + pid_v) * tl.num_programs(2) + pid_k"
     f32 = lambda e: f"tl.sum({e}).to(tl.int32, bitcast=True)"  # noqa: E731
-    commit_loads = COMMIT_LOADS_PDL if pdl else COMMIT_LOADS
-    pairs = [
+    stamp = lambda i, dep, row=row_v: f"    _stamp(stamp_ptr, {row}, {i}, {dep})\n"  # noqa: E731
+    return [
         (FUSED_DEF, STAMP_HELPER + FUSED_DEF),
         ("o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,\n    scale, N,",
          "o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr, stamp_ptr,\n    scale, N,"),
         ("o, delta, log_gamma, k_rnorm_arg, *gate_args, scale, N,",
          "o, delta, log_gamma, k_rnorm_arg, *gate_args, STAMPS_V, scale, N,"),
         ("    pid_v = tl.program_id(1)\n    b = pid_bh // HV\n",
-         f"    pid_v = tl.program_id(1)\n    _stamp(stamp_ptr, {row_v}, 0, pid_bh)\n    b = pid_bh // HV\n"),
-        ("    if L2NORM:\n        if QK16:\n            k_sq = _diagonal(kk, NP)\n        k_rn = 1.0 / tl.sqrt",
-         f"    _stamp(stamp_ptr, {row_v}, 1, {f32('qs')})\n"
-         "    if L2NORM:\n        if QK16:\n            k_sq = _diagonal(kk, NP)\n        k_rn = 1.0 / tl.sqrt"),
+         "    pid_v = tl.program_id(1)\n" + stamp(0, "pid_bh") + "    b = pid_bh // HV\n"),
+        (DECAY, DECAY.replace("\n\n", "\n" + stamp(1, f32("decay")) + "\n")),
+        ("        qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)\n    if L2NORM:\n        if QK16:",
+         "        qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)\n"
+         + "    " + stamp("2 + k0 // BK", f32("qs")) + "    if L2NORM:\n        if QK16:"),
+        (STRICT, stamp(6, f32("qs")) + STRICT),
         ("    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]\n"
          "    delta = tl.dot(",
          "    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]\n"
-         f"    _stamp(stamp_ptr, {row_v}, 2, {f32('t_inv')})\n    delta = tl.dot("),
+         + stamp(7, f32("t_inv")) + "    delta = tl.dot("),
         ("                   input_precision=PRECISION)  # [NP, BV]\n    o = (gamma[:, None] * qs + tl.dot(",
-         "                   input_precision=PRECISION)  # [NP, BV]\n"
-         f"    _stamp(stamp_ptr, {row_v}, 3, {f32('delta')})\n    o = (gamma[:, None] * qs + tl.dot("),
+         "                   input_precision=PRECISION)  # [NP, BV]\n" + stamp(8, f32("delta"))
+         + "    o = (gamma[:, None] * qs + tl.dot("),
         ("    out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV,"
          " GATE,\n                                  PIECE)  # padding rows: zeros\n"
          "    tl.store(delta_ptr + out_off, delta, mask=rows[:, None])\n    first_v",
-         f"    _stamp(stamp_ptr, {row_v}, 4, {f32('o')})\n"
-         "    out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV,"
+         stamp(9, f32("o"))
+         + "    out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV,"
          " GATE,\n                                  PIECE)  # padding rows: zeros\n"
          "    tl.store(delta_ptr + out_off, delta, mask=rows[:, None])\n    first_v"),
         ("                 mask=rows & first_v & ((nodes * 0 + hv) % (HV // H) == 0))\n",
-         "                 mask=rows & first_v & ((nodes * 0 + hv) % (HV // H) == 0))\n"
-         f"    _stamp(stamp_ptr, {row_v}, 5, pid_bh)\n"),
+         "                 mask=rows & first_v & ((nodes * 0 + hv) % (HV // H) == 0))\n" + stamp(10, "pid_bh")),
         ("    delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,\n    B, N,",
          "    delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr, stamp_ptr,\n    B, N,"),
         ("delta, log_gamma, k, kr,\n", "delta, log_gamma, k, kr, STAMPS_C,\n"),
-        ("    pid_k = tl.program_id(2)\n", f"    pid_k = tl.program_id(2)\n    _stamp(stamp_ptr, {row_c}, 0, pid)\n"),
+        ("    pid_k = tl.program_id(2)\n", "    pid_k = tl.program_id(2)\n" + stamp(0, "pid", row_c)),
+        ("    s = tl.load(state_ptrs)  # [BK, BV] S0\n",
+         "    s = tl.load(state_ptrs)  # [BK, BV] S0\n" + stamp(1, f32("s"), row_c)),
         ("    on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)"
          "  # path(node)\n",
          "    on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)"
-         f"  # path(node)\n    _stamp(stamp_ptr, {row_c}, 1, path_len)\n"),
-        (commit_loads, commit_loads + f"    _stamp(stamp_ptr, {row_c}, 2, {f32('s')})\n"),
+         "  # path(node)\n" + stamp(2, "path_len", row_c)),
         ("    tl.store(state_ptrs, s)\n",
-         f"    _stamp(stamp_ptr, {row_c}, 3, {f32('s')})\n    tl.store(state_ptrs, s)\n"
-         f"    _stamp(stamp_ptr, {row_c}, 4, pid)\n"),
+         stamp(3, f32("s"), row_c) + "    tl.store(state_ptrs, s)\n" + stamp(4, "pid", row_c)),
     ]
-    return pairs
 
 
 def build_modules(tmp: str) -> dict:
     src = inspect.getsource(G)
-    pdl_src = substituted(src, pdl_pairs())
     return dict(
         base=G,
-        pdl=load_module("probe_pdl", pdl_src, tmp),
-        stamps=load_module("probe_stamps", substituted(src, stamp_pairs(False)), tmp),
-        stamps_pdl=load_module("probe_stamps_pdl", substituted(pdl_src, stamp_pairs(True)), tmp),
+        mask_late=load_module("probe_mask_late", substituted(src, mask_late_pairs()), tmp),
+        trunc=load_module("probe_trunc", trunc_source(src), tmp),
+        stamps=load_module("probe_stamps", substituted(src, stamp_pairs()), tmp),
     )
 
 
@@ -176,33 +182,37 @@ def _empty_kernel(x_ptr):
     pass
 
 
-def split(solve_heads: int, solve_warps: int, block_v: int = 32, apply_pdl: bool = True):
-    return G.KernelConfig(block_v, 32, 4, 2, True, solve_warps, solve_heads=solve_heads, solve_stages=3,
-                          apply_pdl=apply_pdl)
+def split(solve_heads: int, solve_warps: int, block_v: int = 32, apply_pdl: bool = True, solve_stages: int = 3,
+          num_stages: int = 2):
+    return G.KernelConfig(block_v, 32, 4, num_stages, True, solve_warps, solve_heads=solve_heads,
+                          solve_stages=solve_stages, apply_pdl=apply_pdl)
 
 
-VARIANTS = {  # name: (module key, verify config or None for the default)
-    "fused": ("base", None),
-    "split_pair_bv32": ("base", split(2, 4)),
-    "split_head8_bv32": ("base", split(1, 8)),
-    "split_head4_bv32": ("base", split(1, 4)),
-    "split_pair_bv16": ("base", split(2, 4, 16)),
-    "split_head8_bv16": ("base", split(1, 8, 16)),
-    "split_head8_bv32_nopdl": ("base", split(1, 8, apply_pdl=False)),
-    "fused_w8": ("base", G.KernelConfig(32, 32, 8, 3, False)),
-    "pdl": ("pdl", None),
-    "pdl_split_head8": ("pdl", split(1, 8)),
+FUSED = G.KernelConfig(32, 32, 4, 3, False)
+VARIANTS = {  # name: (module key, verify config or None for the default, PDL commit behind a signalling verify)
+    "fused": ("base", None, False),
+    "fused_pdl": ("base", None, True),
+    "split_head4": ("base", split(1, 4), False),
+    "split_head4_pdl": ("base", split(1, 4), True),
+    "split_head4_s2_pdl": ("base", split(1, 4, solve_stages=2), True),
+    "split_head4_a3_pdl": ("base", split(1, 4, num_stages=3), True),
+    "split_head2w_pdl": ("base", split(1, 2), True),
+    "split_pair_pdl": ("base", split(2, 4), True),
+    "fused_bk64_pdl": ("base", FUSED._replace(block_k=64, num_stages=2), True),
+    "fused_s4_pdl": ("base", FUSED._replace(num_stages=4), True),
+    "fused_mask_late_pdl": ("mask_late", None, True),
+    "fused_trunc_pdl (measure only)": ("trunc", None, True),
 }
 
 
-def fns(x, mod, config, mode="tf32"):
+def fns(x, mod, config, pdl: bool, mode="tf32"):
     meta = G.tree_meta(x["parents"])
     pool = x["pool"].clone()
 
-    def verify():
+    def verify(signal=False):
         return mod.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], pool, x["slots"], x["parents"],
                                    use_qk_l2norm_in_kernel=True, input_precision=mode, meta=meta, validate=False,
-                                   config=config)
+                                   config=config, launch_dependents=signal)
 
     _, factors = verify()
 
@@ -211,9 +221,9 @@ def fns(x, mod, config, mode="tf32"):
                             validate=False)
 
     def both():
-        _, f = verify()
+        _, f = verify(signal=pdl)
         mod.gdn_tree_commit(pool, x["slots"], f, x["parents"], x["accepted"], input_precision=mode, meta=meta,
-                            validate=False)
+                            validate=False, pdl=pdl)
 
     return dict(both=both, verify=verify, commit=commit)
 
@@ -233,15 +243,14 @@ def graph_of(fn):
     return graph
 
 
-def timeline(x, mod, rows_v: int, rows_c: int) -> dict:
+def timeline(x, mod, rows_v: int, rows_c: int, pdl: bool) -> dict:
     """Replay verify + commit with stamps in a graph; phase durations per program and the kernels' spans."""
-    mod.STAMPS_V = torch.zeros(rows_v, 24, dtype=torch.int64, device="cuda")
-    mod.STAMPS_C = torch.zeros(rows_c, 24, dtype=torch.int64, device="cuda")
-    graph = graph_of(fns(x, mod, None)["both"])
+    mod.STAMPS_V = torch.zeros(rows_v, 40, dtype=torch.int64, device="cuda")
+    mod.STAMPS_C = torch.zeros(rows_c, 40, dtype=torch.int64, device="cuda")
+    graph = graph_of(fns(x, mod, None, pdl)["both"])
     for _ in range(20):
         graph.replay()
     torch.cuda.synchronize()
-    out = {}
     samples_v, samples_c = [], []
     for _ in range(5):  # five replays, each read back
         mod.STAMPS_V.zero_()
@@ -253,24 +262,23 @@ def timeline(x, mod, rows_v: int, rows_c: int) -> dict:
     spans = []
     for sv, sc in zip(samples_v, samples_c):
         t0 = sv[:, 0].min()
-        spans.append(dict(verify_first_start=0.0, verify_last_start=(sv[:, 0].max() - t0) / 1e3,
-                          verify_first_end=(sv[:, 5].min() - t0) / 1e3, verify_last_end=(sv[:, 5].max() - t0) / 1e3,
-                          commit_first_start=(sc[:, 0].min() - t0) / 1e3,
-                          commit_last_start=(sc[:, 0].max() - t0) / 1e3,
-                          commit_first_path=(sc[:, 1].min() - t0) / 1e3,
-                          commit_last_loaded=(sc[:, 2].max() - t0) / 1e3,
-                          commit_last_end=(sc[:, 4].max() - t0) / 1e3))
-    out["spans_us"] = {k: float(np.median([s[k] for s in spans])) for k in spans[0]}
+        rel = lambda col: (col - t0) / 1e3  # noqa: E731
+        spans.append(dict(verify_last_start=rel(sv[:, 0].max()), verify_first_end=rel(sv[:, 10].min()),
+                          verify_last_end=rel(sv[:, 10].max()), commit_first_start=rel(sc[:, 0].min()),
+                          commit_last_start=rel(sc[:, 0].max()), commit_first_tile=rel(sc[:, 1].min()),
+                          commit_first_after_wait=rel(sc[:, 2].min()), commit_last_end=rel(sc[:, 4].max())))
+    out = dict(spans_us={k: float(np.median([s[k] for s in spans])) for k in spans[0]})
     sv, sc = np.concatenate(samples_v), np.concatenate(samples_c)
-    names_v = ["K loop", "inverse", "delta", "o", "stores"]
+    names_v = ["mask, gates, decay", "K chunk 1", "K chunk 2", "K chunk 3", "K chunk 4", "norms", "inverse", "delta",
+               "o", "stores"]
     out["verify_phase_us"] = {n: float(np.median(sv[:, i + 1] - sv[:, i]) / 1e3) for i, n in enumerate(names_v)}
-    out["verify_phase_cycles"] = {n: float(np.median(sv[:, 9 + i] - sv[:, 8 + i])) for i, n in enumerate(names_v)}
-    out["verify_program_us"] = dict(median=float(np.median(sv[:, 5] - sv[:, 0]) / 1e3),
-                                    max=float(np.max(sv[:, 5] - sv[:, 0]) / 1e3))
-    names_c = ["path", "state tile (+ wait)", "path products", "store"]
+    out["verify_phase_cycles"] = {n: float(np.median(sv[:, 17 + i] - sv[:, 16 + i])) for i, n in enumerate(names_v)}
+    out["verify_program_us"] = dict(median=float(np.median(sv[:, 10] - sv[:, 0]) / 1e3),
+                                    max=float(np.max(sv[:, 10] - sv[:, 0]) / 1e3))
+    names_c = ["state tile", "wait + path", "path products", "store"]
     out["commit_phase_us"] = {n: float(np.median(sc[:, i + 1] - sc[:, i]) / 1e3) for i, n in enumerate(names_c)}
-    out["commit_phase_cycles"] = {n: float(np.median(sc[:, 9 + i] - sc[:, 8 + i])) for i, n in enumerate(names_c)}
-    out["verify_sms"] = int(len(set(sv[:rows_v, 16].tolist())))
+    out["commit_phase_cycles"] = {n: float(np.median(sc[:, 17 + i] - sc[:, 16 + i])) for i, n in enumerate(names_c)}
+    out["verify_sms"] = int(len(set(samples_v[0][:, 32].tolist())))
     return out
 
 
@@ -300,10 +308,10 @@ def main() -> int:
         x = T.make_inputs(1, 64, kind, seed=1064)
         row = dict(B=1, N=64, kind=kind, max_depth=x["max_depth"], variants={})
         graphs = {}
-        for name, (key, config) in VARIANTS.items():
+        for name, (key, config, pdl) in VARIANTS.items():
             start = time.time()
             config = mods[key].KernelConfig(*config) if config is not None else None  # the module's own class
-            f = fns(x, mods[key], config)
+            f = fns(x, mods[key], config, pdl)
             graphs[name] = {what: graph_of(fn) for what, fn in f.items()}
             err_o, err_s = T.errors(x, "tf32", 1, mod=mods[key], config=config)
             row["variants"][name] = dict(err_o=err_o, err_s=err_s, times={})
@@ -341,13 +349,13 @@ def main() -> int:
             cfg_c = G.commit_config(1, 32, 64, 128, 128, x["q"].device)
             rows_v = 32 * (128 // cfg_v.block_v)
             rows_c = 32 * (128 // cfg_c.block_v) * (128 // cfg_c.block_k)
-            for key in ("stamps", "stamps_pdl"):
+            for pdl in (False, True):
                 try:
-                    tl_out = timeline(x, mods[key], rows_v, rows_c)
+                    tl_out = timeline(x, mods["stamps"], rows_v, rows_c, pdl)
                 except Exception as exc:  # noqa: BLE001 - a probe: record and go on
                     tl_out = dict(error=repr(exc)[-500:])
-                result[f"timeline_{key}"] = tl_out
-                print(f"timeline {key}: {json.dumps(tl_out, indent=1)}", flush=True)
+                result[f"timeline_{'pdl' if pdl else 'plain'}"] = tl_out
+                print(f"timeline {'pdl' if pdl else 'plain'}: {json.dumps(tl_out, indent=1)}", flush=True)
                 save()
     save()
     return 0
