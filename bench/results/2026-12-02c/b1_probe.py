@@ -13,12 +13,17 @@ then launched a ``torch.full`` of the tree sizes before the verify and before th
 given; variants: the split pipeline's solve forms and apply widths, the fused kernel at 8 warps, and a PDL commit
 behind a signalling verify built by source substitution (it could not launch early: the fill kernel sat between).
 
-Run 2 (this version; the library now reads no sizes when none are given, and has ``gdn_tree_commit(pdl=True)`` and
+Run 2 (the library now reads no sizes when none are given, and has ``gdn_tree_commit(pdl=True)`` and
 ``gdn_tree_verify(launch_dependents=True)``): ``*_pdl`` variants launch the commit with PDL behind a signalling
 verify; ``split_head4`` one value head per 4-warp solve program (the best split form of run 1), ``_s2`` 2 solve
 stages, ``_a3`` 3 apply stages, ``head2w`` 2 warps, ``pair`` two heads per program; the fused kernel with 64-row K
 chunks, 4 stages, its mask / gates / decay after the K loop (``mask_late``, source substitution), and (measurement
 only) q, k and S0 unrounded in the K loop (``trunc``).
+
+Run 3 (this version): the inverse's doubling as L dependent products instead of 2 (L - 1) (the library now;
+``old_inverse``: the previous loop, by source substitution), against the best forms of run 2; ``k_diag``: |k|^2 from
+K K^T's diagonal in every mode (source substitution; the 16-bit path's rule), a candidate for tf32 mode. The
+mask-late and truncation variants of run 2 are in this file's history.
 
 Then a timeline: the fused verify and the commit with ``%globaltimer`` / ``%clock64`` stamps at phase boundaries
 (each stamp waits on a reduction of the phase's result, so it perturbs the kernel slightly), replayed in a graph,
@@ -86,33 +91,7 @@ def _stamp(buf, row, i, dep):
 FUSED_DEF = "@triton.jit\ndef _gdn_tree_verify_kernel("
 DECAY = ('    decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D\n'
          '\n    # one pass over S0')
-MASK_BLOCK = ("    anc, g, beta = _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,\n"
-              "                                   s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS,\n"
-              "                                   WORD_VECTORS)\n"
-              "    gate = _load_gate(z_ptr, s_zb, s_zn, s_zh, gate_w_ptr, b64, nodes, real, hv, vcols, GATE)"
-              "  # [NP, BV] or 0\n"
-              "    log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)"
-              "  # [NP] log Gamma_i: g summed over path(i)\n"
-              "    gamma = tl.exp(log_gamma)  # [NP]\n"
-              '    decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))'
-              "  # [NP, NP] D\n")
 STRICT = "    strict = anc & (nodes[:, None] != nodes[None, :])  # [NP, NP] M°\n    neg_a = tl.where(strict, -(beta"
-
-
-def mask_late_pairs():
-    """The fused kernel's mask, gates and decay after the K loop (as in the split pipeline's solve)."""
-    return [(MASK_BLOCK, ""), (STRICT, MASK_BLOCK + STRICT)]
-
-
-def trunc_source(src: str) -> str:
-    """Measurement only: q, k and S0 enter the K loops' products unrounded (the hardware truncates to tf32)."""
-    for old, new in (("s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)",
-                      "s_c = tl.load(state + kc[:, None] * V + vcols[None, :])"),
-                     ("q_c = _round_qk(q_c, PRECISION, QK16)", "q_c = q_c"),
-                     ("k_c = _round_qk(k_c, PRECISION, QK16)", "k_c = k_c")):
-        assert old in src, old
-        src = src.replace(old, new)
-    return src
 
 
 def stamp_pairs():
@@ -167,12 +146,45 @@ def stamp_pairs():
     ]
 
 
+NEW_INVERSE = """    t_inv = tl.where(nodes[:, None] == nodes[None, :], 1.0, neg_a)  # [NP, NP] T_1 = I - A (A has a zero diagonal)
+    if levels > 1:
+        power = _tf32_round(neg_a, PRECISION)  # [NP, NP] P_0
+        power = tl.dot(power, power, input_precision=PRECISION)  # [NP, NP] P_1
+        for _ in range(2, levels):  # T_2 .. T_(L-1) and P_2 .. P_(L-1)
+            power = _tf32_round(power, PRECISION)
+            t_next = tl.dot(_tf32_round(t_inv, PRECISION), power, t_inv, input_precision=PRECISION)  # T_(l+1)
+            power = tl.dot(power, power, input_precision=PRECISION)  # P_(l+1)
+            t_inv = t_next
+        t_inv = tl.dot(_tf32_round(t_inv, PRECISION), _tf32_round(power, PRECISION), t_inv,
+                       input_precision=PRECISION)  # T_L
+"""
+OLD_INVERSE = """    power = neg_a  # [NP, NP] (-A)^(2^l)
+    t_inv = tl.where(nodes[:, None] == nodes[None, :], 1.0, neg_a)  # [NP, NP] I - A (A has a zero diagonal)
+    for _ in range(1, levels):
+        power = _tf32_round(power, PRECISION)
+        power = tl.dot(power, power, input_precision=PRECISION)
+        t_inv = tl.dot(_tf32_round(t_inv, PRECISION), _tf32_round(power, PRECISION), t_inv,
+                       input_precision=PRECISION)
+"""
+K_DIAG = [("            if not QK16:  # 16-bit keys: |k|^2 is K K^T's diagonal (exact products), read after the loop",
+           "            if False:  # probe: |k|^2 from K K^T's diagonal in every mode"),
+          ("        if QK16:\n            k_sq = _diagonal(kk, NP)", "        if True:\n            k_sq = _diagonal(kk, NP)")]
+
+
+def replaced_all(src: str, pairs) -> str:
+    """``src`` with every occurrence of each ``old`` replaced (at least one must be there)."""
+    for old, new in pairs:
+        assert old in src, old
+        src = src.replace(old, new)
+    return src
+
+
 def build_modules(tmp: str) -> dict:
     src = inspect.getsource(G)
     return dict(
         base=G,
-        mask_late=load_module("probe_mask_late", substituted(src, mask_late_pairs()), tmp),
-        trunc=load_module("probe_trunc", trunc_source(src), tmp),
+        old_inverse=load_module("probe_old_inverse", substituted(src, [(NEW_INVERSE, OLD_INVERSE)]), tmp),
+        k_diag=load_module("probe_k_diag", replaced_all(src, K_DIAG), tmp),
         stamps=load_module("probe_stamps", substituted(src, stamp_pairs()), tmp),
     )
 
@@ -191,17 +203,13 @@ def split(solve_heads: int, solve_warps: int, block_v: int = 32, apply_pdl: bool
 FUSED = G.KernelConfig(32, 32, 4, 3, False)
 VARIANTS = {  # name: (module key, verify config or None for the default, PDL commit behind a signalling verify)
     "fused": ("base", None, False),
+    "fused_old_inverse_pdl": ("old_inverse", None, True),
     "fused_pdl": ("base", None, True),
-    "split_head4": ("base", split(1, 4), False),
-    "split_head4_pdl": ("base", split(1, 4), True),
-    "split_head4_s2_pdl": ("base", split(1, 4, solve_stages=2), True),
+    "fused_k_diag_pdl (tf32 |k| from K K^T)": ("k_diag", None, True),
+    "split_head4_a3_old_inverse_pdl": ("old_inverse", split(1, 4, num_stages=3), True),
     "split_head4_a3_pdl": ("base", split(1, 4, num_stages=3), True),
-    "split_head2w_pdl": ("base", split(1, 2), True),
-    "split_pair_pdl": ("base", split(2, 4), True),
-    "fused_bk64_pdl": ("base", FUSED._replace(block_k=64, num_stages=2), True),
-    "fused_s4_pdl": ("base", FUSED._replace(num_stages=4), True),
-    "fused_mask_late_pdl": ("mask_late", None, True),
-    "fused_trunc_pdl (measure only)": ("trunc", None, True),
+    "split_head4_pdl": ("base", split(1, 4), True),
+    "split_head4_a3_k_diag_pdl": ("k_diag", split(1, 4, num_stages=3), True),
 }
 
 
@@ -349,7 +357,7 @@ def main() -> int:
             cfg_c = G.commit_config(1, 32, 64, 128, 128, x["q"].device)
             rows_v = 32 * (128 // cfg_v.block_v)
             rows_c = 32 * (128 // cfg_c.block_v) * (128 // cfg_c.block_k)
-            for pdl in (False, True):
+            for pdl in (True,):
                 try:
                     tl_out = timeline(x, mods["stamps"], rows_v, rows_c, pdl)
                 except Exception as exc:  # noqa: BLE001 - a probe: record and go on
