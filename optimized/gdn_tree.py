@@ -233,13 +233,16 @@ def _gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, s_gb, s_gn, s_
 
 @triton.jit
 def _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP: tl.constexpr,
-                        PRECISION: tl.constexpr):
+                        PRECISION: tl.constexpr, OVERLAP: tl.constexpr):
     """``T = (I + A)^{-1} = prod_{l < L} (I + (-A)^(2^l))``, L = bit_length(max depth) (A^(depth + 1) = 0).
 
     With ``P_l = (-A)^(2^l)`` and ``T_l = prod_{m < l} (I + P_m)``: ``T_1 = I + P_0``, ``T_(l+1) = T_l + T_l P_l``,
-    ``P_(l+1) = P_l P_l``. Step l forms ``T_(l+1)`` and ``P_(l+1)`` from ``T_l`` and ``P_l`` alone, two independent
-    products, so the chain of dependent products is L long instead of 2 (L - 1) (the same products as a loop that
-    squares first: bit for bit the same result)."""
+    ``P_(l+1) = P_l P_l``. ``OVERLAP``: step l forms ``T_(l+1)`` and ``P_(l+1)`` from ``T_l`` and ``P_l`` alone (two
+    independent products, so the chain of dependent products is L long instead of 2 (L - 1)); else each step squares
+    first and multiplies ``T`` by the new power. The same products on the same operands either way: bit for bit the
+    same result. On the H200 (B = 1, N = 64, tf32) the overlapped form made the split pipeline's solve 2.1 us faster
+    and the fused kernel, which holds more tiles at that point (255 registers and spills), 1.7 us slower
+    (bench/NOTES-gdn.md, fourteenth session)."""
     nodes = tl.arange(0, NP)
     depth = tl.load(depth_ptr + b64 * N + nodes, mask=nodes < n_b, other=0)  # [NP]
     depth_max = tl.max(depth, axis=0)
@@ -247,7 +250,14 @@ def _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP:
     for e in tl.static_range(LOG_NP):
         levels += (depth_max >= (1 << e)).to(tl.int32)
     t_inv = tl.where(nodes[:, None] == nodes[None, :], 1.0, neg_a)  # [NP, NP] T_1 = I - A (A has a zero diagonal)
-    if levels > 1:
+    if not OVERLAP:
+        power = neg_a  # [NP, NP] P_l
+        for _ in range(1, levels):
+            power = _tf32_round(power, PRECISION)
+            power = tl.dot(power, power, input_precision=PRECISION)
+            t_inv = tl.dot(_tf32_round(t_inv, PRECISION), _tf32_round(power, PRECISION), t_inv,
+                           input_precision=PRECISION)
+    elif levels > 1:
         power = _tf32_round(neg_a, PRECISION)  # [NP, NP] P_0
         power = tl.dot(power, power, input_precision=PRECISION)  # [NP, NP] P_1
         for _ in range(2, levels):  # T_2 .. T_(L-1) and P_2 .. P_(L-1)
@@ -339,7 +349,7 @@ def _gdn_tree_solve_kernel(
         tile = (b64 * HV + hv) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
         tl.store(qkd_ptr + tile, qk * decay)
         neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
-        t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]
+        t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, True)  # [NP, NP]
         tl.store(tb_ptr + tile, t_inv * beta[None, :])
 
 
@@ -523,7 +533,7 @@ def _gdn_tree_verify_kernel(
     v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
                   mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
     rhs = beta[:, None] * (v_t - gamma[:, None] * ks)  # [NP, BV]
-    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]
+    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, False)  # [NP, NP]
     delta = tl.dot(_tf32_round(t_inv, PRECISION), _tf32_round(rhs, PRECISION),
                    input_precision=PRECISION)  # [NP, BV]
     o = (gamma[:, None] * qs + tl.dot(_tf32_round(qk * decay, PRECISION), _tf32_round(delta, PRECISION),

@@ -88,7 +88,7 @@ def _stamp(buf, row, i, dep):
 
 """
 
-FUSED_DEF = "@triton.jit\ndef _gdn_tree_verify_kernel("
+SOLVE_DEF = "@triton.jit\ndef _gdn_tree_solve_kernel("
 DECAY = ('    decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D\n'
          '\n    # one pass over S0')
 STRICT = "    strict = anc & (nodes[:, None] != nodes[None, :])  # [NP, NP] M°\n    neg_a = tl.where(strict, -(beta"
@@ -103,7 +103,7 @@ def stamp_pairs():
     f32 = lambda e: f"tl.sum({e}).to(tl.int32, bitcast=True)"  # noqa: E731
     stamp = lambda i, dep, row=row_v: f"    _stamp(stamp_ptr, {row}, {i}, {dep})\n"  # noqa: E731
     return [
-        (FUSED_DEF, STAMP_HELPER + FUSED_DEF),
+        (SOLVE_DEF, STAMP_HELPER + SOLVE_DEF),
         ("o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,\n    scale, N,",
          "o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr, stamp_ptr,\n    scale, N,"),
         ("o, delta, log_gamma, k_rnorm_arg, *gate_args, scale, N,",
@@ -115,9 +115,9 @@ def stamp_pairs():
          "        qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)\n"
          + "    " + stamp("2 + k0 // BK", f32("qs")) + "    if L2NORM:\n        if QK16:"),
         (STRICT, stamp(6, f32("qs")) + STRICT),
-        ("    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]\n"
+        ("    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, False)  # [NP, NP]\n"
          "    delta = tl.dot(",
-         "    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION)  # [NP, NP]\n"
+         "    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, False)  # [NP, NP]\n"
          + stamp(7, f32("t_inv")) + "    delta = tl.dot("),
         ("                   input_precision=PRECISION)  # [NP, BV]\n    o = (gamma[:, None] * qs + tl.dot(",
          "                   input_precision=PRECISION)  # [NP, BV]\n" + stamp(8, f32("delta"))
@@ -143,50 +143,48 @@ def stamp_pairs():
          "  # path(node)\n" + stamp(2, "path_len", row_c)),
         ("    tl.store(state_ptrs, s)\n",
          stamp(3, f32("s"), row_c) + "    tl.store(state_ptrs, s)\n" + stamp(4, "pid", row_c)),
+        # the split pipeline: solve (start, K loop, inverse, end) and apply (start, K loop, wait, end)
+        ("    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,\n    N, s_qb",
+         "    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr, stamp_ptr,\n    N, s_qb"),
+        ("meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd,\n",
+         "meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, STAMPS_S,\n"),
+        ("    pid = tl.program_id(0)\n    b = pid // (HV // HEADS)\n",
+         "    pid = tl.program_id(0)\n" + stamp(0, "pid", "pid") + "    b = pid // (HV // HEADS)\n"),
+        ("    first = (nodes * 0 + hv0) % (HV // H) == 0",
+         stamp(1, f32("qk"), "pid") + "    first = (nodes * 0 + hv0) % (HV // H) == 0"),
+        ("        t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, True)  # [NP, NP]\n",
+         "        t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, True)  # [NP, NP]\n"
+         + "    " + stamp(2, f32("t_inv"), "pid")),
+        ("        tl.store(tb_ptr + tile, t_inv * beta[None, :])\n",
+         "        tl.store(tb_ptr + tile, t_inv * beta[None, :])\n" + stamp(3, "pid", "pid")),
+        ("    tb_ptr, qkd_ptr, o_ptr, delta_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,\n    scale, N,",
+         "    tb_ptr, qkd_ptr, o_ptr, delta_ptr, z_ptr, gate_w_ptr, gate_parts_ptr, stamp_ptr,\n    scale, N,"),
+        ("q_rnorm, tb, qkd, o, delta, *gate_args,\n", "q_rnorm, tb, qkd, o, delta, *gate_args, STAMPS_A,\n"),
+        ("    pid_bh = tl.program_id(1)\n    b = pid_bh // HV\n    hv = pid_bh % HV\n    h = hv // (HV // H)\n"
+         "    b64 = b.to(tl.int64)\n    n_b",
+         "    pid_bh = tl.program_id(1)\n" + stamp(0, "pid_bh", "pid_bh * (V // BV) + pid_v")
+         + "    b = pid_bh // HV\n    hv = pid_bh % HV\n    h = hv // (HV // H)\n    b64 = b.to(tl.int64)\n    n_b"),
+        ("    if PDL:\n        tl.extra.cuda.gdc_wait()  # from here on the solve's outputs are complete and visible\n",
+         stamp(1, f32("qs"), "pid_bh * (V // BV) + pid_v")
+         + "    if PDL:\n        tl.extra.cuda.gdc_wait()  # from here on the solve's outputs are complete and visible\n"
+         + stamp(2, "pid_bh", "pid_bh * (V // BV) + pid_v")),
+        ("    tl.store(delta_ptr + out_off, delta, mask=rows[:, None])\n\n\n",
+         "    tl.store(delta_ptr + out_off, delta, mask=rows[:, None])\n"
+         + stamp(3, "pid_bh", "pid_bh * (V // BV) + pid_v") + "\n\n"),
     ]
 
 
-NEW_INVERSE = """    t_inv = tl.where(nodes[:, None] == nodes[None, :], 1.0, neg_a)  # [NP, NP] T_1 = I - A (A has a zero diagonal)
-    if levels > 1:
-        power = _tf32_round(neg_a, PRECISION)  # [NP, NP] P_0
-        power = tl.dot(power, power, input_precision=PRECISION)  # [NP, NP] P_1
-        for _ in range(2, levels):  # T_2 .. T_(L-1) and P_2 .. P_(L-1)
-            power = _tf32_round(power, PRECISION)
-            t_next = tl.dot(_tf32_round(t_inv, PRECISION), power, t_inv, input_precision=PRECISION)  # T_(l+1)
-            power = tl.dot(power, power, input_precision=PRECISION)  # P_(l+1)
-            t_inv = t_next
-        t_inv = tl.dot(_tf32_round(t_inv, PRECISION), _tf32_round(power, PRECISION), t_inv,
-                       input_precision=PRECISION)  # T_L
-"""
-OLD_INVERSE = """    power = neg_a  # [NP, NP] (-A)^(2^l)
-    t_inv = tl.where(nodes[:, None] == nodes[None, :], 1.0, neg_a)  # [NP, NP] I - A (A has a zero diagonal)
-    for _ in range(1, levels):
-        power = _tf32_round(power, PRECISION)
-        power = tl.dot(power, power, input_precision=PRECISION)
-        t_inv = tl.dot(_tf32_round(t_inv, PRECISION), _tf32_round(power, PRECISION), t_inv,
-                       input_precision=PRECISION)
-"""
-K_DIAG = [("            if not QK16:  # 16-bit keys: |k|^2 is K K^T's diagonal (exact products), read after the loop",
-           "            if False:  # probe: |k|^2 from K K^T's diagonal in every mode"),
-          ("        if QK16:\n            k_sq = _diagonal(kk, NP)", "        if True:\n            k_sq = _diagonal(kk, NP)")]
-
-
-def replaced_all(src: str, pairs) -> str:
-    """``src`` with every occurrence of each ``old`` replaced (at least one must be there)."""
-    for old, new in pairs:
-        assert old in src, old
-        src = src.replace(old, new)
-    return src
+SOLVE_BK = ("LOG_NP=NP.bit_length() - 1, BK=block_k,\n            HEADS=cfg.solve_heads",
+            "LOG_NP=NP.bit_length() - 1, BK=min(K, SOLVE_BK),\n            HEADS=cfg.solve_heads")
 
 
 def build_modules(tmp: str) -> dict:
     src = inspect.getsource(G)
-    return dict(
-        base=G,
-        old_inverse=load_module("probe_old_inverse", substituted(src, [(NEW_INVERSE, OLD_INVERSE)]), tmp),
-        k_diag=load_module("probe_k_diag", replaced_all(src, K_DIAG), tmp),
-        stamps=load_module("probe_stamps", substituted(src, stamp_pairs()), tmp),
-    )
+    mods = dict(base=G, stamps=load_module("probe_stamps", substituted(src, stamp_pairs()), tmp))
+    for bk in (64, 128):
+        mods[f"solve_bk{bk}"] = load_module(f"probe_solve_bk{bk}", substituted(src, [SOLVE_BK]), tmp)
+        mods[f"solve_bk{bk}"].SOLVE_BK = bk
+    return mods
 
 
 @triton.jit
@@ -201,16 +199,20 @@ def split(solve_heads: int, solve_warps: int, block_v: int = 32, apply_pdl: bool
 
 
 FUSED = G.KernelConfig(32, 32, 4, 3, False)
+SPLIT_B1 = split(1, 4, num_stages=3)
 VARIANTS = {  # name: (module key, verify config or None for the default, PDL commit behind a signalling verify)
-    "fused": ("base", None, False),
-    "fused_old_inverse_pdl": ("old_inverse", None, True),
-    "fused_pdl": ("base", None, True),
-    "fused_k_diag_pdl (tf32 |k| from K K^T)": ("k_diag", None, True),
-    "split_head4_a3_old_inverse_pdl": ("old_inverse", split(1, 4, num_stages=3), True),
-    "split_head4_a3_pdl": ("base", split(1, 4, num_stages=3), True),
-    "split_head4_pdl": ("base", split(1, 4), True),
-    "split_head4_a3_k_diag_pdl": ("k_diag", split(1, 4, num_stages=3), True),
+    "fused_pdl": ("base", FUSED, True),
+    "split_head4_a3_pdl": ("base", SPLIT_B1, True),
+    "split_head4_a3_bv16_pdl": ("base", SPLIT_B1._replace(block_v=16), True),
+    "split_head4_a4_pdl": ("base", SPLIT_B1._replace(num_stages=4), True),
+    "split_head4_a3_s4_pdl": ("base", SPLIT_B1._replace(solve_stages=4), True),
+    "split_head4_a3_sbk64_pdl": ("solve_bk64", SPLIT_B1, True),
+    "split_head4_a3_sbk128_pdl": ("solve_bk128", SPLIT_B1, True),
+    "split_head4_a3_bv16_sbk64_pdl": ("solve_bk64", SPLIT_B1._replace(block_v=16), True),
 }
+SHAPES = [(1, 64, "random"), (1, 64, "eagle"), (1, 64, "chain"), (4, 64, "random"), (8, 64, "random"),
+          (1, 32, "random"), (1, 128, "random"), (1, 64, "random", "bf16")]
+SMALL = ("fused_pdl", "split_head4_a3_pdl", "split_head4_a3_bv16_pdl")  # the variants timed beyond B = 1, N = 64
 
 
 def fns(x, mod, config, pdl: bool, mode="tf32"):
@@ -251,51 +253,84 @@ def graph_of(fn):
     return graph
 
 
-def timeline(x, mod, rows_v: int, rows_c: int, pdl: bool) -> dict:
-    """Replay verify + commit with stamps in a graph; phase durations per program and the kernels' spans."""
-    mod.STAMPS_V = torch.zeros(rows_v, 40, dtype=torch.int64, device="cuda")
-    mod.STAMPS_C = torch.zeros(rows_c, 40, dtype=torch.int64, device="cuda")
-    graph = graph_of(fns(x, mod, None, pdl)["both"])
+def phase_table(samples, names, end_col) -> dict:
+    """Median per-program durations between consecutive stamps (us and cycles) of one kernel's stamp rows."""
+    sv = np.concatenate(samples)
+    return dict(phase_us={n: float(np.median(sv[:, i + 1] - sv[:, i]) / 1e3) for i, n in enumerate(names)},
+                phase_cycles={n: float(np.median(sv[:, 17 + i] - sv[:, 16 + i])) for i, n in enumerate(names)},
+                program_us=float(np.median(sv[:, end_col] - sv[:, 0]) / 1e3))
+
+
+def timeline(x, mod, config, pdl: bool) -> dict:
+    """Replay verify + commit with stamps in a graph; per-program phase durations and every kernel's span (us from
+    the first verify program's start)."""
+    B = x["q"].shape[0]
+    rows = 2 * B * 32 * 128 * 128 // (16 * 16)  # room for every program of every kernel
+    bufs = {k: torch.zeros(rows, 40, dtype=torch.int64, device="cuda") for k in ("V", "S", "A", "C")}
+    for k, t in bufs.items():
+        setattr(mod, f"STAMPS_{k}", t)
+    graph = graph_of(fns(x, mod, config, pdl)["both"])
     for _ in range(20):
         graph.replay()
     torch.cuda.synchronize()
-    samples_v, samples_c = [], []
+    samples = {k: [] for k in bufs}
     for _ in range(5):  # five replays, each read back
-        mod.STAMPS_V.zero_()
-        mod.STAMPS_C.zero_()
+        for t in bufs.values():
+            t.zero_()
         graph.replay()
         torch.cuda.synchronize()
-        samples_v.append(mod.STAMPS_V.cpu().numpy())
-        samples_c.append(mod.STAMPS_C.cpu().numpy())
+        for k, t in bufs.items():
+            a = t.cpu().numpy()
+            samples[k].append(a[a[:, 0] != 0])
+    ends = dict(V=10, S=3, A=3, C=4)
+    first = "S" if len(samples["S"][0]) else "V"
     spans = []
-    for sv, sc in zip(samples_v, samples_c):
-        t0 = sv[:, 0].min()
-        rel = lambda col: (col - t0) / 1e3  # noqa: E731
-        spans.append(dict(verify_last_start=rel(sv[:, 0].max()), verify_first_end=rel(sv[:, 10].min()),
-                          verify_last_end=rel(sv[:, 10].max()), commit_first_start=rel(sc[:, 0].min()),
-                          commit_last_start=rel(sc[:, 0].max()), commit_first_tile=rel(sc[:, 1].min()),
-                          commit_first_after_wait=rel(sc[:, 2].min()), commit_last_end=rel(sc[:, 4].max())))
+    for i in range(5):
+        t0 = samples[first][i][:, 0].min()
+        span = {}
+        for k, end in ends.items():
+            a = samples[k][i]
+            if len(a):
+                span[f"{k}_first_start"] = (a[:, 0].min() - t0) / 1e3
+                span[f"{k}_last_start"] = (a[:, 0].max() - t0) / 1e3
+                span[f"{k}_last_end"] = (a[:, end].max() - t0) / 1e3
+                if k in ("A", "C"):
+                    span[f"{k}_first_after_wait"] = (a[:, 2].min() - t0) / 1e3
+        spans.append(span)
     out = dict(spans_us={k: float(np.median([s[k] for s in spans])) for k in spans[0]})
-    sv, sc = np.concatenate(samples_v), np.concatenate(samples_c)
-    names_v = ["mask, gates, decay", "K chunk 1", "K chunk 2", "K chunk 3", "K chunk 4", "norms", "inverse", "delta",
-               "o", "stores"]
-    out["verify_phase_us"] = {n: float(np.median(sv[:, i + 1] - sv[:, i]) / 1e3) for i, n in enumerate(names_v)}
-    out["verify_phase_cycles"] = {n: float(np.median(sv[:, 17 + i] - sv[:, 16 + i])) for i, n in enumerate(names_v)}
-    out["verify_program_us"] = dict(median=float(np.median(sv[:, 10] - sv[:, 0]) / 1e3),
-                                    max=float(np.max(sv[:, 10] - sv[:, 0]) / 1e3))
-    names_c = ["state tile", "wait + path", "path products", "store"]
-    out["commit_phase_us"] = {n: float(np.median(sc[:, i + 1] - sc[:, i]) / 1e3) for i, n in enumerate(names_c)}
-    out["commit_phase_cycles"] = {n: float(np.median(sc[:, 17 + i] - sc[:, 16 + i])) for i, n in enumerate(names_c)}
-    out["verify_sms"] = int(len(set(samples_v[0][:, 32].tolist())))
+    names = dict(V=["mask, gates, decay", "K chunk 1", "K chunk 2", "K chunk 3", "K chunk 4", "norms", "inverse",
+                    "delta", "o", "stores"],
+                 S=["K loop", "norms, mask, gates, QKD, inverse", "TB store"],
+                 A=["K loop", "wait", "tail"],
+                 C=["state tile", "wait + path", "path products", "store"])
+    for k, end in ends.items():
+        if len(samples[k][0]):
+            out[k] = phase_table(samples[k], names[k], end)
     return out
+
+
+def inputs(shape):
+    B, N, kind = shape[:3]
+    dtype = torch.bfloat16 if shape[3:] == ("bf16",) else torch.float32
+    return T.make_inputs(B, N, kind, seed=B * 1000 + N, dtype=dtype)
+
+
+def fused_config(N: int, bf16: bool):
+    """The fused kernel's launch at one wave as verify_config chose it before this session (bench/NOTES-gdn.md)."""
+    if N == 32:
+        return FUSED._replace(block_k=16, num_stages=4)
+    if N == 128:
+        return G.KernelConfig(64, 32, 8, 2, False)
+    return FUSED._replace(num_warps=8) if bf16 else FUSED
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="b1_probe.json")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--kinds", nargs="+", default=["random", "eagle"])
+    parser.add_argument("--budget-s", type=float, default=400)
     args = parser.parse_args()
+    start_all = time.time()
     tmp = tempfile.mkdtemp()
     mods = build_modules(tmp)
     result = dict(card=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
@@ -312,19 +347,29 @@ def main() -> int:
     except ImportError as exc:
         fla = None
         print(f"fla not available: {exc}", flush=True)
-    for kind in args.kinds:
-        x = T.make_inputs(1, 64, kind, seed=1064)
-        row = dict(B=1, N=64, kind=kind, max_depth=x["max_depth"], variants={})
+    for shape in SHAPES:
+        if time.time() - start_all > args.budget_s:
+            print(f"budget spent: {shape} not run", flush=True)
+            continue
+        x = inputs(shape)
+        B, N, kind = shape[:3]
+        bf16 = shape[3:] == ("bf16",)
+        row = dict(B=B, N=N, kind=kind, dtype="bf16" if bf16 else "fp32", max_depth=x["max_depth"], variants={})
         graphs = {}
+        main_shape = (B, N) == (1, 64) and not bf16
         for name, (key, config, pdl) in VARIANTS.items():
+            if not main_shape and name not in SMALL:
+                continue
+            if name == "fused_pdl":
+                config = fused_config(N, bf16)
             start = time.time()
-            config = mods[key].KernelConfig(*config) if config is not None else None  # the module's own class
+            config = mods[key].KernelConfig(*config)  # the module's own class
             f = fns(x, mods[key], config, pdl)
             graphs[name] = {what: graph_of(fn) for what, fn in f.items()}
-            err_o, err_s = T.errors(x, "tf32", 1, mod=mods[key], config=config)
+            err_o, err_s = T.errors(x, "tf32", min(B, 2), mod=mods[key], config=config)
             row["variants"][name] = dict(err_o=err_o, err_s=err_s, times={})
-            print(f"{kind} {name}: built and checked in {time.time() - start:.1f} s, err o {err_o:.2e} s {err_s:.2e}",
-                  flush=True)
+            print(f"{shape} {name}: built and checked in {time.time() - start:.1f} s, err o {err_o:.2e} "
+                  f"s {err_s:.2e}", flush=True)
         if fla is not None:
             ar = T.fla_fns(x, fla)[0]
             graphs["fla_decode"] = {"both": graph_of(ar)}
@@ -340,7 +385,8 @@ def main() -> int:
         for name, v in row["variants"].items():
             v["us"] = {what: float(np.median(ts)) for what, ts in v["times"].items()}
         ref = row["variants"].get("fla_decode", {}).get("us", {}).get("both")
-        print(f"\nB = 1, N = 64, {kind} (max depth {x['max_depth']}), tf32, median of {args.rounds} rounds:")
+        print(f"\nB = {B}, N = {N}, {kind} (max depth {x['max_depth']}), {row['dtype']}, tf32, median of "
+              f"{args.rounds} rounds:")
         print("| variant | verify + commit us | verify us | commit us | / fla decode | err o | err S |")
         print("|---|---|---|---|---|---|---|")
         for name, v in row["variants"].items():
@@ -352,18 +398,14 @@ def main() -> int:
         del graphs
         result["rows"].append(row)
         save()
-        if kind == args.kinds[0]:
-            cfg_v = G.verify_config(1, 32, 64, 128, 128, x["q"].device, 16, "tf32", False)
-            cfg_c = G.commit_config(1, 32, 64, 128, 128, x["q"].device)
-            rows_v = 32 * (128 // cfg_v.block_v)
-            rows_c = 32 * (128 // cfg_c.block_v) * (128 // cfg_c.block_k)
-            for pdl in (True,):
+        if shape == SHAPES[0]:
+            for name, config in (("fused", FUSED), ("split", SPLIT_B1)):
                 try:
-                    tl_out = timeline(x, mods["stamps"], rows_v, rows_c, pdl)
+                    tl_out = timeline(x, mods["stamps"], mods["stamps"].KernelConfig(*config), True)
                 except Exception as exc:  # noqa: BLE001 - a probe: record and go on
                     tl_out = dict(error=repr(exc)[-500:])
-                result[f"timeline_{'pdl' if pdl else 'plain'}"] = tl_out
-                print(f"timeline {'pdl' if pdl else 'plain'}: {json.dumps(tl_out, indent=1)}", flush=True)
+                result[f"timeline_{name}"] = tl_out
+                print(f"timeline {name}: {json.dumps(tl_out, indent=1)}", flush=True)
                 save()
     save()
     return 0
