@@ -120,17 +120,18 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
 
 
 # --------------------------------------------------------------------------------------- differential (interpreter)
-VERIFY_PIPELINES = ("split", "split_group", "fused", "fused_vec")
+VERIFY_PIPELINES = ("split", "split_group", "fused", "fused_vec", "fused_gram")
 
 
 def verify_pipeline(name: str, group: int) -> G.KernelConfig:
     """Every verify pipeline: split (solve + apply; ``split_group``: one solve program for the ``group`` value heads
     of a q/k head, 3 stages) and fused per V block (V = 16), the fused one with the ancestor mask read as an [N, N]
-    gather or as word vectors."""
+    gather or as word vectors, or with its Gram products from the gram kernel in two K splits of 8 (``fused_gram``)."""
     grouped = name == "split_group"
-    return G.KernelConfig(16, 16, 4, 2, split=name.startswith("split"), solve_warps=4,
+    gram = name == "fused_gram"
+    return G.KernelConfig(16, 8 if gram else 16, 4, 2, split=name.startswith("split"), solve_warps=4,
                           word_vectors=name == "fused_vec", solve_heads=group if grouped else 1,
-                          solve_stages=3 if grouped else 0)
+                          solve_stages=3 if grouped else 0, gram_splits=2 if gram else 0)
 
 
 @settings(max_examples=20, deadline=None)
@@ -414,8 +415,9 @@ def test_bad_input_misc():
     with pytest.raises(TypeError, match="factors"):
         G.gdn_tree_commit(case["pool"], case["slots"], tuple(f), case["parents"], torch.zeros(1, device=DEVICE))
     grouped = make_case([[-1, 0]], H=1, group=2, seed=3)
-    for bad in (dict(solve_heads=3), dict(solve_heads=0)):
-        with pytest.raises(ValueError, match=next(iter(bad))):
+    for bad in (dict(solve_heads=3), dict(solve_heads=0), dict(split=False, gram_splits=2),
+                dict(split=True, gram_splits=1), dict(split=False, gram_splits=-1)):
+        with pytest.raises(ValueError, match="solve_heads" if "solve_heads" in bad else "gram_splits"):
             run_verify(grouped, l2norm=False, gated=False, config=G.KernelConfig(16, 16, 4, 2, **bad))
 
 

@@ -20,7 +20,13 @@ stages, ``_a3`` 3 apply stages, ``head2w`` 2 warps, ``pair`` two heads per progr
 chunks, 4 stages, its mask / gates / decay after the K loop (``mask_late``, source substitution), and (measurement
 only) q, k and S0 unrounded in the K loop (``trunc``).
 
-Run 3 (this version): the inverse's doubling as L dependent products instead of 2 (L - 1) (the library now;
+Run 4: the split pipeline's forms at B = 1 and the fused kernel at other shapes (this file's history).
+
+Run 5 (this version): the fused kernel with its Gram products from a gram kernel (``gram_splits``; the library
+now) against the fused kernel and the best split form (``split_head4_a3``), at B = 1, 4, 8, N = 32 / 64, bf16;
+a timeline of the gram-split form.
+
+Run 3: the inverse's doubling as L dependent products instead of 2 (L - 1) (the library now;
 ``old_inverse``: the previous loop, by source substitution), against the best forms of run 2; ``k_diag``: |k|^2 from
 K K^T's diagonal in every mode (source substitution; the 16-bit path's rule), a candidate for tf32 mode. The
 mask-late and truncation variants of run 2 are in this file's history.
@@ -104,16 +110,17 @@ def stamp_pairs():
     stamp = lambda i, dep, row=row_v: f"    _stamp(stamp_ptr, {row}, {i}, {dep})\n"  # noqa: E731
     return [
         (SOLVE_DEF, STAMP_HELPER + SOLVE_DEF),
-        ("o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,\n    scale, N,",
-         "o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr, stamp_ptr,\n    scale, N,"),
-        ("o, delta, log_gamma, k_rnorm_arg, *gate_args, scale, N,",
-         "o, delta, log_gamma, k_rnorm_arg, *gate_args, STAMPS_V, scale, N,"),
+        ("o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr, gram_ptr,\n    scale, N,",
+         "o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr, gram_ptr, stamp_ptr,\n"
+         "    scale, N,"),
+        ("o, delta, log_gamma, k_rnorm_arg, *gate_args, gram, scale, N,",
+         "o, delta, log_gamma, k_rnorm_arg, *gate_args, gram, STAMPS_V, scale, N,"),
         ("    pid_v = tl.program_id(1)\n    b = pid_bh // HV\n",
          "    pid_v = tl.program_id(1)\n" + stamp(0, "pid_bh") + "    b = pid_bh // HV\n"),
         (DECAY, DECAY.replace("\n\n", "\n" + stamp(1, f32("decay")) + "\n")),
-        ("        qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)\n    if L2NORM:\n        if QK16:",
+        ("        qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)\n    if GRAM_SPLITS > 0:",
          "        qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)\n"
-         + "    " + stamp("2 + k0 // BK", f32("qs")) + "    if L2NORM:\n        if QK16:"),
+         + "    " + stamp("2 + k0 // BK", f32("qs")) + "    if GRAM_SPLITS > 0:"),
         (STRICT, stamp(6, f32("qs")) + STRICT),
         ("    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, False)  # [NP, NP]\n"
          "    delta = tl.dot(",
@@ -203,16 +210,15 @@ SPLIT_B1 = split(1, 4, num_stages=3)
 VARIANTS = {  # name: (module key, verify config or None for the default, PDL commit behind a signalling verify)
     "fused_pdl": ("base", FUSED, True),
     "split_head4_a3_pdl": ("base", SPLIT_B1, True),
-    "split_head4_a3_bv16_pdl": ("base", SPLIT_B1._replace(block_v=16), True),
-    "split_head4_a4_pdl": ("base", SPLIT_B1._replace(num_stages=4), True),
-    "split_head4_a3_s4_pdl": ("base", SPLIT_B1._replace(solve_stages=4), True),
-    "split_head4_a3_sbk64_pdl": ("solve_bk64", SPLIT_B1, True),
-    "split_head4_a3_sbk128_pdl": ("solve_bk128", SPLIT_B1, True),
-    "split_head4_a3_bv16_sbk64_pdl": ("solve_bk64", SPLIT_B1._replace(block_v=16), True),
+    "fused_gram1_pdl": ("base", FUSED._replace(gram_splits=1), True),
+    "fused_gram2_pdl": ("base", FUSED._replace(gram_splits=2), True),
+    "fused_gram4_pdl": ("base", FUSED._replace(gram_splits=4), True),
+    "fused_gram2_w8_pdl": ("base", FUSED._replace(gram_splits=2, num_warps=8), True),
+    "fused_gram2_s2_pdl": ("base", FUSED._replace(gram_splits=2, num_stages=2), True),
 }
 SHAPES = [(1, 64, "random"), (1, 64, "eagle"), (1, 64, "chain"), (4, 64, "random"), (8, 64, "random"),
-          (1, 32, "random"), (1, 128, "random"), (1, 64, "random", "bf16")]
-SMALL = ("fused_pdl", "split_head4_a3_pdl", "split_head4_a3_bv16_pdl")  # the variants timed beyond B = 1, N = 64
+          (1, 32, "random"), (1, 64, "random", "bf16")]
+SMALL = ("fused_pdl", "split_head4_a3_pdl", "fused_gram2_pdl", "fused_gram4_pdl")  # beyond B = 1, N = 64, fp32
 
 
 def fns(x, mod, config, pdl: bool, mode="tf32"):
@@ -360,8 +366,8 @@ def main() -> int:
         for name, (key, config, pdl) in VARIANTS.items():
             if not main_shape and name not in SMALL:
                 continue
-            if name == "fused_pdl":
-                config = fused_config(N, bf16)
+            if name.startswith("fused") and not main_shape:  # the shape's fused launch, the variant's gram split
+                config = fused_config(N, bf16)._replace(gram_splits=config.gram_splits)
             start = time.time()
             config = mods[key].KernelConfig(*config)  # the module's own class
             f = fns(x, mods[key], config, pdl)
@@ -399,7 +405,7 @@ def main() -> int:
         result["rows"].append(row)
         save()
         if shape == SHAPES[0]:
-            for name, config in (("fused", FUSED), ("split", SPLIT_B1)):
+            for name, config in (("fused_gram2", FUSED._replace(gram_splits=2)),):
                 try:
                     tl_out = timeline(x, mods["stamps"], mods["stamps"].KernelConfig(*config), True)
                 except Exception as exc:  # noqa: BLE001 - a probe: record and go on
