@@ -12,8 +12,9 @@ For every (B requests, N nodes, tree kind) it times, with CUDA-graph replay and 
   largest relative difference from the default's outputs, deltas and committed states (0 expected: the same
   kernels); ``meta_us``: the per-step tree metadata
   (shared by all layers of a step, not per layer);
-- ``split_<mode>``: where the default is the fused kernel (small batches), verify + commit with the split pipeline
-  of large batches (its apply a PDL launch), and its errors (``split_err_*``);
+- ``split_<mode>`` / ``fused_<mode>``: in small batches, verify + commit with the other verify form, and its errors
+  (``split_err_*`` / ``fused_err_*``): the split pipeline of large batches where the default is the fused kernel,
+  the fused kernel where the default is the small-batch split pipeline (N = 64);
 - ``ar``: flash-linear-attention's single-token decode step (``fused_recurrent_gated_delta_rule``, T=1);
 - ``branch``: the tree branch by branch: every root-to-leaf path re-run from S0 with fla's fused_recurrent (paths
   batched, padded at the end with g = beta = 0);
@@ -221,13 +222,17 @@ def ours_fns(x, mode: str, config=None):
     return verify, commit, both, nopdl, pool_work
 
 
-def split_config(x, mode: str):
-    """The split pipeline's config for the row's shape (the one ``verify_config`` picks once the batch fills the GPU)
-    when the row's default is the fused kernel, else None."""
-    if row_config(x, mode).split:
-        return None
-    large = -(-2 * G._num_sms(x["q"].device) // x["v"].shape[2])  # the smallest batch of the split pipeline
-    return row_config(x, mode, batch=large)
+def other_config(x, mode: str):
+    """``(name, config)`` of the other verify form beside a small batch's default: the split pipeline of large
+    batches (``split``) where the default is the fused kernel, the fused kernel (``fused``: 32 V columns, 4 warps,
+    3 stages, its config before the fourteenth session) where it is the small-batch split pipeline (N = 64); None
+    for large batches."""
+    large = -(-2 * G._num_sms(x["q"].device) // x["v"].shape[2])  # the smallest batch of the large-batch split
+    if not row_config(x, mode).split:
+        return "split", row_config(x, mode, batch=large)
+    if x["v"].shape[0] < large:
+        return "fused", G.KernelConfig(32, 32, 4, 3, False)
+    return None
 
 
 def nopdl_difference(x, mode: str) -> float:
@@ -564,10 +569,11 @@ def main() -> int:
                         row["o_MiB"] = x["v"].numel() * x["v"].element_size() / 2**20  # every method writes o
                     sub = min(B, args.err_sub)
                     row[f"err_o_{mode}"], row[f"err_s_{mode}"] = errors(x, mode, sub)
-                    split = split_config(x, mode)
-                    if split is not None:  # the default is the fused kernel: the split pipeline side by side
-                        row[f"split_{mode}_us"], _ = graph_time(ours_fns(x, mode, split)[2])
-                        row[f"split_err_o_{mode}"], row[f"split_err_s_{mode}"] = errors(x, mode, sub, config=split)
+                    other = other_config(x, mode)
+                    if other is not None:  # a small batch: the other verify form side by side
+                        name, config = other
+                        row[f"{name}_{mode}_us"], _ = graph_time(ours_fns(x, mode, config)[2])
+                        row[f"{name}_err_o_{mode}"], row[f"{name}_err_s_{mode}"] = errors(x, mode, sub, config=config)
                 row["leaves"] = x["leaves"]
                 fla_get(row, "ar", B, 64, "random")
                 if kind == "chain":
@@ -609,8 +615,8 @@ def summary_line(r: dict) -> str:
         return f"B={r['B']:3d} N={r['N']:3d} {r['kind']:6s} ERROR {r['error']}"
     extra = "".join(f" {m}={r[f'{m}_us']:.1f}" for m in ("branch", "pernode", "chunk") if f"{m}_us" in r)
     extra += "".join(f" {m}_err={r[f'{m}_err_o']:.1e}" for m in FLA_METHODS if f"{m}_err_o" in r)
-    extra += "".join(f" split {m}={r[f'split_{m}_us']:.1f} (err {r[f'split_err_o_{m}']:.1e})" for m in MODES
-                     if f"split_{m}_us" in r)
+    extra += "".join(f" {f} {m}={r[f'{f}_{m}_us']:.1f} (err {r[f'{f}_err_o_{m}']:.1e})" for f in ("split", "fused")
+                     for m in MODES if f"{f}_{m}_us" in r)
     r = {"ar_us": math.nan, **{f"{p}_{m}_us": math.nan for p in ("ours", "verify", "commit", "nopdl")
                                for m in MODES},
          **{f"err_{w}_{m}": math.nan for w in "os" for m in MODES}, **r}

@@ -115,10 +115,7 @@ class KernelConfig(NamedTuple):
     PDL (``gdn_tree_verify(pdl=True)``). ``apply_pdl`` (split pipeline): the apply kernel is a programmatic
     dependent launch behind the solve, which signals at its start: the apply's pass over ``S0`` (q, k and the
     state, which the solve does not write) runs under the solve's tail, and it waits before it reads the solve's
-    outputs. ``gram_splits`` (fused kernel): ``K K^T``, ``Q K^T`` and the norms come from a gram kernel of
-    ``B H gram_splits`` programs, each over ``K / gram_splits`` columns (:func:`_gdn_tree_gram_kernel`), and the fused
-    kernel, launched behind it with PDL, sums the splits after its own pass over ``S0``: the Gram products leave the
-    fused kernel's K loop, its longest phase at B = 1. (A per-(request,
+    outputs. (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
     form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
@@ -134,7 +131,6 @@ class KernelConfig(NamedTuple):
     dot16: bool = True
     pdl: bool = False
     apply_pdl: bool = False
-    gram_splits: int = 0
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -168,26 +164,6 @@ def _gram_products(q_raw, k_raw, q_c, k_c, kk, qk, PRECISION: tl.constexpr, DOT1
         kk = tl.dot(k_c, tl.trans(k_c), kk, input_precision=PRECISION)
         qk = tl.dot(q_c, tl.trans(k_c), qk, input_precision=PRECISION)
     return kk, qk
-
-
-@triton.jit
-def _gram_chunk(q_rows, k_rows, kc, real, kk, qk, k_sq, q_sq, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
-                QK16: tl.constexpr, DOT16: tl.constexpr):
-    """One K chunk ``kc [BK]`` of ``K K^T``, ``Q K^T`` and the squared norms of q and k (``L2NORM``; with 16-bit
-    keys ``|k|^2`` is read off ``K K^T``'s diagonal after the last chunk instead) from the rows ``q_rows, k_rows
-    [NP, 1]`` (``real [NP]``: the tree's nodes; padding rows read as zeros)."""
-    q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
-    k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK]
-    q_c = q_raw.to(tl.float32)  # [NP, BK]
-    k_c = k_raw.to(tl.float32)  # [NP, BK]
-    if L2NORM:
-        if not QK16:  # 16-bit keys: |k|^2 is K K^T's diagonal (exact products), read after the loop
-            k_sq += tl.sum(k_c * k_c, axis=1)
-        q_sq += tl.sum(q_c * q_c, axis=1)
-    q_c = _round_qk(q_c, PRECISION, QK16)
-    k_c = _round_qk(k_c, PRECISION, QK16)
-    kk, qk = _gram_products(q_raw, k_raw, q_c, k_c, kk, qk, PRECISION, DOT16)
-    return kk, qk, k_sq, q_sq
 
 
 @triton.jit
@@ -338,8 +314,18 @@ def _gdn_tree_solve_kernel(
     q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
     for k0 in range(0, K, BK):
-        kk, qk, k_sq, q_sq = _gram_chunk(q_rows, k_rows, k0 + tl.arange(0, BK), real, kk, qk, k_sq, q_sq, L2NORM,
-                                         PRECISION, QK16, DOT16)
+        kc = k0 + tl.arange(0, BK)  # [BK]
+        q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
+        k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK]
+        q_c = q_raw.to(tl.float32)  # [NP, BK]
+        k_c = k_raw.to(tl.float32)  # [NP, BK]
+        if L2NORM:
+            if not QK16:  # 16-bit keys: |k|^2 is K K^T's diagonal (exact products), read after the loop
+                k_sq += tl.sum(k_c * k_c, axis=1)
+            q_sq += tl.sum(q_c * q_c, axis=1)
+        q_c = _round_qk(q_c, PRECISION, QK16)
+        k_c = _round_qk(k_c, PRECISION, QK16)
+        kk, qk = _gram_products(q_raw, k_raw, q_c, k_c, kk, qk, PRECISION, DOT16)
     first = (nodes * 0 + hv0) % (HV // H) == 0  # [NP] one program of the group writes the q/k scalars
     if L2NORM:
         if QK16:
@@ -365,67 +351,6 @@ def _gdn_tree_solve_kernel(
         neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
         t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, True)  # [NP, NP]
         tl.store(tb_ptr + tile, t_inv * beta[None, :])
-
-
-@triton.jit
-def _gdn_tree_gram_kernel(
-    q_ptr, k_ptr, num_nodes_ptr, gram_ptr, N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh,
-    H: tl.constexpr, K: tl.constexpr, NP: tl.constexpr, BK: tl.constexpr, SPLITS: tl.constexpr,
-    L2NORM: tl.constexpr, PRECISION: tl.constexpr, QK16: tl.constexpr, DOT16: tl.constexpr, PDL: tl.constexpr,
-    SIGNAL: tl.constexpr, HAS_NUM: tl.constexpr,
-):
-    """Gram split of the fused verify (``KernelConfig.gram_splits``), one program per (request, q/k head, split):
-    the split's share of ``K K^T``, ``Q K^T`` and the squared norms of q and k over K / SPLITS columns, into its
-    ``[2 NP^2 + 2 NP]`` row of the scratch (``kk | qk | |k|^2 | |q|^2``). The fused kernel, launched behind it with
-    PDL, sums the SPLITS shares after its own pass over ``S0`` (:func:`_gram_sum`). ``PDL``: itself a PDL launch
-    that waits for the previous kernel (whose output q and k are) before it signals (``SIGNAL``) the fused kernel,
-    which reads q and k from its start."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-    allow_dependents(SIGNAL)
-    pid = tl.program_id(0)
-    split = pid % SPLITS
-    b = pid // (SPLITS * H)
-    h = (pid // SPLITS) % H
-    b64 = b.to(tl.int64)
-    n_b = _tree_size(num_nodes_ptr, b, N, HAS_NUM)
-    nodes = tl.arange(0, NP)  # [NP]
-    real = nodes < n_b
-    kk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] this split's share of K K^T
-    qk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] of Q K^T
-    k_sq = tl.zeros([NP], dtype=tl.float32)
-    q_sq = tl.zeros([NP], dtype=tl.float32)
-    q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
-    k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
-    for k0 in range(split * (K // SPLITS), (split + 1) * (K // SPLITS), BK):
-        kk, qk, k_sq, q_sq = _gram_chunk(q_rows, k_rows, k0 + tl.arange(0, BK), real, kk, qk, k_sq, q_sq, L2NORM,
-                                         PRECISION, QK16, DOT16)
-    row = gram_ptr + pid.to(tl.int64) * (2 * NP * NP + 2 * NP)
-    tile = nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
-    tl.store(row + tile, kk)
-    tl.store(row + NP * NP + tile, qk)
-    tl.store(row + 2 * NP * NP + nodes, k_sq)
-    tl.store(row + 2 * NP * NP + NP + nodes, q_sq)
-
-
-@triton.jit
-def _gram_sum(gram_ptr, b64, h, H: tl.constexpr, NP: tl.constexpr, SPLITS: tl.constexpr):
-    """``K K^T``, ``Q K^T`` ``[NP, NP]`` and ``|k|^2``, ``|q|^2`` ``[NP]`` of (request, q/k head h): the sums of the
-    SPLITS shares the gram kernel wrote (:func:`_gdn_tree_gram_kernel`), added in split order."""
-    nodes = tl.arange(0, NP)  # [NP]
-    tile = nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
-    row = gram_ptr + ((b64 * H + h) * SPLITS) * (2 * NP * NP + 2 * NP)
-    kk = tl.load(row + tile)  # [NP, NP]
-    qk = tl.load(row + NP * NP + tile)  # [NP, NP]
-    k_sq = tl.load(row + 2 * NP * NP + nodes)  # [NP]
-    q_sq = tl.load(row + 2 * NP * NP + NP + nodes)  # [NP]
-    for split in tl.static_range(1, SPLITS):
-        row += 2 * NP * NP + 2 * NP
-        kk += tl.load(row + tile)
-        qk += tl.load(row + NP * NP + tile)
-        k_sq += tl.load(row + 2 * NP * NP + nodes)
-        q_sq += tl.load(row + 2 * NP * NP + NP + nodes)
-    return kk, qk, k_sq, q_sq
 
 
 @triton.jit
@@ -526,7 +451,7 @@ def _gdn_tree_apply_kernel(
 def _gdn_tree_verify_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr,
     pool_ptr, slots_ptr, words_ptr, depth_ptr, num_nodes_ptr,
-    o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr, gram_ptr,
+    o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,
     scale, N,
     s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, s_zb, s_zn, s_zh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
@@ -534,7 +459,7 @@ def _gdn_tree_verify_kernel(
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr, PDL: tl.constexpr, STATE_LINES: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr,
-    SIGNAL: tl.constexpr, HAS_NUM: tl.constexpr, GRAM_SPLITS: tl.constexpr, GRAM_WAIT: tl.constexpr,
+    SIGNAL: tl.constexpr, HAS_NUM: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
     redone by every V block of a value head; pays off when there are few programs, i.e. small batches). ``PDL``:
@@ -542,10 +467,7 @@ def _gdn_tree_verify_kernel(
     ``S0`` tile into L2 (``STATE_LINES`` 128-byte lines per state row), which no kernel of the step writes, then
     waits for the previous kernel (whose output q, k, v and the gates are) before it reads anything else. ``GATE``:
     the output is stored through :func:`_store_output`'s half of the gated RMSNorm (:class:`OutputGate`).
-    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started. ``GRAM_SPLITS`` > 0: the
-    K loop forms only ``K S0`` and ``Q S0``; ``K K^T``, ``Q K^T`` and the norms are the gram kernel's
-    (:func:`_gdn_tree_gram_kernel`, launched before this one), summed after the loop (``GRAM_WAIT``: this kernel is
-    a PDL launch behind it and waits for it there)."""
+    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started."""
     allow_dependents(SIGNAL)  # a PDL-launched successor (gdn_tree_commit(pdl=True)) may launch now
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
@@ -587,20 +509,15 @@ def _gdn_tree_verify_kernel(
         s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
         q_c = q_raw.to(tl.float32)  # [NP, BK]
         k_c = k_raw.to(tl.float32)  # [NP, BK]
-        if L2NORM and GRAM_SPLITS == 0:
+        if L2NORM:
             if not QK16:  # 16-bit keys: |k|^2 is K K^T's diagonal (exact products), read after the loop
                 k_sq += tl.sum(k_c * k_c, axis=1)
             q_sq += tl.sum(q_c * q_c, axis=1)
         q_c = _round_qk(q_c, PRECISION, QK16)
         k_c = _round_qk(k_c, PRECISION, QK16)
-        if GRAM_SPLITS == 0:
-            kk, qk = _gram_products(q_raw, k_raw, q_c, k_c, kk, qk, PRECISION, DOT16)
+        kk, qk = _gram_products(q_raw, k_raw, q_c, k_c, kk, qk, PRECISION, DOT16)
         ks = tl.dot(k_c, s_c, ks, input_precision=PRECISION)
         qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)
-    if GRAM_SPLITS > 0:
-        if GRAM_WAIT:
-            tl.extra.cuda.gdc_wait()  # the gram kernel's shares are complete and visible from here on
-        kk, qk, k_sq, q_sq = _gram_sum(gram_ptr, b64, h, H, NP, GRAM_SPLITS)
     if L2NORM:
         if QK16:
             k_sq = _diagonal(kk, NP)
@@ -708,16 +625,20 @@ def _padded_nodes(N: int) -> int:
 def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
                   H: int | None = None, precision: str = "tf32", qk16: bool = False) -> KernelConfig:
     """Default launch parameters of verify, the best of the H200 sweeps of 2026-11-29 and 2026-12-01
-    (bench/NOTES-gdn.md): the split pipeline when the batch fills the GPU with (request, value head) programs, else
-    the fused kernel. The solve takes two value heads of a GVA group (``H`` q/k heads given, ``HV // H`` even) in
-    one 4-warp program up to N = 64 (at B = 64, N = 64: 116 against 280 us per value head at 8 warps), one value
-    head at 8 warps at N = 128; 3 stages (``ieee`` at N = 128: 16 warps, 2 stages; 3 stages measured 3x slower).
-    The fused kernel: 32 V columns, 4 warps, 3 stages up to N = 64; when its programs fit in one wave (B = 1), 8 warps
-    at N = 64 for 16-bit q / k (``qk16``) and 16-row K chunks with 4 stages at N = 32, the best of a sweep that
-    launches it as the model does (``bench/gdn_profile.py --model-like``, bf16: every launch's state cold in L2; the
-    fp32 sweeps with the state in L2 ranked 8 warps at N = 64 lower, so fp32 keeps 4). The split pipeline's apply
-    is a PDL launch behind the solve (``apply_pdl``; 2026-12-02, tf32, verify + commit at B = 64: N = 8 / 32 / 64 /
-    128: 180.6 / 259.4 / 410.9 / 1248.5 -> 174.0 / 252.2 / 403.9 / 1231.0 us; at B = 16 2-4 % less as well)."""
+    (bench/NOTES-gdn.md): the split pipeline when the batch fills the GPU with (request, value head) programs, and at
+    N = 64 in the tensor-core modes, else the fused kernel. The solve takes two value heads of a GVA group (``H``
+    q/k heads given, ``HV // H`` even) in one 4-warp program up to N = 64 (at B = 64, N = 64: 116 against 280 us
+    per value head at 8 warps), one value head at 8 warps at N = 128; 3 stages (``ieee`` at N = 128: 16 warps, 2
+    stages; 3 stages measured 3x slower).
+    The fused kernel (small batches otherwise): 32 V columns, 4 warps, 3 stages up to N = 64; when its programs fit in
+    one wave (B = 1), 16-row K chunks with 4 stages at N = 32, the best of a sweep that launches it as the model does
+    (``bench/gdn_profile.py --model-like``, bf16: every launch's state cold in L2). The split pipeline's apply is a
+    PDL launch behind the solve (``apply_pdl``; 2026-12-02, tf32, verify + commit at B = 64: N = 8 / 32 / 64 /
+    128: 180.6 / 259.4 / 410.9 / 1248.5 -> 174.0 / 252.2 / 403.9 / 1231.0 us; at B = 16 2-4 % less as well).
+    Smaller batches at N = 64 (B = 1 to 8 at Qwen3-Next shapes) take the split pipeline too, with one value head per
+    4-warp solve program and a 3-stage apply (fourteenth session, tf32, verify alone against the fused kernel:
+    B = 8 56.5 against 90.6 us, B = 4 36.0 against 51.8, B = 1 with bf16 q / k 19.5 against 21.3, with fp32
+    20.6-22.6 either way)."""
     NP = _padded_nodes(N)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
@@ -726,17 +647,14 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
             return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 16, apply_pdl=True)
         return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 4 if NP <= 64 else 8,
                             solve_heads=pair, solve_stages=3, apply_pdl=True)
+    if NP == 64 and precision != "ieee":
+        return KernelConfig(min(32, V), min(K, 32), 4, 3, True, 4, solve_heads=1, solve_stages=3, apply_pdl=True)
     block_v, block_k, num_warps, stages = (32, 32, 4, 3) if NP <= 64 else (64, 32, 8, 2)
-    pdl = False
-    if B * HV * triton.cdiv(V, block_v) <= _num_sms(device):  # one wave of programs (B = 1 at Qwen3-Next shapes)
-        # the model-like sweep (cold states, the model's strided views; bench/NOTES-gdn.md, sixth session)
-        if NP == 64 and qk16:  # bf16 q / k: 17.9 against 25.5 us per launch (fp32, state in L2: 23.9 against 20.6)
-            # and a PDL launch that prefetches S0 (B = 1 N = 64 model verify 2034 -> 2018 us; at N = 32, BK 16,
-            # 1899 -> 1927 us: not there)
-            num_warps, pdl = 8, True
-        elif NP == 32:  # 10.8 against 12.2 us (fp32, state in L2: 15.2 against 17.3)
-            block_k, stages = 16, 4
-    return KernelConfig(min(block_v, V), min(K, block_k), num_warps, stages, False, pdl=pdl)
+    if NP == 32 and B * HV * triton.cdiv(V, block_v) <= _num_sms(device):  # one wave (B = 1 at Qwen3-Next shapes)
+        # the model-like sweep (cold states, the model's strided views; bench/NOTES-gdn.md, sixth session): 10.8
+        # against 12.2 us (fp32, state in L2: 15.2 against 17.3)
+        block_k, stages = 16, 4
+    return KernelConfig(min(block_v, V), min(K, block_k), num_warps, stages, False)
 
 
 def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
@@ -867,9 +785,6 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     cfg = config or verify_config(B, HV, N, K, V, device, H, precision, qk16)
     if not isinstance(cfg, KernelConfig):
         raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
-    if cfg.gram_splits and (cfg.split or cfg.gram_splits < 0 or K % (cfg.gram_splits * min(cfg.block_k, K))):
-        raise ValueError(f"config.gram_splits = {cfg.gram_splits} needs the fused kernel (split=False) and K = {K} a "
-                         f"multiple of gram_splits * block_k ({cfg.gram_splits} * {min(cfg.block_k, K)})")
     if cfg.solve_heads < 1 or (HV // H) % cfg.solve_heads != 0:
         raise ValueError(f"config.solve_heads = {cfg.solve_heads} must divide HV // H = {HV // H} "
                          "(value heads per q/k head)")
@@ -909,28 +824,16 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             num_stages=cfg.num_stages, **gate_flags, **sizes, **({"launch_pdl": True} if apply_pdl else {}),
         )
     else:
-        pdl = bool(pdl) and pdl_supported(device)  # the caller allows a PDL launch behind its previous kernel
-        gram, gram_wait = o, False  # an unused pointer without the gram split
-        if cfg.gram_splits:
-            gram = torch.empty((B * H * cfg.gram_splits, 2 * NP * NP + 2 * NP), dtype=torch.float32,
-                               device=device)  # [B H splits, 2 NP^2 + 2 NP] shares of K K^T, Q K^T, |k|^2, |q|^2
-            gram_wait = pdl_supported(device)
-            _gdn_tree_gram_kernel[(B * H * cfg.gram_splits,)](
-                q, k, num_nodes, gram, N, *qk_strides,
-                H=H, K=K, NP=NP, BK=block_k, SPLITS=cfg.gram_splits, L2NORM=bool(use_qk_l2norm_in_kernel),
-                PRECISION=precision, QK16=qk16, PDL=pdl, SIGNAL=gram_wait, num_warps=4, num_stages=cfg.num_stages,
-                **gram_flags, **sizes, **({"launch_pdl": True} if pdl else {}),
-            )
-        pdl = pdl and bool(cfg.pdl) and not cfg.gram_splits  # the prefetching PDL launch (KernelConfig.pdl)
+        pdl = bool(pdl) and bool(cfg.pdl) and pdl_supported(device)
         _gdn_tree_verify_kernel[(B * HV, V // block_v)](
             q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             state_pool, slots, meta.words, meta.depth, num_nodes,
-            o, delta, log_gamma, k_rnorm_arg, *gate_args, gram, scale, N,
+            o, delta, log_gamma, k_rnorm_arg, *gate_args, scale, N,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128), SIGNAL=signal,
-            GRAM_SPLITS=cfg.gram_splits, GRAM_WAIT=gram_wait, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-            **flags, **gram_flags, **gate_flags, **sizes, **({"launch_pdl": True} if pdl or gram_wait else {}),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags, **sizes,
+            **({"launch_pdl": True} if pdl else {}),
         )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)
 

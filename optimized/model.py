@@ -84,7 +84,8 @@ __all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random"
 
 #: the fused GDN verify kernel of a tree step launched with PDL where its config asks for it (its ``S0`` tiles
 #: prefetched into L2 before its wait; :func:`~lumotree.optimized.gdn_tree.gdn_tree_verify`), when the model's GEMVs
-#: are (an A / B knob)
+#: are (an A / B knob; no default config asks for it since the fourteenth session, which moved B = 1 at N = 64 to the
+#: split pipeline: an explicit ``KernelConfig(pdl=True)`` does)
 GDN_VERIFY_PDL = True
 #: tree attention launched with PDL (each split's committed K / V prefetched into L2 before its wait;
 #: :func:`~lumotree.optimized.tree_attention.tree_attention`) in steps of at most this many requests, when the model's

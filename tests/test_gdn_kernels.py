@@ -120,18 +120,17 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
 
 
 # --------------------------------------------------------------------------------------- differential (interpreter)
-VERIFY_PIPELINES = ("split", "split_group", "fused", "fused_vec", "fused_gram")
+VERIFY_PIPELINES = ("split", "split_group", "fused", "fused_vec")
 
 
 def verify_pipeline(name: str, group: int) -> G.KernelConfig:
     """Every verify pipeline: split (solve + apply; ``split_group``: one solve program for the ``group`` value heads
     of a q/k head, 3 stages) and fused per V block (V = 16), the fused one with the ancestor mask read as an [N, N]
-    gather or as word vectors, or with its Gram products from the gram kernel in two K splits of 8 (``fused_gram``)."""
+    gather or as word vectors."""
     grouped = name == "split_group"
-    gram = name == "fused_gram"
-    return G.KernelConfig(16, 8 if gram else 16, 4, 2, split=name.startswith("split"), solve_warps=4,
+    return G.KernelConfig(16, 16, 4, 2, split=name.startswith("split"), solve_warps=4,
                           word_vectors=name == "fused_vec", solve_heads=group if grouped else 1,
-                          solve_stages=3 if grouped else 0, gram_splits=2 if gram else 0)
+                          solve_stages=3 if grouped else 0)
 
 
 @settings(max_examples=20, deadline=None)
@@ -415,9 +414,8 @@ def test_bad_input_misc():
     with pytest.raises(TypeError, match="factors"):
         G.gdn_tree_commit(case["pool"], case["slots"], tuple(f), case["parents"], torch.zeros(1, device=DEVICE))
     grouped = make_case([[-1, 0]], H=1, group=2, seed=3)
-    for bad in (dict(solve_heads=3), dict(solve_heads=0), dict(split=False, gram_splits=2),
-                dict(split=True, gram_splits=1), dict(split=False, gram_splits=-1)):
-        with pytest.raises(ValueError, match="solve_heads" if "solve_heads" in bad else "gram_splits"):
+    for bad in (dict(solve_heads=3), dict(solve_heads=0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
             run_verify(grouped, l2norm=False, gated=False, config=G.KernelConfig(16, 16, 4, 2, **bad))
 
 
@@ -573,15 +571,17 @@ def test_gpu_output_gate_bf16_qwen_shapes(B, n):
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [64, 32, 5])
 def test_gpu_pdl_launch_of_the_fused_kernel_is_bit_identical(n):
-    """``pdl=True`` with a config that asks for it (the fused kernel at B = 1 as the model launches it at N = 64: a
-    PDL launch that prefetches its ``S0`` tiles before the wait; forced here at every size) behind a kernel that
+    """``pdl=True`` with a config that asks for it (the fused kernel at B = 1 as the model launched it at N = 64
+    until the fourteenth session: a PDL launch that prefetches its ``S0`` tiles before the wait; forced here at every
+    size) behind a kernel that
     writes its inputs: bit-identical to the plain launch, every step of a CUDA-graph replay too (the inputs are
     rewritten between replays)."""
     rng = np.random.default_rng(n)
     case = make_case([build_tree_parents("random", n, rng)], **QWEN, gated=True, seed=n, dtype=torch.bfloat16)
     cfg = G.verify_config(1, QWEN["H"] * QWEN["group"], n, QWEN["K"], QWEN["V"], torch.device("cuda"), QWEN["H"],
                           "tf32", True)
-    assert not cfg.split and cfg.pdl == (n == 64)
+    if cfg.split:  # N = 64 takes the split pipeline since the fourteenth session: the fused kernel's launch before
+        cfg = G.KernelConfig(32, 32, 8, 3, False)
     cfg = cfg._replace(pdl=True)
     v_src = case["v"].clone()
     plain, plain_f = run_verify(case, l2norm=True, gated=True, precision="tf32", config=cfg)
@@ -647,8 +647,9 @@ def test_gpu_k_split_commit_error_bounds(precision, tol):
 
 def test_default_configs_follow_the_measured_rules():
     """verify_config: the GVA-paired 4-warp solve up to N = 64 when the group is even (and H is known), one value head
-    at 8 warps at N = 128 (ieee there: the 16-warp, 2-stage solve); the fused kernel for small batches, with its
-    one-wave shapes at N = 64 and 32."""
+    at 8 warps at N = 128 (ieee there: the 16-warp, 2-stage solve); small batches at N = 64 in the tensor-core modes:
+    the split pipeline with one value head per 4-warp solve program and a 3-stage apply; else the fused kernel, with
+    its one-wave shape at N = 32; no default asks for the fused kernel's PDL launch."""
     cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
     paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
     assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
@@ -658,12 +659,17 @@ def test_default_configs_follow_the_measured_rules():
     assert (big.solve_heads, big.solve_warps, big.solve_stages) == (1, 8, 3)
     ieee = G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="ieee")
     assert (ieee.solve_warps, ieee.solve_stages or ieee.num_stages) == (16, 2)
-    small = G.verify_config(1, 2, 64, 128, 128, cpu, H=1)
-    assert not small.split and (small.num_warps, small.num_stages, small.block_k) == (4, 3, 32)
-    # one wave of fused programs (1 x 2 x 32 / 32 <= 4): the model-like sweep's shapes at N = 64 (16-bit q / k) and 32
-    for qk16, at64 in ((True, (8, 3, 32)), (False, (4, 3, 32))):
-        one_wave = {N: G.verify_config(1, 2, N, 128, 32, cpu, H=1, qk16=qk16) for N in (64, 32, 16)}
+    for B, qk16, precision in ((1, False, "tf32"), (3, True, "tf32"), (1, False, "tf32x3")):
+        small = G.verify_config(B, 2, 64, 128, 128, cpu, H=1, precision=precision, qk16=qk16)
+        assert small.split and small.apply_pdl
+        assert (small.solve_heads, small.solve_warps, small.solve_stages) == (1, 4, 3)
+        assert (small.block_v, small.num_warps, small.num_stages, small.block_k) == (32, 4, 3, 32)
+    ieee_small = G.verify_config(1, 2, 64, 128, 128, cpu, H=1, precision="ieee")
+    assert not ieee_small.split and (ieee_small.num_warps, ieee_small.num_stages, ieee_small.block_k) == (4, 3, 32)
+    # one wave of fused programs (1 x 2 x 32 / 32 <= 4): the model-like sweep's shape at N = 32
+    for qk16 in (True, False):
+        one_wave = {N: G.verify_config(1, 2, N, 128, 32, cpu, H=1, qk16=qk16) for N in (32, 16)}
         assert not any(c.split for c in one_wave.values())
-        assert [(c.num_warps, c.num_stages, c.block_k) for c in one_wave.values()] == [at64, (4, 4, 16), (4, 3, 32)]
-        assert [c.pdl for c in one_wave.values()] == [qk16, False, False]  # the PDL launch measured at N = 64 only
-    assert not small.pdl and not big.pdl
+        assert [(c.num_warps, c.num_stages, c.block_k) for c in one_wave.values()] == [(4, 4, 16), (4, 3, 32)]
+        assert not any(c.pdl for c in one_wave.values())
+    assert not small.pdl and not big.pdl and not ieee_small.pdl
