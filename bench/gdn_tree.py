@@ -182,7 +182,7 @@ def row_config(x, mode: str, mod=G, batch: int | None = None):
     """``verify_config`` of the row's shape, inputs and device (for ``batch`` requests instead of the row's B).
     ``mod``: the gdn_tree module (a probe's variant)."""
     B, N, HV_ = x["v"].shape[:3]
-    return mod.verify_config(batch or B, HV_, N, K, V, x["q"].device, H, mode, x["q"].dtype != torch.float32)
+    return mod.verify_config(batch or B, HV_, N, K, V, x["q"].device, H, mode)
 
 
 def nopdl_config(x, mode: str, config=None):

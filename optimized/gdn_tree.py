@@ -623,7 +623,7 @@ def _padded_nodes(N: int) -> int:
 
 
 def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
-                  H: int | None = None, precision: str = "tf32", qk16: bool = False) -> KernelConfig:
+                  H: int | None = None, precision: str = "tf32") -> KernelConfig:
     """Default launch parameters of verify, the best of the H200 sweeps of 2026-11-29 and 2026-12-01
     (bench/NOTES-gdn.md): the split pipeline when the batch fills the GPU with (request, value head) programs, and at
     N = 64 in the tensor-core modes, else the fused kernel. The solve takes two value heads of a GVA group (``H``
@@ -782,7 +782,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         o, delta, log_gamma, k_rnorm = out
         k_rnorm = k_rnorm if use_qk_l2norm_in_kernel else None
     qk16 = q.dtype in (torch.bfloat16, torch.float16)  # tf32-exact q / k: no rounding, |k|^2 from K K^T
-    cfg = config or verify_config(B, HV, N, K, V, device, H, precision, qk16)
+    cfg = config or verify_config(B, HV, N, K, V, device, H, precision)
     if not isinstance(cfg, KernelConfig):
         raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
     if cfg.solve_heads < 1 or (HV // H) % cfg.solve_heads != 0:

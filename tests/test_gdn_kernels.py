@@ -579,7 +579,7 @@ def test_gpu_pdl_launch_of_the_fused_kernel_is_bit_identical(n):
     rng = np.random.default_rng(n)
     case = make_case([build_tree_parents("random", n, rng)], **QWEN, gated=True, seed=n, dtype=torch.bfloat16)
     cfg = G.verify_config(1, QWEN["H"] * QWEN["group"], n, QWEN["K"], QWEN["V"], torch.device("cuda"), QWEN["H"],
-                          "tf32", True)
+                          "tf32")
     if cfg.split:  # N = 64 takes the split pipeline since the fourteenth session: the fused kernel's launch before
         cfg = G.KernelConfig(32, 32, 8, 3, False)
     cfg = cfg._replace(pdl=True)
@@ -659,17 +659,16 @@ def test_default_configs_follow_the_measured_rules():
     assert (big.solve_heads, big.solve_warps, big.solve_stages) == (1, 8, 3)
     ieee = G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="ieee")
     assert (ieee.solve_warps, ieee.solve_stages or ieee.num_stages) == (16, 2)
-    for B, qk16, precision in ((1, False, "tf32"), (3, True, "tf32"), (1, False, "tf32x3")):
-        small = G.verify_config(B, 2, 64, 128, 128, cpu, H=1, precision=precision, qk16=qk16)
+    for B, precision in ((1, "tf32"), (3, "tf32"), (1, "tf32x3")):
+        small = G.verify_config(B, 2, 64, 128, 128, cpu, H=1, precision=precision)
         assert small.split and small.apply_pdl
         assert (small.solve_heads, small.solve_warps, small.solve_stages) == (1, 4, 3)
         assert (small.block_v, small.num_warps, small.num_stages, small.block_k) == (32, 4, 3, 32)
     ieee_small = G.verify_config(1, 2, 64, 128, 128, cpu, H=1, precision="ieee")
     assert not ieee_small.split and (ieee_small.num_warps, ieee_small.num_stages, ieee_small.block_k) == (4, 3, 32)
     # one wave of fused programs (1 x 2 x 32 / 32 <= 4): the model-like sweep's shape at N = 32
-    for qk16 in (True, False):
-        one_wave = {N: G.verify_config(1, 2, N, 128, 32, cpu, H=1, qk16=qk16) for N in (32, 16)}
-        assert not any(c.split for c in one_wave.values())
-        assert [(c.num_warps, c.num_stages, c.block_k) for c in one_wave.values()] == [(4, 4, 16), (4, 3, 32)]
-        assert not any(c.pdl for c in one_wave.values())
+    one_wave = {N: G.verify_config(1, 2, N, 128, 32, cpu, H=1) for N in (32, 16)}
+    assert not any(c.split for c in one_wave.values())
+    assert [(c.num_warps, c.num_stages, c.block_k) for c in one_wave.values()] == [(4, 4, 16), (4, 3, 32)]
+    assert not any(c.pdl for c in one_wave.values())
     assert not small.pdl and not big.pdl and not ieee_small.pdl

@@ -22,9 +22,13 @@ only) q, k and S0 unrounded in the K loop (``trunc``).
 
 Run 4: the split pipeline's forms at B = 1 and the fused kernel at other shapes (this file's history).
 
-Run 5 (this version): the fused kernel with its Gram products from a gram kernel (``gram_splits``; the library
+Run 5: the fused kernel with its Gram products from a gram kernel (``gram_splits``; the library
 now) against the fused kernel and the best split form (``split_head4_a3``), at B = 1, 4, 8, N = 32 / 64, bf16;
 a timeline of the gram-split form.
+
+Run 7 (this version): two loads moved ahead of a wait, measured against the library's default at B = 1 and 64:
+the apply's v before its wait for the solve (``v_early``), the solve's ancestor mask before its K loop
+(``mask_early``), both (``both_early``). Timelines with ``--timeline``.
 
 Run 3: the inverse's doubling as L dependent products instead of 2 (L - 1) (the library now;
 ``old_inverse``: the previous loop, by source substitution), against the best forms of run 2; ``k_diag``: |k|^2 from
@@ -110,17 +114,16 @@ def stamp_pairs():
     stamp = lambda i, dep, row=row_v: f"    _stamp(stamp_ptr, {row}, {i}, {dep})\n"  # noqa: E731
     return [
         (SOLVE_DEF, STAMP_HELPER + SOLVE_DEF),
-        ("o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr, gram_ptr,\n    scale, N,",
-         "o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr, gram_ptr, stamp_ptr,\n"
-         "    scale, N,"),
-        ("o, delta, log_gamma, k_rnorm_arg, *gate_args, gram, scale, N,",
-         "o, delta, log_gamma, k_rnorm_arg, *gate_args, gram, STAMPS_V, scale, N,"),
+        ("o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,\n    scale, N,",
+         "o_ptr, delta_ptr, log_gamma_ptr, k_rnorm_ptr, z_ptr, gate_w_ptr, gate_parts_ptr, stamp_ptr,\n    scale, N,"),
+        ("o, delta, log_gamma, k_rnorm_arg, *gate_args, scale, N,",
+         "o, delta, log_gamma, k_rnorm_arg, *gate_args, STAMPS_V, scale, N,"),
         ("    pid_v = tl.program_id(1)\n    b = pid_bh // HV\n",
          "    pid_v = tl.program_id(1)\n" + stamp(0, "pid_bh") + "    b = pid_bh // HV\n"),
         (DECAY, DECAY.replace("\n\n", "\n" + stamp(1, f32("decay")) + "\n")),
-        ("        qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)\n    if GRAM_SPLITS > 0:",
+        ("        qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)\n    if L2NORM:\n        if QK16:",
          "        qs = tl.dot(q_c, s_c, qs, input_precision=PRECISION)\n"
-         + "    " + stamp("2 + k0 // BK", f32("qs")) + "    if GRAM_SPLITS > 0:"),
+         + "    " + stamp("2 + k0 // BK", f32("qs")) + "    if L2NORM:\n        if QK16:"),
         (STRICT, stamp(6, f32("qs")) + STRICT),
         ("    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, False)  # [NP, NP]\n"
          "    delta = tl.dot(",
@@ -181,17 +184,35 @@ def stamp_pairs():
     ]
 
 
-SOLVE_BK = ("LOG_NP=NP.bit_length() - 1, BK=block_k,\n            HEADS=cfg.solve_heads",
-            "LOG_NP=NP.bit_length() - 1, BK=min(K, SOLVE_BK),\n            HEADS=cfg.solve_heads")
+V_LOAD = ("    v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],\n"
+          "                  mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]\n")
+APPLY_WAIT = "    if PDL:\n        tl.extra.cuda.gdc_wait()  # from here on the solve's outputs are complete and visible\n"
+MASK = "    anc = _ancestor_mask(words_ptr, b64, n_b, N, W, NP, WORD_BITS, WORD_VECTORS)  # [NP, NP] M\n"
+SOLVE_ZEROS = "    kk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] K K^T\n"
+
+
+def v_early(src: str) -> str:
+    """The apply loads v (an input the solve does not write) before its wait instead of after it."""
+    block = V_LOAD
+    apply_tail = APPLY_WAIT + "    if L2NORM:\n        ks = ks * tl.load(k_rnorm_ptr"
+    src = substituted(src, [(apply_tail, block + apply_tail)])
+    first = src.index(block) + len(block)  # the moved copy; drop the original, the next occurrence
+    second = src.index(block, first)
+    return src[:second] + src[second + len(block):]
+
+
+def mask_early(src: str) -> str:
+    """The solve forms its ancestor mask (a gather of the tree's bitsets) before its K loop instead of after it."""
+    return substituted(src, [(MASK, ""), (SOLVE_ZEROS, MASK + SOLVE_ZEROS)])
 
 
 def build_modules(tmp: str) -> dict:
     src = inspect.getsource(G)
-    mods = dict(base=G, stamps=load_module("probe_stamps", substituted(src, stamp_pairs()), tmp))
-    for bk in (64, 128):
-        mods[f"solve_bk{bk}"] = load_module(f"probe_solve_bk{bk}", substituted(src, [SOLVE_BK]), tmp)
-        mods[f"solve_bk{bk}"].SOLVE_BK = bk
-    return mods
+    return dict(base=G,
+                v_early=load_module("probe_v_early", v_early(src), tmp),
+                mask_early=load_module("probe_mask_early", mask_early(src), tmp),
+                both_early=load_module("probe_both_early", mask_early(v_early(src)), tmp),
+                stamps=load_module("probe_stamps", substituted(src, stamp_pairs()), tmp))
 
 
 @triton.jit
@@ -207,18 +228,14 @@ def split(solve_heads: int, solve_warps: int, block_v: int = 32, apply_pdl: bool
 
 FUSED = G.KernelConfig(32, 32, 4, 3, False)
 SPLIT_B1 = split(1, 4, num_stages=3)
-VARIANTS = {  # name: (module key, verify config or None for the default, PDL commit behind a signalling verify)
-    "fused_pdl": ("base", FUSED, True),
-    "split_head4_a3_pdl": ("base", SPLIT_B1, True),
-    "fused_gram1_pdl": ("base", FUSED._replace(gram_splits=1), True),
-    "fused_gram2_pdl": ("base", FUSED._replace(gram_splits=2), True),
-    "fused_gram4_pdl": ("base", FUSED._replace(gram_splits=4), True),
-    "fused_gram2_w8_pdl": ("base", FUSED._replace(gram_splits=2, num_warps=8), True),
-    "fused_gram2_s2_pdl": ("base", FUSED._replace(gram_splits=2, num_stages=2), True),
+VARIANTS = {  # name: (module key, verify config (None: the library's default), PDL commit behind the verify)
+    "default": ("base", None, True),
+    "v_early": ("v_early", None, True),
+    "mask_early": ("mask_early", None, True),
+    "both_early": ("both_early", None, True),
 }
-SHAPES = [(1, 64, "random"), (1, 64, "eagle"), (1, 64, "chain"), (4, 64, "random"), (8, 64, "random"),
-          (1, 32, "random"), (1, 64, "random", "bf16")]
-SMALL = ("fused_pdl", "split_head4_a3_pdl", "fused_gram2_pdl", "fused_gram4_pdl")  # beyond B = 1, N = 64, fp32
+SHAPES = [(1, 64, "random"), (1, 64, "eagle"), (64, 64, "random")]
+SMALL = tuple(VARIANTS)  # every variant at every shape
 
 
 def fns(x, mod, config, pdl: bool, mode="tf32"):
@@ -335,6 +352,7 @@ def main() -> int:
     parser.add_argument("--out", default="b1_probe.json")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budget-s", type=float, default=400)
+    parser.add_argument("--timeline", action="store_true", help="stamped timelines at the first shape")
     args = parser.parse_args()
     start_all = time.time()
     tmp = tempfile.mkdtemp()
@@ -369,7 +387,7 @@ def main() -> int:
             if name.startswith("fused") and not main_shape:  # the shape's fused launch, the variant's gram split
                 config = fused_config(N, bf16)._replace(gram_splits=config.gram_splits)
             start = time.time()
-            config = mods[key].KernelConfig(*config)  # the module's own class
+            config = mods[key].KernelConfig(*config) if config is not None else None  # the module's own class
             f = fns(x, mods[key], config, pdl)
             graphs[name] = {what: graph_of(fn) for what, fn in f.items()}
             err_o, err_s = T.errors(x, "tf32", min(B, 2), mod=mods[key], config=config)
@@ -404,7 +422,7 @@ def main() -> int:
         del graphs
         result["rows"].append(row)
         save()
-        if shape == SHAPES[0]:
+        if shape == SHAPES[0] and args.timeline:
             for name, config in (("fused_gram2", FUSED._replace(gram_splits=2)),):
                 try:
                     tl_out = timeline(x, mods["stamps"], mods["stamps"].KernelConfig(*config), True)
