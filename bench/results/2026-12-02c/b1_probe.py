@@ -26,9 +26,11 @@ Run 5: the fused kernel with its Gram products from a gram kernel (``gram_splits
 now) against the fused kernel and the best split form (``split_head4_a3``), at B = 1, 4, 8, N = 32 / 64, bf16;
 a timeline of the gram-split form.
 
-Run 7 (this version): two loads moved ahead of a wait, measured against the library's default at B = 1 and 64:
-the apply's v before its wait for the solve (``v_early``), the solve's ancestor mask before its K loop
-(``mask_early``), both (``both_early``). Timelines with ``--timeline``.
+This version (prepared for a run 7 that the session's device time did not allow; compile-checked only, Triton 3.6,
+sm_90): two loads moved ahead of a wait, against the library's default at B = 1 and 64: the apply's v before its
+wait for the solve (``v_early``: apply registers 208 -> 203), the solve's ancestor mask before its K loop
+(``mask_early``: one-head solve 0 -> 72 bytes of stack, paired 984 -> 864), both (``both_early``). Timelines with
+``--timeline``.
 
 Run 3: the inverse's doubling as L dependent products instead of 2 (L - 1) (the library now;
 ``old_inverse``: the previous loop, by source substitution), against the best forms of run 2; ``k_diag``: |k|^2 from
