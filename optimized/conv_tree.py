@@ -34,6 +34,7 @@ from ._checks import (
     check_tree_rows,
     node_mask,
 )
+from .tree_attention import tree_size
 
 __all__ = ["tree_conv", "tree_conv_commit", "ACTIVATIONS"]
 
@@ -45,12 +46,13 @@ def _tree_conv_kernel(
     x_ptr, weight_ptr, bias_ptr, conv_pool_ptr, slots_ptr, parents_ptr, num_nodes_ptr, out_ptr,
     N, C, s_xb, s_xn, s_pb,
     WIDTH: tl.constexpr, BN: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr, SILU: tl.constexpr,
+    HAS_NUM: tl.constexpr,
 ):
     b = tl.program_id(0)
     b64 = b.to(tl.int64)
     nodes = tl.program_id(1) * BN + tl.arange(0, BN)  # [BN]
     chans = tl.program_id(2) * BC + tl.arange(0, BC)  # [BC]
-    n_b = tl.load(num_nodes_ptr + b)
+    n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
     slot = tl.load(slots_ptr + b).to(tl.int64)
     real = nodes < n_b  # [BN]
     chan_ok = chans < C  # [BC]
@@ -140,7 +142,8 @@ def _common(x, conv_pool, slots, parents, num_nodes, validate, *, distinct):
     check_tensor("conv_pool", conv_pool, (None, None, C), "P, W - 1, C", FLOAT_DTYPES, device, contiguous=True)
     check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
     slots = check_slots(slots, B, conv_pool.shape[0], device, validate, distinct=distinct)
-    num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
+    if num_nodes is not None or validate:  # else every tree has N nodes: no sizes tensor is made
+        num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
     if validate:
         check_tree_rows(parents, num_nodes)
     return device, B, N, C, slots, num_nodes
@@ -182,9 +185,11 @@ def tree_conv(
     out = torch.empty((B, N, C), dtype=x.dtype, device=device) if out is None else out  # [B, N, C]
     BN, BC = 16, min(256, triton.next_power_of_2(C))
     _tree_conv_kernel[(B, triton.cdiv(N, BN), triton.cdiv(C, BC))](
-        x, weight, bias if bias is not None else weight, conv_pool, slots, parents, num_nodes, out,
+        x, weight, bias if bias is not None else weight, conv_pool, slots, parents,
+        num_nodes if num_nodes is not None else slots, out,  # slots: an unused int pointer without sizes
         N, C, x.stride(0), x.stride(1), parents.stride(0),
-        WIDTH=width, BN=BN, BC=BC, HAS_BIAS=bias is not None, SILU=activation == "silu", num_warps=4,
+        WIDTH=width, BN=BN, BC=BC, HAS_BIAS=bias is not None, SILU=activation == "silu",
+        HAS_NUM=num_nodes is not None, num_warps=4,
     )
     return out
 

@@ -47,7 +47,7 @@ from ._checks import (
     node_mask,
 )
 from .pdl import allow_dependents, pdl_supported, prefetch_l2
-from .tree_attention import PATH_BLOCK, TreeMeta, accepted_path, path_chunk, tree_metadata
+from .tree_attention import PATH_BLOCK, TreeMeta, accepted_path, path_chunk, tree_metadata, tree_size
 
 __all__ = [
     "TreeFactors",
@@ -271,17 +271,6 @@ def _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP:
 
 
 @triton.jit
-def _tree_size(num_nodes_ptr, b, N, HAS_NUM: tl.constexpr):
-    """Request ``b``'s node count: ``num_nodes[b]``, or N when the caller gave no sizes (``HAS_NUM`` False: every
-    tree has N nodes, and no sizes tensor is made)."""
-    if HAS_NUM:
-        n_b = tl.load(num_nodes_ptr + b)
-    else:
-        n_b = N
-    return n_b
-
-
-@triton.jit
 def _gdn_tree_solve_kernel(
     q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
     log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
@@ -304,7 +293,7 @@ def _gdn_tree_solve_kernel(
     hv0 = (pid % (HV // HEADS)) * HEADS  # first value head of this program
     h = hv0 // (HV // H)
     b64 = b.to(tl.int64)
-    n_b = _tree_size(num_nodes_ptr, b, N, HAS_NUM)
+    n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b
     kk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] K K^T
@@ -411,7 +400,7 @@ def _gdn_tree_apply_kernel(
     hv = pid_bh % HV
     h = hv // (HV // H)
     b64 = b.to(tl.int64)
-    n_b = _tree_size(num_nodes_ptr, b, N, HAS_NUM)
+    n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
     slot = tl.load(slots_ptr + b).to(tl.int64)
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b
@@ -481,7 +470,7 @@ def _gdn_tree_verify_kernel(
         lines = tl.arange(0, STATE_LINES)  # [STATE_LINES]
         prefetch_l2(state + tl.arange(0, K)[:, None] * V + pid_v * BV + lines[None, :] * 32)  # [K, STATE_LINES]
         tl.extra.cuda.gdc_wait()  # from here on the previous kernel's writes are visible
-    n_b = _tree_size(num_nodes_ptr, b, N, HAS_NUM)
+    n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b  # [NP] padding rows are never read
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
@@ -583,7 +572,7 @@ def _gdn_tree_commit_kernel(
     s = tl.load(state_ptrs)  # [BK, BV] S0
     if PDL:  # the slots and the pool are read above, everything the previous kernel may write below
         tl.extra.cuda.gdc_wait()
-    n_b = _tree_size(num_nodes_ptr, b, N, HAS_NUM)
+    n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
     node = tl.load(accepted_ptr + b)
     on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)  # path(node)
     lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)

@@ -798,6 +798,17 @@ def accepted_path(word_row_ptr, n_valid, NP: tl.constexpr, WORD_BITS: tl.constex
 
 
 @triton.jit
+def tree_size(num_nodes_ptr, b, N, HAS_NUM: tl.constexpr):
+    """Request ``b``'s node count: ``num_nodes[b]``, or N when the caller gave no sizes (``HAS_NUM`` False: every
+    tree has N nodes, and no sizes tensor is made: the kernels of the GDN verify, its commit and the tree conv)."""
+    if HAS_NUM:
+        n_b = tl.load(num_nodes_ptr + b)
+    else:
+        n_b = N
+    return n_b
+
+
+@triton.jit
 def path_chunk(on_path, rank, p0, NP: tl.constexpr, PB: tl.constexpr):
     """``[PB]`` node indices of path entries ``p0 .. p0 + PB - 1`` (of :func:`accepted_path`; 0 past its end)."""
     nodes = tl.arange(0, NP)  # [NP]
