@@ -117,6 +117,15 @@ def check_num_nodes(num_nodes: object, B: int, N: int, device: torch.device, val
     return num_nodes.to(torch.int32)
 
 
+def check_sizes(num_nodes: object, B: int, N: int, device: torch.device, validate: bool) -> torch.Tensor | None:
+    """:func:`check_num_nodes` for kernels that read no sizes when none are given (``HAS_NUM``): None when
+    ``num_nodes`` is None and nothing is validated (every tree has N nodes, and no tensor is made), else the checked
+    int32 tensor (a full one, for the validation, when none was given)."""
+    if num_nodes is None and not validate:
+        return None
+    return check_num_nodes(num_nodes, B, N, device, validate)
+
+
 def check_tree_rows(parents: torch.Tensor, num_nodes: torch.Tensor) -> None:
     """Each request's real nodes form a tree in topological order: ``parents[b, 0] == -1`` and
     ``0 <= parents[b, i] < i`` for ``i < num_nodes[b]`` (padding entries are ignored). One host copy; the message of

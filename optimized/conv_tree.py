@@ -28,7 +28,7 @@ from ._checks import (
     MAX_NODES,
     check_finite_nodes,
     check_node_index,
-    check_num_nodes,
+    check_sizes,
     check_slots,
     check_tensor,
     check_tree_rows,
@@ -142,8 +142,7 @@ def _common(x, conv_pool, slots, parents, num_nodes, validate, *, distinct):
     check_tensor("conv_pool", conv_pool, (None, None, C), "P, W - 1, C", FLOAT_DTYPES, device, contiguous=True)
     check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
     slots = check_slots(slots, B, conv_pool.shape[0], device, validate, distinct=distinct)
-    if num_nodes is not None or validate:  # else every tree has N nodes: no sizes tensor is made
-        num_nodes = check_num_nodes(num_nodes, B, N, device, validate)
+    num_nodes = check_sizes(num_nodes, B, N, device, validate)
     if validate:
         check_tree_rows(parents, num_nodes)
     return device, B, N, C, slots, num_nodes

@@ -39,6 +39,7 @@ from ._checks import (
     check_finite_nodes,
     check_node_index,
     check_num_nodes,
+    check_sizes,
     check_range_nodes,
     check_scalar,
     check_slots,
@@ -728,8 +729,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     if N > MAX_NODES:
         raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
     slots = check_slots(slots, B, state_pool.shape[0], device, validate, distinct=False)
-    has_num = num_nodes is not None  # else every tree has N nodes: the kernels read no sizes (no tensor is made)
-    num_nodes = check_num_nodes(num_nodes, B, N, device, validate) if has_num or validate else None
+    has_num = num_nodes is not None  # else every tree has N nodes: the kernels read no sizes
+    num_nodes = check_sizes(num_nodes, B, N, device, validate)
     scale = K**-0.5 if scale is None else check_scalar("scale", scale)
     precision = _check_precision(input_precision)
     if meta is not None:
@@ -969,8 +970,8 @@ def gdn_tree_commit(
     if N > MAX_NODES:
         raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
     slots = check_slots(slots, B, P, device, validate, distinct=True)
-    has_num = num_nodes is not None  # else every tree has N nodes: the kernel reads no sizes (no tensor is made)
-    num_nodes = check_num_nodes(num_nodes, B, N, device, validate) if has_num or validate else None
+    has_num = num_nodes is not None  # else every tree has N nodes: the kernel reads no sizes
+    num_nodes = check_sizes(num_nodes, B, N, device, validate)
     accepted = check_node_index("accepted", accepted, B, num_nodes, device, validate)
     precision = _check_precision(input_precision)
     if meta is not None:
