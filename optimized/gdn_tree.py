@@ -116,7 +116,9 @@ class KernelConfig(NamedTuple):
     PDL (``gdn_tree_verify(pdl=True)``). ``apply_pdl`` (split pipeline): the apply kernel is a programmatic
     dependent launch behind the solve, which signals at its start: the apply's pass over ``S0`` (q, k and the
     state, which the solve does not write) runs under the solve's tail, and it waits before it reads the solve's
-    outputs. (A per-(request,
+    outputs. ``scratch16`` (split pipeline, ``tf32`` mode with q / k normalised in the kernel): the solve hands
+    ``TB`` and ``QKD`` to the apply in fp16 scaled by a power of two (:func:`_store_scratch`), the same values the
+    apply's tf32 products would read from fp32 tiles, in half the memory. (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
     form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
@@ -132,6 +134,7 @@ class KernelConfig(NamedTuple):
     dot16: bool = True
     pdl: bool = False
     apply_pdl: bool = False
+    scratch16: bool = True
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -150,6 +153,34 @@ def _round_qk(x, PRECISION: tl.constexpr, QK16: tl.constexpr):
     tf32 holds exactly) as they are, fp32 inputs rounded (:func:`_tf32_round`)."""
     if not QK16:
         x = _tf32_round(x, PRECISION)
+    return x
+
+
+# fp16 scratch (KernelConfig.scratch16): |TB| <= 4 and |QKD| <= 1 with L2-normalised keys and queries, beta in
+# [0, 2] and decays <= 1 (bench/NOTES-gdn.md, "A bound for a lead"); these powers of two keep them 16x below fp16's
+# largest finite value and move its subnormals (where it holds fewer than tf32's 10 mantissa bits) below 6e-8.
+TB_SCALE = 1024.0
+QKD_SCALE = 4096.0
+
+
+@triton.jit
+def _store_scratch(ptr, x, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH16: tl.constexpr):
+    """Store an ``[NP, NP]`` operand of the apply's tf32 products. ``SCRATCH16``: rounded to tf32 (10 mantissa
+    bits, as the apply would round it) and times ``SCALE`` (exact), in fp16, which then holds it exactly while
+    ``|x| SCALE`` lies in fp16's normal range; else as it is (fp32)."""
+    if SCRATCH16:
+        tl.store(ptr, (_tf32_round(x, PRECISION) * SCALE).to(tl.float16))
+    else:
+        tl.store(ptr, x)
+
+
+@triton.jit
+def _load_scratch(ptr, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH16: tl.constexpr):
+    """An operand stored by :func:`_store_scratch`, fp32 and ready for a product at ``PRECISION``."""
+    if SCRATCH16:
+        x = tl.load(ptr).to(tl.float32) * (1.0 / SCALE)  # already tf32-exact
+    else:
+        x = _tf32_round(tl.load(ptr), PRECISION)
     return x
 
 
@@ -280,13 +311,13 @@ def _gdn_tree_solve_kernel(
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
-    DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr,
+    DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
     quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
 
     Writes ``log Gamma`` and ``k_rnorm`` (factors), ``q_rnorm`` and the two ``[NP, NP]`` operands of part 2 per value
-    head: ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D``.
+    head: ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D`` (``SCRATCH16``: :func:`_store_scratch`).
     """
     allow_dependents(PDL)  # the apply (KernelConfig.apply_pdl) reads none of this kernel's outputs before its wait
     pid = tl.program_id(0)
@@ -337,10 +368,10 @@ def _gdn_tree_solve_kernel(
         decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
         tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=nodes < N)
         tile = (b64 * HV + hv) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
-        tl.store(qkd_ptr + tile, qk * decay)
+        _store_scratch(qkd_ptr + tile, qk * decay, QKD_SCALE, PRECISION, SCRATCH16)
         neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
         t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, True)  # [NP, NP]
-        tl.store(tb_ptr + tile, t_inv * beta[None, :])
+        _store_scratch(tb_ptr + tile, t_inv * beta[None, :], TB_SCALE, PRECISION, SCRATCH16)
 
 
 @triton.jit
@@ -386,7 +417,7 @@ def _gdn_tree_apply_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
     QK16: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr, PDL: tl.constexpr, SIGNAL: tl.constexpr,
-    HAS_NUM: tl.constexpr,
+    HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
 ):
     """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
     ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)`` (``GATE``: stored through
@@ -428,9 +459,9 @@ def _gdn_tree_apply_kernel(
     gamma = tl.exp(tl.load(log_gamma_ptr + (b64 * N + nodes) * HV + hv, mask=real, other=0.0))  # [NP]
     v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
                   mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
-    tb = _tf32_round(tl.load(tb_ptr + tile), PRECISION)  # [NP, NP]
+    tb = _load_scratch(tb_ptr + tile, TB_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
     delta = tl.dot(tb, _tf32_round(v_t - gamma[:, None] * ks, PRECISION), input_precision=PRECISION)  # [NP, BV]
-    qkd = _tf32_round(tl.load(qkd_ptr + tile), PRECISION)  # [NP, NP] (loaded late: fewer live registers)
+    qkd = _load_scratch(qkd_ptr + tile, QKD_SCALE, PRECISION, SCRATCH16)  # [NP, NP] (late: fewer live registers)
     o = (gamma[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
     out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
                                   PIECE)  # padding rows: zeros
@@ -795,8 +826,10 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     gram_flags = dict(DOT16=qk16 and precision != "ieee" and bool(cfg.dot16))
     if cfg.split:
         q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]
-        tb = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
-        qkd = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
+        scratch16 = bool(cfg.scratch16) and precision == "tf32" and bool(use_qk_l2norm_in_kernel)  # bounded
+        scratch = torch.float16 if scratch16 else torch.float32
+        tb = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
+        qkd = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
         apply_pdl = bool(cfg.apply_pdl) and pdl_supported(device)
         _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
             q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
@@ -804,14 +837,16 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             N, *qk_strides, *gate_strides,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
-            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, **flags, **gram_flags, **sizes,
+            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16, **flags,
+            **gram_flags, **sizes,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta, *gate_args,
             scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides,
             H=H, HV=HV, K=K, V=V, NP=NP, BK=block_k, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel),
-            PRECISION=precision, QK16=qk16, PDL=apply_pdl, SIGNAL=signal, num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, **gate_flags, **sizes, **({"launch_pdl": True} if apply_pdl else {}),
+            PRECISION=precision, QK16=qk16, PDL=apply_pdl, SIGNAL=signal, SCRATCH16=scratch16,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **gate_flags, **sizes,
+            **({"launch_pdl": True} if apply_pdl else {}),
         )
     else:
         pdl = bool(pdl) and bool(cfg.pdl) and pdl_supported(device)

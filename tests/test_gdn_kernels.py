@@ -269,6 +269,39 @@ def test_half_precision_keys_take_the_exact_path(pipeline, precision):
     check_against_reference(case, o.float(), factors, l2norm=True, gated=True, tol=2e-3)
 
 
+def _scratch_pair(case, pipeline, gated):
+    """tf32 verify through the split pipeline with the fp16 scratch (the default) and with fp32 scratch."""
+    cfg = verify_pipeline(pipeline, 2)
+    assert cfg.scratch16
+    kw = dict(l2norm=True, gated=gated, precision="tf32")
+    return run_verify(case, **kw, config=cfg), run_verify(case, **kw, config=cfg._replace(scratch16=False))
+
+
+@pytest.mark.parametrize("pipeline", ["split", "split_group"])
+def test_fp16_scratch_holds_the_tf32_operands(pipeline):
+    """``KernelConfig.scratch16``: ``TB`` and ``QKD`` handed to the apply in scaled fp16 give the tf32 products the
+    operands they read from fp32 scratch. Where ``|TB|`` reaches its bound 4 (every key the same, ``beta = 2``, no
+    decay: each ``I - 2 k k^T`` a reflection), bit for bit; on random inputs (single node, chain, star, deep+wide,
+    padding) within 1e-6 of the fp32 scratch (only entries below fp16's normal range, |x| < 6e-8, are rounded
+    further) and within tf32's error of the float64 closed form."""
+    rng = np.random.default_rng(12)
+    rows = [[-1], build_tree_parents("chain", 9, rng), build_tree_parents("star", 6, rng),
+            build_tree_parents("deep_wide", 10, rng)]
+    case = make_case(rows, H=1, group=2, pad=1, seed=13)
+    case["k"][:] = case["k"][:1, :1]  # one key everywhere
+    case["a"].zero_()  # g = 0: alpha = 1
+    case["b"].fill_(2.0)  # beta = 2
+    (o16, f16), (o32, f32) = _scratch_pair(case, pipeline, gated=False)
+    assert_same(o16, o32)
+    assert_same(f16.delta, f32.delta)
+    check_against_reference(case, o16, f16, l2norm=True, gated=False, tol=2e-3)
+
+    case = make_case(rows, H=1, group=2, pad=1, seed=14, gated=True)
+    (o16, f16), (o32, f32) = _scratch_pair(case, pipeline, gated=True)
+    assert rel_err(o16, o32) < 1e-6 and rel_err(f16.delta, f32.delta) < 1e-6
+    check_against_reference(case, o16, f16, l2norm=True, gated=True, tol=2e-3)
+
+
 @pytest.mark.parametrize("l2norm", [True, False])
 def test_layers_commit_in_one_launch(l2norm):
     """A stack of layers (pools [G, P, HV, K, V], factors with a leading layer dimension, keys as strided views of
