@@ -32,11 +32,14 @@ CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia",
 
 
 def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int):
-    """Triton's compile for sm_90 of ``kernel`` with every pointer fp32 (int32 for the index arrays)."""
+    """Triton's compile for sm_90 of ``kernel`` with every pointer fp32 (int32 for the index arrays; fp16 for the
+    split pipeline's scratch with ``SCRATCH16``)."""
     signature = {}
     for name in kernel.arg_names:
         if name in constexprs:
             signature[name] = "constexpr"
+        elif name in ("tb_ptr", "qkd_ptr") and constexprs.get("SCRATCH16"):
+            signature[name] = "*fp16"
         elif name.endswith("_ptr"):
             signature[name] = "*i32" if name in INT_POINTERS else "*fp32"
         else:
@@ -78,9 +81,12 @@ def variants(N: int, precision: str, gate: bool = False):
         bv, bk = min(cfg.block_v, V), min(cfg.block_k, K)
         flags["WORD_VECTORS"] = cfg.word_vectors
         if cfg.split:  # PDL as the config asks (the apply waits after its pass over S0)
-            solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, PDL=cfg.apply_pdl, HAS_NUM=True)
+            scratch16 = bool(cfg.scratch16) and precision == "tf32"
+            solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, PDL=cfg.apply_pdl, HAS_NUM=True,
+                         SCRATCH16=scratch16)
             apply = dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk, BV=bv,
-                         GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl, SIGNAL=False, HAS_NUM=True)
+                         GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl, SIGNAL=False, HAS_NUM=True,
+                         SCRATCH16=scratch16)
             parts = [("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps),
                      ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps)]
         else:

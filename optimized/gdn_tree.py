@@ -159,8 +159,8 @@ def _round_qk(x, PRECISION: tl.constexpr, QK16: tl.constexpr):
 # fp16 scratch (KernelConfig.scratch16): |TB| <= 4 and |QKD| <= 1 with L2-normalised keys and queries, beta in
 # [0, 2] and decays <= 1 (bench/NOTES-gdn.md, "A bound for a lead"); these powers of two keep them 16x below fp16's
 # largest finite value and move its subnormals (where it holds fewer than tf32's 10 mantissa bits) below 6e-8.
-TB_SCALE = 1024.0
-QKD_SCALE = 4096.0
+TB_SCALE = tl.constexpr(1024.0)
+QKD_SCALE = tl.constexpr(4096.0)
 
 
 @triton.jit

@@ -172,8 +172,9 @@ def stamp_pairs():
         ("        t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, True)  # [NP, NP]\n",
          "        t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, True)  # [NP, NP]\n"
          + "    " + stamp(2, f32("t_inv"), "pid")),
-        ("        tl.store(tb_ptr + tile, t_inv * beta[None, :])\n",
-         "        tl.store(tb_ptr + tile, t_inv * beta[None, :])\n" + stamp(3, "pid", "pid")),
+        ("        _store_scratch(tb_ptr + tile, t_inv * beta[None, :], TB_SCALE, PRECISION, SCRATCH16)\n",
+         "        _store_scratch(tb_ptr + tile, t_inv * beta[None, :], TB_SCALE, PRECISION, SCRATCH16)\n"
+         + stamp(3, "pid", "pid")),
         ("    tb_ptr, qkd_ptr, o_ptr, delta_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,\n    scale, N,",
          "    tb_ptr, qkd_ptr, o_ptr, delta_ptr, z_ptr, gate_w_ptr, gate_parts_ptr, stamp_ptr,\n    scale, N,"),
         ("q_rnorm, tb, qkd, o, delta, *gate_args,\n", "q_rnorm, tb, qkd, o, delta, *gate_args, STAMPS_A,\n"),
