@@ -1,6 +1,6 @@
 """Fifteenth session (2026-12-02d), run 1: the fp16 scratch of the split pipeline (``KernelConfig.scratch16``, the
 library's default now) against fp32 scratch (``scratch32``), and the two loads-ahead-of-a-wait variants prepared in
-the fourteenth session, at B = 1, 16, 64 (N = 64, fp32 and bf16 inputs). This file began as the fourteenth
+the fourteenth session, and (``qkd_early``) the apply's QKD loaded beside TB, at B = 1, 16, 64 (N = 64, fp32 and bf16 inputs). This file began as the fourteenth
 session's ``2026-12-02c/b1_probe.py``; its history follows.
 
 Fourteenth session, runs 1 and 2: where B = 1's verify + commit time goes (issue 5's B = 1 target: <= 3x fla's
@@ -214,12 +214,23 @@ def mask_early(src: str) -> str:
     return substituted(src, [(MASK, ""), (SOLVE_ZEROS, MASK + SOLVE_ZEROS)])
 
 
+TB_LOAD = "    tb = _load_scratch(tb_ptr + tile, TB_SCALE, PRECISION, SCRATCH16)  # [NP, NP]\n"
+QKD_LOAD = ("    qkd = _load_scratch(qkd_ptr + tile, QKD_SCALE, PRECISION, SCRATCH16)  # [NP, NP] (late: fewer live "
+            "registers)\n")
+
+
+def qkd_early(src: str) -> str:
+    """The apply loads QKD beside TB, before the Delta product (fp16 scratch: half the registers of fp32)."""
+    return substituted(src, [(QKD_LOAD, ""), (TB_LOAD, TB_LOAD + QKD_LOAD)])
+
+
 def build_modules(tmp: str) -> dict:
     src = inspect.getsource(G)
     return dict(base=G,
                 v_early=load_module("probe_v_early", v_early(src), tmp),
                 mask_early=load_module("probe_mask_early", mask_early(src), tmp),
                 both_early=load_module("probe_both_early", mask_early(v_early(src)), tmp),
+                qkd_early=load_module("probe_qkd_early", qkd_early(src), tmp),
                 stamps=load_module("probe_stamps", substituted(src, stamp_pairs()), tmp))
 
 
@@ -242,6 +253,7 @@ VARIANTS = {  # name: (module key, verify config (None: the library's default), 
     "v_early": ("v_early", None, True),
     "mask_early": ("mask_early", None, True),
     "both_early": ("both_early", None, True),
+    "qkd_early": ("qkd_early", None, True),
 }
 SHAPES = [(1, 64, "random"), (64, 64, "random"), (16, 64, "random"), (1, 64, "random", "bf16"), (1, 64, "eagle"),
           (64, 64, "random", "bf16")]

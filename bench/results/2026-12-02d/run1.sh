@@ -4,7 +4,7 @@ export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/lumotree-triton-cache PYTHONPATH
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null \
   && export PYTHONPATH=$PYTHONPATH:/tmp/site
 LOG=$OUT/logs_run1.txt
-timeout 230 python3 bench/results/2026-12-02d/probe.py --out $OUT/probe_run1.json --budget-s 170 > /tmp/p.log 2>&1
+timeout 260 python3 bench/results/2026-12-02d/probe.py --out $OUT/probe_run1.json --budget-s 200 > /tmp/p.log 2>&1
 echo "rc $?" >> /tmp/p.log
 cat /tmp/p.log >> $LOG; grep -vE "built and checked" /tmp/p.log | tail -70
 timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 tests/test_gdn_kernels.py tests/test_conv_kernels.py \
