@@ -120,17 +120,19 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
 
 
 # --------------------------------------------------------------------------------------- differential (interpreter)
-VERIFY_PIPELINES = ("split", "split_group", "fused", "fused_vec")
+VERIFY_PIPELINES = ("split", "split_group", "split_gram", "fused", "fused_vec")
 
 
 def verify_pipeline(name: str, group: int) -> G.KernelConfig:
     """Every verify pipeline: split (solve + apply; ``split_group``: one solve program for the ``group`` value heads
-    of a q/k head, 3 stages) and fused per V block (V = 16), the fused one with the ancestor mask read as an [N, N]
-    gather or as word vectors."""
+    of a q/k head, 3 stages; ``split_gram``: the Gram products from a gram kernel in two K splits of two 8-row
+    chunks each) and fused per V block (V = 16), the fused one with the ancestor mask read as an [N, N] gather or as
+    word vectors."""
     grouped = name == "split_group"
-    return G.KernelConfig(16, 16, 4, 2, split=name.startswith("split"), solve_warps=4,
+    gram = name == "split_gram"
+    return G.KernelConfig(16, 8 if gram else 16, 4, 2, split=name.startswith("split"), solve_warps=4,
                           word_vectors=name == "fused_vec", solve_heads=group if grouped else 1,
-                          solve_stages=3 if grouped else 0)
+                          solve_stages=3 if grouped else 0, gram_splits=2 if gram else 0)
 
 
 @settings(max_examples=20, deadline=None)
@@ -277,7 +279,7 @@ def _scratch_pair(case, pipeline, gated):
     return run_verify(case, **kw, config=cfg), run_verify(case, **kw, config=cfg._replace(scratch16=False))
 
 
-@pytest.mark.parametrize("pipeline", ["split", "split_group"])
+@pytest.mark.parametrize("pipeline", ["split", "split_group", "split_gram"])
 def test_fp16_scratch_holds_the_tf32_operands(pipeline):
     """``KernelConfig.scratch16``: ``TB`` and ``QKD`` handed to the apply in scaled fp16 give the tf32 products the
     operands they read from fp32 scratch. Where ``|TB|`` reaches its bound 4 (every key the same, ``beta = 2``, no
@@ -447,7 +449,7 @@ def test_bad_input_misc():
     with pytest.raises(TypeError, match="factors"):
         G.gdn_tree_commit(case["pool"], case["slots"], tuple(f), case["parents"], torch.zeros(1, device=DEVICE))
     grouped = make_case([[-1, 0]], H=1, group=2, seed=3)
-    for bad in (dict(solve_heads=3), dict(solve_heads=0)):
+    for bad in (dict(solve_heads=3), dict(solve_heads=0), dict(gram_splits=2), dict(gram_splits=1, split=False)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             run_verify(grouped, l2norm=False, gated=False, config=G.KernelConfig(16, 16, 4, 2, **bad))
 

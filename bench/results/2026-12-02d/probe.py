@@ -1,4 +1,9 @@
-"""Fifteenth session (2026-12-02d), run 1: the fp16 scratch of the split pipeline (``KernelConfig.scratch16``, the
+"""Fifteenth session (2026-12-02d), run 2: the library now forms the solve's ancestor mask before its K loop
+(``mask_late``: after it, as before); the gram split of the split solve (``gram2`` / ``gram4``: K K^T, Q K^T and
+the norms from a gram kernel of B H splits programs that the solve, a PDL launch, sums); fp16 against fp32 scratch;
+QKD loaded beside TB. One shape per process (``--shape``), so that a fault loses one shape only.
+
+Run 1: the fp16 scratch of the split pipeline (``KernelConfig.scratch16``, the
 library's default now) against fp32 scratch (``scratch32``), and the two loads-ahead-of-a-wait variants prepared in
 the fourteenth session, and (``qkd_early``) the apply's QKD loaded beside TB, at B = 1, 16, 64 (N = 64, fp32 and bf16 inputs). This file began as the fourteenth
 session's ``2026-12-02c/b1_probe.py``; its history follows.
@@ -224,14 +229,21 @@ def qkd_early(src: str) -> str:
     return substituted(src, [(QKD_LOAD, ""), (TB_LOAD, TB_LOAD + QKD_LOAD)])
 
 
+MASK_FIRST = ("    # the mask first, a gather of the tree's bitsets: its latency runs under the K loop (or the gram kernel)\n"
+              "    anc = _ancestor_mask(words_ptr, b64, n_b, N, W, NP, WORD_BITS, WORD_VECTORS)  # [NP, NP] M\n")
+GATES_NOW = "    # the gates only now: fewer tiles live through the K loop (registers)\n"
+
+
+def mask_late(src: str) -> str:
+    """The solve forms its ancestor mask after its K loop (the library before run 2)."""
+    return substituted(src, [(MASK_FIRST, ""), (GATES_NOW, GATES_NOW + MASK_FIRST.splitlines(True)[1])])
+
+
 def build_modules(tmp: str) -> dict:
     src = inspect.getsource(G)
     return dict(base=G,
-                v_early=load_module("probe_v_early", v_early(src), tmp),
-                mask_early=load_module("probe_mask_early", mask_early(src), tmp),
-                both_early=load_module("probe_both_early", mask_early(v_early(src)), tmp),
-                qkd_early=load_module("probe_qkd_early", qkd_early(src), tmp),
-                stamps=load_module("probe_stamps", substituted(src, stamp_pairs()), tmp))
+                mask_late=load_module("probe_mask_late", mask_late(src), tmp),
+                qkd_early=load_module("probe_qkd_early", qkd_early(src), tmp))
 
 
 @triton.jit
@@ -247,16 +259,17 @@ def split(solve_heads: int, solve_warps: int, block_v: int = 32, apply_pdl: bool
 
 FUSED = G.KernelConfig(32, 32, 4, 3, False)
 SPLIT_B1 = split(1, 4, num_stages=3)
-VARIANTS = {  # name: (module key, verify config (None: the library's default), PDL commit behind the verify)
+VARIANTS = {  # name: (module key, verify config (None: the library's default; a string: its changed copy), PDL commit)
     "default": ("base", None, True),
     "scratch32": ("base", "scratch32", True),
-    "v_early": ("v_early", None, True),
-    "mask_early": ("mask_early", None, True),
-    "both_early": ("both_early", None, True),
+    "mask_late": ("mask_late", None, True),
     "qkd_early": ("qkd_early", None, True),
+    "gram2": ("base", "gram2", True),
+    "gram4": ("base", "gram4", True),
+    "gram4_scratch32": ("base", "gram4_scratch32", True),
 }
-SHAPES = [(1, 64, "random"), (64, 64, "random"), (16, 64, "random"), (1, 64, "random", "bf16"), (1, 64, "eagle"),
-          (64, 64, "random", "bf16")]
+SMALL_ONLY = ("gram2", "gram4", "gram4_scratch32")  # B <= 16
+SHAPES = [(1, 64, "random"), (1, 64, "random", "bf16"), (16, 64, "random"), (64, 64, "random"), (1, 64, "eagle")]
 SMALL = tuple(VARIANTS)  # every variant at every shape
 
 
@@ -375,6 +388,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budget-s", type=float, default=400)
     parser.add_argument("--timeline", action="store_true", help="stamped timelines at the first shape")
+    parser.add_argument("--shape", type=int, default=-1, help="only SHAPES[i]")
     args = parser.parse_args()
     start_all = time.time()
     tmp = tempfile.mkdtemp()
@@ -393,7 +407,7 @@ def main() -> int:
     except ImportError as exc:
         fla = None
         print(f"fla not available: {exc}", flush=True)
-    for shape in SHAPES:
+    for shape in SHAPES if args.shape < 0 else SHAPES[args.shape : args.shape + 1]:
         if time.time() - start_all > args.budget_s:
             print(f"budget spent: {shape} not run", flush=True)
             continue
@@ -409,9 +423,12 @@ def main() -> int:
             if name.startswith("fused") and not main_shape:  # the shape's fused launch, the variant's gram split
                 config = fused_config(N, bf16)._replace(gram_splits=config.gram_splits)
             start = time.time()
-            if config == "scratch32":  # the library's default launch with fp32 scratch
-                config = G.verify_config(B, 32, N, 128, 128, torch.device("cuda"), 16, "tf32")._replace(
-                    scratch16=False)
+            if name in SMALL_ONLY and B > 16:
+                continue
+            if isinstance(config, str):  # the library's default launch, changed
+                base = G.verify_config(B, 32, N, 128, 128, torch.device("cuda"), 16, "tf32")
+                config = base._replace(scratch16="scratch32" not in config,
+                                       gram_splits=int(config[4]) if config.startswith("gram") else 0)
             config = mods[key].KernelConfig(*config) if config is not None else None  # the module's own class
             f = fns(x, mods[key], config, pdl)
             graphs[name] = {what: graph_of(fn) for what, fn in f.items()}
