@@ -512,6 +512,30 @@ def test_gpu_qwen_shapes_error_bounds(precision, tol, gated):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("splits", [2, 4])
+def test_gpu_gram_split_error_bounds(splits):
+    """``KernelConfig.gram_splits``: the split pipeline with its Gram products from the gram kernel (the solve a PDL
+    launch behind it) at Qwen3-Next shapes, tf32, fp32 and bf16 inputs: outputs and factors within tf32's error of
+    the float64 closed form, and within it of the solve's own K loop."""
+    for dtype in (torch.float32, torch.bfloat16):
+        rng = np.random.default_rng(splits)
+        case = make_case([build_tree_parents(kind, 64, rng) for kind in ("random", "chain", "deep_wide")], **QWEN,
+                         gated=True, seed=splits, dtype=dtype)
+        config = G.KernelConfig(32, 32, 4, 3, True, 4, solve_heads=1, solve_stages=3, apply_pdl=True)
+        kw = dict(l2norm=True, gated=True, neg=True, precision="tf32")
+        o_loop, f_loop = run_verify(case, **kw, config=config)
+        o, f = run_verify(case, **kw, config=config._replace(gram_splits=splits))
+        tol = 1e-3 if dtype == torch.float32 else 5e-3  # bf16: o rounded to bf16
+        assert rel_err(o.float(), o_loop.float()) < tol and rel_err(f.delta, f_loop.delta) < 1e-3
+        g, beta = R.gdn_gates_ref(case["a"].double(), case["b"].double(), case["A_log"].double(),
+                                  case["dt_bias"].double(), True)
+        args = [case[n].double() for n in ("q", "k", "v")] + [g, beta, case["pool"].double()]
+        ref_o, ref_f = R.gdn_tree_closed_form_ref(*args, case["slots"], case["parents"], num_nodes=case["num_nodes"],
+                                                  use_qk_l2norm=True)
+        assert rel_err(o.float(), ref_o) < tol and rel_err(f.delta, ref_f.delta) < tol
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("B", [64, 16])
 def test_gpu_apply_pdl_is_bit_exact(B):
     """``KernelConfig.apply_pdl`` (the apply kernel a programmatic dependent launch behind the solve, which reads
