@@ -118,11 +118,7 @@ class KernelConfig(NamedTuple):
     state, which the solve does not write) runs under the solve's tail, and it waits before it reads the solve's
     outputs. ``scratch16`` (split pipeline, ``tf32`` mode with q / k normalised in the kernel): the solve hands
     ``TB`` and ``QKD`` to the apply in fp16 scaled by a power of two (:func:`_store_scratch`), the same values the
-    apply's tf32 products would read from fp32 tiles, in half the memory. ``gram_splits`` (split pipeline): ``K
-    K^T``, ``Q K^T`` and the norms come from a gram kernel of ``B H gram_splits`` programs, each over ``K /
-    gram_splits`` columns (:func:`_gdn_tree_gram_kernel`), which the solve, a PDL launch behind it, sums instead of
-    running its own K loop (more programs on the solve's longest phase when the batch leaves SMs idle). (A
-    per-(request,
+    apply's tf32 products would read from fp32 tiles, in half the memory. (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
     form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
@@ -139,7 +135,6 @@ class KernelConfig(NamedTuple):
     pdl: bool = False
     apply_pdl: bool = False
     scratch16: bool = True
-    gram_splits: int = 0
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -330,22 +325,19 @@ def _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP:
 @triton.jit
 def _gdn_tree_solve_kernel(
     q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
-    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr, gram_ptr,
+    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
     N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
-    GRAM_SPLITS: tl.constexpr, GRAM_WAIT: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
     quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
 
     Writes ``log Gamma`` and ``k_rnorm`` (factors), ``q_rnorm`` and the two ``[NP, NP]`` operands of part 2 per value
     head: ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D`` (``SCRATCH16``: :func:`_store_scratch`).
-    ``GRAM_SPLITS`` > 0: ``K K^T``, ``Q K^T`` and the norms are the gram kernel's shares, summed
-    (:func:`_gram_sum`; ``GRAM_WAIT``: this kernel is a PDL launch behind the gram kernel and waits for it first).
     """
     allow_dependents(PDL)  # the apply (KernelConfig.apply_pdl) reads none of this kernel's outputs before its wait
     pid = tl.program_id(0)
@@ -356,7 +348,7 @@ def _gdn_tree_solve_kernel(
     n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b
-    # the mask first, a gather of the tree's bitsets: its latency runs under the K loop (or the gram kernel)
+    # the mask first, a gather of the tree's bitsets: its latency runs under the K loop (B = 1: 0.5-1.7 us less)
     anc = _ancestor_mask(words_ptr, b64, n_b, N, W, NP, WORD_BITS, WORD_VECTORS)  # [NP, NP] M
     kk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] K K^T
     qk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] Q K^T
@@ -364,14 +356,9 @@ def _gdn_tree_solve_kernel(
     q_sq = tl.zeros([NP], dtype=tl.float32)
     q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
-    if GRAM_SPLITS == 0:
-        for k0 in range(0, K, BK):
-            kk, qk, k_sq, q_sq = _gram_chunk(q_rows, k_rows, k0 + tl.arange(0, BK), real, kk, qk, k_sq, q_sq,
-                                             L2NORM, PRECISION, QK16, DOT16)
-    else:
-        if GRAM_WAIT:
-            tl.extra.cuda.gdc_wait()  # the gram kernel's shares are complete and visible from here on
-        kk, qk, k_sq, q_sq = _gram_sum(gram_ptr, b64, h, H, NP, GRAM_SPLITS)
+    for k0 in range(0, K, BK):
+        kk, qk, k_sq, q_sq = _gram_chunk(q_rows, k_rows, k0 + tl.arange(0, BK), real, kk, qk, k_sq, q_sq, L2NORM,
+                                         PRECISION, QK16, DOT16)
     first = (nodes * 0 + hv0) % (HV // H) == 0  # [NP] one program of the group writes the q/k scalars
     if L2NORM:
         if QK16:
@@ -396,63 +383,6 @@ def _gdn_tree_solve_kernel(
         neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
         t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, True)  # [NP, NP]
         _store_scratch(tb_ptr + tile, t_inv * beta[None, :], TB_SCALE, PRECISION, SCRATCH16)
-
-
-@triton.jit
-def _gdn_tree_gram_kernel(
-    q_ptr, k_ptr, num_nodes_ptr, gram_ptr, N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh,
-    H: tl.constexpr, K: tl.constexpr, NP: tl.constexpr, BK: tl.constexpr, SPLITS: tl.constexpr,
-    L2NORM: tl.constexpr, PRECISION: tl.constexpr, QK16: tl.constexpr, DOT16: tl.constexpr, SIGNAL: tl.constexpr,
-    HAS_NUM: tl.constexpr,
-):
-    """Gram split of the split verify (``KernelConfig.gram_splits``), one program per (request, q/k head, split):
-    the split's share of ``K K^T``, ``Q K^T`` and the squared norms of q and k over K / SPLITS columns, into its
-    ``[2 NP^2 + 2 NP]`` row of the scratch (``kk | qk | |k|^2 | |q|^2``), summed by the solve (:func:`_gram_sum`).
-    ``SIGNAL``: the solve, a PDL launch, may start now (it waits before it reads the shares)."""
-    allow_dependents(SIGNAL)
-    pid = tl.program_id(0)
-    split = pid % SPLITS
-    b = pid // (SPLITS * H)
-    h = (pid // SPLITS) % H
-    b64 = b.to(tl.int64)
-    n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
-    nodes = tl.arange(0, NP)  # [NP]
-    real = nodes < n_b
-    kk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] this split's share of K K^T
-    qk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] of Q K^T
-    k_sq = tl.zeros([NP], dtype=tl.float32)
-    q_sq = tl.zeros([NP], dtype=tl.float32)
-    q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
-    k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
-    for k0 in range(split * (K // SPLITS), (split + 1) * (K // SPLITS), BK):
-        kk, qk, k_sq, q_sq = _gram_chunk(q_rows, k_rows, k0 + tl.arange(0, BK), real, kk, qk, k_sq, q_sq, L2NORM,
-                                         PRECISION, QK16, DOT16)
-    row = gram_ptr + pid.to(tl.int64) * (2 * NP * NP + 2 * NP)
-    tile = nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
-    tl.store(row + tile, kk)
-    tl.store(row + NP * NP + tile, qk)
-    tl.store(row + 2 * NP * NP + nodes, k_sq)
-    tl.store(row + 2 * NP * NP + NP + nodes, q_sq)
-
-
-@triton.jit
-def _gram_sum(gram_ptr, b64, h, H: tl.constexpr, NP: tl.constexpr, SPLITS: tl.constexpr):
-    """``K K^T``, ``Q K^T`` ``[NP, NP]`` and ``|k|^2``, ``|q|^2`` ``[NP]`` of (request, q/k head h): the sums of the
-    SPLITS shares the gram kernel wrote (:func:`_gdn_tree_gram_kernel`), added in split order."""
-    nodes = tl.arange(0, NP)  # [NP]
-    tile = nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
-    row = gram_ptr + ((b64 * H + h) * SPLITS) * (2 * NP * NP + 2 * NP)
-    kk = tl.load(row + tile)  # [NP, NP]
-    qk = tl.load(row + NP * NP + tile)  # [NP, NP]
-    k_sq = tl.load(row + 2 * NP * NP + nodes)  # [NP]
-    q_sq = tl.load(row + 2 * NP * NP + NP + nodes)  # [NP]
-    for split in tl.static_range(1, SPLITS):
-        row += 2 * NP * NP + 2 * NP
-        kk += tl.load(row + tile)
-        qk += tl.load(row + NP * NP + tile)
-        k_sq += tl.load(row + 2 * NP * NP + nodes)
-        q_sq += tl.load(row + 2 * NP * NP + NP + nodes)
-    return kk, qk, k_sq, q_sq
 
 
 @triton.jit
@@ -887,10 +817,6 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     cfg = config or verify_config(B, HV, N, K, V, device, H, precision)
     if not isinstance(cfg, KernelConfig):
         raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
-    if cfg.gram_splits and (not cfg.split or cfg.gram_splits < 0
-                            or K % (cfg.gram_splits * min(cfg.block_k, K))):
-        raise ValueError(f"config.gram_splits = {cfg.gram_splits} needs the split pipeline (split=True) and K = {K} "
-                         f"a multiple of gram_splits * block_k ({cfg.gram_splits} * {min(cfg.block_k, K)})")
     if cfg.solve_heads < 1 or (HV // H) % cfg.solve_heads != 0:
         raise ValueError(f"config.solve_heads = {cfg.solve_heads} must divide HV // H = {HV // H} "
                          "(value heads per q/k head)")
@@ -916,26 +842,14 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         tb = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
         qkd = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
         apply_pdl = bool(cfg.apply_pdl) and pdl_supported(device)
-        gram, gram_wait = tb, False  # an unused pointer without the gram split
-        if cfg.gram_splits:
-            gram = torch.empty((B * H * cfg.gram_splits, 2 * NP * NP + 2 * NP), dtype=torch.float32,
-                               device=device)  # [B H splits, 2 NP^2 + 2 NP] shares of K K^T, Q K^T, |k|^2, |q|^2
-            gram_wait = pdl_supported(device)
-            _gdn_tree_gram_kernel[(B * H * cfg.gram_splits,)](
-                q, k, num_nodes, gram, N, *qk_strides,
-                H=H, K=K, NP=NP, BK=block_k, SPLITS=cfg.gram_splits, L2NORM=bool(use_qk_l2norm_in_kernel),
-                PRECISION=precision, QK16=qk16, SIGNAL=gram_wait, num_warps=4,
-                num_stages=cfg.solve_stages or cfg.num_stages, **gram_flags, **sizes,
-            )
         _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
             q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
-            meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, gram,
+            meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd,
             N, *qk_strides, *gate_strides,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
-            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16,
-            GRAM_SPLITS=cfg.gram_splits, GRAM_WAIT=gram_wait, **flags, **gram_flags, **sizes,
-            **({"launch_pdl": True} if gram_wait else {}),
+            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16, **flags,
+            **gram_flags, **sizes,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta, *gate_args,

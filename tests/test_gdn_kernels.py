@@ -120,19 +120,17 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
 
 
 # --------------------------------------------------------------------------------------- differential (interpreter)
-VERIFY_PIPELINES = ("split", "split_group", "split_gram", "fused", "fused_vec")
+VERIFY_PIPELINES = ("split", "split_group", "fused", "fused_vec")
 
 
 def verify_pipeline(name: str, group: int) -> G.KernelConfig:
     """Every verify pipeline: split (solve + apply; ``split_group``: one solve program for the ``group`` value heads
-    of a q/k head, 3 stages; ``split_gram``: the Gram products from a gram kernel in two K splits of two 8-row
-    chunks each) and fused per V block (V = 16), the fused one with the ancestor mask read as an [N, N] gather or as
-    word vectors."""
+    of a q/k head, 3 stages) and fused per V block (V = 16), the fused one with the ancestor mask read as an [N, N]
+    gather or as word vectors."""
     grouped = name == "split_group"
-    gram = name == "split_gram"
-    return G.KernelConfig(16, 8 if gram else 16, 4, 2, split=name.startswith("split"), solve_warps=4,
+    return G.KernelConfig(16, 16, 4, 2, split=name.startswith("split"), solve_warps=4,
                           word_vectors=name == "fused_vec", solve_heads=group if grouped else 1,
-                          solve_stages=3 if grouped else 0, gram_splits=2 if gram else 0)
+                          solve_stages=3 if grouped else 0)
 
 
 @settings(max_examples=20, deadline=None)
@@ -279,7 +277,7 @@ def _scratch_pair(case, pipeline, gated):
     return run_verify(case, **kw, config=cfg), run_verify(case, **kw, config=cfg._replace(scratch16=False))
 
 
-@pytest.mark.parametrize("pipeline", ["split", "split_group", "split_gram"])
+@pytest.mark.parametrize("pipeline", ["split", "split_group"])
 def test_fp16_scratch_holds_the_tf32_operands(pipeline):
     """``KernelConfig.scratch16``: ``TB`` and ``QKD`` handed to the apply in scaled fp16 give the tf32 products the
     operands they read from fp32 scratch. Where ``|TB|`` reaches its bound 4 (every key the same, ``beta = 2``, no
@@ -449,7 +447,7 @@ def test_bad_input_misc():
     with pytest.raises(TypeError, match="factors"):
         G.gdn_tree_commit(case["pool"], case["slots"], tuple(f), case["parents"], torch.zeros(1, device=DEVICE))
     grouped = make_case([[-1, 0]], H=1, group=2, seed=3)
-    for bad in (dict(solve_heads=3), dict(solve_heads=0), dict(gram_splits=2), dict(gram_splits=1, split=False)):
+    for bad in (dict(solve_heads=3), dict(solve_heads=0)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             run_verify(grouped, l2norm=False, gated=False, config=G.KernelConfig(16, 16, 4, 2, **bad))
 
@@ -509,30 +507,6 @@ def test_gpu_qwen_shapes_error_bounds(precision, tol, gated):
     G.gdn_tree_commit(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
                       input_precision=precision)
     assert rel_err(case["pool"][case["slots"]], ref_s) < tol
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("splits", [2, 4])
-def test_gpu_gram_split_error_bounds(splits):
-    """``KernelConfig.gram_splits``: the split pipeline with its Gram products from the gram kernel (the solve a PDL
-    launch behind it) at Qwen3-Next shapes, tf32, fp32 and bf16 inputs: outputs and factors within tf32's error of
-    the float64 closed form, and within it of the solve's own K loop."""
-    for dtype in (torch.float32, torch.bfloat16):
-        rng = np.random.default_rng(splits)
-        case = make_case([build_tree_parents(kind, 64, rng) for kind in ("random", "chain", "deep_wide")], **QWEN,
-                         gated=True, seed=splits, dtype=dtype)
-        config = G.KernelConfig(32, 32, 4, 3, True, 4, solve_heads=1, solve_stages=3, apply_pdl=True)
-        kw = dict(l2norm=True, gated=True, neg=True, precision="tf32")
-        o_loop, f_loop = run_verify(case, **kw, config=config)
-        o, f = run_verify(case, **kw, config=config._replace(gram_splits=splits))
-        tol = 1e-3 if dtype == torch.float32 else 5e-3  # bf16: o rounded to bf16
-        assert rel_err(o.float(), o_loop.float()) < tol and rel_err(f.delta, f_loop.delta) < 1e-3
-        g, beta = R.gdn_gates_ref(case["a"].double(), case["b"].double(), case["A_log"].double(),
-                                  case["dt_bias"].double(), True)
-        args = [case[n].double() for n in ("q", "k", "v")] + [g, beta, case["pool"].double()]
-        ref_o, ref_f = R.gdn_tree_closed_form_ref(*args, case["slots"], case["parents"], num_nodes=case["num_nodes"],
-                                                  use_qk_l2norm=True)
-        assert rel_err(o.float(), ref_o) < tol and rel_err(f.delta, ref_f.delta) < tol
 
 
 @pytest.mark.gpu
