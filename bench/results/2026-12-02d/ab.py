@@ -1,0 +1,72 @@
+"""Fifteenth session, run 4: the library's verify against fp32 scratch and the solve's mask after its K loop, at one
+batch size (argv: B), N = 64, random trees, fp32 inputs, tf32. The graphs are built as crash64.py builds them
+(outputs kept alive past the capture, no side-stream warm-up), since the probe's graphs faulted at B >= 16 in their
+first replay (runs 1-3) while crash64.py's replayed clean; timed in three interleaved rounds (median of
+do_bench medians), outputs of each variant checked against the float64 closed form.
+
+Run (GPU): PYTHONPATH=$PWD:$PWD/bench python3 bench/results/2026-12-02d/ab.py 64
+"""
+
+import importlib.util
+import inspect
+import os
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import triton
+
+import gdn_tree as T  # bench/gdn_tree.py
+from lumotree.optimized import gdn_tree as G
+
+spec = importlib.util.spec_from_file_location("probe", os.path.join(os.path.dirname(__file__), "probe.py"))
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+
+B = int(sys.argv[1])
+x = T.make_inputs(B, 64, "random", seed=B * 1000 + 64)
+tmp = tempfile.mkdtemp()
+late = probe.load_module("ab_mask_late", probe.mask_late(inspect.getsource(G)), tmp)
+base_cfg = G.verify_config(B, 32, 64, 128, 128, torch.device("cuda"), 16, "tf32")
+VARIANTS = {"default": (G, base_cfg), "scratch32": (G, base_cfg._replace(scratch16=False)),
+            "mask_late": (late, base_cfg), "mask_late_scratch32": (late, base_cfg._replace(scratch16=False))}
+meta = G.tree_meta(x["parents"])
+keep = []
+graphs = {}
+for name, (mod, cfg) in VARIANTS.items():
+    cfg = mod.KernelConfig(*cfg)
+    pool = x["pool"].clone()
+
+    def verify(signal=False, mod=mod, cfg=cfg, pool=pool):
+        return mod.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], pool, x["slots"], x["parents"],
+                                   use_qk_l2norm_in_kernel=True, input_precision="tf32", meta=meta, validate=False,
+                                   config=cfg, launch_dependents=signal)
+
+    def both(verify=verify, mod=mod, pool=pool):
+        o, f = verify(signal=True)
+        mod.gdn_tree_commit(pool, x["slots"], f, x["parents"], x["accepted"], input_precision="tf32", meta=meta,
+                            validate=False, pdl=True)
+        return o, f
+
+    for what, fn in (("verify", verify), ("both", both)):
+        keep.append(fn())
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            keep.append(fn())
+        g.replay()
+        torch.cuda.synchronize()
+        graphs[(name, what)] = g
+    err_o, err_s = T.errors(x, "tf32", min(B, 2), mod=mod, config=cfg)
+    print(f"B = {B} {name}: config {tuple(cfg)}, err o {err_o:.2e} S {err_s:.2e}", flush=True)
+times = {k: [] for k in graphs}
+for r in range(3):
+    for k, g in graphs.items():
+        times[k].append(1e3 * triton.testing.do_bench(g.replay, warmup=10, rep=100, return_mode="median"))
+        torch.cuda.synchronize()
+print(f"\nB = {B}, N = 64, random, fp32, tf32 (median of 3 rounds, us):\n| variant | verify + commit | verify |")
+print("|---|---|---|")
+for name in VARIANTS:
+    print(f"| {name} | {np.median(times[(name, 'both')]):.1f} | {np.median(times[(name, 'verify')]):.1f} |",
+          flush=True)
