@@ -118,7 +118,8 @@ class KernelConfig(NamedTuple):
     state, which the solve does not write) runs under the solve's tail, and it waits before it reads the solve's
     outputs. ``scratch16`` (split pipeline, ``tf32`` mode with q / k normalised in the kernel): the solve hands
     ``TB`` and ``QKD`` to the apply in fp16 scaled by a power of two (:func:`_store_scratch`), the same values the
-    apply's tf32 products would read from fp32 tiles, in half the memory. (A per-(request,
+    apply's tf32 products would read from fp32 tiles, in half the memory (B = 64, N = 64: 32 MiB less, 18 us
+    slower; B = 1: 0.6-2 us faster; bench/NOTES-gdn.md, fifteenth session). (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
     form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
@@ -134,7 +135,7 @@ class KernelConfig(NamedTuple):
     dot16: bool = True
     pdl: bool = False
     apply_pdl: bool = False
-    scratch16: bool = True
+    scratch16: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -670,7 +671,9 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     Smaller batches at N = 64 (B = 1 to 8 at Qwen3-Next shapes) take the split pipeline too, with one value head per
     4-warp solve program and a 3-stage apply (fourteenth session, tf32, verify alone against the fused kernel:
     B = 8 56.5 against 90.6 us, B = 4 36.0 against 51.8, B = 1 with bf16 q / k 19.5 against 21.3, with fp32
-    20.6-22.6 either way)."""
+    20.6-22.6 either way). These small-batch launches hand the solve's operands over in fp16
+    (``scratch16``, fifteenth session: B = 1 verify + commit 23.8 -> 23.1 us; at B = 64 fp32 scratch stays,
+    395.4 against 413.2 us with fp16)."""
     NP = _padded_nodes(N)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
@@ -679,8 +682,9 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
             return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 16, apply_pdl=True)
         return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 4 if NP <= 64 else 8,
                             solve_heads=pair, solve_stages=3, apply_pdl=True)
-    if NP == 64 and precision != "ieee":
-        return KernelConfig(min(32, V), min(K, 32), 4, 3, True, 4, solve_heads=1, solve_stages=3, apply_pdl=True)
+    if NP == 64 and precision != "ieee":  # fp16 scratch where it measured faster (small batches only)
+        return KernelConfig(min(32, V), min(K, 32), 4, 3, True, 4, solve_heads=1, solve_stages=3, apply_pdl=True,
+                            scratch16=True)
     block_v, block_k, num_warps, stages = (32, 32, 4, 3) if NP <= 64 else (64, 32, 8, 2)
     if NP == 32 and B * HV * triton.cdiv(V, block_v) <= _num_sms(device):  # one wave (B = 1 at Qwen3-Next shapes)
         # the model-like sweep (cold states, the model's strided views; bench/NOTES-gdn.md, sixth session): 10.8

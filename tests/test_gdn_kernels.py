@@ -271,15 +271,14 @@ def test_half_precision_keys_take_the_exact_path(pipeline, precision):
 
 def _scratch_pair(case, pipeline, gated):
     """tf32 verify through the split pipeline with the fp16 scratch (the default) and with fp32 scratch."""
-    cfg = verify_pipeline(pipeline, 2)
-    assert cfg.scratch16
+    cfg = verify_pipeline(pipeline, 2)._replace(scratch16=True)
     kw = dict(l2norm=True, gated=gated, precision="tf32")
     return run_verify(case, **kw, config=cfg), run_verify(case, **kw, config=cfg._replace(scratch16=False))
 
 
 @pytest.mark.parametrize("pipeline", ["split", "split_group"])
 def test_fp16_scratch_holds_the_tf32_operands(pipeline):
-    """``KernelConfig.scratch16``: ``TB`` and ``QKD`` handed to the apply in scaled fp16 give the tf32 products the
+    """``KernelConfig.scratch16`` (the small-batch default): ``TB`` and ``QKD`` handed to the apply in scaled fp16 give the tf32 products the
     operands they read from fp32 scratch. Where ``|TB|`` reaches its bound 4 (every key the same, ``beta = 2``, no
     decay: each ``I - 2 k k^T`` a reflection), bit for bit; on random inputs (single node, chain, star, deep+wide,
     padding) within 1e-6 of the fp32 scratch (only entries below fp16's normal range, |x| < 6e-8, are rounded
@@ -681,8 +680,8 @@ def test_gpu_k_split_commit_error_bounds(precision, tol):
 def test_default_configs_follow_the_measured_rules():
     """verify_config: the GVA-paired 4-warp solve up to N = 64 when the group is even (and H is known), one value head
     at 8 warps at N = 128 (ieee there: the 16-warp, 2-stage solve); small batches at N = 64 in the tensor-core modes:
-    the split pipeline with one value head per 4-warp solve program and a 3-stage apply; else the fused kernel, with
-    its one-wave shape at N = 32; no default asks for the fused kernel's PDL launch."""
+    the split pipeline with one value head per 4-warp solve program, a 3-stage apply and fp16 scratch; else the
+    fused kernel, with its one-wave shape at N = 32; no default asks for the fused kernel's PDL launch."""
     cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
     paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
     assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
@@ -697,6 +696,8 @@ def test_default_configs_follow_the_measured_rules():
         assert small.split and small.apply_pdl
         assert (small.solve_heads, small.solve_warps, small.solve_stages) == (1, 4, 3)
         assert (small.block_v, small.num_warps, small.num_stages, small.block_k) == (32, 4, 3, 32)
+        assert small.scratch16  # fp16 scratch at small batches only (measured faster there, slower at B = 64)
+    assert not paired.scratch16 and not big.scratch16
     ieee_small = G.verify_config(1, 2, 64, 128, 128, cpu, H=1, precision="ieee")
     assert not ieee_small.split and (ieee_small.num_warps, ieee_small.num_stages, ieee_small.block_k) == (4, 3, 32)
     # one wave of fused programs (1 x 2 x 32 / 32 <= 4): the model-like sweep's shape at N = 32

@@ -1,4 +1,5 @@
-"""Fifteenth session, run 4: the library's verify against fp32 scratch and the solve's mask after its K loop, at one
+"""Fifteenth session, runs 4 and 5 (run 5: ``serial``, one variant's graphs alive at a time, against the fault of
+run 4 at B = 16). Run 4: the library's verify against fp32 scratch and the solve's mask after its K loop, at one
 batch size (argv: B), N = 64, random trees, fp32 inputs, tf32. The graphs are built as crash64.py builds them
 (outputs kept alive past the capture, no side-stream warm-up), since the probe's graphs faulted at B >= 16 in their
 first replay (runs 1-3) while crash64.py's replayed clean; timed in three interleaved rounds (median of
@@ -25,6 +26,7 @@ probe = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(probe)
 
 B = int(sys.argv[1])
+SERIAL = sys.argv[2:] == ["serial"]  # one variant's graphs alive at a time: built, timed, freed
 x = T.make_inputs(B, 64, "random", seed=B * 1000 + 64)
 tmp = tempfile.mkdtemp()
 late = probe.load_module("ab_mask_late", probe.mask_late(inspect.getsource(G)), tmp)
@@ -34,6 +36,7 @@ VARIANTS = {"default": (G, base_cfg), "scratch32": (G, base_cfg._replace(scratch
 meta = G.tree_meta(x["parents"])
 keep = []
 graphs = {}
+times = {}
 for name, (mod, cfg) in VARIANTS.items():
     cfg = mod.KernelConfig(*cfg)
     pool = x["pool"].clone()
@@ -60,11 +63,20 @@ for name, (mod, cfg) in VARIANTS.items():
         graphs[(name, what)] = g
     err_o, err_s = T.errors(x, "tf32", min(B, 2), mod=mod, config=cfg)
     print(f"B = {B} {name}: config {tuple(cfg)}, err o {err_o:.2e} S {err_s:.2e}", flush=True)
-times = {k: [] for k in graphs}
-for r in range(3):
-    for k, g in graphs.items():
-        times[k].append(1e3 * triton.testing.do_bench(g.replay, warmup=10, rep=100, return_mode="median"))
-        torch.cuda.synchronize()
+    if SERIAL:
+        for k, g in graphs.items():
+            print(f"timing {k}", flush=True)
+            times[k] = [1e3 * triton.testing.do_bench(g.replay, warmup=10, rep=100, return_mode="median")
+                        for _ in range(3)]
+            torch.cuda.synchronize()
+        graphs.clear()
+        keep.clear()
+if not SERIAL:
+    times = {k: [] for k in graphs}
+    for r in range(3):
+        for k, g in graphs.items():
+            times[k].append(1e3 * triton.testing.do_bench(g.replay, warmup=10, rep=100, return_mode="median"))
+            torch.cuda.synchronize()
 print(f"\nB = {B}, N = 64, random, fp32, tf32 (median of 3 rounds, us):\n| variant | verify + commit | verify |")
 print("|---|---|---|")
 for name in VARIANTS:
