@@ -155,14 +155,15 @@ def check_slots(slots: object, B: int, P: int, device: torch.device, validate: b
 
 def check_node_index(name: str, t: object, B: int, num_nodes: torch.Tensor, device: torch.device,
                      validate: bool) -> torch.Tensor:
-    """``t: [B]`` integer node indices, each below its request's ``num_nodes``."""
+    """``t: [B]`` integer node indices, each below its request's ``num_nodes``; returned as given (int32 or int64:
+    the kernels read either, so no conversion kernel runs between a verify and a PDL-launched commit)."""
     check_tensor(name, t, (B,), "B", (torch.int32, torch.int64), device)
     if validate:
         bad = (t < 0) | (t >= num_nodes)
         if bool(bad.any()):
             b = int(torch.nonzero(bad)[0])
             raise ValueError(f"{name}[{b}] = {int(t[b])} is not a node of tree {b} (num_nodes = {int(num_nodes[b])})")
-    return t.to(torch.int32)
+    return t
 
 
 def check_scalar(name: str, x: object) -> float:

@@ -94,21 +94,23 @@ def test_tree_conv_and_commit_match_reference(rows, width, pad, bias, silu, pick
 @pytest.mark.parametrize("validate", [True, False])
 def test_no_sizes_gives_the_values_of_full_sizes(validate):
     """``num_nodes=None`` (every tree full: the conv kernel reads no sizes and, without validation, no sizes tensor
-    is made) gives bit for bit the outputs and committed states of explicit sizes."""
+    is made) gives bit for bit the outputs and committed states of explicit sizes; so do int64 accepted nodes
+    (read as given, no conversion)."""
     rng = np.random.default_rng(4)
     rows = [build_tree_parents(kind, 7, rng) for kind in ("chain", "star", "deep_wide")]
     case = make_conv_case(rows, width=4, bias=True, seed=4)
     accepted = torch.tensor([6, 3, 5], dtype=torch.int32, device=DEVICE)
     results = []
-    for sizes in (case["num_nodes"], None):
+    for sizes, accepted in ((case["num_nodes"], accepted), (None, accepted), (None, accepted.long())):
         pool = case["pool"].clone()
         y = CT.tree_conv(case["x"], case["weight"], pool, case["slots"], case["parents"], bias=case["bias"],
                          num_nodes=sizes, validate=validate)
         CT.tree_conv_commit(pool, case["slots"], case["x"], case["parents"], accepted, num_nodes=sizes,
                             validate=validate)
         results.append((y, pool.nan_to_num(7.0)))
-    for got, want in zip(*results):
-        assert torch.equal(got, want)
+    for other in results[1:]:
+        for got, want in zip(other, results[0]):
+            assert torch.equal(got, want)
     assert rel_err(results[1][0][0], reference_conv(case, 0)[0]) < 1e-5
 
 

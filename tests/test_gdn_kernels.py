@@ -186,17 +186,18 @@ def test_no_sizes_and_the_pdl_requests_give_the_same_values(pipeline):
     """``num_nodes=None`` (every tree full: the kernels read no sizes and no sizes tensor is made) gives bit for bit
     the outputs, factors and committed states of explicit sizes; so do ``launch_dependents=True`` and the commit's
     ``pdl=True`` (plain launches where PDL is unsupported; on a GPU of sm_90 the commit's PDL launch behind the
-    signalling verify)."""
+    signalling verify), and int32 accepted nodes against int64 (read as given, no conversion kernel)."""
     rng = np.random.default_rng(5)
     rows = [build_tree_parents(kind, 9, rng) for kind in ("chain", "star", "deep_wide")]
     case = make_case(rows, H=1, group=2, gated=True, seed=5)
     accepted = torch.tensor([8, 3, 5], device=DEVICE)
     results = []
-    for sizes, pdl in ((case["num_nodes"], False), (None, False), (None, True)):
+    for sizes, pdl, nodes in ((case["num_nodes"], False, accepted), (None, False, accepted), (None, True, accepted),
+                              (None, True, accepted.int())):
         pool = case["pool"].clone()
         o, f = run_verify(dict(case, num_nodes=sizes, pool=pool), l2norm=True, gated=True,
                           config=verify_pipeline(pipeline, 2), launch_dependents=pdl)
-        G.gdn_tree_commit(pool, case["slots"], f, case["parents"], accepted, num_nodes=sizes, pdl=pdl)
+        G.gdn_tree_commit(pool, case["slots"], f, case["parents"], nodes, num_nodes=sizes, pdl=pdl)
         results.append((o, *f, pool))
     for got in results[1:]:
         for a, b in zip(got, results[0]):
