@@ -200,26 +200,6 @@ def _gram_products(q_raw, k_raw, q_c, k_c, kk, qk, PRECISION: tl.constexpr, DOT1
 
 
 @triton.jit
-def _gram_chunk(q_rows, k_rows, kc, real, kk, qk, k_sq, q_sq, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
-                QK16: tl.constexpr, DOT16: tl.constexpr):
-    """One K chunk ``kc [BK]`` of ``K K^T``, ``Q K^T`` and the squared norms of q and k (``L2NORM``; with 16-bit
-    keys ``|k|^2`` is read off ``K K^T``'s diagonal after the last chunk instead) from the rows ``q_rows, k_rows
-    [NP, 1]`` (``real [NP]``: the tree's nodes; padding rows read as zeros)."""
-    q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
-    k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK]
-    q_c = q_raw.to(tl.float32)  # [NP, BK]
-    k_c = k_raw.to(tl.float32)  # [NP, BK]
-    if L2NORM:
-        if not QK16:  # 16-bit keys: |k|^2 is K K^T's diagonal (exact products), read after the loop
-            k_sq += tl.sum(k_c * k_c, axis=1)
-        q_sq += tl.sum(q_c * q_c, axis=1)
-    q_c = _round_qk(q_c, PRECISION, QK16)
-    k_c = _round_qk(k_c, PRECISION, QK16)
-    kk, qk = _gram_products(q_raw, k_raw, q_c, k_c, kk, qk, PRECISION, DOT16)
-    return kk, qk, k_sq, q_sq
-
-
-@triton.jit
 def _diagonal(m, NP: tl.constexpr):
     """The diagonal ``[NP]`` of a square ``[NP, NP]`` tile."""
     nodes = tl.arange(0, NP)
@@ -358,8 +338,18 @@ def _gdn_tree_solve_kernel(
     q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
     for k0 in range(0, K, BK):
-        kk, qk, k_sq, q_sq = _gram_chunk(q_rows, k_rows, k0 + tl.arange(0, BK), real, kk, qk, k_sq, q_sq, L2NORM,
-                                         PRECISION, QK16, DOT16)
+        kc = k0 + tl.arange(0, BK)  # [BK]
+        q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
+        k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK]
+        q_c = q_raw.to(tl.float32)  # [NP, BK]
+        k_c = k_raw.to(tl.float32)  # [NP, BK]
+        if L2NORM:
+            if not QK16:  # 16-bit keys: |k|^2 is K K^T's diagonal (exact products), read after the loop
+                k_sq += tl.sum(k_c * k_c, axis=1)
+            q_sq += tl.sum(q_c * q_c, axis=1)
+        q_c = _round_qk(q_c, PRECISION, QK16)
+        k_c = _round_qk(k_c, PRECISION, QK16)
+        kk, qk = _gram_products(q_raw, k_raw, q_c, k_c, kk, qk, PRECISION, DOT16)
     first = (nodes * 0 + hv0) % (HV // H) == 0  # [NP] one program of the group writes the q/k scalars
     if L2NORM:
         if QK16:
