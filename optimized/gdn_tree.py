@@ -119,7 +119,10 @@ class KernelConfig(NamedTuple):
     outputs. ``scratch16`` (split pipeline, ``tf32`` mode with q / k normalised in the kernel): the solve hands
     ``TB`` and ``QKD`` to the apply in fp16 scaled by a power of two (:func:`_store_scratch`), the same values the
     apply's tf32 products would read from fp32 tiles, in half the memory (B = 64, N = 64: 32 MiB less, 18 us
-    slower; B = 1: 0.6-2 us faster; bench/NOTES-gdn.md, fifteenth session). (A per-(request,
+    slower; B = 1: 0.6-2 us faster; bench/NOTES-gdn.md, fifteenth session). ``apply_max_registers`` (split
+    pipeline, 0: the compiler's choice): a register cap for the apply kernel (ptxas ``maxnreg``); with fp16
+    scratch the apply needs 134 registers at N = 64, BV = 32, 4 warps (3 programs per SM) against 127 with fp32
+    (4 per SM), and fits 128 without spills (compile-only, Triton 3.6, sm_90). (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
     form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
@@ -136,6 +139,7 @@ class KernelConfig(NamedTuple):
     pdl: bool = False
     apply_pdl: bool = False
     scratch16: bool = False
+    apply_max_registers: int = 0
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -176,13 +180,24 @@ def _store_scratch(ptr, x, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH
 
 
 @triton.jit
-def _load_scratch(ptr, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH16: tl.constexpr):
-    """An operand stored by :func:`_store_scratch`, fp32 and ready for a product at ``PRECISION``."""
+def _load_scratch(ptr, PRECISION: tl.constexpr, SCRATCH16: tl.constexpr):
+    """An operand stored by :func:`_store_scratch`, fp32 and ready for a product at ``PRECISION``; ``SCRATCH16``:
+    still times its ``SCALE`` (:func:`_unscale` takes it off the product, bit for bit the same: a power of two
+    commutes with the product's roundings, and one multiply of the ``[NP, BV]`` result is fewer live registers
+    than one of the ``[NP, NP]`` operand)."""
     if SCRATCH16:
-        x = tl.load(ptr).to(tl.float32) * (1.0 / SCALE)  # already tf32-exact
+        x = tl.load(ptr).to(tl.float32)  # tf32-exact
     else:
         x = _tf32_round(tl.load(ptr), PRECISION)
     return x
+
+
+@triton.jit
+def _unscale(product, SCALE: tl.constexpr, SCRATCH16: tl.constexpr):
+    """A product of a :func:`_load_scratch` operand without that operand's ``SCALE``."""
+    if SCRATCH16:
+        product = product * (1.0 / SCALE)
+    return product
 
 
 @triton.jit
@@ -461,10 +476,13 @@ def _gdn_tree_apply_kernel(
     gamma = tl.exp(tl.load(log_gamma_ptr + (b64 * N + nodes) * HV + hv, mask=real, other=0.0))  # [NP]
     v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
                   mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
-    tb = _load_scratch(tb_ptr + tile, TB_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
-    delta = tl.dot(tb, _tf32_round(v_t - gamma[:, None] * ks, PRECISION), input_precision=PRECISION)  # [NP, BV]
-    qkd = _load_scratch(qkd_ptr + tile, QKD_SCALE, PRECISION, SCRATCH16)  # [NP, NP] (late: fewer live registers)
-    o = (gamma[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
+    tb = _load_scratch(tb_ptr + tile, PRECISION, SCRATCH16)  # [NP, NP]
+    delta = _unscale(tl.dot(tb, _tf32_round(v_t - gamma[:, None] * ks, PRECISION), input_precision=PRECISION),
+                     TB_SCALE, SCRATCH16)  # [NP, BV]
+    qkd = _load_scratch(qkd_ptr + tile, PRECISION, SCRATCH16)  # [NP, NP] (loaded late: fewer live registers)
+    qkd_delta = _unscale(tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION), QKD_SCALE,
+                         SCRATCH16)  # [NP, BV]
+    o = (gamma[:, None] * qs + qkd_delta) * scale
     out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
                                   PIECE)  # padding rows: zeros
     tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
@@ -852,6 +870,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             PRECISION=precision, QK16=qk16, PDL=apply_pdl, SIGNAL=signal, SCRATCH16=scratch16,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **gate_flags, **sizes,
             **({"launch_pdl": True} if apply_pdl else {}),
+            **({"maxnreg": cfg.apply_max_registers} if cfg.apply_max_registers else {}),
         )
     else:
         pdl = bool(pdl) and bool(cfg.pdl) and pdl_supported(device)

@@ -510,6 +510,26 @@ def test_gpu_qwen_shapes_error_bounds(precision, tol, gated):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("B", [64, 1])
+def test_gpu_fp16_scratch_and_the_apply_register_cap(B):
+    """Qwen3-Next shapes, tf32: the split pipeline with fp16 scratch within 1e-6 of fp32 scratch (the operands the
+    same tf32 values; only entries below 6e-8 rounded further), and the apply capped at 128 registers
+    (``apply_max_registers``) bit for bit as without the cap."""
+    rng = np.random.default_rng(B + 3)
+    case = make_case([build_tree_parents("random", 64, rng) for _ in range(B)], **QWEN, gated=True, seed=B)
+    config = G.verify_config(B, QWEN["H"] * QWEN["group"], 64, QWEN["K"], QWEN["V"], torch.device("cuda"),
+                             QWEN["H"], "tf32")
+    assert config.split
+    kw = dict(l2norm=True, gated=True, precision="tf32", validate=False)
+    o32, f32 = run_verify(case, **kw, config=config._replace(scratch16=False))
+    o16, f16 = run_verify(case, **kw, config=config._replace(scratch16=True))
+    capped, f_capped = run_verify(case, **kw, config=config._replace(scratch16=True, apply_max_registers=128))
+    assert rel_err(o16, o32) < 1e-6 and rel_err(f16.delta, f32.delta) < 1e-6
+    assert_same(capped, o16)
+    assert_same(f_capped.delta, f16.delta)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("B", [64, 16])
 def test_gpu_apply_pdl_is_bit_exact(B):
     """``KernelConfig.apply_pdl`` (the apply kernel a programmatic dependent launch behind the solve, which reads

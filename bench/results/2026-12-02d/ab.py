@@ -1,4 +1,5 @@
-"""Fifteenth session, runs 4 and 5 (run 5: ``serial``, one variant's graphs alive at a time, against the fault of
+"""Fifteenth session, runs 4 and 5 (and, prepared for the next session with ``cap``: fp16 scratch with the apply
+capped at 128 registers, ``KernelConfig.apply_max_registers``) (run 5: ``serial``, one variant's graphs alive at a time, against the fault of
 run 4 at B = 16). Run 4: the library's verify against fp32 scratch and the solve's mask after its K loop, at one
 batch size (argv: B), N = 64, random trees, fp32 inputs, tf32. The graphs are built as crash64.py builds them
 (outputs kept alive past the capture, no side-stream warm-up), since the probe's graphs faulted at B >= 16 in their
@@ -26,13 +27,18 @@ probe = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(probe)
 
 B = int(sys.argv[1])
-SERIAL = sys.argv[2:] == ["serial"]  # one variant's graphs alive at a time: built, timed, freed
+SERIAL = "serial" in sys.argv[2:]  # one variant's graphs alive at a time: built, timed, freed
+CAP = "cap" in sys.argv[2:]  # prepared for the next session: fp16 scratch with the apply capped at 128 registers
 x = T.make_inputs(B, 64, "random", seed=B * 1000 + 64)
 tmp = tempfile.mkdtemp()
 late = probe.load_module("ab_mask_late", probe.mask_late(inspect.getsource(G)), tmp)
 base_cfg = G.verify_config(B, 32, 64, 128, 128, torch.device("cuda"), 16, "tf32")
 VARIANTS = {"default": (G, base_cfg), "scratch32": (G, base_cfg._replace(scratch16=False)),
             "mask_late": (late, base_cfg), "mask_late_scratch32": (late, base_cfg._replace(scratch16=False))}
+if CAP:  # fp16 scratch needs 134 apply registers (3 programs per SM) against 127 (4); capped at 128: no spills
+    VARIANTS = {"default": (G, base_cfg), "scratch16": (G, base_cfg._replace(scratch16=True)),
+                "scratch16_cap128": (G, base_cfg._replace(scratch16=True, apply_max_registers=128)),
+                "scratch32_cap128": (G, base_cfg._replace(scratch16=False, apply_max_registers=128))}
 meta = G.tree_meta(x["parents"])
 keep = []
 graphs = {}

@@ -1,13 +1,18 @@
 # prepared for the next session (not run: no device time left): after check_node_index stopped converting int64
 # accepted nodes (no torch kernel between the verify and its PDL commit any more), (1) the probe at B = 16 with all
 # variants' graphs alive, as runs 1-4 faulted, traced; (2) the benchmark at B = 64 and 1 (does B = 1 gain from the
-# commit's PDL launch now sitting behind the verify itself?); (3) the GPU tests.
+# commit's PDL launch now sitting behind the verify itself?); (3) the GPU tests. Between (1) and (2): fp16 scratch
+# with the apply capped at 128 registers at B = 64 and 16 (ab.py ... serial cap).
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/lumotree-triton-cache PYTHONPATH=$PWD:$PWD/bench
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null \
   && export PYTHONPATH=$PYTHONPATH:/tmp/site
 LOG=$OUT/logs_run6.txt
 timeout 90 python3 bench/results/2026-12-02d/ab.py 16 > /tmp/a.log 2>&1
 echo "B 16 all graphs rc $?" >> /tmp/a.log; cat /tmp/a.log >> $LOG; grep -E "^\||rc |Error" /tmp/a.log | tail -8
+for b in 64 16; do  # fp16 scratch with the apply at 128 registers (4 programs per SM, as fp32 scratch)
+  timeout 90 python3 bench/results/2026-12-02d/ab.py $b serial cap > /tmp/a.log 2>&1
+  echo "B $b cap rc $?" >> /tmp/a.log; cat /tmp/a.log >> $LOG; grep -E "^\||rc |Error" /tmp/a.log | tail -8
+done
 timeout 250 python3 bench/gdn_tree.py --quick --modes tf32 --kinds random --fla-shapes 2 \
   --fla-budget-s 100 --budget-s 80 --out $OUT/gdn_tree_run6.json > /tmp/gt.log 2>&1
 echo "rc $?" >> /tmp/gt.log
