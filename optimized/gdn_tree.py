@@ -180,24 +180,13 @@ def _store_scratch(ptr, x, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH
 
 
 @triton.jit
-def _load_scratch(ptr, PRECISION: tl.constexpr, SCRATCH16: tl.constexpr):
-    """An operand stored by :func:`_store_scratch`, fp32 and ready for a product at ``PRECISION``; ``SCRATCH16``:
-    still times its ``SCALE`` (:func:`_unscale` takes it off the product, bit for bit the same: a power of two
-    commutes with the product's roundings, and one multiply of the ``[NP, BV]`` result is fewer live registers
-    than one of the ``[NP, NP]`` operand)."""
+def _load_scratch(ptr, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH16: tl.constexpr):
+    """An operand stored by :func:`_store_scratch`, fp32 and ready for a product at ``PRECISION``."""
     if SCRATCH16:
-        x = tl.load(ptr).to(tl.float32)  # tf32-exact
+        x = tl.load(ptr).to(tl.float32) * (1.0 / SCALE)  # already tf32-exact
     else:
         x = _tf32_round(tl.load(ptr), PRECISION)
     return x
-
-
-@triton.jit
-def _unscale(product, SCALE: tl.constexpr, SCRATCH16: tl.constexpr):
-    """A product of a :func:`_load_scratch` operand without that operand's ``SCALE``."""
-    if SCRATCH16:
-        product = product * (1.0 / SCALE)
-    return product
 
 
 @triton.jit
@@ -476,13 +465,10 @@ def _gdn_tree_apply_kernel(
     gamma = tl.exp(tl.load(log_gamma_ptr + (b64 * N + nodes) * HV + hv, mask=real, other=0.0))  # [NP]
     v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
                   mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
-    tb = _load_scratch(tb_ptr + tile, PRECISION, SCRATCH16)  # [NP, NP]
-    delta = _unscale(tl.dot(tb, _tf32_round(v_t - gamma[:, None] * ks, PRECISION), input_precision=PRECISION),
-                     TB_SCALE, SCRATCH16)  # [NP, BV]
-    qkd = _load_scratch(qkd_ptr + tile, PRECISION, SCRATCH16)  # [NP, NP] (loaded late: fewer live registers)
-    qkd_delta = _unscale(tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION), QKD_SCALE,
-                         SCRATCH16)  # [NP, BV]
-    o = (gamma[:, None] * qs + qkd_delta) * scale
+    tb = _load_scratch(tb_ptr + tile, TB_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
+    delta = tl.dot(tb, _tf32_round(v_t - gamma[:, None] * ks, PRECISION), input_precision=PRECISION)  # [NP, BV]
+    qkd = _load_scratch(qkd_ptr + tile, QKD_SCALE, PRECISION, SCRATCH16)  # [NP, NP] (late: fewer live registers)
+    o = (gamma[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
     out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
                                   PIECE)  # padding rows: zeros
     tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
