@@ -119,10 +119,12 @@ class KernelConfig(NamedTuple):
     outputs. ``scratch16`` (split pipeline, ``tf32`` mode with q / k normalised in the kernel): the solve hands
     ``TB`` and ``QKD`` to the apply in fp16 scaled by a power of two (:func:`_store_scratch`), the same values the
     apply's tf32 products would read from fp32 tiles, in half the memory (B = 64, N = 64: 32 MiB less, 18 us
-    slower; B = 1: 0.6-2 us faster; bench/NOTES-gdn.md, fifteenth session). ``apply_max_registers`` (split
-    pipeline, 0: the compiler's choice): a register cap for the apply kernel (ptxas ``maxnreg``); with fp16
-    scratch the apply needs 134 registers at N = 64, BV = 32, 4 warps (3 programs per SM) against 127 with fp32
-    (4 per SM), and fits 128 without spills (compile-only, Triton 3.6, sm_90). (A per-(request,
+    slower; B = 1: 0.6-2 us faster; bench/NOTES-gdn.md, fifteenth session). ``max_registers`` (0: the
+    compiler's choice): a register cap (ptxas ``maxnreg``) for the kernel that streams the state, the split
+    pipeline's apply in a verify config, the commit in a commit config. Compile-only (Triton 3.6, sm_90, N = 64):
+    with fp16 scratch the apply (BV = 32, 4 warps) needs 134 registers, 3 programs per SM, against 127 and 4 with
+    fp32, and fits 128 without spills; the B = 64 commit (BV = 64, 4 warps) needs 161, 3 per SM, and fits 128 (4
+    per SM) with 32 bytes of spills. (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
     form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
@@ -139,7 +141,7 @@ class KernelConfig(NamedTuple):
     pdl: bool = False
     apply_pdl: bool = False
     scratch16: bool = False
-    apply_max_registers: int = 0
+    max_registers: int = 0
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -856,7 +858,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             PRECISION=precision, QK16=qk16, PDL=apply_pdl, SIGNAL=signal, SCRATCH16=scratch16,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **gate_flags, **sizes,
             **({"launch_pdl": True} if apply_pdl else {}),
-            **({"maxnreg": cfg.apply_max_registers} if cfg.apply_max_registers else {}),
+            **({"maxnreg": cfg.max_registers} if cfg.max_registers else {}),
         )
     else:
         pdl = bool(pdl) and bool(cfg.pdl) and pdl_supported(device)
@@ -1039,5 +1041,6 @@ def gdn_tree_commit(
         H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=_padded_nodes(N), PB=PATH_BLOCK, BV=block_v,
         BK=block_k, L2NORM=k_rnorm is not None, PRECISION=precision, WORD_BITS=WORD_BITS, PDL=pdl, HAS_NUM=has_num,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
+        **({"maxnreg": cfg.max_registers} if cfg.max_registers else {}),
     )
     return state_pool if layered else state_pool[0]

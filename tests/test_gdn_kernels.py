@@ -511,10 +511,10 @@ def test_gpu_qwen_shapes_error_bounds(precision, tol, gated):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("B", [64, 1])
-def test_gpu_fp16_scratch_and_the_apply_register_cap(B):
+def test_gpu_fp16_scratch_and_the_register_caps(B):
     """Qwen3-Next shapes, tf32: the split pipeline with fp16 scratch within 1e-6 of fp32 scratch (the operands the
-    same tf32 values; only entries below 6e-8 rounded further), and the apply capped at 128 registers
-    (``apply_max_registers``) bit for bit as without the cap."""
+    same tf32 values; only entries below 6e-8 rounded further); the apply capped at 128 registers
+    (``max_registers``) and the commit at 128 and 96 bit for bit as without the caps."""
     rng = np.random.default_rng(B + 3)
     case = make_case([build_tree_parents("random", 64, rng) for _ in range(B)], **QWEN, gated=True, seed=B)
     config = G.verify_config(B, QWEN["H"] * QWEN["group"], 64, QWEN["K"], QWEN["V"], torch.device("cuda"),
@@ -523,10 +523,20 @@ def test_gpu_fp16_scratch_and_the_apply_register_cap(B):
     kw = dict(l2norm=True, gated=True, precision="tf32", validate=False)
     o32, f32 = run_verify(case, **kw, config=config._replace(scratch16=False))
     o16, f16 = run_verify(case, **kw, config=config._replace(scratch16=True))
-    capped, f_capped = run_verify(case, **kw, config=config._replace(scratch16=True, apply_max_registers=128))
+    capped, f_capped = run_verify(case, **kw, config=config._replace(scratch16=True, max_registers=128))
     assert rel_err(o16, o32) < 1e-6 and rel_err(f16.delta, f32.delta) < 1e-6
     assert_same(capped, o16)
     assert_same(f_capped.delta, f16.delta)
+    accepted = torch.tensor(rng.integers(0, 64, B).tolist(), device="cuda")
+    commit_cfg = G.commit_config(B, QWEN["H"] * QWEN["group"], 64, QWEN["K"], QWEN["V"], torch.device("cuda"))
+    pools = []
+    for cap in (0, 128, 96):
+        pool = case["pool"].clone()
+        G.gdn_tree_commit(pool, case["slots"], f32, case["parents"], accepted, num_nodes=case["num_nodes"],
+                          input_precision="tf32", config=commit_cfg._replace(max_registers=cap))
+        pools.append(pool)
+    assert_same(pools[1], pools[0])
+    assert_same(pools[2], pools[0])
 
 
 @pytest.mark.gpu

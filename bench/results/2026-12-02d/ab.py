@@ -1,5 +1,5 @@
 """Fifteenth session, runs 4 and 5 (and, prepared for the next session with ``cap``: fp16 scratch with the apply
-capped at 128 registers, ``KernelConfig.apply_max_registers``) (run 5: ``serial``, one variant's graphs alive at a time, against the fault of
+capped at 128 registers, the commit capped at 128 / 96, ``KernelConfig.max_registers``) (run 5: ``serial``, one variant's graphs alive at a time, against the fault of
 run 4 at B = 16). Run 4: the library's verify against fp32 scratch and the solve's mask after its K loop, at one
 batch size (argv: B), N = 64, random trees, fp32 inputs, tf32. The graphs are built as crash64.py builds them
 (outputs kept alive past the capture, no side-stream warm-up), since the probe's graphs faulted at B >= 16 in their
@@ -35,10 +35,16 @@ late = probe.load_module("ab_mask_late", probe.mask_late(inspect.getsource(G)), 
 base_cfg = G.verify_config(B, 32, 64, 128, 128, torch.device("cuda"), 16, "tf32")
 VARIANTS = {"default": (G, base_cfg), "scratch32": (G, base_cfg._replace(scratch16=False)),
             "mask_late": (late, base_cfg), "mask_late_scratch32": (late, base_cfg._replace(scratch16=False))}
-if CAP:  # fp16 scratch needs 134 apply registers (3 programs per SM) against 127 (4); capped at 128: no spills
+COMMITS = {}  # variant: commit config (else the library's default)
+if CAP:  # fp16 scratch needs 134 apply registers (3 programs per SM) against 127 (4); capped at 128: no spills.
+    # The commit: 161 registers (3 per SM); at 128, 4 per SM with 32 bytes of spills; at 96, 5 with 192 bytes
     VARIANTS = {"default": (G, base_cfg), "scratch16": (G, base_cfg._replace(scratch16=True)),
-                "scratch16_cap128": (G, base_cfg._replace(scratch16=True, apply_max_registers=128)),
-                "scratch32_cap128": (G, base_cfg._replace(scratch16=False, apply_max_registers=128))}
+                "scratch16_cap128": (G, base_cfg._replace(scratch16=True, max_registers=128)),
+                "commit_cap128": (G, base_cfg), "commit_cap96": (G, base_cfg),
+                "scratch16_cap128_commit_cap128": (G, base_cfg._replace(scratch16=True, max_registers=128))}
+    commit_cfg = G.commit_config(B, 32, 64, 128, 128, torch.device("cuda"))
+    COMMITS = {name: commit_cfg._replace(max_registers=int(name.rsplit("cap", 1)[1]))
+               for name in VARIANTS if "commit_cap" in name}
 meta = G.tree_meta(x["parents"])
 keep = []
 graphs = {}
@@ -52,10 +58,10 @@ for name, (mod, cfg) in VARIANTS.items():
                                    use_qk_l2norm_in_kernel=True, input_precision="tf32", meta=meta, validate=False,
                                    config=cfg, launch_dependents=signal)
 
-    def both(verify=verify, mod=mod, pool=pool):
+    def both(verify=verify, mod=mod, pool=pool, commit_cfg=COMMITS.get(name)):
         o, f = verify(signal=True)
         mod.gdn_tree_commit(pool, x["slots"], f, x["parents"], x["accepted"], input_precision="tf32", meta=meta,
-                            validate=False, pdl=True)
+                            validate=False, pdl=True, config=commit_cfg)
         return o, f
 
     for what, fn in (("verify", verify), ("both", both)):
