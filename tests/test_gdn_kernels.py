@@ -509,18 +509,24 @@ def test_gpu_qwen_shapes_error_bounds(precision, tol, gated):
     assert rel_err(case["pool"][case["slots"]], ref_s) < tol
 
 
+def _qwen_random_batch(B, seed):
+    """B random 64-node trees at Qwen3-Next shapes (gated), the default tf32 verify config for them (the split
+    pipeline) and the verify keywords; the generator for more draws."""
+    rng = np.random.default_rng(seed)
+    case = make_case([build_tree_parents("random", 64, rng) for _ in range(B)], **QWEN, gated=True, seed=B)
+    config = G.verify_config(B, QWEN["H"] * QWEN["group"], 64, QWEN["K"], QWEN["V"], torch.device("cuda"),
+                             QWEN["H"], "tf32")
+    assert config.split
+    return rng, case, config, dict(l2norm=True, gated=True, precision="tf32", validate=False)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("B", [64, 1])
 def test_gpu_fp16_scratch_and_the_register_caps(B):
     """Qwen3-Next shapes, tf32: the split pipeline with fp16 scratch within 1e-6 of fp32 scratch (the operands the
     same tf32 values; only entries below 6e-8 rounded further); the apply capped at 128 registers
     (``max_registers``) and the commit at 128 and 96 bit for bit as without the caps."""
-    rng = np.random.default_rng(B + 3)
-    case = make_case([build_tree_parents("random", 64, rng) for _ in range(B)], **QWEN, gated=True, seed=B)
-    config = G.verify_config(B, QWEN["H"] * QWEN["group"], 64, QWEN["K"], QWEN["V"], torch.device("cuda"),
-                             QWEN["H"], "tf32")
-    assert config.split
-    kw = dict(l2norm=True, gated=True, precision="tf32", validate=False)
+    rng, case, config, kw = _qwen_random_batch(B, B + 3)
     o32, f32 = run_verify(case, **kw, config=config._replace(scratch16=False))
     o16, f16 = run_verify(case, **kw, config=config._replace(scratch16=True))
     capped, f_capped = run_verify(case, **kw, config=config._replace(scratch16=True, max_registers=128))
@@ -545,12 +551,7 @@ def test_gpu_apply_pdl_is_bit_exact(B):
     """``KernelConfig.apply_pdl`` (the apply kernel a programmatic dependent launch behind the solve, which reads
     q, k and the state before it waits): outputs and factors bit for bit as the plain split pipeline, eagerly and in
     a CUDA-graph replay whose inputs were rewritten after capture."""
-    rng = np.random.default_rng(B + 1)
-    case = make_case([build_tree_parents("random", 64, rng) for _ in range(B)], **QWEN, gated=True, seed=B)
-    config = G.verify_config(B, QWEN["H"] * QWEN["group"], 64, QWEN["K"], QWEN["V"], torch.device("cuda"),
-                             QWEN["H"], "tf32")
-    assert config.split
-    kw = dict(l2norm=True, gated=True, precision="tf32", validate=False)
+    _, case, config, kw = _qwen_random_batch(B, B + 1)
     o_plain, f_plain = run_verify(case, **kw, config=config._replace(apply_pdl=False))
     o_pdl, f_pdl = run_verify(case, **kw, config=config._replace(apply_pdl=True))
     assert_same(o_pdl, o_plain)
