@@ -279,11 +279,11 @@ def _scratch_pair(case, pipeline, gated):
 
 @pytest.mark.parametrize("pipeline", ["split", "split_group"])
 def test_fp16_scratch_holds_the_tf32_operands(pipeline):
-    """``KernelConfig.scratch16`` (the small-batch default): ``TB`` and ``QKD`` handed to the apply in scaled fp16 give the tf32 products the
-    operands they read from fp32 scratch. Where ``|TB|`` reaches its bound 4 (every key the same, ``beta = 2``, no
-    decay: each ``I - 2 k k^T`` a reflection), bit for bit; on random inputs (single node, chain, star, deep+wide,
-    padding) within 1e-6 of the fp32 scratch (only entries below fp16's normal range, |x| < 6e-8, are rounded
-    further) and within tf32's error of the float64 closed form."""
+    """``KernelConfig.scratch16`` (the small-batch default): ``TB`` and ``QKD`` handed to the apply in scaled fp16
+    give the tf32 products the operands they read from fp32 scratch. Where ``|TB|`` reaches its bound 4 (every key
+    the same, ``beta = 2``, no decay: each ``I - 2 k k^T`` a reflection), bit for bit; on random inputs (single
+    node, chain, star, deep+wide, padding) within 1e-6 of the fp32 scratch (only entries below fp16's normal range,
+    |x| < 6e-8, are rounded further) and within tf32's error of the float64 closed form."""
     rng = np.random.default_rng(12)
     rows = [[-1], build_tree_parents("chain", 9, rng), build_tree_parents("star", 6, rng),
             build_tree_parents("deep_wide", 10, rng)]
