@@ -1,7 +1,5 @@
-# prepared for the next session (not run: no device time left): after check_node_index stopped converting int64
-# accepted nodes (no torch kernel between the verify and its PDL commit any more), (1) the probe at B = 16 with all
-# variants' graphs alive, as runs 1-4 faulted, traced; (2) the benchmark at B = 64 and 1 (does B = 1 gain from the
-# commit's PDL launch now sitting behind the verify itself?); (3) the GPU tests. Between (1) and (2): fp16 scratch
+# prepared for the next session (not run: no device time left): (1) ab.py at B = 16 with all variants' graphs
+# alive, as run 4 faulted; (2) the benchmark at B = 64 and 1; (3) the GPU tests. Between (1) and (2): fp16 scratch
 # with the apply capped at 128 registers at B = 64 and 16 (ab.py ... serial cap).
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/lumotree-triton-cache PYTHONPATH=$PWD:$PWD/bench
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null \
