@@ -704,6 +704,13 @@ def _pow2_dim(name: str, value: int) -> None:
         raise ValueError(f"{name} = {value}: the kernels need a power of two in [16, 256]")
 
 
+def _check_config(cfg: object) -> None:
+    if not isinstance(cfg, KernelConfig):
+        raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
+    if cfg.max_registers and not 16 <= cfg.max_registers <= 255:
+        raise ValueError(f"config.max_registers = {cfg.max_registers}: 0 (the compiler's choice) or 16 to 255")
+
+
 def _check_precision(input_precision: object) -> str:
     if input_precision not in PRECISIONS:
         raise ValueError(f"input_precision = {input_precision!r}, expected one of {PRECISIONS}")
@@ -815,8 +822,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         k_rnorm = k_rnorm if use_qk_l2norm_in_kernel else None
     qk16 = q.dtype in (torch.bfloat16, torch.float16)  # tf32-exact q / k: no rounding, |k|^2 from K K^T
     cfg = config or verify_config(B, HV, N, K, V, device, H, precision)
-    if not isinstance(cfg, KernelConfig):
-        raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
+    _check_config(cfg)
     if cfg.solve_heads < 1 or (HV // H) % cfg.solve_heads != 0:
         raise ValueError(f"config.solve_heads = {cfg.solve_heads} must divide HV // H = {HV // H} "
                          "(value heads per q/k head)")
@@ -1029,8 +1035,7 @@ def gdn_tree_commit(
         meta = tree_meta(parents, num_nodes if has_num else None, validate=False)
     cfg = config or commit_config(state_pool.shape[0] * B, HV, N, K, V, device)  # the layers' programs fill the GPU
     pdl = bool(pdl) and pdl_supported(device)
-    if not isinstance(cfg, KernelConfig):
-        raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
+    _check_config(cfg)
     block_v = min(cfg.block_v, V)
     block_k = min(cfg.block_k, K)
     kr = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when k was not normalised

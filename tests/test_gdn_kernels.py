@@ -447,9 +447,14 @@ def test_bad_input_misc():
     with pytest.raises(TypeError, match="factors"):
         G.gdn_tree_commit(case["pool"], case["slots"], tuple(f), case["parents"], torch.zeros(1, device=DEVICE))
     grouped = make_case([[-1, 0]], H=1, group=2, seed=3)
-    for bad in (dict(solve_heads=3), dict(solve_heads=0)):
+    for bad in (dict(solve_heads=3), dict(solve_heads=0), dict(max_registers=8), dict(max_registers=300)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             run_verify(grouped, l2norm=False, gated=False, config=G.KernelConfig(16, 16, 4, 2, **bad))
+    o, factors = run_verify(grouped, l2norm=False, gated=False)
+    with pytest.raises(ValueError, match="max_registers"):
+        G.gdn_tree_commit(grouped["pool"], grouped["slots"], factors, grouped["parents"],
+                          torch.zeros(len(grouped["slots"]), dtype=torch.int32, device=DEVICE),
+                          num_nodes=grouped["num_nodes"], config=G.KernelConfig(16, 16, 4, 1, max_registers=-1))
 
 
 def test_bad_output_gate_raises_naming_the_field():
