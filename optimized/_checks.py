@@ -118,9 +118,9 @@ def check_num_nodes(num_nodes: object, B: int, N: int, device: torch.device, val
 
 
 def check_sizes(num_nodes: object, B: int, N: int, device: torch.device, validate: bool) -> torch.Tensor | None:
-    """:func:`check_num_nodes` for kernels that read no sizes when none are given (``HAS_NUM``): None when
-    ``num_nodes`` is None and nothing is validated (every tree has N nodes, and no tensor is made), else the checked
-    int32 tensor (a full one, for the validation, when none was given)."""
+    """:func:`check_num_nodes` for kernels that read no sizes when none are given (``HAS_NUM`` = the caller gave
+    ``num_nodes``): None when ``num_nodes`` is None and nothing is validated (every tree has N nodes, and no tensor
+    is made), else the checked int32 tensor (a full one, for the host-side validation only, when none was given)."""
     if num_nodes is None and not validate:
         return None
     return check_num_nodes(num_nodes, B, N, device, validate)

@@ -166,6 +166,7 @@ def tree_conv(
     ``x: [B, N, C]``, ``weight: [C, W]``, ``conv_pool: [P, W - 1, C]`` read at ``slots`` (not modified). Padding
     nodes (``i >= num_nodes[b]``) are written as zeros. ``activation``: ``"silu"`` or None.
     """
+    has_num = num_nodes is not None  # else every tree has N nodes: the kernel reads no sizes
     device, B, N, C, slots, num_nodes = _common(x, conv_pool, slots, parents, num_nodes, validate, distinct=False)
     width = conv_pool.shape[1] + 1
     check_tensor("weight", weight, (C, width), "C, W", FLOAT_DTYPES, device, contiguous=True)
@@ -185,10 +186,10 @@ def tree_conv(
     BN, BC = 16, min(256, triton.next_power_of_2(C))
     _tree_conv_kernel[(B, triton.cdiv(N, BN), triton.cdiv(C, BC))](
         x, weight, bias if bias is not None else weight, conv_pool, slots, parents,
-        num_nodes if num_nodes is not None else slots, out,  # slots: an unused int pointer without sizes
+        num_nodes if has_num else slots, out,  # slots: an unused int pointer without sizes
         N, C, x.stride(0), x.stride(1), parents.stride(0),
-        WIDTH=width, BN=BN, BC=BC, HAS_BIAS=bias is not None, SILU=activation == "silu",
-        HAS_NUM=num_nodes is not None, num_warps=4,
+        WIDTH=width, BN=BN, BC=BC, HAS_BIAS=bias is not None, SILU=activation == "silu", HAS_NUM=has_num,
+        num_warps=4,
     )
     return out
 
