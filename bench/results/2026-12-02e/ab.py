@@ -1,0 +1,101 @@
+"""Sixteenth session (copy of 2026-12-02d/ab.py with ``nopdl``: every launch plain, no programmatic edge in the
+graphs, to tell whether the fault of runs 1-4 at B = 16 with all graphs alive needs PDL; ``cap``: fp16 scratch with
+the apply capped at 128 registers, the commit capped at 128 / 96, ``KernelConfig.max_registers``). Fifteenth session,
+runs 4 and 5 (run 5: ``serial``, one variant's graphs alive at a time, against the fault of run 4 at B = 16). Run 4: the library's verify against fp32 scratch and the solve's mask after its K loop, at one
+batch size (argv: B), N = 64, random trees, fp32 inputs, tf32. The graphs are built as crash64.py builds them
+(outputs kept alive past the capture, no side-stream warm-up), since the probe's graphs faulted at B >= 16 in their
+first replay (runs 1-3) while crash64.py's replayed clean; timed in three interleaved rounds (median of
+do_bench medians), outputs of each variant checked against the float64 closed form.
+
+Run (GPU): PYTHONPATH=$PWD:$PWD/bench python3 bench/results/2026-12-02e/ab.py 16 nopdl
+"""
+
+import importlib.util
+import inspect
+import os
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import triton
+
+import gdn_tree as T  # bench/gdn_tree.py
+from lumotree.optimized import gdn_tree as G
+
+PROBE = os.path.join(os.path.dirname(__file__), "..", "2026-12-02d", "probe.py")
+spec = importlib.util.spec_from_file_location("probe", PROBE)
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+
+B = int(sys.argv[1])
+SERIAL = "serial" in sys.argv[2:]  # one variant's graphs alive at a time: built, timed, freed
+NOPDL = "nopdl" in sys.argv[2:]  # no programmatic dependent launch anywhere
+CAP = "cap" in sys.argv[2:]  # prepared for the next session: fp16 scratch with the apply capped at 128 registers
+x = T.make_inputs(B, 64, "random", seed=B * 1000 + 64)
+tmp = tempfile.mkdtemp()
+late = probe.load_module("ab_mask_late", probe.mask_late(inspect.getsource(G)), tmp)
+base_cfg = G.verify_config(B, 32, 64, 128, 128, torch.device("cuda"), 16, "tf32")
+VARIANTS = {"default": (G, base_cfg), "scratch32": (G, base_cfg._replace(scratch16=False)),
+            "mask_late": (late, base_cfg), "mask_late_scratch32": (late, base_cfg._replace(scratch16=False))}
+if NOPDL:
+    VARIANTS = {name: (mod, cfg._replace(apply_pdl=False)) for name, (mod, cfg) in VARIANTS.items()}
+COMMITS = {}  # variant: commit config (else the library's default)
+if CAP:  # fp16 scratch needs 134 apply registers (3 programs per SM) against 127 (4); capped at 128: no spills.
+    # The commit: 161 registers (3 per SM); at 128, 4 per SM with 32 bytes of spills; at 96, 5 with 192 bytes
+    VARIANTS = {"default": (G, base_cfg), "scratch16": (G, base_cfg._replace(scratch16=True)),
+                "scratch16_cap128": (G, base_cfg._replace(scratch16=True, max_registers=128)),
+                "commit_cap128": (G, base_cfg), "commit_cap96": (G, base_cfg),
+                "scratch16_cap128_commit_cap128": (G, base_cfg._replace(scratch16=True, max_registers=128))}
+    commit_cfg = G.commit_config(B, 32, 64, 128, 128, torch.device("cuda"))
+    COMMITS = {name: commit_cfg._replace(max_registers=int(name.rsplit("cap", 1)[1]))
+               for name in VARIANTS if "commit_cap" in name}
+meta = G.tree_meta(x["parents"])
+keep = []
+graphs = {}
+times = {}
+for name, (mod, cfg) in VARIANTS.items():
+    cfg = mod.KernelConfig(*cfg)
+    pool = x["pool"].clone()
+
+    def verify(signal=False, mod=mod, cfg=cfg, pool=pool):
+        return mod.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], pool, x["slots"], x["parents"],
+                                   use_qk_l2norm_in_kernel=True, input_precision="tf32", meta=meta, validate=False,
+                                   config=cfg, launch_dependents=signal and not NOPDL)
+
+    def both(verify=verify, mod=mod, pool=pool, commit_cfg=COMMITS.get(name)):
+        o, f = verify(signal=True)
+        mod.gdn_tree_commit(pool, x["slots"], f, x["parents"], x["accepted"], input_precision="tf32", meta=meta,
+                            validate=False, pdl=not NOPDL, config=commit_cfg)
+        return o, f
+
+    for what, fn in (("verify", verify), ("both", both)):
+        keep.append(fn())
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            keep.append(fn())
+        g.replay()
+        torch.cuda.synchronize()
+        graphs[(name, what)] = g
+    err_o, err_s = T.errors(x, "tf32", min(B, 2), mod=mod, config=cfg)
+    print(f"B = {B} {name}: config {tuple(cfg)}, err o {err_o:.2e} S {err_s:.2e}", flush=True)
+    if SERIAL:
+        for k, g in graphs.items():
+            print(f"timing {k}", flush=True)
+            times[k] = [1e3 * triton.testing.do_bench(g.replay, warmup=10, rep=100, return_mode="median")
+                        for _ in range(3)]
+            torch.cuda.synchronize()
+        graphs.clear()
+        keep.clear()
+if not SERIAL:
+    times = {k: [] for k in graphs}
+    for r in range(3):
+        for k, g in graphs.items():
+            times[k].append(1e3 * triton.testing.do_bench(g.replay, warmup=10, rep=100, return_mode="median"))
+            torch.cuda.synchronize()
+print(f"\nB = {B}, N = 64, random, fp32, tf32 (median of 3 rounds, us):\n| variant | verify + commit | verify |")
+print("|---|---|---|")
+for name in VARIANTS:
+    print(f"| {name} | {np.median(times[(name, 'both')]):.1f} | {np.median(times[(name, 'verify')]):.1f} |",
+          flush=True)
