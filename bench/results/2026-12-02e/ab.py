@@ -1,8 +1,8 @@
 """Sixteenth session (copy of 2026-12-02d/ab.py with ``nopdl``: every launch plain, no programmatic edge in the
 graphs, to tell whether the fault of runs 1-4 at B = 16 with all graphs alive needs PDL; ``cap``: fp16 scratch with
 the apply capped at 128 registers, the commit capped at 128 / 96, ``KernelConfig.max_registers``). Fifteenth session,
-runs 4 and 5 (run 5: ``serial``, one variant's graphs alive at a time, against the fault of run 4 at B = 16). Run 4: the library's verify against fp32 scratch and the solve's mask after its K loop, at one
-batch size (argv: B), N = 64, random trees, fp32 inputs, tf32. The graphs are built as crash64.py builds them
+runs 4 and 5 (run 5: ``serial``, one variant's graphs alive at a time, against the fault of run 4 at B = 16).
+Run 4: the library's verify against fp32 scratch and the solve's mask after its K loop, at one batch size (argv: B), N = 64, random trees, fp32 inputs, tf32. The graphs are built as crash64.py builds them
 (outputs kept alive past the capture, no side-stream warm-up), since the probe's graphs faulted at B >= 16 in their
 first replay (runs 1-3) while crash64.py's replayed clean; timed in three interleaved rounds (median of
 do_bench medians), outputs of each variant checked against the float64 closed form.
