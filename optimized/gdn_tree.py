@@ -667,18 +667,21 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     Smaller batches at N = 64 (B = 1 to 8 at Qwen3-Next shapes) take the split pipeline too, with one value head per
     4-warp solve program and a 3-stage apply (fourteenth session, tf32, verify alone against the fused kernel:
     B = 8 56.5 against 90.6 us, B = 4 36.0 against 51.8, B = 1 with bf16 q / k 19.5 against 21.3, with fp32
-    20.6-22.6 either way). These small-batch launches hand the solve's operands over in fp16
-    (``scratch16``, fifteenth session: B = 1 verify + commit 23.8 -> 23.1 us; at B = 64 fp32 scratch stays,
-    395.4 against 413.2 us with fp16)."""
+    20.6-22.6 either way). At N = 64 in the tensor-core modes the solve hands its operands over in fp16
+    (``scratch16``; fifteenth session, B = 1 verify + commit: 23.8 -> 23.1 us). The large-batch apply with fp16
+    scratch is capped at 128 registers (``max_registers``: 4 programs per SM as with fp32 scratch; sixteenth
+    session, B = 64: 397.7 with fp32 scratch, 416.0 with fp16 uncapped, 389.9 us with fp16 capped)."""
     NP = _padded_nodes(N)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
         pair = 2 if NP <= 64 and H is not None and (HV // H) % 2 == 0 else 1
         if NP > 64 and precision == "ieee":
             return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 16, apply_pdl=True)
+        fp16_scratch = NP == 64 and precision != "ieee"  # the apply capped at 128 registers (4 programs per SM)
         return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 4 if NP <= 64 else 8,
-                            solve_heads=pair, solve_stages=3, apply_pdl=True)
-    if NP == 64 and precision != "ieee":  # fp16 scratch where it measured faster (small batches only)
+                            solve_heads=pair, solve_stages=3, apply_pdl=True, scratch16=fp16_scratch,
+                            max_registers=128 if fp16_scratch else 0)
+    if NP == 64 and precision != "ieee":  # small batches: one value head per solve program, fp16 scratch
         return KernelConfig(min(32, V), min(K, 32), 4, 3, True, 4, solve_heads=1, solve_stages=3, apply_pdl=True,
                             scratch16=True)
     block_v, block_k, num_warps, stages = (32, 32, 4, 3) if NP <= 64 else (64, 32, 8, 2)
@@ -692,9 +695,11 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
 def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
     """Default launch parameters of the commit kernel (memory-bound: a ``[K, BV]`` state tile per program; best of
     the same sweeps: 64 columns and 4 warps for large batches, ``[32, 32]`` tiles at 2 warps for small ones). ``B``
-    counts (layer, request) pairs when several layers commit in one launch."""
+    counts (layer, request) pairs when several layers commit in one launch. The large-batch commit is capped at 128
+    registers (``max_registers``; 161 uncapped: 3 programs per SM; capped: 4 per SM, 32 bytes of spills; sixteenth
+    session, B = 64, N = 64, verify + commit 397.7 -> 386.2 us; a cap of 96, 5 per SM, 411.5)."""
     if B * HV * 2 >= 2 * _num_sms(device):
-        return KernelConfig(min(V, 64), K, 4, 1)
+        return KernelConfig(min(V, 64), K, 4, 1, max_registers=128)
     return KernelConfig(min(V, 32), min(K, 32), 2, 1)
 
 

@@ -718,7 +718,9 @@ def test_default_configs_follow_the_measured_rules():
     """verify_config: the GVA-paired 4-warp solve up to N = 64 when the group is even (and H is known), one value head
     at 8 warps at N = 128 (ieee there: the 16-warp, 2-stage solve); small batches at N = 64 in the tensor-core modes:
     the split pipeline with one value head per 4-warp solve program, a 3-stage apply and fp16 scratch; else the
-    fused kernel, with its one-wave shape at N = 32; no default asks for the fused kernel's PDL launch."""
+    fused kernel, with its one-wave shape at N = 32; no default asks for the fused kernel's PDL launch. fp16 scratch
+    at N = 64 in the tensor-core modes, with the large-batch apply capped at 128 registers; the large-batch commit
+    capped at 128."""
     cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
     paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
     assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
@@ -733,8 +735,13 @@ def test_default_configs_follow_the_measured_rules():
         assert small.split and small.apply_pdl
         assert (small.solve_heads, small.solve_warps, small.solve_stages) == (1, 4, 3)
         assert (small.block_v, small.num_warps, small.num_stages, small.block_k) == (32, 4, 3, 32)
-        assert small.scratch16  # fp16 scratch at small batches only (measured faster there, slower at B = 64)
-    assert not paired.scratch16 and not big.scratch16
+        assert small.scratch16 and not small.max_registers  # one program per SM or fewer: no cap
+    assert paired.scratch16 and paired.max_registers == 128  # uncapped: 134 registers, 3 programs per SM
+    assert not big.scratch16 and not big.max_registers  # N = 128: fp32 scratch (not measured with fp16)
+    paired_ieee = G.verify_config(64, 32, 64, 128, 128, cpu, H=16, precision="ieee")
+    assert not paired_ieee.scratch16 and not paired_ieee.max_registers  # fp16 holds tf32 operands, not fp32 ones
+    assert G.commit_config(64, 32, 64, 128, 128, cpu).max_registers == 128
+    assert not G.commit_config(1, 2, 64, 128, 128, cpu).max_registers
     ieee_small = G.verify_config(1, 2, 64, 128, 128, cpu, H=1, precision="ieee")
     assert not ieee_small.split and (ieee_small.num_warps, ieee_small.num_stages, ieee_small.block_k) == (4, 3, 32)
     # one wave of fused programs (1 x 2 x 32 / 32 <= 4): the model-like sweep's shape at N = 32
