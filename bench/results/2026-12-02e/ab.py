@@ -1,11 +1,15 @@
-"""Sixteenth session (copy of 2026-12-02d/ab.py with ``nopdl``: every launch plain, no programmatic edge in the
-graphs, to tell whether the fault of runs 1-4 at B = 16 with all graphs alive needs PDL; ``cap``: fp16 scratch with
-the apply capped at 128 registers, the commit capped at 128 / 96, ``KernelConfig.max_registers``). Fifteenth session,
-runs 4 and 5 (run 5: ``serial``, one variant's graphs alive at a time, against the fault of run 4 at B = 16).
-Run 4: the library's verify against fp32 scratch and the solve's mask after its K loop, at one batch size (argv: B), N = 64, random trees, fp32 inputs, tf32. The graphs are built as crash64.py builds them
-(outputs kept alive past the capture, no side-stream warm-up), since the probe's graphs faulted at B >= 16 in their
-first replay (runs 1-3) while crash64.py's replayed clean; timed in three interleaved rounds (median of
-do_bench medians), outputs of each variant checked against the float64 closed form.
+"""Sixteenth session. Run 7 found the fault of runs 1-4 with compute-sanitizer: the harness's. Each variant's pool clone
+was held only by the closures of its loop iteration; the next iteration dropped them, and the next capture
+(``torch.cuda.graph`` calls ``gc.collect()`` and ``empty_cache()``) could unmap the pool that earlier graphs still
+read. Run 8 keeps every pool in ``keep``. (Copy of 2026-12-02d/ab.py with ``nopdl``: every launch plain, no
+programmatic edge in the graphs, to tell whether the fault of runs 1-4 at B = 16 with all graphs alive needs PDL;
+``cap``: fp16 scratch with the apply capped at 128 registers, the commit capped at 128 / 96,
+``KernelConfig.max_registers``). Fifteenth session, runs 4 and 5 (run 5: ``serial``, one variant's graphs alive at a
+time, against the fault of run 4 at B = 16). Run 4: the library's verify against fp32 scratch and the solve's mask
+after its K loop, at one batch size (argv: B), N = 64, random trees, fp32 inputs, tf32. The graphs are built as
+crash64.py builds them (outputs kept alive past the capture, no side-stream warm-up), since the probe's graphs
+faulted at B >= 16 in their first replay (runs 1-3) while crash64.py's replayed clean; timed in three interleaved
+rounds (median of do_bench medians), outputs of each variant checked against the float64 closed form.
 
 Run (GPU): PYTHONPATH=$PWD:$PWD/bench python3 bench/results/2026-12-02e/ab.py 16 nopdl
 """
@@ -42,14 +46,16 @@ if NOPDL:
     VARIANTS = {name: (mod, cfg._replace(apply_pdl=False)) for name, (mod, cfg) in VARIANTS.items()}
 COMMITS = {}  # variant: commit config (else the library's default)
 if CAP:  # fp16 scratch needs 134 apply registers (3 programs per SM) against 127 (4); capped at 128: no spills.
-    # The commit: 161 registers (3 per SM); at 128, 4 per SM with 32 bytes of spills; at 96, 5 with 192 bytes
-    VARIANTS = {"default": (G, base_cfg), "scratch16": (G, base_cfg._replace(scratch16=True)),
-                "scratch16_cap128": (G, base_cfg._replace(scratch16=True, max_registers=128)),
-                "commit_cap128": (G, base_cfg), "commit_cap96": (G, base_cfg),
-                "scratch16_cap128_commit_cap128": (G, base_cfg._replace(scratch16=True, max_registers=128))}
+    # The commit: 161 registers (3 per SM); at 128, 4 per SM with 32 bytes of spills. Since run 7 the library's
+    # default (verify_config / commit_config at large batches) is fp16 scratch with both caps at 128.
+    fp32 = base_cfg._replace(scratch16=False, max_registers=0)
+    VARIANTS = {"default": (G, base_cfg), "fp32_uncapped": (G, fp32),
+                "fp16_uncapped": (G, fp32._replace(scratch16=True)),
+                "fp16_cap128": (G, fp32._replace(scratch16=True, max_registers=128)),
+                "fp32_commit_cap128": (G, fp32)}
     commit_cfg = G.commit_config(B, 32, 64, 128, 128, torch.device("cuda"))
-    COMMITS = {name: commit_cfg._replace(max_registers=int(name.rsplit("cap", 1)[1]))
-               for name in VARIANTS if "commit_cap" in name}
+    COMMITS = {name: commit_cfg._replace(max_registers=128 if name.endswith("commit_cap128") else 0)
+               for name in VARIANTS if name != "default"}
 meta = G.tree_meta(x["parents"])
 keep = []
 graphs = {}
@@ -57,6 +63,7 @@ times = {}
 for name, (mod, cfg) in VARIANTS.items():
     cfg = mod.KernelConfig(*cfg)
     pool = x["pool"].clone()
+    keep.append(pool)  # alive as long as the graphs: each capture's gc.collect() + empty_cache() would unmap it
 
     def verify(signal=False, mod=mod, cfg=cfg, pool=pool):
         return mod.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], pool, x["slots"], x["parents"],
