@@ -6,7 +6,7 @@ For each kernel variant and launch configuration: registers per thread, stack (s
 in the kernel, precomputed gates.
 
 Run: ``PYTHONPATH=$PWD python bench/gdn_regs.py [--nodes 64] [--precision tf32] [--only fused,commit] [--gate]
-[--out PATH]``.
+[--aligned] [--out PATH]`` (each config's register cap, ``KernelConfig.max_registers``, applied).
 """
 
 from __future__ import annotations
@@ -31,9 +31,12 @@ INT_POINTERS = ("slots_ptr", "words_ptr", "depth_ptr", "num_nodes_ptr", "accepte
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
-def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int):
+def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int, *, aligned: bool = False,
+                       maxnreg: int = 0):
     """Triton's compile for sm_90 of ``kernel`` with every pointer fp32 (int32 for the index arrays; fp16 for the
-    split pipeline's scratch with ``SCRATCH16``)."""
+    split pipeline's scratch with ``SCRATCH16``). ``aligned``: every pointer 16-byte aligned and every integer
+    argument divisible by 16, as the JIT specialises them at B = 64 (without it the compile shows scalar loads and
+    other register counts than the GPU runs). ``maxnreg``: the register cap (``KernelConfig.max_registers``)."""
     signature = {}
     for name in kernel.arg_names:
         if name in constexprs:
@@ -44,10 +47,13 @@ def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int
             signature[name] = "*i32" if name in INT_POINTERS else "*fp32"
         else:
             signature[name] = "fp32" if name == "scale" else "i32"
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
+             if aligned and signature[name] not in ("constexpr", "fp32")}
     src = ASTSource(fn=kernel, signature=signature,
-                    constexprs={(kernel.arg_names.index(n),): v for n, v in constexprs.items()})
+                    constexprs={(kernel.arg_names.index(n),): v for n, v in constexprs.items()}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 128),
-                          options=dict(num_warps=num_warps, num_stages=num_stages))
+                          options=dict(num_warps=num_warps, num_stages=num_stages,
+                                       **({"maxnreg": maxnreg} if maxnreg else {})))
 
 
 def resources(compiled) -> dict:
@@ -64,7 +70,7 @@ def resources(compiled) -> dict:
 
 
 def variants(N: int, precision: str, gate: bool = False):
-    """(label, kernel, constexprs, warps, stages) of the default configs and of every variant that
+    """(label, kernel, constexprs, warps, stages, register cap) of the default configs and of every variant that
     bench/gdn_probe.py times (its config tables are the one list). ``gate``: verify with the output gate
     (``gdn_tree.OutputGate``) in its epilogue."""
     import gdn_probe  # noqa: PLC0415 - bench/ is on sys.path when this file runs as a script
@@ -87,23 +93,24 @@ def variants(N: int, precision: str, gate: bool = False):
             apply = dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk, BV=bv,
                          GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl, SIGNAL=False, HAS_NUM=True,
                          SCRATCH16=scratch16)
-            parts = [("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps),
-                     ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps)]
+            parts = [("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps, 0),
+                     ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps, cfg.max_registers)]
         else:
             fused = dict(flags, **words, V=V, BK=bk, BV=bv, DOT16=False, PDL=False, STATE_LINES=1, GATE=gate,
                          PIECE=G.GATE_PIECE, SIGNAL=False, HAS_NUM=True)
-            parts = [("fused", G._gdn_tree_verify_kernel, fused, cfg.num_warps)]
-        for part, kernel, constexprs, nw in parts:
-            key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages)
+            parts = [("fused", G._gdn_tree_verify_kernel, fused, cfg.num_warps, 0)]
+        for part, kernel, constexprs, nw, cap in parts:
+            key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages, cap)
             if key not in seen:
                 seen.add(key)
-                out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages))
+                out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages, cap))
     commit = dict(H=H, HV=HV, K=K, V=V, W=words["W"], NP=NP, PB=G.PATH_BLOCK, L2NORM=True, PRECISION=precision,
                   WORD_BITS=32, PDL=False, HAS_NUM=True)
     commit_defaults = {f"default_B{B}": G.commit_config(B, HV, N, K, V, h200) for B in (1, 64)}
     for name, cfg in {**commit_defaults, **gdn_probe.COMMIT_LARGE, **gdn_probe.COMMIT_SMALL}.items():
         out.append((f"commit {name}", G._gdn_tree_commit_kernel,
-                    dict(commit, BV=min(cfg.block_v, V), BK=min(cfg.block_k, K)), cfg.num_warps, cfg.num_stages))
+                    dict(commit, BV=min(cfg.block_v, V), BK=min(cfg.block_k, K)), cfg.num_warps, cfg.num_stages,
+                    cfg.max_registers))
     return out
 
 
@@ -113,21 +120,25 @@ def main() -> int:
     parser.add_argument("--precision", default="tf32", choices=G.PRECISIONS)
     parser.add_argument("--only", default="", help="comma-separated label prefixes (verify, commit)")
     parser.add_argument("--gate", action="store_true", help="verify with the output gate in its epilogue")
+    parser.add_argument("--aligned", action="store_true",
+                        help="pointers and integer arguments divisible by 16, as the JIT specialises them at B = 64")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     rows = []
-    for label, kernel, constexprs, nw, ns in variants(args.nodes, args.precision, args.gate):
+    for label, kernel, constexprs, nw, ns, cap in variants(args.nodes, args.precision, args.gate):
         if args.only and not any(label.startswith(p) for p in args.only.split(",")):
             continue
         try:
-            row = dict(label=label, **resources(compile_for_hopper(kernel, constexprs, nw, ns)))
+            compiled = compile_for_hopper(kernel, constexprs, nw, ns, aligned=args.aligned, maxnreg=cap)
+            row = dict(label=label, max_registers=cap, **resources(compiled))
         except Exception as exc:  # noqa: BLE001 - record and go on
             row = dict(label=label, error=f"{type(exc).__name__}: {exc}"[:300])
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump(dict(nodes=args.nodes, precision=args.precision, gate=args.gate, rows=rows), f, indent=1)
+            json.dump(dict(nodes=args.nodes, precision=args.precision, gate=args.gate, aligned=args.aligned,
+                           rows=rows), f, indent=1)
     return 0
 
 
