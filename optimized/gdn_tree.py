@@ -118,13 +118,14 @@ class KernelConfig(NamedTuple):
     state, which the solve does not write) runs under the solve's tail, and it waits before it reads the solve's
     outputs. ``scratch16`` (split pipeline, ``tf32`` mode with q / k normalised in the kernel): the solve hands
     ``TB`` and ``QKD`` to the apply in fp16 scaled by a power of two (:func:`_store_scratch`), the same values the
-    apply's tf32 products would read from fp32 tiles, in half the memory (B = 64, N = 64: 32 MiB less, 18 us
-    slower; B = 1: 0.6-2 us faster; bench/NOTES-gdn.md, fifteenth session). ``max_registers`` (0: the
+    apply's tf32 products would read from fp32 tiles, in half the memory (B = 64, N = 64: 32 MiB less; 18 us slower
+    uncapped, 8 us faster with the apply capped at 128 registers; B = 1: 0.6-2 us faster; bench/NOTES-gdn.md,
+    fifteenth and sixteenth sessions). ``max_registers`` (0: the
     compiler's choice): a register cap (ptxas ``maxnreg``) for the kernel that streams the state, the split
     pipeline's apply in a verify config, the commit in a commit config. Compile-only (Triton 3.6, sm_90, N = 64):
     with fp16 scratch the apply (BV = 32, 4 warps) needs 134 registers, 3 programs per SM, against 127 and 4 with
     fp32, and fits 128 without spills; the B = 64 commit (BV = 64, 4 warps) needs 161, 3 per SM, and fits 128 (4
-    per SM) with 32 bytes of spills. (A per-(request,
+    per SM) with a few bytes of spills (the large-batch defaults since the sixteenth session). (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
     form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
