@@ -35,7 +35,8 @@ spec.loader.exec_module(probe)
 B = int(sys.argv[1])
 SERIAL = "serial" in sys.argv[2:]  # one variant's graphs alive at a time: built, timed, freed
 NOPDL = "nopdl" in sys.argv[2:]  # no programmatic dependent launch anywhere
-CAP = "cap" in sys.argv[2:]  # prepared for the next session: fp16 scratch with the apply capped at 128 registers
+CAP = "cap" in sys.argv[2:]
+TUNE = "tune" in sys.argv[2:]  # run 10: the apply at 3 stages, commit tiles that fit 5 programs per SM  # prepared for the next session: fp16 scratch with the apply capped at 128 registers
 x = T.make_inputs(B, 64, "random", seed=B * 1000 + 64)
 tmp = tempfile.mkdtemp()
 late = probe.load_module("ab_mask_late", probe.mask_late(inspect.getsource(G)), tmp)
@@ -56,6 +57,16 @@ if CAP:  # fp16 scratch needs 134 apply registers (3 programs per SM) against 12
     commit_cfg = G.commit_config(B, 32, 64, 128, 128, torch.device("cuda"))
     COMMITS = {name: commit_cfg._replace(max_registers=128 if name.endswith("commit_cap128") else 0)
                for name in VARIANTS if name != "default"}
+if TUNE:  # compile-only (Triton 3.6, sm_90, aligned): apply at 3 stages 128 registers, no spills (45 KiB of shared
+    # memory: 4 programs per SM still fit); commit [64, 64] / [32, 128] tiles at 4 warps capped at 96 (5 per SM, 0 / 8
+    # bytes of spills); [64, 128] at 8 warps uncapped 113 (2 per SM), capped at 80 (3 per SM, 40 bytes)
+    VARIANTS = {"default": (G, base_cfg), "apply_s3": (G, base_cfg._replace(num_stages=3)),
+                "commit_64x64_cap96": (G, base_cfg), "commit_32x128_cap96": (G, base_cfg),
+                "commit_64x128_w8": (G, base_cfg), "commit_64x128_w8_cap80": (G, base_cfg)}
+    COMMITS = {"commit_64x64_cap96": G.KernelConfig(64, 64, 4, 1, max_registers=96),
+               "commit_32x128_cap96": G.KernelConfig(32, 128, 4, 1, max_registers=96),
+               "commit_64x128_w8": G.KernelConfig(64, 128, 8, 1),
+               "commit_64x128_w8_cap80": G.KernelConfig(64, 128, 8, 1, max_registers=80)}
 meta = G.tree_meta(x["parents"])
 keep = []
 graphs = {}
