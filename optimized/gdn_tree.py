@@ -671,7 +671,9 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     20.6-22.6 either way). At N = 64 in the tensor-core modes the solve hands its operands over in fp16
     (``scratch16``; fifteenth session, B = 1 verify + commit: 23.8 -> 23.1 us). The large-batch apply with fp16
     scratch is capped at 128 registers (``max_registers``: 4 programs per SM as with fp32 scratch; sixteenth
-    session, B = 64: 397.7 with fp32 scratch, 416.0 with fp16 uncapped, 389.9 us with fp16 capped)."""
+    session, B = 64: 397.7 with fp32 scratch, 416.0 with fp16 uncapped, 389.9 us with fp16 capped) and runs 3
+    stages (128 registers, 45 KiB of shared memory: still 4 per SM; B = 64 378.8 -> 363.2 us, B = 16 106.4 ->
+    102.5)."""
     NP = _padded_nodes(N)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
@@ -679,9 +681,9 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
         if NP > 64 and precision == "ieee":
             return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 16, apply_pdl=True)
         fp16_scratch = NP == 64 and precision != "ieee"  # the apply capped at 128 registers (4 programs per SM)
-        return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 4 if NP <= 64 else 8,
-                            solve_heads=pair, solve_stages=3, apply_pdl=True, scratch16=fp16_scratch,
-                            max_registers=128 if fp16_scratch else 0)
+        return KernelConfig(min(block_v, V), min(K, 32), num_warps, 3 if fp16_scratch else 2, True,
+                            4 if NP <= 64 else 8, solve_heads=pair, solve_stages=3, apply_pdl=True,
+                            scratch16=fp16_scratch, max_registers=128 if fp16_scratch else 0)
     if NP == 64 and precision != "ieee":  # small batches: one value head per solve program, fp16 scratch
         return KernelConfig(min(32, V), min(K, 32), 4, 3, True, 4, solve_heads=1, solve_stages=3, apply_pdl=True,
                             scratch16=True)

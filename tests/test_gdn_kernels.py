@@ -737,6 +737,7 @@ def test_default_configs_follow_the_measured_rules():
         assert (small.block_v, small.num_warps, small.num_stages, small.block_k) == (32, 4, 3, 32)
         assert small.scratch16 and not small.max_registers  # one program per SM or fewer: no cap
     assert paired.scratch16 and paired.max_registers == 128  # uncapped: 134 registers, 3 programs per SM
+    assert paired.num_stages == 3  # the apply: 3 stages fit the cap and 4 programs per SM
     assert not big.scratch16 and not big.max_registers  # N = 128: fp32 scratch (not measured with fp16)
     paired_ieee = G.verify_config(64, 32, 64, 128, 128, cpu, H=16, precision="ieee")
     assert not paired_ieee.scratch16 and not paired_ieee.max_registers  # fp16 holds tf32 operands, not fp32 ones
