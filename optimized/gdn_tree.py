@@ -669,8 +669,8 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     4-warp solve program and a 3-stage apply (fourteenth session, tf32, verify alone against the fused kernel:
     B = 8 56.5 against 90.6 us, B = 4 36.0 against 51.8, B = 1 with bf16 q / k 19.5 against 21.3, with fp32
     20.6-22.6 either way). At N = 64 in the tensor-core modes the solve hands its operands over in fp16
-    (``scratch16``; fifteenth session, B = 1 verify + commit: 23.8 -> 23.1 us). The large-batch apply with fp16
-    scratch is capped at 128 registers (``max_registers``: 4 programs per SM as with fp32 scratch; sixteenth
+    (``scratch16``; fifteenth session, B = 1 verify + commit: 23.8 -> 23.1 us). The large-batch apply in tf32 mode
+    at N = 64 (fp16 scratch) is capped at 128 registers (``max_registers``: 4 programs per SM as with fp32 scratch; sixteenth
     session, B = 64: 397.7 with fp32 scratch, 416.0 with fp16 uncapped, 389.9 us with fp16 capped) and runs 3
     stages (128 registers, 45 KiB of shared memory: still 4 per SM; B = 64 378.8 -> 363.2 us, B = 16 106.4 ->
     102.5)."""
@@ -680,7 +680,10 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
         pair = 2 if NP <= 64 and H is not None and (HV // H) % 2 == 0 else 1
         if NP > 64 and precision == "ieee":
             return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 16, apply_pdl=True)
-        fp16_scratch = NP == 64 and precision != "ieee"  # the apply capped at 128 registers (4 programs per SM)
+        # tf32 at N = 64: fp16 scratch (where the norms are in the kernel), the apply at 3 stages capped at 128
+        # registers (4 programs per SM; compile-only, no spills with fp32 scratch either); tf32x3's apply would
+        # spill at the cap (150 registers uncapped)
+        fp16_scratch = NP == 64 and precision == "tf32"
         return KernelConfig(min(block_v, V), min(K, 32), num_warps, 3 if fp16_scratch else 2, True,
                             4 if NP <= 64 else 8, solve_heads=pair, solve_stages=3, apply_pdl=True,
                             scratch16=fp16_scratch, max_registers=128 if fp16_scratch else 0)

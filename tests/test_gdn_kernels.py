@@ -739,8 +739,9 @@ def test_default_configs_follow_the_measured_rules():
     assert paired.scratch16 and paired.max_registers == 128  # uncapped: 134 registers, 3 programs per SM
     assert paired.num_stages == 3  # the apply: 3 stages fit the cap and 4 programs per SM
     assert not big.scratch16 and not big.max_registers  # N = 128: fp32 scratch (not measured with fp16)
-    paired_ieee = G.verify_config(64, 32, 64, 128, 128, cpu, H=16, precision="ieee")
-    assert not paired_ieee.scratch16 and not paired_ieee.max_registers  # fp16 holds tf32 operands, not fp32 ones
+    for precision in ("ieee", "tf32x3"):  # fp16 holds tf32 operands only; tf32x3's apply would spill at the cap
+        paired_other = G.verify_config(64, 32, 64, 128, 128, cpu, H=16, precision=precision)
+        assert not paired_other.scratch16 and not paired_other.max_registers and paired_other.num_stages == 2
     assert G.commit_config(64, 32, 64, 128, 128, cpu).max_registers == 128
     assert not G.commit_config(1, 2, 64, 128, 128, cpu).max_registers
     ieee_small = G.verify_config(1, 2, 64, 128, 128, cpu, H=1, precision="ieee")
