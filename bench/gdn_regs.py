@@ -106,7 +106,7 @@ def variants(N: int, precision: str, gate: bool = False):
                 out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages, cap))
     commit = dict(H=H, HV=HV, K=K, V=V, W=words["W"], NP=NP, PB=G.PATH_BLOCK, L2NORM=True, PRECISION=precision,
                   WORD_BITS=32, PDL=False, HAS_NUM=True)
-    commit_defaults = {f"default_B{B}": G.commit_config(B, HV, N, K, V, h200) for B in (1, 64)}
+    commit_defaults = {f"default_B{B}": G.commit_config(B, HV, N, K, V, h200, precision) for B in (1, 64)}
     for name, cfg in {**commit_defaults, **gdn_probe.COMMIT_LARGE, **gdn_probe.COMMIT_SMALL}.items():
         out.append((f"commit {name}", G._gdn_tree_commit_kernel,
                     dict(commit, BV=min(cfg.block_v, V), BK=min(cfg.block_k, K)), cfg.num_warps, cfg.num_stages,

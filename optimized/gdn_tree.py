@@ -670,10 +670,10 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     B = 8 56.5 against 90.6 us, B = 4 36.0 against 51.8, B = 1 with bf16 q / k 19.5 against 21.3, with fp32
     20.6-22.6 either way). At N = 64 in the tensor-core modes the solve hands its operands over in fp16
     (``scratch16``; fifteenth session, B = 1 verify + commit: 23.8 -> 23.1 us). The large-batch apply in tf32 mode
-    at N = 64 (fp16 scratch) is capped at 128 registers (``max_registers``: 4 programs per SM as with fp32 scratch; sixteenth
-    session, B = 64: 397.7 with fp32 scratch, 416.0 with fp16 uncapped, 389.9 us with fp16 capped) and runs 3
-    stages (128 registers, 45 KiB of shared memory: still 4 per SM; B = 64 378.8 -> 363.2 us, B = 16 106.4 ->
-    102.5)."""
+    at N = 64 (fp16 scratch) is capped at 128 registers (``max_registers``: 4 programs per SM as with fp32
+    scratch; sixteenth session, B = 64: 397.7 with fp32 scratch, 416.0 with fp16 uncapped, 389.9 us with fp16
+    capped) and runs 3 stages (128 registers, 45 KiB of shared memory: still 4 per SM; B = 64 378.8 -> 363.2 us,
+    B = 16 106.4 -> 102.5)."""
     NP = _padded_nodes(N)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
@@ -698,14 +698,16 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     return KernelConfig(min(block_v, V), min(K, block_k), num_warps, stages, False)
 
 
-def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device) -> KernelConfig:
+def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
+                  precision: str = "tf32") -> KernelConfig:
     """Default launch parameters of the commit kernel (memory-bound: a ``[K, BV]`` state tile per program; best of
     the same sweeps: 64 columns and 4 warps for large batches, ``[32, 32]`` tiles at 2 warps for small ones). ``B``
     counts (layer, request) pairs when several layers commit in one launch. The large-batch commit is capped at 128
     registers (``max_registers``; 161 uncapped: 3 programs per SM; capped: 4 per SM, 32 bytes of spills; sixteenth
-    session, B = 64, N = 64, verify + commit 397.7 -> 386.2 us; a cap of 96, 5 per SM, 411.5)."""
+    session, B = 64, N = 64, verify + commit 397.7 -> 386.2 us; a cap of 96, 5 per SM, 411.5) in tf32 mode only:
+    there it spills 8 bytes, in tf32x3 432 and in ieee 1120 (compile-only)."""
     if B * HV * 2 >= 2 * _num_sms(device):
-        return KernelConfig(min(V, 64), K, 4, 1, max_registers=128)
+        return KernelConfig(min(V, 64), K, 4, 1, max_registers=128 if precision == "tf32" else 0)
     return KernelConfig(min(V, 32), min(K, 32), 2, 1)
 
 
@@ -1044,7 +1046,7 @@ def gdn_tree_commit(
         check_tree_rows(parents, num_nodes)
     if meta is None:
         meta = tree_meta(parents, num_nodes if has_num else None, validate=False)
-    cfg = config or commit_config(state_pool.shape[0] * B, HV, N, K, V, device)  # the layers' programs fill the GPU
+    cfg = config or commit_config(state_pool.shape[0] * B, HV, N, K, V, device, precision)  # the layers' programs
     pdl = bool(pdl) and pdl_supported(device)
     _check_config(cfg)
     block_v = min(cfg.block_v, V)
