@@ -703,9 +703,9 @@ def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     """Default launch parameters of the commit kernel (memory-bound: a ``[K, BV]`` state tile per program; best of
     the same sweeps: 64 columns and 4 warps for large batches, ``[32, 32]`` tiles at 2 warps for small ones). ``B``
     counts (layer, request) pairs when several layers commit in one launch. The large-batch commit is capped at 128
-    registers (``max_registers``; 161 uncapped: 3 programs per SM; capped: 4 per SM, 32 bytes of spills; sixteenth
-    session, B = 64, N = 64, verify + commit 397.7 -> 386.2 us; a cap of 96, 5 per SM, 411.5) in tf32 mode only:
-    there it spills 8 bytes, in tf32x3 432 and in ieee 1120 (compile-only)."""
+    registers (``max_registers``; 161-166 uncapped: 3 programs per SM; capped: 4 per SM; sixteenth session, B = 64,
+    N = 64, verify + commit 397.7 -> 386.2 us; a cap of 96, 5 per SM, 411.5) in tf32 mode only: compile-only, at
+    the cap it spills 8 bytes there, 432 in tf32x3 and 1120 in ieee."""
     if B * HV * 2 >= 2 * _num_sms(device):
         return KernelConfig(min(V, 64), K, 4, 1, max_registers=128 if precision == "tf32" else 0)
     return KernelConfig(min(V, 32), min(K, 32), 2, 1)
