@@ -36,7 +36,8 @@ B = int(sys.argv[1])
 SERIAL = "serial" in sys.argv[2:]  # one variant's graphs alive at a time: built, timed, freed
 NOPDL = "nopdl" in sys.argv[2:]  # no programmatic dependent launch anywhere
 CAP = "cap" in sys.argv[2:]
-TUNE = "tune" in sys.argv[2:]  # run 10: the apply at 3 stages, commit tiles that fit 5 programs per SM  # prepared for the next session: fp16 scratch with the apply capped at 128 registers
+TUNE = "tune" in sys.argv[2:]  # run 10: the apply at 3 stages, commit tiles that fit 5 programs per SM
+FLAGS = "flags" in sys.argv[2:]  # run 12: per-group ready counters instead of the apply's grid-wide wait  # prepared for the next session: fp16 scratch with the apply capped at 128 registers
 x = T.make_inputs(B, 64, "random", seed=B * 1000 + 64)
 tmp = tempfile.mkdtemp()
 late = probe.load_module("ab_mask_late", probe.mask_late(inspect.getsource(G)), tmp)
@@ -67,6 +68,9 @@ if TUNE:  # compile-only (Triton 3.6, sm_90, aligned): apply at 3 stages 128 reg
                "commit_32x128_cap96": G.KernelConfig(32, 128, 4, 1, max_registers=96),
                "commit_64x128_w8": G.KernelConfig(64, 128, 8, 1),
                "commit_64x128_w8_cap80": G.KernelConfig(64, 128, 8, 1, max_registers=80)}
+if FLAGS:  # each apply program waits for its (request, q/k head) group's solve programs only
+    VARIANTS = {"default": (G, base_cfg), "flags": (G, base_cfg._replace(apply_flags=True)),
+                "default_again": (G, base_cfg), "flags_again": (G, base_cfg._replace(apply_flags=True))}
 meta = G.tree_meta(x["parents"])
 keep = []
 graphs = {}
