@@ -125,7 +125,11 @@ class KernelConfig(NamedTuple):
     pipeline's apply in a verify config, the commit in a commit config. Compile-only (Triton 3.6, sm_90, N = 64):
     with fp16 scratch the apply (BV = 32, 4 warps) needs 134 registers, 3 programs per SM, against 127 and 4 with
     fp32, and fits 128 without spills; the B = 64 commit (BV = 64, 4 warps) needs 161, 3 per SM, and fits 128 (4
-    per SM) with a few bytes of spills (the large-batch defaults since the sixteenth session). (A per-(request,
+    per SM) with a few bytes of spills (the large-batch defaults since the sixteenth session). ``apply_flags``
+    (split pipeline; off by default, not yet timed on a GPU): each apply program waits, after its pass over
+    ``S0``, only for the solve programs of its (request, q/k head) group, through per-group ready counters
+    (zeroed per call; release / acquire at GPU scope), instead of PDL's wait for the whole solve; with PDL every
+    solve program has started before any apply program runs, so the wait cannot deadlock. (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
     form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
