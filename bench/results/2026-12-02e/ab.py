@@ -35,9 +35,10 @@ spec.loader.exec_module(probe)
 B = int(sys.argv[1])
 SERIAL = "serial" in sys.argv[2:]  # one variant's graphs alive at a time: built, timed, freed
 NOPDL = "nopdl" in sys.argv[2:]  # no programmatic dependent launch anywhere
-CAP = "cap" in sys.argv[2:]
+CAP = "cap" in sys.argv[2:]  # run 6: fp16 scratch with the apply capped at 128 registers, the commit at 128 / 96
 TUNE = "tune" in sys.argv[2:]  # run 10: the apply at 3 stages, commit tiles that fit 5 programs per SM
-FLAGS = "flags" in sys.argv[2:]  # run 12: per-group ready counters instead of the apply's grid-wide wait  # prepared for the next session: fp16 scratch with the apply capped at 128 registers
+FLAGS = "flags" in sys.argv[2:]  # run 12: per-group ready counters instead of the apply's grid-wide wait
+BV64 = "bv64" in sys.argv[2:]  # run 12: 64-column apply blocks (q / k read half as often)
 x = T.make_inputs(B, 64, "random", seed=B * 1000 + 64)
 tmp = tempfile.mkdtemp()
 late = probe.load_module("ab_mask_late", probe.mask_late(inspect.getsource(G)), tmp)
@@ -71,6 +72,13 @@ if TUNE:  # compile-only (Triton 3.6, sm_90, aligned): apply at 3 stages 128 reg
 if FLAGS:  # each apply program waits for its (request, q/k head) group's solve programs only
     VARIANTS = {"default": (G, base_cfg), "flags": (G, base_cfg._replace(apply_flags=True)),
                 "default_again": (G, base_cfg), "flags_again": (G, base_cfg._replace(apply_flags=True))}
+if BV64:  # run 9: the apply is L2-bound (~120 KiB per program, 64 of them q / k); 64 columns read q / k half as
+    # often: ~288 instead of ~480 KiB per (request, value head). Compile-only (aligned, Triton 3.6): 8 warps,
+    # 3 stages 124 registers, 56 KiB (2 programs per SM: 16 warps, as now); 4 warps, 3 stages 166, 3 per SM
+    VARIANTS = {"default": (G, base_cfg),
+                "bv64_w8_s3": (G, base_cfg._replace(block_v=64, num_warps=8, num_stages=3, max_registers=0)),
+                "bv64_w8_s2": (G, base_cfg._replace(block_v=64, num_warps=8, num_stages=2, max_registers=0)),
+                "bv64_w4_s3": (G, base_cfg._replace(block_v=64, num_warps=4, num_stages=3, max_registers=0))}
 meta = G.tree_meta(x["parents"])
 keep = []
 graphs = {}
