@@ -27,7 +27,7 @@ from lumotree.optimized import gdn_tree as G
 
 H, HV, K, V = 16, 32, 128, 128
 H200_SMS = 132
-INT_POINTERS = ("slots_ptr", "words_ptr", "depth_ptr", "num_nodes_ptr", "accepted_ptr", "ready_ptr")
+INT_POINTERS = ("slots_ptr", "words_ptr", "depth_ptr", "num_nodes_ptr", "accepted_ptr")
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
@@ -89,10 +89,10 @@ def variants(N: int, precision: str, gate: bool = False):
         if cfg.split:  # PDL as the config asks (the apply waits after its pass over S0)
             scratch16 = bool(cfg.scratch16) and precision == "tf32"
             solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, PDL=cfg.apply_pdl, HAS_NUM=True,
-                         SCRATCH16=scratch16, FLAGS=cfg.apply_flags)
+                         SCRATCH16=scratch16)
             apply = dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk, BV=bv,
                          GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl, SIGNAL=False, HAS_NUM=True,
-                         SCRATCH16=scratch16, FLAGS=cfg.apply_flags, READY=(HV // H) // cfg.solve_heads)
+                         SCRATCH16=scratch16)
             parts = [("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps, 0),
                      ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps, cfg.max_registers)]
         else:

@@ -125,11 +125,7 @@ class KernelConfig(NamedTuple):
     pipeline's apply in a verify config, the commit in a commit config. Compile-only (Triton 3.6, sm_90, N = 64):
     with fp16 scratch the apply (BV = 32, 4 warps) needs 134 registers, 3 programs per SM, against 127 and 4 with
     fp32, and fits 128 without spills; the B = 64 commit (BV = 64, 4 warps) needs 161, 3 per SM, and fits 128 (4
-    per SM) with a few bytes of spills (the large-batch defaults since the sixteenth session). ``apply_flags``
-    (split pipeline; off by default, not yet timed on a GPU): each apply program waits, after its pass over
-    ``S0``, only for the solve programs of its (request, q/k head) group, through per-group ready counters
-    (zeroed per call; release / acquire at GPU scope), instead of PDL's wait for the whole solve; with PDL every
-    solve program has started before any apply program runs, so the wait cannot deadlock. (A per-(request,
+    per SM) with a few bytes of spills (the large-batch defaults since the sixteenth session). (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
     form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
@@ -147,7 +143,6 @@ class KernelConfig(NamedTuple):
     apply_pdl: bool = False
     scratch16: bool = False
     max_registers: int = 0
-    apply_flags: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -188,14 +183,12 @@ def _store_scratch(ptr, x, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH
 
 
 @triton.jit
-def _load_scratch(ptr, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH16: tl.constexpr,
-                  CACHE: tl.constexpr = ""):
-    """An operand stored by :func:`_store_scratch`, fp32 and ready for a product at ``PRECISION`` (``CACHE``: the
-    load's cache modifier)."""
+def _load_scratch(ptr, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH16: tl.constexpr):
+    """An operand stored by :func:`_store_scratch`, fp32 and ready for a product at ``PRECISION``."""
     if SCRATCH16:
-        x = tl.load(ptr, cache_modifier=CACHE).to(tl.float32) * (1.0 / SCALE)  # already tf32-exact
+        x = tl.load(ptr).to(tl.float32) * (1.0 / SCALE)  # already tf32-exact
     else:
-        x = _tf32_round(tl.load(ptr, cache_modifier=CACHE), PRECISION)
+        x = _tf32_round(tl.load(ptr), PRECISION)
     return x
 
 
@@ -320,21 +313,19 @@ def _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP:
 @triton.jit
 def _gdn_tree_solve_kernel(
     q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
-    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr, ready_ptr,
+    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
     N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
-    DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr, FLAGS: tl.constexpr,
+    DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
     quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
 
     Writes ``log Gamma`` and ``k_rnorm`` (factors), ``q_rnorm`` and the two ``[NP, NP]`` operands of part 2 per value
     head: ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D`` (``SCRATCH16``: :func:`_store_scratch`).
-    ``FLAGS`` (``KernelConfig.apply_flags``): then counts itself done in its (request, q/k head) group's ready
-    counter (a CTA barrier, one release atomic), which the apply's programs of that group wait for.
     """
     allow_dependents(PDL)  # the apply (KernelConfig.apply_pdl) reads none of this kernel's outputs before its wait
     pid = tl.program_id(0)
@@ -390,9 +381,6 @@ def _gdn_tree_solve_kernel(
         neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
         t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, True)  # [NP, NP]
         _store_scratch(tb_ptr + tile, t_inv * beta[None, :], TB_SCALE, PRECISION, SCRATCH16)
-    if FLAGS:
-        tl.debug_barrier()  # every thread's stores are done before the (one-thread) release below
-        tl.atomic_add(ready_ptr + b64 * H + h, 1, sem="release", scope="gpu")
 
 
 @triton.jit
@@ -433,22 +421,19 @@ def _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV: 
 @triton.jit
 def _gdn_tree_apply_kernel(
     q_ptr, k_ptr, v_ptr, pool_ptr, slots_ptr, num_nodes_ptr, log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr,
-    tb_ptr, qkd_ptr, o_ptr, delta_ptr, z_ptr, gate_w_ptr, gate_parts_ptr, ready_ptr,
+    tb_ptr, qkd_ptr, o_ptr, delta_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,
     scale, N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_zb, s_zn, s_zh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
     QK16: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr, PDL: tl.constexpr, SIGNAL: tl.constexpr,
-    HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr, FLAGS: tl.constexpr, READY: tl.constexpr,
+    HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
 ):
     """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
     ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)`` (``GATE``: stored through
     :func:`_store_output`'s half of the gated RMSNorm). ``PDL``: launched as a programmatic dependent launch behind
     the solve kernel (``KernelConfig.apply_pdl``): the pass over ``S0`` reads only what the solve does not write
     (q, k, the state, the slots and sizes), then the program waits for the solve before it reads its outputs.
-    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started. ``FLAGS``
-    (``KernelConfig.apply_flags``): instead of the grid-wide wait, the program waits until the ``READY`` solve
-    programs of its (request, q/k head) group have counted themselves done (one acquire atomic, then L2 loads):
-    with PDL every solve program has started by the time any apply program runs, so the wait cannot deadlock."""
+    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started."""
     allow_dependents(SIGNAL)  # a PDL-launched successor (gdn_tree_commit(pdl=True)) may launch now
     pid_v = tl.program_id(0)  # fastest: the V blocks of one value head share its TB / QKD tiles in L2
     pid_bh = tl.program_id(1)
@@ -475,22 +460,17 @@ def _gdn_tree_apply_kernel(
         s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
         ks = tl.dot(_round_qk(k_c, PRECISION, QK16), s_c, ks, input_precision=PRECISION)
         qs = tl.dot(_round_qk(q_c, PRECISION, QK16), s_c, qs, input_precision=PRECISION)
-    if FLAGS:  # this group's solve programs are done and their outputs visible (read through L2 below)
-        while tl.atomic_add(ready_ptr + b64 * H + h, 0, sem="acquire", scope="gpu") < READY:
-            pass
-    elif PDL:
+    if PDL:
         tl.extra.cuda.gdc_wait()  # from here on the solve's outputs are complete and visible
-    CACHE: tl.constexpr = ".cg" if FLAGS else ""
     if L2NORM:
-        ks = ks * tl.load(k_rnorm_ptr + (b64 * N + nodes) * H + h, mask=real, other=0.0, cache_modifier=CACHE)[:, None]
-        qs = qs * tl.load(q_rnorm_ptr + (b64 * NP + nodes) * H + h, cache_modifier=CACHE)[:, None]
-    gamma = tl.exp(tl.load(log_gamma_ptr + (b64 * N + nodes) * HV + hv, mask=real, other=0.0,
-                           cache_modifier=CACHE))  # [NP]
+        ks = ks * tl.load(k_rnorm_ptr + (b64 * N + nodes) * H + h, mask=real, other=0.0)[:, None]
+        qs = qs * tl.load(q_rnorm_ptr + (b64 * NP + nodes) * H + h)[:, None]
+    gamma = tl.exp(tl.load(log_gamma_ptr + (b64 * N + nodes) * HV + hv, mask=real, other=0.0))  # [NP]
     v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
                   mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
-    tb = _load_scratch(tb_ptr + tile, TB_SCALE, PRECISION, SCRATCH16, CACHE)  # [NP, NP]
+    tb = _load_scratch(tb_ptr + tile, TB_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
     delta = tl.dot(tb, _tf32_round(v_t - gamma[:, None] * ks, PRECISION), input_precision=PRECISION)  # [NP, BV]
-    qkd = _load_scratch(qkd_ptr + tile, QKD_SCALE, PRECISION, SCRATCH16, CACHE)  # [NP, NP] (late: fewer registers)
+    qkd = _load_scratch(qkd_ptr + tile, QKD_SCALE, PRECISION, SCRATCH16)  # [NP, NP] (late: fewer live registers)
     o = (gamma[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
     out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
                                   PIECE)  # padding rows: zeros
@@ -871,8 +851,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     gate_args = (gate.z, gate.weight, gate.parts) if gate is not None else (o, o, log_gamma)  # unused without a gate
     z_strides = (gate.z.stride(0), gate.z.stride(1), gate.z.stride(2)) if gate is not None else (0, 0, 0)
     gate_flags = dict(GATE=gate is not None, PIECE=GATE_PIECE)
-    kernel_flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
-                        PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors), QK16=qk16)
+    flags = dict(GATED=gated, BETA_TWO=bool(allow_neg_eigval), L2NORM=bool(use_qk_l2norm_in_kernel),
+                 PRECISION=precision, WORD_VECTORS=bool(cfg.word_vectors), QK16=qk16)
     gram_flags = dict(DOT16=qk16 and precision != "ieee" and bool(cfg.dot16))
     if cfg.split:
         q_rnorm = torch.empty((B, NP, H), dtype=torch.float32, device=device)  # [B, NP, H]
@@ -881,23 +861,20 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         tb = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
         qkd = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
         apply_pdl = bool(cfg.apply_pdl) and pdl_supported(device)
-        ready_flags = bool(cfg.apply_flags)  # per-group ready counters instead of the apply's grid-wide wait
-        ready = torch.zeros((B * H,), dtype=torch.int32, device=device) if ready_flags else slots  # [B*H] / unused
         _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
             q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
-            meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, ready,
+            meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd,
             N, *qk_strides, *gate_strides,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
-            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16, FLAGS=ready_flags,
-            **kernel_flags, **gram_flags, **sizes,
+            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16, **flags,
+            **gram_flags, **sizes,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta, *gate_args,
-            ready, scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides,
+            scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides,
             H=H, HV=HV, K=K, V=V, NP=NP, BK=block_k, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel),
-            PRECISION=precision, QK16=qk16, PDL=apply_pdl, SIGNAL=signal, SCRATCH16=scratch16, FLAGS=ready_flags,
-            READY=(HV // H) // cfg.solve_heads,
+            PRECISION=precision, QK16=qk16, PDL=apply_pdl, SIGNAL=signal, SCRATCH16=scratch16,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **gate_flags, **sizes,
             **({"launch_pdl": True} if apply_pdl else {}),
             **({"maxnreg": cfg.max_registers} if cfg.max_registers else {}),
@@ -911,7 +888,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128), SIGNAL=signal,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **kernel_flags, **gram_flags, **gate_flags, **sizes,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags, **sizes,
             **({"launch_pdl": True} if pdl else {}),
         )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)

@@ -37,7 +37,7 @@ SERIAL = "serial" in sys.argv[2:]  # one variant's graphs alive at a time: built
 NOPDL = "nopdl" in sys.argv[2:]  # no programmatic dependent launch anywhere
 CAP = "cap" in sys.argv[2:]  # run 6: fp16 scratch with the apply capped at 128 registers, the commit at 128 / 96
 TUNE = "tune" in sys.argv[2:]  # run 10: the apply at 3 stages, commit tiles that fit 5 programs per SM
-FLAGS = "flags" in sys.argv[2:]  # run 12: per-group ready counters instead of the apply's grid-wide wait
+FLAGS = "flags" in sys.argv[2:]  # run 12: ready counters (needs apply_flags.patch applied)
 BV64 = "bv64" in sys.argv[2:]  # run 12: 64-column apply blocks (q / k read half as often)
 x = T.make_inputs(B, 64, "random", seed=B * 1000 + 64)
 tmp = tempfile.mkdtemp()

@@ -2,6 +2,8 @@
 # between the solve and the apply (KernelConfig.apply_flags) against the grid-wide PDL wait, B = 64 and 16, every
 # graph alive (each form twice); 64-column apply blocks (ab.py bv64); then the GPU test of both wait forms (bit for
 # bit as plain launches, eager and graph replays)
+# the ready counters live in apply_flags.patch (kept out of the library until measured): applied to this copy first
+git apply bench/results/2026-12-02e/apply_flags.patch || exit 1
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/lumotree-triton-cache PYTHONPATH=$PWD:$PWD/bench
 LOG=$OUT/logs_run12.txt
 D=bench/results/2026-12-02e
