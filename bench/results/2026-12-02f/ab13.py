@@ -8,7 +8,8 @@ Run 12 found 64-column apply blocks at 4 warps and 3 stages (``bv64_w4_s3``: 166
 its programs take the SMs' free slots, load their ``S0`` tile and wait. ``large`` asks whether that early launch
 costs the apply its last waves: the apply signalling after its K loop (``sig_late``, a source variant) or not at
 all (``nosig``: the commit launches as the apply ends), each with 32- and 64-column apply blocks.
-``small`` (B = 1): the apply at 16 columns (256 programs: two per SM) and commit tilings. Both: the q / k
+``small`` (B = 1): the apply at 16 columns (256 programs: two per SM), 64-row K chunks (two instead of
+four steps on the solve's critical path) and commit tilings. Both: the q / k
 hand-off (``KernelConfig.qk_handoff``: normalised q / k in fp16 from the solve, half the apply's q / k bytes).
 
 Each variant's pool after one eager verify + commit on a fresh clone is compared with the default's (``pool diff``),
@@ -79,6 +80,8 @@ else:
                 "nosig": (G, base, base_commit, False),
                 "apply_bv16": (G, base._replace(block_v=16), base_commit, True),
                 "handoff": (G, base._replace(qk_handoff=True), base_commit, True),
+                "bk64_s2": (G, base._replace(block_k=64, num_stages=2, solve_stages=2), base_commit, True),
+                "bk64_s3": (G, base._replace(block_k=64), base_commit, True),
                 "commit_32x16_w2": (G, base, G.KernelConfig(32, 16, 2, 1), True),
                 "commit_64x32_w4": (G, base, G.KernelConfig(64, 32, 4, 1), True),
                 "commit_32x64_w4": (G, base, G.KernelConfig(32, 64, 4, 1), True),
