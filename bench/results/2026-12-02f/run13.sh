@@ -8,13 +8,16 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 LOG=$OUT/logs_run13.txt
 D=bench/results/2026-12-02f
 for args in "64 large" "16 large" "1 small"; do
-  timeout 100 python3 $D/ab13.py $args > /tmp/a_${args% *}.log 2>&1
+  timeout 90 python3 $D/ab13.py $args > /tmp/a_${args% *}.log 2>&1
   echo "ab13.py $args rc $?" >> /tmp/a_${args% *}.log; cat /tmp/a_${args% *}.log >> $LOG
   grep -E "^\||rc |Error" /tmp/a_${args% *}.log | tail -20
 done
 python3 $D/decide13.py /tmp/a_64.log /tmp/a_16.log /tmp/a_1.log 2>&1 | tee -a $LOG
 git diff optimized/gdn_tree.py > $OUT/run13_configs.diff
-timeout 230 python3 bench/gdn_tree.py --quick --modes tf32 --kinds random --fla-shapes 2 \
+timeout 200 python3 bench/gdn_tree.py --quick --modes tf32 --kinds random --fla-shapes 2 \
   --fla-budget-s 90 --budget-s 70 --out $OUT/gdn_tree_run13.json > /tmp/gt.log 2>&1
 echo "rc $?" >> /tmp/gt.log
 cat /tmp/gt.log >> $LOG; grep -E "^\| |budget|^rc|Error" /tmp/gt.log | tail -8
+# the GPU tests of the file whose kernels and configs changed, on the configs chosen above
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 tests/test_gdn_kernels.py > /tmp/t.log 2>&1
+echo "pytest rc $?" >> /tmp/t.log; cat /tmp/t.log >> $LOG; tail -4 /tmp/t.log
