@@ -43,8 +43,6 @@ def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int
             signature[name] = "constexpr"
         elif name in ("tb_ptr", "qkd_ptr") and constexprs.get("SCRATCH16"):
             signature[name] = "*fp16"
-        elif name in ("q16_ptr", "k16_ptr"):  # the q / k hand-off (KernelConfig.qk_handoff)
-            signature[name] = "*fp16"
         elif name.endswith("_ptr"):
             signature[name] = "*i32" if name in INT_POINTERS else "*fp32"
         else:
@@ -90,12 +88,11 @@ def variants(N: int, precision: str, gate: bool = False):
         flags["WORD_VECTORS"] = cfg.word_vectors
         if cfg.split:  # PDL as the config asks (the apply waits after its pass over S0)
             scratch16 = bool(cfg.scratch16) and precision == "tf32"
-            handoff = bool(cfg.qk_handoff) and precision == "tf32"
             solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, PDL=cfg.apply_pdl, HAS_NUM=True,
-                         SCRATCH16=scratch16, QK_OUT=handoff)
-            apply = dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=handoff, V=V, BK=bk, BV=bv,
+                         SCRATCH16=scratch16)
+            apply = dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk, BV=bv,
                          GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl, SIGNAL=False, HAS_NUM=True,
-                         SCRATCH16=scratch16, QK_IN=handoff, STATE_LINES=max(1, bv * 4 // 128))
+                         SCRATCH16=scratch16)
             parts = [("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps, 0),
                      ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps, cfg.max_registers)]
         else:

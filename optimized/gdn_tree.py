@@ -127,11 +127,7 @@ class KernelConfig(NamedTuple):
     fp32, and fits 128 without spills; the B = 64 commit (BV = 64, 4 warps) needs 161, 3 per SM, and fits 128 (4
     per SM) with a few bytes of spills (the large-batch defaults since the sixteenth session). (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
-    form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".) ``qk_handoff`` (split pipeline, ``tf32``
-    mode, fp32 q / k normalised in the kernel): the solve hands the apply q / k normalised, tf32-rounded and scaled
-    into fp16 (:func:`_store_qk_handoff`; exact: ``|q|, |k| <= 1``), so that the apply's passes over q / k read half
-    the bytes; its K loop then runs after its wait (``S0`` prefetched into L2 before it), and the hand-off costs
-    ``2 B N H K`` bytes of fp16 scratch."""
+    form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
 
     block_v: int
     block_k: int
@@ -147,7 +143,6 @@ class KernelConfig(NamedTuple):
     apply_pdl: bool = False
     scratch16: bool = False
     max_registers: int = 0
-    qk_handoff: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -174,7 +169,6 @@ def _round_qk(x, PRECISION: tl.constexpr, QK16: tl.constexpr):
 # largest finite value and move its subnormals (where it holds fewer than tf32's 10 mantissa bits) below 6e-8.
 TB_SCALE = tl.constexpr(1024.0)
 QKD_SCALE = tl.constexpr(4096.0)
-QK_SCALE = tl.constexpr(1024.0)  # the q / k hand-off (KernelConfig.qk_handoff): |x| <= 1 with L2-normalised rows
 
 
 @triton.jit
@@ -196,18 +190,6 @@ def _load_scratch(ptr, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH16: 
     else:
         x = _tf32_round(tl.load(ptr), PRECISION)
     return x
-
-
-@triton.jit
-def _store_qk_handoff(x_rows, out_ptr, rn, real, K: tl.constexpr, BK: tl.constexpr, PRECISION: tl.constexpr):
-    """Second pass of the solve over one q / k head (``KernelConfig.qk_handoff``): ``x * rn`` rounded to tf32 and
-    times ``QK_SCALE`` into fp16 (exact while ``|x rn| QK_SCALE`` is in fp16's normal range: ``|x rn| <= 1``; below
-    6e-8 rounded further), ``[NP, K]`` rows at ``out_ptr`` (row stride ``H K`` of the ``[B, NP, H, K]`` scratch),
-    padding rows zeros."""
-    for k0 in range(0, K, BK):
-        kc = k0 + tl.arange(0, BK)  # [BK]
-        x = tl.load(x_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK] (L2: just read)
-        tl.store(out_ptr + kc[None, :], (_tf32_round(x * rn[:, None], PRECISION) * QK_SCALE).to(tl.float16))
 
 
 @triton.jit
@@ -331,20 +313,19 @@ def _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP:
 @triton.jit
 def _gdn_tree_solve_kernel(
     q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
-    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr, q16_ptr, k16_ptr,
+    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
     N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
-    DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr, QK_OUT: tl.constexpr,
+    DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
     quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
 
     Writes ``log Gamma`` and ``k_rnorm`` (factors), ``q_rnorm`` and the two ``[NP, NP]`` operands of part 2 per value
-    head: ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D`` (``SCRATCH16``: :func:`_store_scratch`);
-    ``QK_OUT``: normalised q / k in fp16 (:func:`_store_qk_handoff`).
+    head: ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D`` (``SCRATCH16``: :func:`_store_scratch`).
     """
     allow_dependents(PDL)  # the apply (KernelConfig.apply_pdl) reads none of this kernel's outputs before its wait
     pid = tl.program_id(0)
@@ -386,11 +367,6 @@ def _gdn_tree_solve_kernel(
         qk = qk * q_rn[:, None] * k_rn[None, :]
         tl.store(k_rnorm_ptr + (b64 * N + nodes) * H + h, k_rn, mask=(nodes < N) & first)
         tl.store(q_rnorm_ptr + (b64 * NP + nodes) * H + h, q_rn, mask=first)
-        if QK_OUT:
-            if hv0 % (HV // H) == 0:  # one program of the group
-                rows16 = (b64 * NP + nodes[:, None]) * (H * K) + h * K  # [NP, 1]
-                _store_qk_handoff(q_rows, q16_ptr + rows16, q_rn, real, K, BK, PRECISION)
-                _store_qk_handoff(k_rows, k16_ptr + rows16, k_rn, real, K, BK, PRECISION)
     # the gates only now: fewer tiles live through the K loop (registers)
     strict = anc & (nodes[:, None] != nodes[None, :])  # [NP, NP] M°
     for j in tl.static_range(HEADS):
@@ -445,21 +421,19 @@ def _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV: 
 @triton.jit
 def _gdn_tree_apply_kernel(
     q_ptr, k_ptr, v_ptr, pool_ptr, slots_ptr, num_nodes_ptr, log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr,
-    tb_ptr, qkd_ptr, q16_ptr, k16_ptr, o_ptr, delta_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,
+    tb_ptr, qkd_ptr, o_ptr, delta_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,
     scale, N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_vb, s_vn, s_vh, s_zb, s_zn, s_zh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
     QK16: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr, PDL: tl.constexpr, SIGNAL: tl.constexpr,
-    HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr, QK_IN: tl.constexpr, STATE_LINES: tl.constexpr,
+    HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
 ):
     """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
     ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)`` (``GATE``: stored through
     :func:`_store_output`'s half of the gated RMSNorm). ``PDL``: launched as a programmatic dependent launch behind
     the solve kernel (``KernelConfig.apply_pdl``): the pass over ``S0`` reads only what the solve does not write
     (q, k, the state, the slots and sizes), then the program waits for the solve before it reads its outputs.
-    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started. ``QK_IN``
-    (``KernelConfig.qk_handoff``): q / k come normalised in fp16 from the solve (:func:`_store_qk_handoff`), so the
-    pass over ``S0`` runs after the wait (its tile prefetched into L2 before it)."""
+    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started."""
     allow_dependents(SIGNAL)  # a PDL-launched successor (gdn_tree_commit(pdl=True)) may launch now
     pid_v = tl.program_id(0)  # fastest: the V blocks of one value head share its TB / QKD tiles in L2
     pid_bh = tl.program_id(1)
@@ -477,30 +451,18 @@ def _gdn_tree_apply_kernel(
     ks = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] K S0
     qs = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] Q S0
     state = pool_ptr + (slot * HV + hv) * (K * V)
-    if QK_IN:  # the solve's fp16 hand-off, [B, NP, H, K]: only after the wait
-        if PDL:
-            lines = tl.arange(0, STATE_LINES)  # [STATE_LINES] 128-byte lines of one state row's BV columns
-            prefetch_l2(state + tl.arange(0, K)[:, None] * V + pid_v * BV + lines[None, :] * 32)  # [K, STATE_LINES]
-            tl.extra.cuda.gdc_wait()
-        q_rows = q16_ptr + (b64 * NP + nodes[:, None]) * (H * K) + h * K  # [NP, 1]
-        k_rows = k16_ptr + (b64 * NP + nodes[:, None]) * (H * K) + h * K  # [NP, 1]
-    else:
-        q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
-        k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
+    q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
+    k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)  # [BK]
-        if QK_IN:  # exact tf32 values times QK_SCALE; padding rows zeros
-            q_c = tl.load(q_rows + kc[None, :]).to(tl.float32) * (1.0 / QK_SCALE)  # [NP, BK]
-            k_c = tl.load(k_rows + kc[None, :]).to(tl.float32) * (1.0 / QK_SCALE)  # [NP, BK]
-        else:
-            q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
-            k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
+        q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
+        k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
         s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
         ks = tl.dot(_round_qk(k_c, PRECISION, QK16), s_c, ks, input_precision=PRECISION)
         qs = tl.dot(_round_qk(q_c, PRECISION, QK16), s_c, qs, input_precision=PRECISION)
-    if PDL and not QK_IN:
+    if PDL:
         tl.extra.cuda.gdc_wait()  # from here on the solve's outputs are complete and visible
-    if L2NORM and not QK_IN:
+    if L2NORM:
         ks = ks * tl.load(k_rnorm_ptr + (b64 * N + nodes) * H + h, mask=real, other=0.0)[:, None]
         qs = qs * tl.load(q_rnorm_ptr + (b64 * NP + nodes) * H + h)[:, None]
     gamma = tl.exp(tl.load(log_gamma_ptr + (b64 * N + nodes) * HV + hv, mask=real, other=0.0))  # [NP]
@@ -898,27 +860,22 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         scratch = torch.float16 if scratch16 else torch.float32
         tb = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
         qkd = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
-        # fp32 q / k normalised in the kernel, tf32 mode: the solve may hand them over in fp16 (bounded by 1)
-        handoff = bool(cfg.qk_handoff) and precision == "tf32" and bool(use_qk_l2norm_in_kernel) and not qk16
-        q16 = torch.empty((B, NP, H, K), dtype=torch.float16, device=device) if handoff else tb  # [B, NP, H, K]
-        k16 = torch.empty((B, NP, H, K), dtype=torch.float16, device=device) if handoff else tb  # [B, NP, H, K]
         apply_pdl = bool(cfg.apply_pdl) and pdl_supported(device)
         _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
             q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
-            meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, q16, k16,
+            meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd,
             N, *qk_strides, *gate_strides,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
-            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16, QK_OUT=handoff, **flags,
+            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16, **flags,
             **gram_flags, **sizes,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
-            q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, q16, k16, o, delta,
-            *gate_args, scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides,
+            q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta, *gate_args,
+            scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides,
             H=H, HV=HV, K=K, V=V, NP=NP, BK=block_k, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel),
-            PRECISION=precision, QK16=qk16 or handoff, PDL=apply_pdl, SIGNAL=signal, SCRATCH16=scratch16,
-            QK_IN=handoff, STATE_LINES=max(1, block_v * 4 // 128), num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, **gate_flags, **sizes,
+            PRECISION=precision, QK16=qk16, PDL=apply_pdl, SIGNAL=signal, SCRATCH16=scratch16,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **gate_flags, **sizes,
             **({"launch_pdl": True} if apply_pdl else {}),
             **({"maxnreg": cfg.max_registers} if cfg.max_registers else {}),
         )

@@ -302,32 +302,6 @@ def test_fp16_scratch_holds_the_tf32_operands(pipeline):
     check_against_reference(case, o16, f16, l2norm=True, gated=True, tol=2e-3)
 
 
-@pytest.mark.parametrize("pipeline", ["split", "split_group"])
-def test_qk_handoff_feeds_the_apply_normalised_keys(pipeline):
-    """``KernelConfig.qk_handoff``: the solve hands the apply q / k normalised in scaled fp16 (GVA 2 with one solve
-    program per value head, so only the group's first program writes them; padding rows; single node, chain, star
-    and deep+wide trees): outputs and factors within tf32's error of the float64 closed form and close to the path
-    without the hand-off; in ``ieee`` mode and with unnormalised keys the flag changes nothing (bit for bit)."""
-    rng = np.random.default_rng(15)
-    rows = [[-1], build_tree_parents("chain", 9, rng), build_tree_parents("star", 6, rng),
-            build_tree_parents("deep_wide", 10, rng)]
-    case = make_case(rows, H=2, group=2, pad=1, seed=16, gated=True)
-    cfg = verify_pipeline(pipeline, 2)._replace(scratch16=True)
-    kw = dict(l2norm=True, gated=True, precision="tf32")
-    o_h, f_h = run_verify(case, **kw, config=cfg._replace(qk_handoff=True))
-    o_p, f_p = run_verify(case, **kw, config=cfg)
-    check_against_reference(case, o_h, f_h, l2norm=True, gated=True, tol=2e-3)
-    assert rel_err(o_h, o_p) < 1e-3 and rel_err(f_h.delta, f_p.delta) < 1e-3
-    assert_same(f_h.log_gamma, f_p.log_gamma)
-    assert_same(f_h.k_rnorm, f_p.k_rnorm)
-    for precision, l2norm in (("ieee", True), ("tf32", False)):
-        kw = dict(l2norm=l2norm, gated=True, precision=precision)
-        o_h, f_h = run_verify(case, **kw, config=cfg._replace(qk_handoff=True))
-        o_p, f_p = run_verify(case, **kw, config=cfg)
-        assert_same(o_h, o_p)
-        assert_same(f_h.delta, f_p.delta)
-
-
 @pytest.mark.parametrize("l2norm", [True, False])
 def test_layers_commit_in_one_launch(l2norm):
     """A stack of layers (pools [G, P, HV, K, V], factors with a leading layer dimension, keys as strided views of

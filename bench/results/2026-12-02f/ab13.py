@@ -10,7 +10,9 @@ costs the apply its last waves: the apply signalling after its K loop (``sig_lat
 all (``nosig``: the commit launches as the apply ends), each with 32- and 64-column apply blocks.
 ``small`` (B = 1): the apply at 16 columns (256 programs: two per SM), 64-row K chunks (two instead of
 four steps on the solve's critical path) and commit tilings. Both: the q / k
-hand-off (``KernelConfig.qk_handoff``: normalised q / k in fp16 from the solve, half the apply's q / k bytes).
+hand-off (``KernelConfig.qk_handoff``: normalised q / k in fp16 from the solve, half the apply's q / k bytes;
+measured slower in run 13 and removed from the library: ``qk_handoff.patch`` beside this file restores it, and
+this script's hand-off variants need it).
 
 Each variant's pool after one eager verify + commit on a fresh clone is compared with the default's (``pool diff``),
 and its outputs and committed state against float64 (``err``).
