@@ -127,7 +127,11 @@ class KernelConfig(NamedTuple):
     fp32, and fits 128 without spills; the B = 64 commit (BV = 64, 4 warps) needs 161, 3 per SM, and fits 128 (4
     per SM) with a few bytes of spills (the large-batch defaults since the sixteenth session). (A per-(request,
     value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
-    form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".)"""
+    form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".) ``early_signal``: with
+    ``gdn_tree_verify(launch_dependents=True)`` the last verify kernel lets its PDL successor launch at its start;
+    ``False``: only as its programs exit (the large-batch 64-column apply, whose 3 programs per SM leave no room
+    beside them for the commit's waiting programs: seventeenth session, run 13, B = 64 verify + commit 360.8 ->
+    352.7 us; with 32-column blocks it makes no difference, 362.0 / 362.3)."""
 
     block_v: int
     block_k: int
@@ -143,6 +147,7 @@ class KernelConfig(NamedTuple):
     apply_pdl: bool = False
     scratch16: bool = False
     max_registers: int = 0
+    early_signal: bool = True
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -673,7 +678,9 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     at N = 64 (fp16 scratch) is capped at 128 registers (``max_registers``: 4 programs per SM as with fp32
     scratch; sixteenth session, B = 64: 397.7 with fp32 scratch, 416.0 with fp16 uncapped, 389.9 us with fp16
     capped) and runs 3 stages (128 registers, 45 KiB of shared memory: still 4 per SM; B = 64 378.8 -> 363.2 us,
-    B = 16 106.4 -> 102.5)."""
+    B = 16 106.4 -> 102.5). From B * HV >= 8 SMs (B >= 33 at Qwen3-Next shapes on an H200) that apply takes 64
+    columns uncapped (166 registers, 3 per SM) and lets the commit launch only as it exits (``early_signal``;
+    seventeenth session, run 13: B = 64 362.0 -> 352.7 us; at B = 16 it lost, 102.0 -> 105.0)."""
     NP = _padded_nodes(N)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
@@ -684,9 +691,13 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
         # registers (4 programs per SM; compile-only, no spills with fp32 scratch either); tf32x3's apply would
         # spill at the cap (150 registers uncapped)
         fp16_scratch = NP == 64 and precision == "tf32"
-        return KernelConfig(min(block_v, V), min(K, 32), num_warps, 3 if fp16_scratch else 2, True,
+        # from ~8 programs' worth of (request, value head) pairs per SM: 64-column apply blocks (q / k read half as
+        # often; 166 registers, 3 programs per SM) and the commit launched only as the apply exits
+        wide = fp16_scratch and B * HV >= 8 * _num_sms(device)
+        return KernelConfig(min(64 if wide else block_v, V), min(K, 32), num_warps, 3 if fp16_scratch else 2, True,
                             4 if NP <= 64 else 8, solve_heads=pair, solve_stages=3, apply_pdl=True,
-                            scratch16=fp16_scratch, max_registers=128 if fp16_scratch else 0)
+                            scratch16=fp16_scratch, max_registers=128 if fp16_scratch and not wide else 0,
+                            early_signal=not wide)
     if NP == 64 and precision != "ieee":  # small batches: one value head per solve program, fp16 scratch
         return KernelConfig(min(32, V), min(K, 32), 4, 3, True, 4, solve_heads=1, solve_stages=3, apply_pdl=True,
                             scratch16=True)
@@ -823,7 +834,9 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         meta = tree_meta(parents, num_nodes if has_num else None, validate=False)
     sizes = dict(HAS_NUM=has_num)
     num_nodes = num_nodes if has_num else slots  # an unused int pointer without sizes
-    signal = bool(launch_dependents) and pdl_supported(device)
+    cfg = config or verify_config(B, HV, N, K, V, device, H, precision)
+    _check_config(cfg)
+    signal = bool(launch_dependents) and bool(cfg.early_signal) and pdl_supported(device)
 
     if out is None:
         o = torch.empty((B, N, HV, V), dtype=v.dtype, device=device)  # [B, N, HV, V]
@@ -834,8 +847,6 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         o, delta, log_gamma, k_rnorm = out
         k_rnorm = k_rnorm if use_qk_l2norm_in_kernel else None
     qk16 = q.dtype in (torch.bfloat16, torch.float16)  # tf32-exact q / k: no rounding, |k|^2 from K K^T
-    cfg = config or verify_config(B, HV, N, K, V, device, H, precision)
-    _check_config(cfg)
     if cfg.solve_heads < 1 or (HV // H) % cfg.solve_heads != 0:
         raise ValueError(f"config.solve_heads = {cfg.solve_heads} must divide HV // H = {HV // H} "
                          "(value heads per q/k head)")

@@ -577,11 +577,11 @@ def test_gpu_apply_pdl_is_bit_exact(B):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("B", [1, 16])
+@pytest.mark.parametrize("B", [1, 16, 64])
 def test_gpu_pdl_commit_behind_a_signalling_verify_is_bit_exact(B):
     """``gdn_tree_commit(pdl=True)`` right behind ``gdn_tree_verify(launch_dependents=True)`` (the commit launches
-    under the verify's tail, loads its state tiles, waits, then reads the factors; B = 1: the fused verify, B = 16:
-    the split pipeline): outputs and committed states bit for bit as plain launches, eagerly and in a CUDA-graph
+    under the verify's tail, loads its state tiles, waits, then reads the factors; B = 1 and 16: the split
+    pipeline's apply signals at its start; B = 64: only as it exits, ``KernelConfig.early_signal``): outputs and committed states bit for bit as plain launches, eagerly and in a CUDA-graph
     replay whose v is rewritten between replays (the commit must read the factors of its own replay)."""
     rng = np.random.default_rng(B + 7)
     case = make_case([build_tree_parents("random", 64, rng) for _ in range(B)], **QWEN, gated=True, seed=B)
@@ -719,8 +719,9 @@ def test_default_configs_follow_the_measured_rules():
     at 8 warps at N = 128 (ieee there: the 16-warp, 2-stage solve); small batches at N = 64 in the tensor-core modes:
     the split pipeline with one value head per 4-warp solve program, a 3-stage apply and fp16 scratch; else the
     fused kernel, with its one-wave shape at N = 32; no default asks for the fused kernel's PDL launch. fp16 scratch
-    at N = 64 in the tensor-core modes, with the large-batch apply capped at 128 registers; the large-batch commit
-    capped at 128."""
+    at N = 64 in the tensor-core modes, with the large-batch apply capped at 128 registers, and from 8 (request,
+    value head) pairs per SM on in tf32 mode 64 columns uncapped with the commit launched as the apply exits
+    (``early_signal``); the large-batch commit capped at 128."""
     cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
     paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
     assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
@@ -736,12 +737,17 @@ def test_default_configs_follow_the_measured_rules():
         assert (small.solve_heads, small.solve_warps, small.solve_stages) == (1, 4, 3)
         assert (small.block_v, small.num_warps, small.num_stages, small.block_k) == (32, 4, 3, 32)
         assert small.scratch16 and not small.max_registers  # one program per SM or fewer: no cap
-    assert paired.scratch16 and paired.max_registers == 128  # uncapped: 134 registers, 3 programs per SM
-    assert paired.num_stages == 3  # the apply: 3 stages fit the cap and 4 programs per SM
+    mid = G.verify_config(4, 4, 64, 128, 128, cpu, H=2)  # 2 to 8 pairs per SM
+    assert mid.split and mid.solve_heads == 2
+    assert mid.scratch16 and mid.max_registers == 128  # uncapped: 134 registers, 3 programs per SM
+    assert mid.num_stages == 3 and mid.block_v == 32 and mid.early_signal  # 3 stages: the cap, 4 programs per SM
+    assert paired.scratch16 and paired.num_stages == 3  # >= 8 pairs per SM: 64 columns, 166 registers, 3 per SM
+    assert (paired.block_v, paired.max_registers, paired.early_signal) == (64, 0, False)
     assert not big.scratch16 and not big.max_registers  # N = 128: fp32 scratch (not measured with fp16)
     for precision in ("ieee", "tf32x3"):  # fp16 holds tf32 operands only; tf32x3's apply would spill at the cap
         paired_other = G.verify_config(64, 32, 64, 128, 128, cpu, H=16, precision=precision)
         assert not paired_other.scratch16 and not paired_other.max_registers and paired_other.num_stages == 2
+        assert paired_other.block_v == 32 and paired_other.early_signal
     assert G.commit_config(64, 32, 64, 128, 128, cpu).max_registers == 128
     assert not any(G.commit_config(64, 32, 64, 128, 128, cpu, precision).max_registers for precision in
                    ("ieee", "tf32x3"))  # hundreds of bytes of spills at the cap
@@ -754,3 +760,4 @@ def test_default_configs_follow_the_measured_rules():
     assert [(c.num_warps, c.num_stages, c.block_k) for c in one_wave.values()] == [(4, 4, 16), (4, 3, 32)]
     assert not any(c.pdl for c in one_wave.values())
     assert not small.pdl and not big.pdl and not ieee_small.pdl
+    assert small.early_signal and big.early_signal and ieee_small.early_signal

@@ -75,6 +75,10 @@ if WHAT == "large":
                 "handoff_nosig": (G, base._replace(qk_handoff=True), base_commit, False),
                 "bv64_handoff": (G, bv64._replace(qk_handoff=True), base_commit, True),
                 "bv64_handoff_nosig": (G, bv64._replace(qk_handoff=True), base_commit, False)}
+elif WHAT == "wide":  # run 14, after KernelConfig.early_signal: the library's default against both forms
+    narrow = base._replace(block_v=32, max_registers=128, early_signal=True)
+    VARIANTS = {"default": (G, base, base_commit, True), "narrow": (G, narrow, base_commit, True),
+                "wide": (G, narrow._replace(block_v=64, max_registers=0, early_signal=False), base_commit, True)}
 else:
     VARIANTS = {"default": (G, base, base_commit, True),
                 "nosig": (G, base, base_commit, False),
