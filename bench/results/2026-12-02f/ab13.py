@@ -79,6 +79,19 @@ elif WHAT == "wide":  # run 14, after KernelConfig.early_signal: the library's d
     narrow = base._replace(block_v=32, max_registers=128, early_signal=True)
     VARIANTS = {"default": (G, base, base_commit, True), "narrow": (G, narrow, base_commit, True),
                 "wide": (G, narrow._replace(block_v=64, max_registers=0, early_signal=False), base_commit, True)}
+elif WHAT == "cap":  # prepared for run 15 (not run: no device time left): the 64-column apply capped at 128
+    # registers, compile-only (aligned, Triton 3.6): 48 bytes of stack at 2 or 3 stages (32 / 56 KiB of shared
+    # memory), so 4 programs per SM instead of 3 if the shared memory allows (4 x 56 KiB is at the SM's limit at 3
+    # stages); with the early commit launch too, which the uncapped form leaves no room for
+    wide = base._replace(block_v=64, num_warps=4, num_stages=3, max_registers=0, early_signal=False)
+    VARIANTS = {"default": (G, base, base_commit, True),
+                "narrow": (G, wide._replace(block_v=32, max_registers=128, early_signal=True), base_commit, True),
+                "wide": (G, wide, base_commit, True),
+                "wide_cap128": (G, wide._replace(max_registers=128), base_commit, True),
+                "wide_cap128_early": (G, wide._replace(max_registers=128, early_signal=True), base_commit, True),
+                "wide_s2_cap128": (G, wide._replace(num_stages=2, max_registers=128), base_commit, True),
+                "wide_s2_cap128_early": (G, wide._replace(num_stages=2, max_registers=128, early_signal=True),
+                                         base_commit, True)}
 else:
     VARIANTS = {"default": (G, base, base_commit, True),
                 "nosig": (G, base, base_commit, False),
