@@ -581,8 +581,9 @@ def test_gpu_apply_pdl_is_bit_exact(B):
 def test_gpu_pdl_commit_behind_a_signalling_verify_is_bit_exact(B):
     """``gdn_tree_commit(pdl=True)`` right behind ``gdn_tree_verify(launch_dependents=True)`` (the commit launches
     under the verify's tail, loads its state tiles, waits, then reads the factors; B = 1 and 16: the split
-    pipeline's apply signals at its start; B = 64: only as it exits, ``KernelConfig.early_signal``): outputs and committed states bit for bit as plain launches, eagerly and in a CUDA-graph
-    replay whose v is rewritten between replays (the commit must read the factors of its own replay)."""
+    pipeline's apply signals at its start; B = 64: only as it exits, ``KernelConfig.early_signal``): outputs and
+    committed states bit for bit as plain launches, eagerly and in a CUDA-graph replay whose v is rewritten between
+    replays (the commit must read the factors of its own replay)."""
     rng = np.random.default_rng(B + 7)
     case = make_case([build_tree_parents("random", 64, rng) for _ in range(B)], **QWEN, gated=True, seed=B)
     accepted = torch.tensor(rng.integers(0, 64, B).tolist(), device="cuda")

@@ -13,6 +13,8 @@ for args in "64 large" "16 large" "1 small"; do
   grep -E "^\||rc |Error" /tmp/a_${args% *}.log | tail -20
 done
 python3 $D/decide13.py /tmp/a_64.log /tmp/a_16.log /tmp/a_1.log 2>&1 | tee -a $LOG
+# (the device copy's git HEAD is not the working commit: the diff this wrote showed the whole session's changes,
+# not decide13.py's edits, which were none in run 13; it was dropped from the results)
 git diff optimized/gdn_tree.py > $OUT/run13_configs.diff
 timeout 200 python3 bench/gdn_tree.py --quick --modes tf32 --kinds random --fla-shapes 2 \
   --fla-budget-s 90 --budget-s 70 --out $OUT/gdn_tree_run13.json > /tmp/gt.log 2>&1
