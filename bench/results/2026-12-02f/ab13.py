@@ -57,6 +57,19 @@ def signal_late(src: str) -> str:
     return src[:start] + body + src[end:]
 
 
+def commit_streaming(src: str) -> str:
+    """The commit reads its ``S0`` tile with ``evict_first`` and writes it back with ``.cs`` (streaming: the state
+    passes through L2 once, so its lines need not push out the path factors or other requests' tiles)."""
+    start = src.index("def _gdn_tree_commit_kernel(")
+    end = src.index("# ---", start)
+    body = src[start:end]
+    load, store = "    s = tl.load(state_ptrs)  #", "    tl.store(state_ptrs, s)\n"
+    assert body.count(load) == 1 and body.count(store) == 1
+    body = body.replace(load, '    s = tl.load(state_ptrs, eviction_policy="evict_first")  #')
+    body = body.replace(store, '    tl.store(state_ptrs, s, cache_modifier=".cs")\n')
+    return src[:start] + body + src[end:]
+
+
 B = int(sys.argv[1])
 WHAT = sys.argv[2]
 x = T.make_inputs(B, 64, "random", seed=B * 1000 + 64)
@@ -92,6 +105,9 @@ elif WHAT == "cap":  # prepared for run 15 (not run: no device time left): the 6
                 "wide_s2_cap128": (G, wide._replace(num_stages=2, max_registers=128), base_commit, True),
                 "wide_s2_cap128_early": (G, wide._replace(num_stages=2, max_registers=128, early_signal=True),
                                          base_commit, True)}
+    if B == 64:  # run 15: the commit streaming its state tiles (load evict_first, store .cs)
+        stream = load_module("ab13_commit_stream", commit_streaming(inspect.getsource(G)), tempfile.mkdtemp())
+        VARIANTS["wide_commit_stream"] = (stream, wide, base_commit, True)
 else:
     VARIANTS = {"default": (G, base, base_commit, True),
                 "nosig": (G, base, base_commit, False),
