@@ -64,7 +64,7 @@ def verify(pool):
 
 keep, graphs, pools = [], {}, {}
 for name, (mod, cfg) in VARIANTS.items():
-    cfg = mod.KernelConfig(*cfg)
+    cfg = mod.KernelConfig(*cfg[:len(mod.KernelConfig._fields)])  # the old module has no chunk_rows
 
     def commit(pool, f, mod=mod, cfg=cfg):
         mod.gdn_tree_commit(pool, x["slots"], f, x["parents"], x["accepted"], input_precision="tf32", meta=meta,
