@@ -56,10 +56,11 @@ else:
 meta = G.tree_meta(x["parents"])
 
 
-def verify(pool):
-    return G.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], pool, x["slots"], x["parents"],
+def verify(pool, mod):
+    return mod.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], pool, x["slots"], x["parents"],
                              use_qk_l2norm_in_kernel=True, input_precision="tf32", meta=meta, validate=False,
-                             config=vcfg, launch_dependents=True)
+                             config=mod.KernelConfig(*vcfg[:len(mod.KernelConfig._fields)]),
+                             launch_dependents=True)
 
 
 keep, graphs, pools = [], {}, {}
@@ -71,15 +72,15 @@ for name, (mod, cfg) in VARIANTS.items():
                             validate=False, pdl=True, config=cfg)
 
     fresh = x["pool"].clone()
-    o, f = verify(fresh)
+    o, f = verify(fresh, mod)
     commit(fresh, f)
     torch.cuda.synchronize()
     pools[name] = fresh
     pool = x["pool"].clone()
     keep.append(pool)
-    o, f = verify(pool)
+    o, f = verify(pool, mod)
     keep.append((o, f))
-    for what, fn in (("both", lambda pool=pool, commit=commit: commit(pool, verify(pool)[1])),
+    for what, fn in (("both", lambda pool=pool, commit=commit, mod=mod: commit(pool, verify(pool, mod)[1])),
                      ("commit", lambda pool=pool, commit=commit, f=f: commit(pool, f))):
         fn()
         torch.cuda.synchronize()
