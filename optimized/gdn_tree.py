@@ -131,9 +131,7 @@ class KernelConfig(NamedTuple):
     ``gdn_tree_verify(launch_dependents=True)`` the last verify kernel lets its PDL successor launch at its start;
     ``False``: only as its programs exit (the large-batch 64-column apply, whose 3 programs per SM leave no room
     beside them for the commit's waiting programs: seventeenth session, run 13, B = 64 verify + commit 360.8 ->
-    352.7 us; with 32-column blocks it makes no difference, 362.0 / 362.3). ``chunk_rows`` (commit; 0: the
-    whole tile at once): each program streams its ``[block_k, block_v]`` tile in chunks of that many rows, two
-    loads ahead of the chunk it updates and stores, with the path's factors gathered once per chunk."""
+    352.7 us; with 32-column blocks it makes no difference, 362.0 / 362.3)."""
 
     block_v: int
     block_k: int
@@ -150,7 +148,6 @@ class KernelConfig(NamedTuple):
     scratch16: bool = False
     max_registers: int = 0
     early_signal: bool = True
-    chunk_rows: int = 0
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -592,17 +589,15 @@ def _gdn_tree_commit_kernel(
     delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,
     B, N, s_kb, s_kn, s_kh, s_pool_g, s_delta_g, s_lg_g, s_k_g, s_kr_g,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
-    NP: tl.constexpr, PB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, BKC: tl.constexpr,
+    NP: tl.constexpr, PB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
     L2NORM: tl.constexpr, PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, PDL: tl.constexpr,
     HAS_NUM: tl.constexpr,
 ):
     """One program per (layer, request, value head, V block, K block): ``S[rows, cols] = Gamma_a S0[rows, cols]
     + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[rows] delta_j[cols]^T``, in place (layer g's pool and factors at
-    the ``s_*_g`` strides; the trees, slots and accepted nodes shared by the layers). The ``[BK, BV]`` tile is
-    streamed in ``BK / BKC`` chunks of ``BKC`` rows, two loads ahead of the chunk being updated and stored (the
-    path's factors gathered once per program). ``PDL``: launched as a programmatic dependent launch
-    (:mod:`~lumotree.optimized.pdl`): the program loads its first ``S0`` chunks, then waits for the previous kernel
-    (which must write neither the slots nor the pool) before it reads anything else."""
+    the ``s_*_g`` strides; the trees, slots and accepted nodes shared by the layers). ``PDL``: launched as a
+    programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program loads its ``S0`` tile, then waits
+    for the previous kernel (which must write neither the slots nor the pool) before it reads anything else."""
     pid = tl.program_id(0)
     pid_v = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -617,42 +612,32 @@ def _gdn_tree_commit_kernel(
     h = hv // (HV // H)
     b64 = b.to(tl.int64)
     slot = tl.load(slots_ptr + b).to(tl.int64)
-    CHUNKS: tl.constexpr = BK // BKC
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
-    chunk_rows = tl.arange(0, BKC)  # [BKC]
-    state = pool_ptr + (slot * HV + hv) * (K * V) + pid_k * BK * V  # this program's first state row
-    tile = chunk_rows[:, None] * V + vcols[None, :]  # [BKC, BV] offsets of a chunk from its first row
-    s_next = tl.load(state + tile)  # [BKC, BV] S0, chunk 0
-    if CHUNKS > 1:
-        s_after = tl.load(state + BKC * V + tile)  # [BKC, BV] chunk 1
+    kcols = pid_k * BK + tl.arange(0, BK)  # [BK] state rows of this program
+    state_ptrs = pool_ptr + (slot * HV + hv) * (K * V) + kcols[:, None] * V + vcols[None, :]  # [BK, BV]
+    s = tl.load(state_ptrs)  # [BK, BV] S0
     if PDL:  # the slots and the pool are read above, everything the previous kernel may write below
         tl.extra.cuda.gdc_wait()
     n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
     node = tl.load(accepted_ptr + b)
     on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)  # path(node)
     lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
+    s = s * tl.exp(lg_a)  # [BK, BV] Gamma_a S0
     lanes = tl.arange(0, PB)  # [PB]
-    for c in tl.static_range(CHUNKS):
-        s = s_next * tl.exp(lg_a)  # [BKC, BV] Gamma_a S0
-        if c + 1 < CHUNKS:
-            s_next = s_after
-        if c + 2 < CHUNKS:
-            s_after = tl.load(state + (c + 2) * BKC * V + tile)  # [BKC, BV] chunk c + 2
-        kcols = pid_k * BK + c * BKC + chunk_rows  # [BKC] state rows of this chunk
-        for p0 in range(0, path_len, PB):  # the path, PB nodes at a time, gathered into dense tiles
-            idx = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node index of path entry p0 + lane
-            live = p0 + lanes < path_len  # [PB]
-            lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PB]
-            weight = tl.where(live, tl.exp(lg_a - lg), 0.0)  # [PB] Gamma_a / Gamma_j
-            if L2NORM:
-                weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
-            d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :],
-                        mask=live[:, None], other=0.0)  # [PB, BV]
-            k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + kcols[None, :],
-                          mask=live[:, None], other=0.0).to(tl.float32)  # [PB, BKC]
-            s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(weight[:, None] * d, PRECISION), s,
-                       input_precision=PRECISION)  # [BKC, BV]
-        tl.store(state + c * BKC * V + tile, s)
+    for p0 in range(0, path_len, PB):  # the path, PB nodes at a time, gathered into dense tiles
+        idx = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node index of path entry p0 + lane
+        live = p0 + lanes < path_len  # [PB]
+        lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PB]
+        weight = tl.where(live, tl.exp(lg_a - lg), 0.0)  # [PB] Gamma_a / Gamma_j
+        if L2NORM:
+            weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
+        d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :],
+                    mask=live[:, None], other=0.0)  # [PB, BV]
+        k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + kcols[None, :],
+                      mask=live[:, None], other=0.0).to(tl.float32)  # [PB, BK]
+        s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(weight[:, None] * d, PRECISION), s,
+                   input_precision=PRECISION)  # [BK, BV]
+    tl.store(state_ptrs, s)
 
 
 # ---------------------------------------------------------------------------------------------------------- configs
@@ -748,8 +733,6 @@ def _check_config(cfg: object) -> None:
         raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
     if cfg.max_registers and not 16 <= cfg.max_registers <= 255:
         raise ValueError(f"config.max_registers = {cfg.max_registers}: 0 (the compiler's choice) or 16 to 255")
-    if cfg.chunk_rows < 0 or cfg.chunk_rows & (cfg.chunk_rows - 1):
-        raise ValueError(f"config.chunk_rows = {cfg.chunk_rows}: 0 (the whole tile at once) or a power of two")
 
 
 def _check_precision(input_precision: object) -> str:
@@ -1085,8 +1068,7 @@ def gdn_tree_commit(
         B, N, k.stride(1), k.stride(2), k.stride(3),
         state_pool.stride(0), delta.stride(0), log_gamma.stride(0), k.stride(0), kr.stride(0),
         H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=_padded_nodes(N), PB=PATH_BLOCK, BV=block_v,
-        BK=block_k, BKC=min(cfg.chunk_rows or block_k, block_k), L2NORM=k_rnorm is not None, PRECISION=precision,
-        WORD_BITS=WORD_BITS, PDL=pdl, HAS_NUM=has_num,
+        BK=block_k, L2NORM=k_rnorm is not None, PRECISION=precision, WORD_BITS=WORD_BITS, PDL=pdl, HAS_NUM=has_num,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
         **({"maxnreg": cfg.max_registers} if cfg.max_registers else {}),
     )

@@ -144,11 +144,9 @@ def verify_pipeline(name: str, group: int) -> G.KernelConfig:
     pick=st.lists(st.integers(0, 10**6), min_size=3, max_size=3),
     pipeline=st.sampled_from(list(VERIFY_PIPELINES)),
     commit_rows=st.sampled_from([8, 16]),
-    chunk_rows=st.sampled_from([0, 4, 8]),
     seed=st.integers(0, 2**16),
 )
-def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg, pick, pipeline, commit_rows,
-                                          chunk_rows, seed):
+def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg, pick, pipeline, commit_rows, seed):
     case = make_case(rows, H=1 if group == 2 else 2, group=group, pad=pad, gated=gated, seed=seed)
     o, factors = run_verify(case, l2norm=l2norm, gated=gated, neg=neg, config=verify_pipeline(pipeline, group))
     check_against_reference(case, o, factors, l2norm=l2norm, gated=gated, neg=neg)
@@ -162,8 +160,7 @@ def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg,
     pool = case["pool"]
     before = pool.clone()
     G.gdn_tree_commit(pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
-                      config=G.KernelConfig(16, commit_rows, 4, 1, chunk_rows=chunk_rows))
-    # commit_rows 16: one program per K, 8: two; chunk_rows: each program's tile streamed in 1, 2 or 4 chunks
+                      config=G.KernelConfig(16, commit_rows, 4, 1))  # 16: one program per K; 8: two
     for b in range(len(rows)):
         assert rel_err(pool[int(case["slots"][b])], expected[b]) < 1e-4
     others = torch.ones(pool.shape[0], dtype=torch.bool, device=pool.device)
@@ -255,12 +252,8 @@ def test_multiword_trees(kind, n, seed):
     q, k, v, alpha, beta, S0, tree = reference_inputs(case, 0, l2norm=True, gated=False)
     _, factors_ref = gdn.tree_closed_form(q, k, v, alpha, beta, S0, tree)
     expected = gdn.commit(S0, factors_ref, tree, n - 1)
-    for chunk_rows in (0, 4):  # the tile at once, or streamed in chunks (paths past PATH_BLOCK nodes in each)
-        pool = case["pool"].clone()
-        config = G.commit_config(2, 2, n, 16, 16, pool.device)._replace(chunk_rows=chunk_rows)
-        G.gdn_tree_commit(pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
-                          config=config)
-        assert rel_err(pool[int(case["slots"][0])], expected) < 1e-4
+    G.gdn_tree_commit(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"])
+    assert rel_err(case["pool"][int(case["slots"][0])], expected) < 1e-4
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32"])
