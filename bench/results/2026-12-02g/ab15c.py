@@ -9,6 +9,12 @@ pool kept alive with its graphs. ``diff``: each variant's committed pool after o
 clone against the old kernel's (max |diff| / max |pool|).
 
 Run (GPU): PYTHONPATH=$PWD:$PWD/bench python3 bench/results/2026-12-02g/ab15c.py 64 /tmp/old_gdn_tree.py
+(the chunk variants need ``chunked_commit.diff`` applied: the library dropped ``chunk_rows`` after run 16).
+
+Run 17 (argv[3] ``latency``): the old module (HEAD before ``tail_latency.diff``) against the library with the
+commit's words read for every row before the accepted node is known (``accepted_path_of``) and the apply's
+``QKD`` loaded with ``TB`` when its programs fit in one wave (``QKD_EARLY``), and with the first change alone;
+five rounds.
 """
 
 import importlib.util
@@ -37,7 +43,19 @@ dev = torch.device("cuda")
 vcfg = G.verify_config(B, 32, 64, 128, 128, dev, 16, "tf32")
 ccfg = G.commit_config(B, 32, 64, 128, 128, dev, "tf32")
 C = G.KernelConfig
-if B * 32 * 2 >= 2 * 132:  # large batches
+MODE = sys.argv[3] if len(sys.argv) > 3 else "chunks"
+ROUNDS = 3
+if MODE == "latency":  # run 17: the old module against the library with its two latency changes, and with the
+    # commit's alone (the apply's QKD_EARLY forced off in a copy of the library's source)
+    src = open(G.__file__).read()
+    rule = "QKD_EARLY=B * HV * (V // block_v) <= _num_sms(device)"
+    assert src.count(rule) == 1
+    with open("/tmp/ab17_late_qkd.py", "w") as fh:
+        fh.write(src.replace(rule, "QKD_EARLY=False"))
+    late = load_module("ab17_late_qkd", "/tmp/ab17_late_qkd.py")
+    VARIANTS = {"old": (old, ccfg), "new": (G, ccfg), "new_late_qkd": (late, ccfg)}
+    ROUNDS = 5
+elif B * 32 * 2 >= 2 * 132:  # large batches
     VARIANTS = {"old": (old, ccfg), "default": (G, ccfg),
                 "c64_cap128": (G, C(64, 128, 4, 1, max_registers=128, chunk_rows=64)),
                 "c32_cap128": (G, C(64, 128, 4, 1, max_registers=128, chunk_rows=32)),
@@ -94,12 +112,12 @@ for name, (mod, cfg) in VARIANTS.items():
     diff = float((pools[name] - ref).abs().max() / ref.abs().max())
     print(f"B = {B} {name}: commit {tuple(cfg)}, diff {diff:.2e}", flush=True)
 times = {k: [] for k in graphs}
-for r in range(3):
+for r in range(ROUNDS):
     for k, g in graphs.items():
         times[k].append(1e3 * triton.testing.do_bench(g.replay, warmup=10, rep=100, return_mode="median"))
         torch.cuda.synchronize()
 state_bytes = 2 * B * 32 * 128 * 128 * 4
-print(f"\nB = {B}, N = 64, random, fp32, tf32 (median of 3 rounds, us):\n| variant | verify + commit | commit | "
+print(f"\nB = {B}, N = 64, random, fp32, tf32 (median of {ROUNDS} rounds, us):\n| variant | verify + commit | commit | "
       f"commit TB/s |\n|---|---|---|---|")
 for name in VARIANTS:
     c = np.median(times[(name, 'commit')])
