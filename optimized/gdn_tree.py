@@ -48,7 +48,7 @@ from ._checks import (
     node_mask,
 )
 from .pdl import allow_dependents, pdl_supported, prefetch_l2
-from .tree_attention import PATH_BLOCK, TreeMeta, accepted_path_of, path_chunk, tree_metadata, tree_size
+from .tree_attention import PATH_BLOCK, TreeMeta, accepted_path, path_chunk, tree_metadata, tree_size
 
 __all__ = [
     "TreeFactors",
@@ -431,16 +431,14 @@ def _gdn_tree_apply_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
     QK16: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr, PDL: tl.constexpr, SIGNAL: tl.constexpr,
-    HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr, QKD_EARLY: tl.constexpr,
+    HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
 ):
     """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
     ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)`` (``GATE``: stored through
     :func:`_store_output`'s half of the gated RMSNorm). ``PDL``: launched as a programmatic dependent launch behind
     the solve kernel (``KernelConfig.apply_pdl``): the pass over ``S0`` reads only what the solve does not write
     (q, k, the state, the slots and sizes), then the program waits for the solve before it reads its outputs.
-    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started. ``QKD_EARLY``: ``QKD``
-    loaded with ``TB`` (one dependent load fewer after the wait; when the programs fit in one wave, where the
-    registers it holds cost no occupancy), else after the first product (fewer live registers)."""
+    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started."""
     allow_dependents(SIGNAL)  # a PDL-launched successor (gdn_tree_commit(pdl=True)) may launch now
     pid_v = tl.program_id(0)  # fastest: the V blocks of one value head share its TB / QKD tiles in L2
     pid_bh = tl.program_id(1)
@@ -476,11 +474,8 @@ def _gdn_tree_apply_kernel(
     v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
                   mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
     tb = _load_scratch(tb_ptr + tile, TB_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
-    if QKD_EARLY:
-        qkd = _load_scratch(qkd_ptr + tile, QKD_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
     delta = tl.dot(tb, _tf32_round(v_t - gamma[:, None] * ks, PRECISION), input_precision=PRECISION)  # [NP, BV]
-    if not QKD_EARLY:
-        qkd = _load_scratch(qkd_ptr + tile, QKD_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
+    qkd = _load_scratch(qkd_ptr + tile, QKD_SCALE, PRECISION, SCRATCH16)  # [NP, NP] (late: fewer live registers)
     o = (gamma[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
     out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
                                   PIECE)  # padding rows: zeros
@@ -625,7 +620,7 @@ def _gdn_tree_commit_kernel(
         tl.extra.cuda.gdc_wait()
     n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
     node = tl.load(accepted_ptr + b)
-    on_path, rank, path_len = accepted_path_of(words_ptr + b64 * N * W, W, node, n_b, NP, W, WORD_BITS)  # path
+    on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)  # path(node)
     lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
     s = s * tl.exp(lg_a)  # [BK, BV] Gamma_a S0
     lanes = tl.arange(0, PB)  # [PB]
@@ -891,8 +886,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides,
             H=H, HV=HV, K=K, V=V, NP=NP, BK=block_k, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel),
             PRECISION=precision, QK16=qk16, PDL=apply_pdl, SIGNAL=signal, SCRATCH16=scratch16,
-            QKD_EARLY=B * HV * (V // block_v) <= _num_sms(device), num_warps=cfg.num_warps,
-            num_stages=cfg.num_stages, **gate_flags, **sizes,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, **gate_flags, **sizes,
             **({"launch_pdl": True} if apply_pdl else {}),
             **({"maxnreg": cfg.max_registers} if cfg.max_registers else {}),
         )

@@ -798,23 +798,6 @@ def accepted_path(word_row_ptr, n_valid, NP: tl.constexpr, WORD_BITS: tl.constex
 
 
 @triton.jit
-def accepted_path_of(words_ptr, row_stride, node, n_valid, NP: tl.constexpr, W: tl.constexpr,
-                     WORD_BITS: tl.constexpr):
-    """:func:`accepted_path` of node ``node`` from every row's words (``words_ptr`` at ``words[b, 0]``, rows
-    ``row_stride`` apart, W words each; rows ``>= n_valid`` not read): the words of all rows are loaded without
-    waiting for ``node``, and row ``node`` is selected in registers, one dependent load fewer."""
-    nodes = tl.arange(0, NP)  # [NP]
-    real = nodes < n_valid  # [NP]
-    word = tl.zeros([NP], dtype=tl.int32)  # [NP] words[node][j // WORD_BITS]
-    for w in tl.static_range(W):
-        column = tl.load(words_ptr + nodes * row_stride + w, mask=real, other=0)  # [NP] words[i][w]
-        word_w = tl.sum(tl.where(nodes == node, column, 0), axis=0)  # words[node][w]
-        word = tl.where(real & (nodes // WORD_BITS == w), word_w, word)
-    on_path = ((word >> (nodes % WORD_BITS)) & 1) != 0  # [NP]
-    return on_path, tl.cumsum(on_path.to(tl.int32), axis=0) - 1, tl.sum(on_path.to(tl.int32), axis=0)
-
-
-@triton.jit
 def tree_size(num_nodes_ptr, b, N, HAS_NUM: tl.constexpr):
     """Request ``b``'s node count: ``num_nodes[b]``, or N when the caller gave no sizes (``HAS_NUM`` False: every
     tree has N nodes, and no sizes tensor is made: the kernels of the GDN verify, its commit and the tree conv)."""
