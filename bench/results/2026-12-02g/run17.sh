@@ -2,6 +2,8 @@
 # node, the one-wave apply's QKD loaded with TB) against HEAD's kernels (tail_latency.diff reversed on a copy) at
 # B = 1 / 64 (ab15c.py B old latency); then the benchmark (fp32, tf32, random trees, fla-core 0.6.0 in the
 # same run) and the GPU tests of the GDN kernels, on the library with both changes; B = 16 last
+# (as run, tail_latency.diff held only gdn_tree.py's hunks; it now also holds tree_attention.py's: to restore
+# both, `git apply` it from the repository root)
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/lumotree-triton-cache PYTHONPATH=$PWD:$PWD/bench
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null \
   && export PYTHONPATH=$PYTHONPATH:/tmp/site
