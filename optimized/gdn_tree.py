@@ -258,28 +258,72 @@ def _gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, s_gb, s_gn, s_
     """Log decay ``g`` and write strength ``beta`` ``[NP]`` of one (request, value head), zero on padding nodes;
     ``GATED``: from the raw projections (``g = -exp(A_log) softplus(a + dt_bias)``, ``beta = sigmoid(b)``, times 2
     with ``BETA_TWO``)."""
+    loaded = _load_gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+                         NP, GATED)
+    return _gate_values(loaded, n_b, NP, GATED, BETA_TWO)
+
+
+@triton.jit
+def _load_gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+                NP: tl.constexpr, GATED: tl.constexpr):
+    """The loads of :func:`_gates`, values as stored (their first use waits for them): the two ``[NP]`` rows and,
+    with ``GATED``, ``A_log`` and ``dt_bias`` of value head ``hv``."""
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b  # [NP]
+    row_a = tl.load(g_ptr + b64 * s_gb + nodes * s_gn + hv * s_gh, mask=real, other=0.0)  # [NP] g or a
+    row_b = tl.load(beta_ptr + b64 * s_bb + nodes * s_bn + hv * s_bh, mask=real, other=0.0)  # [NP] beta or b
     if GATED:
-        a_raw = tl.load(g_ptr + b64 * s_gb + nodes * s_gn + hv * s_gh, mask=real, other=0.0).to(tl.float32)
-        b_raw = tl.load(beta_ptr + b64 * s_bb + nodes * s_bn + hv * s_bh, mask=real, other=0.0).to(tl.float32)
-        x = a_raw + tl.load(dt_bias_ptr + hv).to(tl.float32)
+        loaded = (row_a, row_b, tl.load(a_log_ptr + hv), tl.load(dt_bias_ptr + hv))
+    else:
+        loaded = (row_a, row_b, 0.0, 0.0)
+    return loaded
+
+
+@triton.jit
+def _gate_values(loaded, n_b, NP: tl.constexpr, GATED: tl.constexpr, BETA_TWO: tl.constexpr):
+    """``g, beta [NP]`` from :func:`_load_gates`'s values."""
+    real = tl.arange(0, NP) < n_b  # [NP]
+    if GATED:
+        x = loaded[0].to(tl.float32) + loaded[3].to(tl.float32)
         softplus = tl.where(x > 20.0, x, tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x))))
-        g = tl.where(real, -tl.exp(tl.load(a_log_ptr + hv).to(tl.float32)) * softplus, 0.0)
-        beta = tl.sigmoid(b_raw)
+        g = tl.where(real, -tl.exp(loaded[2].to(tl.float32)) * softplus, 0.0)
+        beta = tl.sigmoid(loaded[1].to(tl.float32))
         if BETA_TWO:
             beta = 2.0 * beta
         beta = tl.where(real, beta, 0.0)
     else:
-        g = tl.load(g_ptr + b64 * s_gb + nodes * s_gn + hv * s_gh, mask=real, other=0.0).to(tl.float32)
-        beta = tl.load(beta_ptr + b64 * s_bb + nodes * s_bn + hv * s_bh, mask=real, other=0.0).to(tl.float32)
+        g = loaded[0].to(tl.float32)
+        beta = loaded[1].to(tl.float32)
     return g, beta
 
 
 @triton.jit
-def _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP: tl.constexpr,
-                        PRECISION: tl.constexpr, OVERLAP: tl.constexpr):
-    """``T = (I + A)^{-1} = prod_{l < L} (I + (-A)^(2^l))``, L = bit_length(max depth) (A^(depth + 1) = 0).
+def _doubling_levels(depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP: tl.constexpr):
+    """L = bit_length(max depth) of one request's tree: the number of factors of :func:`_inverse_unit_lower`."""
+    return _levels_of(_load_depth(depth_ptr, b64, N, n_b, NP), LOG_NP)
+
+
+@triton.jit
+def _load_depth(depth_ptr, b64, N, n_b, NP: tl.constexpr):
+    """The depths ``[NP]`` of one request's nodes (padding 0), as loaded: :func:`_levels_of` uses them."""
+    nodes = tl.arange(0, NP)
+    return tl.load(depth_ptr + b64 * N + nodes, mask=nodes < n_b, other=0)  # [NP]
+
+
+@triton.jit
+def _levels_of(depth, LOG_NP: tl.constexpr):
+    """bit_length of the largest of the depths ``[NP]``."""
+    depth_max = tl.max(depth, axis=0)
+    levels = 0
+    for e in tl.static_range(LOG_NP):
+        levels += (depth_max >= (1 << e)).to(tl.int32)
+    return levels
+
+
+@triton.jit
+def _inverse_unit_lower(neg_a, levels, NP: tl.constexpr, PRECISION: tl.constexpr, OVERLAP: tl.constexpr):
+    """``T = (I + A)^{-1} = prod_{l < L} (I + (-A)^(2^l))``, ``L = levels`` = bit_length(max depth)
+    (:func:`_doubling_levels`; A^(depth + 1) = 0).
 
     With ``P_l = (-A)^(2^l)`` and ``T_l = prod_{m < l} (I + P_m)``: ``T_1 = I + P_0``, ``T_(l+1) = T_l + T_l P_l``,
     ``P_(l+1) = P_l P_l``. ``OVERLAP``: step l forms ``T_(l+1)`` and ``P_(l+1)`` from ``T_l`` and ``P_l`` alone (two
@@ -289,11 +333,6 @@ def _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP: tl.constexpr, LOG_NP:
     and the fused kernel, which holds more tiles at that point (255 registers and spills), 1.7 us slower
     (bench/NOTES-gdn.md, fourteenth session)."""
     nodes = tl.arange(0, NP)
-    depth = tl.load(depth_ptr + b64 * N + nodes, mask=nodes < n_b, other=0)  # [NP]
-    depth_max = tl.max(depth, axis=0)
-    levels = 0
-    for e in tl.static_range(LOG_NP):
-        levels += (depth_max >= (1 << e)).to(tl.int32)
     t_inv = tl.where(nodes[:, None] == nodes[None, :], 1.0, neg_a)  # [NP, NP] T_1 = I - A (A has a zero diagonal)
     if not OVERLAP:
         power = neg_a  # [NP, NP] P_l
@@ -325,12 +364,15 @@ def _gdn_tree_solve_kernel(
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
+    GATES_FIRST: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
     quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
 
     Writes ``log Gamma`` and ``k_rnorm`` (factors), ``q_rnorm`` and the two ``[NP, NP]`` operands of part 2 per value
     head: ``TB = (I + A)^{-1} diag(beta)`` and ``QKD = Q K^T ⊙ D`` (``SCRATCH16``: :func:`_store_scratch`).
+    ``GATES_FIRST`` (one value head, ``HEADS == 1``): the gates and the tree's depths are loaded before the K loop
+    and used after it, so that their loads' latency runs under the loop instead of on the path to the doubling.
     """
     allow_dependents(PDL)  # the apply (KernelConfig.apply_pdl) reads none of this kernel's outputs before its wait
     pid = tl.program_id(0)
@@ -343,6 +385,10 @@ def _gdn_tree_solve_kernel(
     real = nodes < n_b
     # the mask first, a gather of the tree's bitsets: its latency runs under the K loop (B = 1: 0.5-1.7 us less)
     anc = _ancestor_mask(words_ptr, b64, n_b, N, W, NP, WORD_BITS, WORD_VECTORS)  # [NP, NP] M
+    if GATES_FIRST:  # inputs, not products of the loop: loaded now, used after it (HEADS == 1)
+        depth = _load_depth(depth_ptr, b64, N, n_b, NP)  # [NP]
+        gate_loads = _load_gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv0, n_b, s_gb, s_gn, s_gh, s_bb,
+                                 s_bn, s_bh, NP, GATED)
     kk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] K K^T
     qk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP] Q K^T
     k_sq = tl.zeros([NP], dtype=tl.float32)
@@ -372,20 +418,31 @@ def _gdn_tree_solve_kernel(
         qk = qk * q_rn[:, None] * k_rn[None, :]
         tl.store(k_rnorm_ptr + (b64 * N + nodes) * H + h, k_rn, mask=(nodes < N) & first)
         tl.store(q_rnorm_ptr + (b64 * NP + nodes) * H + h, q_rn, mask=first)
-    # the gates only now: fewer tiles live through the K loop (registers)
+    # several heads: the gates only now (fewer tiles live through the K loop: registers), each head's loaded under
+    # the previous head's doubling
     strict = anc & (nodes[:, None] != nodes[None, :])  # [NP, NP] M°
+    if GATES_FIRST:
+        levels = _levels_of(depth, LOG_NP)
+        g, beta = _gate_values(gate_loads, n_b, NP, GATED, BETA_TWO)  # [NP] each
+    else:
+        levels = _doubling_levels(depth_ptr, b64, N, n_b, NP, LOG_NP)
+        g, beta = _gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv0, n_b, s_gb, s_gn, s_gh, s_bb, s_bn,
+                         s_bh, NP, GATED, BETA_TWO)  # [NP] each
     for j in tl.static_range(HEADS):
         hv = hv0 + j
-        g, beta = _gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
-                         NP, GATED, BETA_TWO)  # [NP] each
         log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
-        decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
         tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=nodes < N)
+        decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
         tile = (b64 * HV + hv) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
         _store_scratch(qkd_ptr + tile, qk * decay, QKD_SCALE, PRECISION, SCRATCH16)
         neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
-        t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, True)  # [NP, NP]
+        if j + 1 < HEADS:  # the next head's gates, loaded under this head's doubling
+            g, beta_next = _gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv + 1, n_b, s_gb, s_gn, s_gh,
+                                  s_bb, s_bn, s_bh, NP, GATED, BETA_TWO)  # [NP] each
+        t_inv = _inverse_unit_lower(neg_a, levels, NP, PRECISION, True)  # [NP, NP]
         _store_scratch(tb_ptr + tile, t_inv * beta[None, :], TB_SCALE, PRECISION, SCRATCH16)
+        if j + 1 < HEADS:
+            beta = beta_next
 
 
 @triton.jit
@@ -568,7 +625,8 @@ def _gdn_tree_verify_kernel(
     v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
                   mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
     rhs = beta[:, None] * (v_t - gamma[:, None] * ks)  # [NP, BV]
-    t_inv = _inverse_unit_lower(neg_a, depth_ptr, b64, N, n_b, NP, LOG_NP, PRECISION, False)  # [NP, NP]
+    levels = _doubling_levels(depth_ptr, b64, N, n_b, NP, LOG_NP)
+    t_inv = _inverse_unit_lower(neg_a, levels, NP, PRECISION, False)  # [NP, NP]
     delta = tl.dot(_tf32_round(t_inv, PRECISION), _tf32_round(rhs, PRECISION),
                    input_precision=PRECISION)  # [NP, BV]
     o = (gamma[:, None] * qs + tl.dot(_tf32_round(qk * decay, PRECISION), _tf32_round(delta, PRECISION),
@@ -596,8 +654,10 @@ def _gdn_tree_commit_kernel(
     """One program per (layer, request, value head, V block, K block): ``S[rows, cols] = Gamma_a S0[rows, cols]
     + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[rows] delta_j[cols]^T``, in place (layer g's pool and factors at
     the ``s_*_g`` strides; the trees, slots and accepted nodes shared by the layers). ``PDL``: launched as a
-    programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program loads its ``S0`` tile, then waits
-    for the previous kernel (which must write neither the slots nor the pool) before it reads anything else."""
+    programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program loads its ``S0`` tile and finds
+    the accepted node's path (the slots, the pool, the sizes, the accepted nodes and the tree's ancestor words,
+    none of which the previous kernel may write), then waits for the previous kernel before it reads the
+    factors."""
     pid = tl.program_id(0)
     pid_v = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -616,11 +676,11 @@ def _gdn_tree_commit_kernel(
     kcols = pid_k * BK + tl.arange(0, BK)  # [BK] state rows of this program
     state_ptrs = pool_ptr + (slot * HV + hv) * (K * V) + kcols[:, None] * V + vcols[None, :]  # [BK, BV]
     s = tl.load(state_ptrs)  # [BK, BV] S0
-    if PDL:  # the slots and the pool are read above, everything the previous kernel may write below
-        tl.extra.cuda.gdc_wait()
     n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
     node = tl.load(accepted_ptr + b)
     on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)  # path(node)
+    if PDL:  # the step's inputs are read above, what the previous kernel may write (the factors) below
+        tl.extra.cuda.gdc_wait()
     lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
     s = s * tl.exp(lg_a)  # [BK, BV] Gamma_a S0
     lanes = tl.arange(0, PB)  # [PB]
@@ -878,7 +938,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             N, *qk_strides, *gate_strides,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
-            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16, **flags,
+            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16,
+            GATES_FIRST=cfg.solve_heads == 1, **flags,
             **gram_flags, **sizes,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
@@ -1012,8 +1073,9 @@ def gdn_tree_commit(
     same leading layer dimension (``delta: [G, B, N, HV, V]``, ``log_gamma: [G, B, N, HV]``, ``k: [G, B, N, H, K]``,
     ``k_rnorm: [G, B, N, H]``; each layer's block laid out as for one layer, the layers at any stride): layer g's
     factors go into layer g's pool. ``pdl``: a programmatic dependent launch where the device supports it
-    (:mod:`~lumotree.optimized.pdl`): each program loads its ``S0`` tile before it waits for the previous kernel,
-    which must write neither ``slots`` nor ``state_pool`` (the verify of the same step qualifies; with
+    (:mod:`~lumotree.optimized.pdl`): each program loads its ``S0`` tile and finds the accepted node's path before
+    it waits for the previous kernel, which must write none of ``slots``, ``state_pool``, ``accepted``,
+    ``num_nodes`` and the tree's metadata (the verify of the same step qualifies; with
     ``gdn_tree_verify(launch_dependents=True)`` the commit launches under the verify's tail). Returns
     ``state_pool``.
     """
