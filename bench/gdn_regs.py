@@ -89,7 +89,7 @@ def variants(N: int, precision: str, gate: bool = False):
         if cfg.split:  # PDL as the config asks (the apply waits after its pass over S0)
             scratch16 = bool(cfg.scratch16) and precision == "tf32"
             solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, PDL=cfg.apply_pdl, HAS_NUM=True,
-                         SCRATCH16=scratch16, GATES_FIRST=cfg.solve_heads == 1)
+                         SCRATCH16=scratch16, GATES_FIRST=cfg.solve_heads == 1 and NP <= 64)
             apply = dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk, BV=bv,
                          GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl, SIGNAL=False, HAS_NUM=True,
                          SCRATCH16=scratch16)

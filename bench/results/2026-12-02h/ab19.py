@@ -14,6 +14,7 @@ Run (GPU): PYTHONPATH=$PWD:$PWD/bench python3 bench/results/2026-12-02h/ab19.py 
 """
 
 import importlib.util
+import os
 import sys
 
 import numpy as np
@@ -35,7 +36,8 @@ def load_module(name: str, path: str):
 B = int(sys.argv[1])
 ROUNDS = 5
 old = load_module("ab19_old", sys.argv[2])
-x = T.make_inputs(B, 64, "random", seed=B * 1000 + 64)
+N = int(os.environ.get("AB_N", "64"))  # run 21: also N = 128 and 32
+x = T.make_inputs(B, N, "random", seed=B * 1000 + N)
 dev = torch.device("cuda")
 VARIANTS = {"old": old, "new": G, "old_again": old, "new_again": G}
 if len(sys.argv) > 3 and sys.argv[3] == "isolate":  # run 20: the one-head solve's GATES_FIRST off in a copy
@@ -49,7 +51,7 @@ meta = G.tree_meta(x["parents"])
 
 
 def configs(mod):
-    return (mod.verify_config(B, 32, 64, 128, 128, dev, 16, "tf32"), mod.commit_config(B, 32, 64, 128, 128, dev, "tf32"))
+    return (mod.verify_config(B, 32, N, 128, 128, dev, 16, "tf32"), mod.commit_config(B, 32, N, 128, 128, dev, "tf32"))
 
 
 def verify(pool, mod):
@@ -92,7 +94,7 @@ for r in range(ROUNDS):
     for k, g in graphs.items():
         times[k].append(1e3 * triton.testing.do_bench(g.replay, warmup=10, rep=100, return_mode="median"))
         torch.cuda.synchronize()
-print(f"\nB = {B}, N = 64, random, fp32, tf32 (median of {ROUNDS} rounds, us):\n"
+print(f"\nB = {B}, N = {N}, random, fp32, tf32 (median of {ROUNDS} rounds, us):\n"
       "| variant | verify + commit | verify | commit |\n|---|---|---|---|")
 for name in VARIANTS:
     row = " | ".join(f"{np.median(times[(name, w)]):.1f}" for w in ("both", "verify", "commit"))
