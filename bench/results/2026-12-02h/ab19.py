@@ -10,7 +10,8 @@ outputs and the committed pool of one eager verify + commit on a fresh clone aga
 the same products on the same operands).
 
 Run (GPU): PYTHONPATH=$PWD:$PWD/bench python3 bench/results/2026-12-02h/ab19.py 1 /tmp/old_gdn_tree.py
-(argv[3] ``isolate``, run 20: also the library with the one-head solve's ``GATES_FIRST`` off, in a copy).
+(argv[3] ``isolate``, run 20: also the library with the one-head solve's ``GATES_FIRST`` off, in a copy;
+``caps``, run 22: also the solve capped at 168 and 128 registers, in copies; ``AB_N``: the node count, 64).
 """
 
 import importlib.util
@@ -47,6 +48,14 @@ if len(sys.argv) > 3 and sys.argv[3] == "isolate":  # run 20: the one-head solve
     with open("/tmp/ab19_no_gates_first.py", "w") as fh:
         fh.write(src.replace(rule, "GATES_FIRST=False"))
     VARIANTS["new_no_gates_first"] = load_module("ab19_no_gates_first", "/tmp/ab19_no_gates_first.py")
+if len(sys.argv) > 3 and sys.argv[3] == "caps":  # run 22: the solve capped at 168 (3 programs per SM) and 128 (4)
+    src = open(G.__file__).read()
+    rule = "num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl,"
+    assert src.count(rule) == 1
+    for cap in (168, 128):
+        with open(f"/tmp/ab19_solve_cap{cap}.py", "w") as fh:
+            fh.write(src.replace(rule, f"maxnreg={cap}, " + rule))
+        VARIANTS[f"solve_cap{cap}"] = load_module(f"ab19_solve_cap{cap}", f"/tmp/ab19_solve_cap{cap}.py")
 meta = G.tree_meta(x["parents"])
 
 
