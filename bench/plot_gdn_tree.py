@@ -1,8 +1,8 @@
 """Plot the GDN tree benchmark for docs/gdn-kernels.md.
 
-Left: one layer at B=64, N=64 (random tree, depth 10), from bench/results/2026-12-02f/gdn_tree_run14.json (the
-seventeenth session's final run; fla's decode step and branch by branch called correctly since 2026-12-02b run 7, both
-checked against float64): our verify + commit in tf32 against the memory floors, fla's single-token decode step,
+Left: one layer at B=64, N=64 (random tree, depth 10), from bench/results/2026-12-02h/gdn_tree_run23.json (the
+nineteenth session's final run, H200; fla's decode step and branch by branch called correctly since 2026-12-02b run 7,
+both checked against float64): our verify + commit in tf32 against the memory floors, fla's single-token decode step,
 branch by branch and per-node states of the same run; the tf32x3 and ieee modes from 2026-12-02b run 4
 (gdn_tree_run4.json, the kernels of that day), and our 2026-11-29 run.
 Right: where the verify time goes (solve and apply kernels timed alone, tf32) before and after the 2026-12-01 solve
@@ -29,7 +29,7 @@ def main() -> int:
     results = ROOT / "bench/results"
     load = lambda name: json.loads((results / name).read_text())  # noqa: E731
     pick = lambda run: next(r for r in run["rows"] if (r["B"], r["N"], r["kind"]) == (64, 64, "random"))  # noqa: E731
-    row = pick(load("2026-12-02f/gdn_tree_run14.json"))
+    row = pick(load("2026-12-02h/gdn_tree_run23.json"))
     modes = pick(load("2026-12-02b/gdn_tree_run4.json"))
     row_old = pick(load("2026-11-29-h200-gdn-tree-run3.json"))
     bars = [
