@@ -12,7 +12,8 @@ cp optimized/gdn_tree.py /tmp/old_gdn_tree.py && patch -s -p1 < $D/fused_gates_f
   && echo "old kernels kept, the change applied" >> $LOG
 for n in 32 8; do
   AB_N=$n timeout 60 python3 $D/ab19.py 1 /tmp/old_gdn_tree.py > /tmp/a_n$n.log 2>&1
-  echo "ab19.py 1 N $n rc $?" >> /tmp/a_n$n.log; cat /tmp/a_n$n.log >> $LOG; grep -E "^\||rc |Error|diff" /tmp/a_n$n.log | tail -9
+  echo "ab19.py 1 N $n rc $?" >> /tmp/a_n$n.log; cat /tmp/a_n$n.log >> $LOG
+  grep -E "^\||rc |Error|diff" /tmp/a_n$n.log | tail -9
 done
 timeout 100 python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 tests/test_gdn_kernels.py > /tmp/t.log 2>&1
 echo "pytest rc $?" >> /tmp/t.log; cat /tmp/t.log >> $LOG; tail -3 /tmp/t.log
