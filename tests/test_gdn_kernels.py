@@ -168,6 +168,28 @@ def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg,
     assert torch.isnan(pool[others]).all() and torch.isnan(before[others]).all()
 
 
+@pytest.mark.parametrize("group, heads", [(3, 3), (4, 4), (4, 2)])
+@pytest.mark.parametrize("gated", [False, True])
+def test_solve_programs_of_several_heads(group, heads, gated):
+    """The split solve with ``heads`` value heads of a GVA group of ``group`` per program: its loop forms the heads
+    two at a time (both operands, then both doublings), an odd last head alone; every head's outputs and factors
+    match the reference, and the commit from them too."""
+    rng = np.random.default_rng(group * 10 + heads)
+    rows = [build_tree_parents(kind, n, rng) for kind, n in (("random", 11), ("chain", 5), ("star", 7))]
+    case = make_case(rows, H=1, group=group, pad=1, gated=gated, seed=group + heads)
+    config = G.KernelConfig(16, 16, 4, 2, split=True, solve_warps=4, solve_heads=heads, solve_stages=3)
+    o, factors = run_verify(case, l2norm=True, gated=gated, config=config)
+    check_against_reference(case, o, factors, l2norm=True, gated=gated)
+    accepted = torch.tensor([len(r) - 1 for r in rows], dtype=torch.int32, device=DEVICE)
+    expected = [gdn.tree_recurrent(*reference_inputs(case, b, l2norm=True, gated=gated))[1][int(accepted[b])]
+                for b in range(len(rows))]  # from S0, before the commit overwrites it
+    pool = case["pool"]
+    G.gdn_tree_commit(pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
+                      config=G.KernelConfig(16, 16, 4, 1))
+    for b in range(len(rows)):
+        assert rel_err(pool[int(case["slots"][b])], expected[b]) < 1e-4
+
+
 def test_pdl_request_gives_the_plain_launch_values():
     """``pdl=True`` with a config that asks for the PDL launch: the same values as without (where PDL is unsupported,
     the interpreter or a GPU before sm_90, the plain launch: the prefetch's inline PTX is never traced there; on
