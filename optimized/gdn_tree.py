@@ -379,6 +379,7 @@ def _gdn_tree_solve_kernel(
     first (B = 64, N = 64: 392 bytes of spills before, none now, compile-only; H100, verify + commit 385.7 -> 369.1
     us over the nineteenth session's two steps).
     """
+    tl.static_assert(HEADS == 1 or not GATES_FIRST, "GATES_FIRST holds one head's gates")
     allow_dependents(PDL)  # the apply (KernelConfig.apply_pdl) reads none of this kernel's outputs before its wait
     pid = tl.program_id(0)
     b = pid // (HV // HEADS)

@@ -152,16 +152,21 @@ def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg,
     check_against_reference(case, o, factors, l2norm=l2norm, gated=gated, neg=neg)
 
     # commit an arbitrary node of each tree (root, inner node or leaf) in place; other slots untouched
-    accepted = torch.tensor([pick[b] % len(r) for b, r in enumerate(rows)], dtype=torch.int32, device=DEVICE)
-    expected = []
-    for b in range(len(rows)):
-        q, k, v, alpha, beta, S0, tree = reference_inputs(case, b, l2norm=l2norm, gated=gated, neg=neg)
-        expected.append(gdn.tree_recurrent(q, k, v, alpha, beta, S0, tree)[1][int(accepted[b])])
+    accepted = [pick[b] % len(r) for b, r in enumerate(rows)]
+    commit_and_check(case, factors, accepted, l2norm=l2norm, gated=gated, neg=neg, commit_rows=commit_rows)
+
+
+def commit_and_check(case, factors, accepted, *, l2norm, gated, neg=False, commit_rows=16):
+    """Commit node ``accepted[b]`` of each request in place (``commit_rows``: 16, one program per K; 8, two) and
+    check each committed state against the reference recurrence from ``S0``, and that the other slots stay NaN."""
+    expected = [gdn.tree_recurrent(*reference_inputs(case, b, l2norm=l2norm, gated=gated, neg=neg))[1][node]
+                for b, node in enumerate(accepted)]  # from S0, before the commit overwrites it
     pool = case["pool"]
     before = pool.clone()
-    G.gdn_tree_commit(pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
-                      config=G.KernelConfig(16, commit_rows, 4, 1))  # 16: one program per K; 8: two
-    for b in range(len(rows)):
+    G.gdn_tree_commit(pool, case["slots"], factors, case["parents"],
+                      torch.tensor(accepted, dtype=torch.int32, device=DEVICE), num_nodes=case["num_nodes"],
+                      config=G.KernelConfig(16, commit_rows, 4, 1))
+    for b in range(len(accepted)):
         assert rel_err(pool[int(case["slots"][b])], expected[b]) < 1e-4
     others = torch.ones(pool.shape[0], dtype=torch.bool, device=pool.device)
     others[case["slots"]] = False
@@ -180,14 +185,7 @@ def test_solve_programs_of_several_heads(group, heads, gated):
     config = G.KernelConfig(16, 16, 4, 2, split=True, solve_warps=4, solve_heads=heads, solve_stages=3)
     o, factors = run_verify(case, l2norm=True, gated=gated, config=config)
     check_against_reference(case, o, factors, l2norm=True, gated=gated)
-    accepted = torch.tensor([len(r) - 1 for r in rows], dtype=torch.int32, device=DEVICE)
-    expected = [gdn.tree_recurrent(*reference_inputs(case, b, l2norm=True, gated=gated))[1][int(accepted[b])]
-                for b in range(len(rows))]  # from S0, before the commit overwrites it
-    pool = case["pool"]
-    G.gdn_tree_commit(pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
-                      config=G.KernelConfig(16, 16, 4, 1))
-    for b in range(len(rows)):
-        assert rel_err(pool[int(case["slots"][b])], expected[b]) < 1e-4
+    commit_and_check(case, factors, [len(r) - 1 for r in rows], l2norm=True, gated=gated)
 
 
 def test_pdl_request_gives_the_plain_launch_values():
