@@ -97,7 +97,7 @@ def variants(N: int, precision: str, gate: bool = False):
                      ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps, cfg.max_registers)]
         else:
             fused = dict(flags, **words, V=V, BK=bk, BV=bv, DOT16=False, PDL=False, STATE_LINES=1, GATE=gate,
-                         PIECE=G.GATE_PIECE, SIGNAL=False, HAS_NUM=True)
+                         PIECE=G.GATE_PIECE, SIGNAL=False, HAS_NUM=True, GATES_FIRST=NP <= 64)
             parts = [("fused", G._gdn_tree_verify_kernel, fused, cfg.num_warps, 0)]
         for part, kernel, constexprs, nw, cap in parts:
             key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages, cap)

@@ -219,18 +219,6 @@ def _diagonal(m, NP: tl.constexpr):
 
 
 @triton.jit
-def _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
-                    s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
-                    W: tl.constexpr, NP: tl.constexpr, GATED: tl.constexpr, BETA_TWO: tl.constexpr,
-                    WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr):
-    """Inclusive ancestor mask ``M [NP, NP]`` and the gates ``g, beta [NP]`` of one (request, value head)."""
-    anc = _ancestor_mask(words_ptr, b64, n_b, N, W, NP, WORD_BITS, WORD_VECTORS)
-    g, beta = _gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
-                     NP, GATED, BETA_TWO)
-    return anc, g, beta
-
-
-@triton.jit
 def _ancestor_mask(words_ptr, b64, n_b, N, W: tl.constexpr, NP: tl.constexpr, WORD_BITS: tl.constexpr,
                    WORD_VECTORS: tl.constexpr):
     """Inclusive ancestor mask ``M [NP, NP]`` of one request (padding rows and columns False).
@@ -318,6 +306,16 @@ def _levels_of(depth, LOG_NP: tl.constexpr):
     for e in tl.static_range(LOG_NP):
         levels += (depth_max >= (1 << e)).to(tl.int32)
     return levels
+
+
+@triton.jit
+def _path_decay(anc, gate_loads, n_b, NP: tl.constexpr, GATED: tl.constexpr, BETA_TWO: tl.constexpr):
+    """From :func:`_load_gates`'s values: ``log Gamma [NP]`` (g summed over each node's path), ``Gamma``, the decay
+    ``D [NP, NP]`` (``Gamma_i / Gamma_j`` for j an ancestor of i, else 0) and ``beta``."""
+    g, beta = _gate_values(gate_loads, n_b, NP, GATED, BETA_TWO)  # [NP] each
+    log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
+    decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
+    return log_gamma, tl.exp(log_gamma), decay, beta
 
 
 @triton.jit
@@ -445,11 +443,11 @@ def _gdn_tree_solve_kernel(
                                      PRECISION, SCRATCH16)  # [NP, NP] -A of the second head
         if not GATES_FIRST and j == 0:
             levels = _doubling_levels(depth_ptr, b64, N, n_b, NP, LOG_NP)
-        t_inv = _inverse_unit_lower(neg_a, levels, NP, PRECISION, True)  # [NP, NP]
+        t_inv = _inverse_unit_lower(neg_a, levels, NP, PRECISION, PRECISION != "ieee")  # [NP, NP]
         _store_scratch(tb_ptr + _scratch_tile(b64, hv, HV, NP), t_inv * beta[None, :], TB_SCALE, PRECISION,
                        SCRATCH16)
         if j + 1 < HEADS:
-            t_inv = _inverse_unit_lower(neg_a_2, levels, NP, PRECISION, True)  # [NP, NP]
+            t_inv = _inverse_unit_lower(neg_a_2, levels, NP, PRECISION, PRECISION != "ieee")  # [NP, NP]
             _store_scratch(tb_ptr + _scratch_tile(b64, hv + 1, HV, NP), t_inv * beta_2[None, :], TB_SCALE,
                            PRECISION, SCRATCH16)
 
@@ -580,7 +578,7 @@ def _gdn_tree_verify_kernel(
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr, PDL: tl.constexpr, STATE_LINES: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr,
-    SIGNAL: tl.constexpr, HAS_NUM: tl.constexpr,
+    SIGNAL: tl.constexpr, HAS_NUM: tl.constexpr, GATES_FIRST: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
     redone by every V block of a value head; pays off when there are few programs, i.e. small batches). ``PDL``:
@@ -588,7 +586,9 @@ def _gdn_tree_verify_kernel(
     ``S0`` tile into L2 (``STATE_LINES`` 128-byte lines per state row), which no kernel of the step writes, then
     waits for the previous kernel (whose output q, k, v and the gates are) before it reads anything else. ``GATE``:
     the output is stored through :func:`_store_output`'s half of the gated RMSNorm (:class:`OutputGate`).
-    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started."""
+    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started. ``GATES_FIRST`` (up to
+    N = 64): the gates and the tree's depths are loaded before the K loop and used after it (else the decay is
+    formed before the loop and the depths are read after it)."""
     allow_dependents(SIGNAL)  # a PDL-launched successor (gdn_tree_commit(pdl=True)) may launch now
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
@@ -606,13 +606,14 @@ def _gdn_tree_verify_kernel(
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b  # [NP] padding rows are never read
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
-    anc, g, beta = _mask_and_gates(words_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, N,
-                                   s_gb, s_gn, s_gh, s_bb, s_bn, s_bh, W, NP, GATED, BETA_TWO, WORD_BITS,
-                                   WORD_VECTORS)
+    anc = _ancestor_mask(words_ptr, b64, n_b, N, W, NP, WORD_BITS, WORD_VECTORS)  # [NP, NP] M
+    gate_loads = _load_gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, s_gb, s_gn, s_gh, s_bb, s_bn,
+                             s_bh, NP, GATED)
+    if GATES_FIRST:  # the gates' and depths' loads run under the K loop, their uses come after it
+        depth = _load_depth(depth_ptr, b64, N, n_b, NP)  # [NP]
+    else:
+        log_gamma, gamma, decay, beta = _path_decay(anc, gate_loads, n_b, NP, GATED, BETA_TWO)
     gate = _load_gate(z_ptr, s_zb, s_zn, s_zh, gate_w_ptr, b64, nodes, real, hv, vcols, GATE)  # [NP, BV] or 0
-    log_gamma = tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)  # [NP] log Gamma_i: g summed over path(i)
-    gamma = tl.exp(log_gamma)  # [NP]
-    decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [NP, NP] D
 
     # one pass over S0's tile: K K^T, Q K^T, K S0, Q S0 (and the squared norms of q and k)
     kk = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP]
@@ -649,12 +650,17 @@ def _gdn_tree_verify_kernel(
         ks = ks * k_rn[:, None]
         qs = qs * q_rn[:, None]
 
+    if GATES_FIRST:
+        log_gamma, gamma, decay, beta = _path_decay(anc, gate_loads, n_b, NP, GATED, BETA_TWO)
     strict = anc & (nodes[:, None] != nodes[None, :])  # [NP, NP] M°
     neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
     v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
                   mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
     rhs = beta[:, None] * (v_t - gamma[:, None] * ks)  # [NP, BV]
-    levels = _doubling_levels(depth_ptr, b64, N, n_b, NP, LOG_NP)
+    if GATES_FIRST:
+        levels = _levels_of(depth, LOG_NP)
+    else:
+        levels = _doubling_levels(depth_ptr, b64, N, n_b, NP, LOG_NP)
     t_inv = _inverse_unit_lower(neg_a, levels, NP, PRECISION, False)  # [NP, NP]
     delta = tl.dot(_tf32_round(t_inv, PRECISION), _tf32_round(rhs, PRECISION),
                    input_precision=PRECISION)  # [NP, BV]
@@ -989,6 +995,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128), SIGNAL=signal,
+            GATES_FIRST=NP <= 64,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags, **sizes,
             **({"launch_pdl": True} if pdl else {}),
         )
