@@ -329,7 +329,9 @@ def _inverse_unit_lower(neg_a, levels, NP: tl.constexpr, PRECISION: tl.constexpr
     first and multiplies ``T`` by the new power. The same products on the same operands either way: bit for bit the
     same result. On the H200 (B = 1, N = 64, tf32) the overlapped form made the split pipeline's solve 2.1 us faster
     and the fused kernel, which holds more tiles at that point (255 registers and spills), 1.7 us slower
-    (bench/NOTES-gdn.md, fourteenth session)."""
+    (bench/NOTES-gdn.md, fourteenth session). In ``ieee`` mode (products on the CUDA cores) the split solve squares
+    first too: there the overlapped form compiled to 32 registers and ~8 KB of stack (Triton 3.6 and 3.9, sm_90),
+    and B = 64 took 5141.5 against 1243.3 us (twentieth session, runs 28-29)."""
     nodes = tl.arange(0, NP)
     t_inv = tl.where(nodes[:, None] == nodes[None, :], 1.0, neg_a)  # [NP, NP] T_1 = I - A (A has a zero diagonal)
     if not OVERLAP:

@@ -1,0 +1,48 @@
+"""Compile-only resource checks of the GDN tree kernels for Hopper (sm_90), no GPU needed.
+
+A kernel that compiles to a pathological register allocation still computes the right values, so the differential
+tests cannot see it: the ieee split solve's overlapped doubling compiled to 32 registers and ~8 KB of stack for six
+sessions and ran 4x slower at B = 64 (bench/NOTES-gdn.md, twentieth session). Here the default large-batch launch
+configs at Qwen3-Next shapes are compiled for sm_90 with ``bench/gdn_regs.py`` (Triton's own ptxas and cuobjdump,
+in a subprocess without ``TRITON_INTERPRET``) and each kernel must keep a sane allocation in every precision mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MAX_STACK_BYTES = 4096  # every default kernel: 0-1.9 KB (Triton 3.6 / 3.9); the pathological solve 7.8-8.1 KB
+MIN_REGISTERS = 64  # the pathological solve: 32 registers (everything in local memory)
+
+
+def _binaries_present() -> bool:
+    try:
+        import triton
+    except ImportError:  # pragma: no cover - triton is a dependency
+        return False
+    bin_dir = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    return (bin_dir / "ptxas").exists() and (bin_dir / "cuobjdump").exists()
+
+
+@pytest.mark.skipif(not _binaries_present(), reason="Triton's NVIDIA ptxas / cuobjdump are not installed")
+@pytest.mark.parametrize("precision", ["tf32", "tf32x3", "ieee"])
+def test_default_large_batch_kernels_compile_without_pathological_spills(precision):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "bench"), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "gdn_regs.py"), "--aligned", "--precision", precision,
+                          "--only", "verify default_B64,commit default_B64"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    labels = sorted(row["label"] for row in rows)
+    assert labels == ["commit default_B64", "verify default_B64 [apply]", "verify default_B64 [solve]"], labels
+    for row in rows:
+        assert "error" not in row, row
+        assert row["stack"] <= MAX_STACK_BYTES and row["regs"] >= MIN_REGISTERS, row
