@@ -80,7 +80,7 @@ def variants(N: int, precision: str, gate: bool = False):
     words = dict(W=(N + 31) // 32, LOG_NP=NP.bit_length() - 1, WORD_BITS=32)
     G._NUM_SMS[0] = H200_SMS  # the default configs as chosen on the H200 (no GPU here to ask)
     h200 = torch.device("cuda", 0)
-    defaults = {f"default_B{B}": G.verify_config(B, HV, N, K, V, h200, H) for B in (1, 64)}
+    defaults = {f"default_B{B}": G.verify_config(B, HV, N, K, V, h200, H, precision) for B in (1, 64)}
     configs = {**defaults, **gdn_probe.VERIFY_LARGE, **gdn_probe.VERIFY_SMALL}
     out, seen = [], set()
     for name, cfg in configs.items():

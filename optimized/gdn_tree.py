@@ -760,8 +760,8 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     (bench/NOTES-gdn.md): the split pipeline when the batch fills the GPU with (request, value head) programs, and at
     N = 64 in the tensor-core modes, else the fused kernel. The solve takes two value heads of a GVA group (``H``
     q/k heads given, ``HV // H`` even) in one 4-warp program up to N = 64 (at B = 64, N = 64: 116 against 280 us
-    per value head at 8 warps), one value head at 8 warps at N = 128; 3 stages (``ieee`` at N = 128: 16 warps, 2
-    stages; 3 stages measured 3x slower).
+    per value head at 8 warps), one value head at 8 warps at N = 128; 3 stages (``ieee`` at N = 128, at every
+    batch size: 16 warps, 2 stages, 3 stages measured 3x slower; the apply at 16 columns and 8 warps).
     The fused kernel (small batches otherwise): 32 V columns, 4 warps, 3 stages up to N = 64; when its programs fit in
     one wave (B = 1), 16-row K chunks with 4 stages at N = 32, the best of a sweep that launches it as the model does
     (``bench/gdn_profile.py --model-like``, bf16: every launch's state cold in L2). The split pipeline's apply is a
@@ -779,11 +779,13 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     columns uncapped (166 registers, 3 per SM) and lets the commit launch only as it exits (``early_signal``;
     seventeenth session, run 13: B = 64 362.0 -> 352.7 us; at B = 16 it lost, 102.0 -> 105.0)."""
     NP = _padded_nodes(N)
+    if NP > 64 and precision == "ieee":  # every batch: the apply at 16 columns (79 registers, no stack; 128 columns
+        # compile to 32 registers and 16 KB of stack), the split pipeline at small batches too (twentieth session,
+        # run 30, verify + commit: B = 64 23252.6 -> 19596.2 us; B = 1 against the fused kernel 4286.4 -> 620.9)
+        return KernelConfig(min(16, V), min(K, 32), 8, 2, True, 16, apply_pdl=True)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
         pair = 2 if NP <= 64 and H is not None and (HV // H) % 2 == 0 else 1
-        if NP > 64 and precision == "ieee":
-            return KernelConfig(min(block_v, V), min(K, 32), num_warps, 2, True, 16, apply_pdl=True)
         # tf32 at N = 64: fp16 scratch (where the norms are in the kernel), the apply at 3 stages capped at 128
         # registers (4 programs per SM; compile-only, no spills with fp32 scratch either); tf32x3's apply would
         # spill at the cap (150 registers uncapped)

@@ -737,12 +737,12 @@ def test_gpu_k_split_commit_error_bounds(precision, tol):
 
 def test_default_configs_follow_the_measured_rules():
     """verify_config: the GVA-paired 4-warp solve up to N = 64 when the group is even (and H is known), one value head
-    at 8 warps at N = 128 (ieee there: the 16-warp, 2-stage solve); small batches at N = 64 in the tensor-core modes:
-    the split pipeline with one value head per 4-warp solve program, a 3-stage apply and fp16 scratch; else the
-    fused kernel, with its one-wave shape at N = 32; no default asks for the fused kernel's PDL launch. fp16 scratch
-    at N = 64 in the tensor-core modes, with the large-batch apply capped at 128 registers, and from 8 (request,
-    value head) pairs per SM on in tf32 mode 64 columns uncapped with the commit launched as the apply exits
-    (``early_signal``); the large-batch commit capped at 128."""
+    at 8 warps at N = 128 (ieee there, at every batch size: the 16-warp, 2-stage solve and a 16-column apply); small
+    batches at N = 64 in the tensor-core modes: the split pipeline with one value head per 4-warp solve program, a
+    3-stage apply and fp16 scratch; else the fused kernel, with its one-wave shape at N = 32; no default asks for the
+    fused kernel's PDL launch. fp16 scratch at N = 64 in the tensor-core modes, with the large-batch apply capped at
+    128 registers, and from 8 (request, value head) pairs per SM on in tf32 mode 64 columns uncapped with the commit
+    launched as the apply exits (``early_signal``); the large-batch commit capped at 128."""
     cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
     paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
     assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
@@ -750,8 +750,10 @@ def test_default_configs_follow_the_measured_rules():
     assert G.verify_config(64, 48, 64, 128, 128, cpu, H=16).solve_heads == 1  # odd group (3)
     big = G.verify_config(64, 32, 128, 128, 128, cpu, H=16)
     assert (big.solve_heads, big.solve_warps, big.solve_stages) == (1, 8, 3)
-    ieee = G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="ieee")
-    assert (ieee.solve_warps, ieee.solve_stages or ieee.num_stages) == (16, 2)
+    for B in (64, 1):  # ieee at N = 128, every batch: split, the 16-warp 2-stage solve, a 16-column 8-warp apply
+        ieee = G.verify_config(B, 32, 128, 128, 128, cpu, H=16, precision="ieee")
+        assert ieee.split and (ieee.solve_warps, ieee.solve_stages or ieee.num_stages) == (16, 2)
+        assert (ieee.block_v, ieee.num_warps) == (16, 8)
     for B, precision in ((1, "tf32"), (3, "tf32"), (1, "tf32x3")):
         small = G.verify_config(B, 2, 64, 128, 128, cpu, H=1, precision=precision)
         assert small.split and small.apply_pdl
