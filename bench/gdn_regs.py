@@ -104,12 +104,13 @@ def variants(N: int, precision: str, gate: bool = False):
             if key not in seen:
                 seen.add(key)
                 out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages, cap))
-    commit = dict(H=H, HV=HV, K=K, V=V, W=words["W"], NP=NP, PB=G.PATH_BLOCK, L2NORM=True, PRECISION=precision,
+    commit = dict(H=H, HV=HV, K=K, V=V, W=words["W"], NP=NP, L2NORM=True, PRECISION=precision,
                   WORD_BITS=32, PDL=False, HAS_NUM=True)
     commit_defaults = {f"default_B{B}": G.commit_config(B, HV, N, K, V, h200, precision) for B in (1, 64)}
     for name, cfg in {**commit_defaults, **gdn_probe.COMMIT_LARGE, **gdn_probe.COMMIT_SMALL}.items():
         out.append((f"commit {name}", G._gdn_tree_commit_kernel,
-                    dict(commit, BV=min(cfg.block_v, V), BK=min(cfg.block_k, K)), cfg.num_warps, cfg.num_stages,
+                    dict(commit, BV=min(cfg.block_v, V), BK=min(cfg.block_k, K), RANK_ONE=cfg.rank_one,
+                         PB=G.RANK_ONE_BLOCK if cfg.rank_one else G.PATH_BLOCK), cfg.num_warps, cfg.num_stages,
                     cfg.max_registers))
     return out
 

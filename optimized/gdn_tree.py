@@ -68,6 +68,7 @@ __all__ = [
 WORD_BITS = 32  # lumotree.reference.tree.WORD_BITS
 GATE_PIECE = 16  # columns per piece of the output's sums of squares (OutputGate.parts)
 PRECISIONS = ("ieee", "tf32x3", "tf32")
+RANK_ONE_BLOCK = 4  # commit with KernelConfig.rank_one: path nodes whose loads are in flight together
 
 
 class TreeFactors(NamedTuple):
@@ -131,7 +132,9 @@ class KernelConfig(NamedTuple):
     ``gdn_tree_verify(launch_dependents=True)`` the last verify kernel lets its PDL successor launch at its start;
     ``False``: only as its programs exit (the large-batch 64-column apply, whose 3 programs per SM leave no room
     beside them for the commit's waiting programs: seventeenth session, run 13, B = 64 verify + commit 360.8 ->
-    352.7 us; with 32-column blocks it makes no difference, 362.0 / 362.3)."""
+    352.7 us; with 32-column blocks it makes no difference, 362.0 / 362.3). ``rank_one`` (commit): the path's terms
+    as fp32 outer products on the CUDA cores, ``RANK_ONE_BLOCK`` nodes' loads at a time, instead of a ``tl.dot`` of
+    ``PATH_BLOCK`` gathered nodes (:func:`commit_config`)."""
 
     block_v: int
     block_k: int
@@ -148,6 +151,7 @@ class KernelConfig(NamedTuple):
     scratch16: bool = False
     max_registers: int = 0
     early_signal: bool = True
+    rank_one: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -686,7 +690,7 @@ def _gdn_tree_commit_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, PB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
     L2NORM: tl.constexpr, PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, PDL: tl.constexpr,
-    HAS_NUM: tl.constexpr,
+    HAS_NUM: tl.constexpr, RANK_ONE: tl.constexpr,
 ):
     """One program per (layer, request, value head, V block, K block): ``S[rows, cols] = Gamma_a S0[rows, cols]
     + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[rows] delta_j[cols]^T``, in place (layer g's pool and factors at
@@ -694,7 +698,9 @@ def _gdn_tree_commit_kernel(
     programmatic dependent launch (:mod:`~lumotree.optimized.pdl`): the program loads its ``S0`` tile and finds
     the accepted node's path (the slots, the pool, the sizes, the accepted nodes and the tree's ancestor words,
     none of which the previous kernel may write), then waits for the previous kernel before it reads the
-    factors."""
+    factors. ``RANK_ONE``: the path's terms added one node at a time as fp32 outer products on the CUDA cores, in
+    the tile's own register layout (PB nodes' loads in flight at once), instead of a ``tl.dot`` of PB gathered nodes
+    (whose operands and accumulator go through shared memory)."""
     pid = tl.program_id(0)
     pid_v = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -720,20 +726,33 @@ def _gdn_tree_commit_kernel(
         tl.extra.cuda.gdc_wait()
     lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
     s = s * tl.exp(lg_a)  # [BK, BV] Gamma_a S0
-    lanes = tl.arange(0, PB)  # [PB]
-    for p0 in range(0, path_len, PB):  # the path, PB nodes at a time, gathered into dense tiles
-        idx = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node index of path entry p0 + lane
-        live = p0 + lanes < path_len  # [PB]
-        lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PB]
-        weight = tl.where(live, tl.exp(lg_a - lg), 0.0)  # [PB] Gamma_a / Gamma_j
-        if L2NORM:
-            weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
-        d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :],
-                    mask=live[:, None], other=0.0)  # [PB, BV]
-        k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + kcols[None, :],
-                      mask=live[:, None], other=0.0).to(tl.float32)  # [PB, BK]
-        s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(weight[:, None] * d, PRECISION), s,
-                   input_precision=PRECISION)  # [BK, BV]
+    if RANK_ONE:  # the path's terms one node at a time, the loads of PB nodes in flight together
+        nodes = tl.arange(0, NP)  # [NP]
+        for p0 in range(0, path_len, PB):
+            for j in tl.static_range(PB):
+                node_j = tl.sum(tl.where(on_path & (rank == p0 + j), nodes, 0))  # path entry p0 + j (0 past the end)
+                lg = tl.load(log_gamma_ptr + (b64 * N + node_j) * HV + hv)
+                weight = tl.where(p0 + j < path_len, tl.exp(lg_a - lg), 0.0)  # Gamma_a / Gamma_j
+                if L2NORM:
+                    weight = weight * tl.load(k_rnorm_ptr + (b64 * N + node_j) * H + h)
+                d = tl.load(delta_ptr + ((b64 * N + node_j) * HV + hv) * V + vcols)  # [BV]
+                k_j = tl.load(k_ptr + b64 * s_kb + node_j * s_kn + h * s_kh + kcols).to(tl.float32)  # [BK]
+                s += k_j[:, None] * (weight * d)[None, :]  # [BK, BV]
+    else:
+        lanes = tl.arange(0, PB)  # [PB]
+        for p0 in range(0, path_len, PB):  # the path, PB nodes at a time, gathered into dense tiles
+            idx = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node index of path entry p0 + lane
+            live = p0 + lanes < path_len  # [PB]
+            lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PB]
+            weight = tl.where(live, tl.exp(lg_a - lg), 0.0)  # [PB] Gamma_a / Gamma_j
+            if L2NORM:
+                weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
+            d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :],
+                        mask=live[:, None], other=0.0)  # [PB, BV]
+            k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + kcols[None, :],
+                          mask=live[:, None], other=0.0).to(tl.float32)  # [PB, BK]
+            s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(weight[:, None] * d, PRECISION), s,
+                       input_precision=PRECISION)  # [BK, BV]
     tl.store(state_ptrs, s)
 
 
@@ -815,9 +834,14 @@ def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     counts (layer, request) pairs when several layers commit in one launch. The large-batch commit is capped at 128
     registers (``max_registers``; 161-166 uncapped: 3 programs per SM; capped: 4 per SM; sixteenth session, B = 64,
     N = 64, verify + commit 397.7 -> 386.2 us; a cap of 96, 5 per SM, 411.5) in tf32 mode only: compile-only, at
-    the cap it spills 8 bytes there, 432 in tf32x3 and 1120 in ieee."""
+    the cap it spills 8 bytes there, 432 in tf32x3 and 1120 in ieee. The large-batch ``ieee`` commit adds the
+    path's terms as rank-one fp32 updates (``rank_one``: fp32 FMA arithmetic like the ``tl.dot`` on the CUDA cores,
+    without its staging through shared memory; 128 registers uncapped, no spills; twentieth session, run 31, B = 64
+    commit alone 193.4 -> 86.1 us on random trees, 436.0 -> 342.6 on chains; at B = 1 it lost on chains, 13.1 ->
+    41.1, and tf32 keeps its tensor-core product: 82.7 -> 86.1 at B = 64, run 27)."""
     if B * HV * 2 >= 2 * _num_sms(device):
-        return KernelConfig(min(V, 64), K, 4, 1, max_registers=128 if precision == "tf32" else 0)
+        return KernelConfig(min(V, 64), K, 4, 1, max_registers=128 if precision == "tf32" else 0,
+                            rank_one=precision == "ieee")
     return KernelConfig(min(V, 32), min(K, 32), 2, 1)
 
 
@@ -1169,9 +1193,11 @@ def gdn_tree_commit(
         state_pool, slots, meta.words, num_nodes if has_num else slots, accepted, delta, log_gamma, k, kr,
         B, N, k.stride(1), k.stride(2), k.stride(3),
         state_pool.stride(0), delta.stride(0), log_gamma.stride(0), k.stride(0), kr.stride(0),
-        H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=_padded_nodes(N), PB=PATH_BLOCK, BV=block_v,
+        H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=_padded_nodes(N),
+        PB=RANK_ONE_BLOCK if cfg.rank_one else PATH_BLOCK, BV=block_v,
         BK=block_k, L2NORM=k_rnorm is not None, PRECISION=precision, WORD_BITS=WORD_BITS, PDL=pdl, HAS_NUM=has_num,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **({"launch_pdl": True} if pdl else {}),
+        RANK_ONE=cfg.rank_one, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"launch_pdl": True} if pdl else {}),
         **({"maxnreg": cfg.max_registers} if cfg.max_registers else {}),
     )
     return state_pool if layered else state_pool[0]

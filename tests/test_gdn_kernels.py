@@ -144,28 +144,32 @@ def verify_pipeline(name: str, group: int) -> G.KernelConfig:
     pick=st.lists(st.integers(0, 10**6), min_size=3, max_size=3),
     pipeline=st.sampled_from(list(VERIFY_PIPELINES)),
     commit_rows=st.sampled_from([8, 16]),
+    rank_one=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg, pick, pipeline, commit_rows, seed):
+def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg, pick, pipeline, commit_rows, rank_one,
+                                           seed):
     case = make_case(rows, H=1 if group == 2 else 2, group=group, pad=pad, gated=gated, seed=seed)
     o, factors = run_verify(case, l2norm=l2norm, gated=gated, neg=neg, config=verify_pipeline(pipeline, group))
     check_against_reference(case, o, factors, l2norm=l2norm, gated=gated, neg=neg)
 
     # commit an arbitrary node of each tree (root, inner node or leaf) in place; other slots untouched
     accepted = [pick[b] % len(r) for b, r in enumerate(rows)]
-    commit_and_check(case, factors, accepted, l2norm=l2norm, gated=gated, neg=neg, commit_rows=commit_rows)
+    commit_and_check(case, factors, accepted, l2norm=l2norm, gated=gated, neg=neg, commit_rows=commit_rows,
+                     rank_one=rank_one)
 
 
-def commit_and_check(case, factors, accepted, *, l2norm, gated, neg=False, commit_rows=16):
-    """Commit node ``accepted[b]`` of each request in place (``commit_rows``: 16, one program per K; 8, two) and
-    check each committed state against the reference recurrence from ``S0``, and that the other slots stay NaN."""
+def commit_and_check(case, factors, accepted, *, l2norm, gated, neg=False, commit_rows=16, rank_one=False):
+    """Commit node ``accepted[b]`` of each request in place (``commit_rows``: 16, one program per K; 8, two;
+    ``rank_one``: the path's terms as outer products, ``KernelConfig.rank_one``) and check each committed state
+    against the reference recurrence from ``S0``, and that the other slots stay NaN."""
     expected = [gdn.tree_recurrent(*reference_inputs(case, b, l2norm=l2norm, gated=gated, neg=neg))[1][node]
                 for b, node in enumerate(accepted)]  # from S0, before the commit overwrites it
     pool = case["pool"]
     before = pool.clone()
     G.gdn_tree_commit(pool, case["slots"], factors, case["parents"],
                       torch.tensor(accepted, dtype=torch.int32, device=DEVICE), num_nodes=case["num_nodes"],
-                      config=G.KernelConfig(16, commit_rows, 4, 1))
+                      config=G.KernelConfig(16, commit_rows, 4, 1, rank_one=rank_one))
     for b in range(len(accepted)):
         assert rel_err(pool[int(case["slots"][b])], expected[b]) < 1e-4
     others = torch.ones(pool.shape[0], dtype=torch.bool, device=pool.device)
@@ -185,7 +189,7 @@ def test_solve_programs_of_several_heads(group, heads, gated):
     config = G.KernelConfig(16, 16, 4, 2, split=True, solve_warps=4, solve_heads=heads, solve_stages=3)
     o, factors = run_verify(case, l2norm=True, gated=gated, config=config)
     check_against_reference(case, o, factors, l2norm=True, gated=gated)
-    commit_and_check(case, factors, [len(r) - 1 for r in rows], l2norm=True, gated=gated)
+    commit_and_check(case, factors, [len(r) - 1 for r in rows], l2norm=True, gated=gated, rank_one=gated)
 
 
 def test_pdl_request_gives_the_plain_launch_values():

@@ -11,9 +11,12 @@ kept alive. ``err``: the committed states of one eager verify + commit against `
 on the same factors (the commit's own arithmetic), max abs / max abs.
 
 Run (GPU): PYTHONPATH=$PWD:$PWD/bench python3 bench/results/2026-12-02i/ab27.py B KIND  (KIND: random or chain)
+(run 31: ``AB_PRECISION=ieee``: the library's ieee commit, a ``tl.dot`` on the CUDA cores, against the rank-one form,
+which is fp32 FMA arithmetic as well)
 """
 
 import importlib.util
+import os
 import sys
 
 import numpy as np
@@ -41,6 +44,7 @@ def load_copy(name: str, rule: str, replacement: str):
 B = int(sys.argv[1])
 KIND = sys.argv[2] if len(sys.argv) > 2 else "random"
 N, ROUNDS = 64, 5
+PREC = os.environ.get("AB_PRECISION", "tf32")
 dev = torch.device("cuda")
 x = T.make_inputs(B, N, KIND, seed=B * 1000 + N)
 meta = G.tree_meta(x["parents"])
@@ -48,8 +52,15 @@ KC = G.KernelConfig
 rule = "RANK_ONE_BLOCK = 4 "
 pb2 = load_copy("ab27_pb2", rule, "RANK_ONE_BLOCK = 2 ")
 pb8 = load_copy("ab27_pb8", rule, "RANK_ONE_BLOCK = 8 ")
-default = G.commit_config(B, 32, N, 128, 128, dev, "tf32")
-if B >= 16:
+default = G.commit_config(B, 32, N, 128, 128, dev, PREC)._replace(rank_one=False)
+if PREC == "ieee":
+    VARIANTS = {
+        "dot (library)": (G, default),
+        "r1 64x128 w4" if B >= 16 else "r1 32x32 w2":
+            (G, KC(64, 128, 4, 1, rank_one=True) if B >= 16 else KC(32, 32, 2, 1, rank_one=True)),
+        "dot (library) again": (G, default),
+    }
+elif B >= 16:
     VARIANTS = {
         "dot (library)": (G, default),
         "r1 64x128 w4": (G, KC(64, 128, 4, 1, rank_one=True)),
@@ -69,17 +80,17 @@ else:
         "r1 32x32 w1": (G, KC(32, 32, 1, 1, rank_one=True)),
         "dot (library) again": (G, default),
     }
-vcfg = G.verify_config(B, 32, N, 128, 128, dev, 16, "tf32")
+vcfg = G.verify_config(B, 32, N, 128, 128, dev, 16, PREC)
 
 
 def verify(pool, mod):
     return mod.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], pool, x["slots"], x["parents"],
-                               use_qk_l2norm_in_kernel=True, input_precision="tf32", meta=meta, validate=False,
+                               use_qk_l2norm_in_kernel=True, input_precision=PREC, meta=meta, validate=False,
                                config=mod.KernelConfig(*vcfg), launch_dependents=True)
 
 
 def commit(pool, f, mod, cfg):
-    mod.gdn_tree_commit(pool, x["slots"], f, x["parents"], x["accepted"], input_precision="tf32", meta=meta,
+    mod.gdn_tree_commit(pool, x["slots"], f, x["parents"], x["accepted"], input_precision=PREC, meta=meta,
                         validate=False, pdl=True, config=mod.KernelConfig(*cfg))  # the module copy's class
 
 
@@ -113,7 +124,7 @@ for r in range(ROUNDS):
     for k, g in graphs.items():
         times[k].append(1e3 * triton.testing.do_bench(g.replay, warmup=10, rep=100, return_mode="median"))
         torch.cuda.synchronize()
-print(f"\nB = {B}, N = {N}, {KIND}, fp32, tf32 (median of {ROUNDS} rounds, us):\n"
+print(f"\nB = {B}, N = {N}, {KIND}, fp32, {PREC} (median of {ROUNDS} rounds, us):\n"
       "| commit | verify + commit | commit alone |\n|---|---|---|")
 for name in VARIANTS:
     row = " | ".join(f"{np.median(times[(name, w)]):.1f}" for w in ("both", "commit"))
