@@ -89,7 +89,8 @@ def variants(N: int, precision: str, gate: bool = False):
         if cfg.split:  # PDL as the config asks (the apply waits after its pass over S0)
             scratch16 = bool(cfg.scratch16) and precision == "tf32"
             solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, PDL=cfg.apply_pdl, HAS_NUM=True,
-                         SCRATCH16=scratch16, GATES_FIRST=cfg.solve_heads == 1 and NP <= 64)
+                         SCRATCH16=scratch16, GATES_FIRST=cfg.solve_heads == 1 and NP <= 64,
+                         STREAM=precision == "ieee" and NP > 64 and cfg.solve_heads == 1)
             apply = dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk, BV=bv,
                          GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl, SIGNAL=False, HAS_NUM=True,
                          SCRATCH16=scratch16)

@@ -358,17 +358,56 @@ def _inverse_unit_lower(neg_a, levels, NP: tl.constexpr, PRECISION: tl.constexpr
     return t_inv
 
 
+
+@triton.jit
+def _streamed_product(a_ptr, b_ptr, NP: tl.constexpr, KC: tl.constexpr):
+    """``A B`` of two ``[NP, NP]`` fp32 tiles in global scratch (row-major), in fp32 FMA (``ieee``), KC columns of A
+    and rows of B at a time: neither operand lives whole in registers (only the accumulator does). The caller puts
+    a barrier between the stores of A and B and this read. Loads bypass L1 (``.cg``): the tiles are rewritten
+    between products."""
+    rows = tl.arange(0, NP)  # [NP]
+    acc = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP]
+    for k0 in range(0, NP, KC):
+        kc = k0 + tl.arange(0, KC)  # [KC]
+        a = tl.load(a_ptr + rows[:, None] * NP + kc[None, :], cache_modifier=".cg")  # [NP, KC]
+        b = tl.load(b_ptr + kc[:, None] * NP + rows[None, :], cache_modifier=".cg")  # [KC, NP]
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    return acc
+
+
+@triton.jit
+def _inverse_unit_lower_streamed(neg_a, levels, t_ptr, p_ptr, NP: tl.constexpr, KC: tl.constexpr):
+    """:func:`_inverse_unit_lower` (squaring first) in ``ieee`` mode with each product streamed from scratch
+    (:func:`_streamed_product`; ``t_ptr``, ``p_ptr``: this program's ``[NP, NP]`` fp32 scratch tiles of ``T_l``
+    and ``P_l``). At N = 128 the register form holds both operands' full K slices of its CUDA-core products and
+    compiles to 32-64 registers with 5-27 KB of stack (twentieth session)."""
+    nodes = tl.arange(0, NP)  # [NP]
+    tile = nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
+    t_inv = tl.where(nodes[:, None] == nodes[None, :], 1.0, neg_a)  # [NP, NP] T_1 = I - A
+    power = neg_a  # [NP, NP] P_0
+    for _ in range(1, levels):
+        tl.store(p_ptr + tile, power)
+        tl.debug_barrier()
+        power = _streamed_product(p_ptr, p_ptr, NP, KC)  # [NP, NP] P_l = P_(l-1)^2
+        tl.debug_barrier()  # every read of P_(l-1) before P_l overwrites it
+        tl.store(p_ptr + tile, power)
+        tl.store(t_ptr + tile, t_inv)
+        tl.debug_barrier()
+        t_inv += _streamed_product(t_ptr, p_ptr, NP, KC)  # [NP, NP] T_(l+1) = T_l + T_l P_l
+        tl.debug_barrier()  # every read of T_l and P_l before the next step's stores
+    return t_inv
+
 @triton.jit
 def _gdn_tree_solve_kernel(
     q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
-    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
+    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr, work_ptr,
     N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
-    GATES_FIRST: tl.constexpr,
+    GATES_FIRST: tl.constexpr, STREAM: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
     quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
@@ -381,9 +420,12 @@ def _gdn_tree_solve_kernel(
     1128 instead of 400 bytes, compile-only). Two heads per program: both heads' gates load together and both
     heads' doubling operands are formed before either doubling, so that ``K K^T``, ``Q K^T`` and the masks die
     first (B = 64, N = 64: 392 bytes of spills before, none now, compile-only; H100, verify + commit 385.7 -> 369.1
-    us over the nineteenth session's two steps).
+    us over the nineteenth session's two steps). ``STREAM`` (``ieee``, one head, fp32 scratch): the doubling's
+    products streamed through this head's ``TB`` tile and its ``[NP, NP]`` tile of ``work_ptr``
+    (:func:`_inverse_unit_lower_streamed`).
     """
     tl.static_assert(HEADS == 1 or not GATES_FIRST, "GATES_FIRST holds one head's gates")
+    tl.static_assert(not STREAM or (HEADS == 1 and PRECISION == "ieee" and not SCRATCH16), "STREAM: one ieee head")
     allow_dependents(PDL)  # the apply (KernelConfig.apply_pdl) reads none of this kernel's outputs before its wait
     pid = tl.program_id(0)
     b = pid // (HV // HEADS)
@@ -449,7 +491,11 @@ def _gdn_tree_solve_kernel(
                                      PRECISION, SCRATCH16)  # [NP, NP] -A of the second head
         if not GATES_FIRST and j == 0:
             levels = _doubling_levels(depth_ptr, b64, N, n_b, NP, LOG_NP)
-        t_inv = _inverse_unit_lower(neg_a, levels, NP, PRECISION, PRECISION != "ieee")  # [NP, NP]
+        if STREAM:
+            base = (b64 * HV + hv) * (NP * NP)  # this head's tile of the [B * HV, NP, NP] scratch (_scratch_tile)
+            t_inv = _inverse_unit_lower_streamed(neg_a, levels, tb_ptr + base, work_ptr + base, NP, 16)  # [NP, NP]
+        else:
+            t_inv = _inverse_unit_lower(neg_a, levels, NP, PRECISION, PRECISION != "ieee")  # [NP, NP]
         _store_scratch(tb_ptr + _scratch_tile(b64, hv, HV, NP), t_inv * beta[None, :], TB_SCALE, PRECISION,
                        SCRATCH16)
         if j + 1 < HEADS:
@@ -994,15 +1040,18 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         scratch = torch.float16 if scratch16 else torch.float32
         tb = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
         qkd = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
+        # ieee past N = 64, one head per solve program: the doubling's products streamed from scratch
+        stream = precision == "ieee" and NP > 64 and cfg.solve_heads == 1
+        work = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device) if stream else tb  # [B*HV, NP, NP]
         apply_pdl = bool(cfg.apply_pdl) and pdl_supported(device)
         _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
             q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
-            meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd,
+            meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, work,
             N, *qk_strides, *gate_strides,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
             num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16,
-            GATES_FIRST=cfg.solve_heads == 1 and NP <= 64, **flags,
+            GATES_FIRST=cfg.solve_heads == 1 and NP <= 64, STREAM=stream, **flags,
             **gram_flags, **sizes,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](

@@ -266,7 +266,8 @@ def test_output_gate_stores_the_gated_output_and_its_norm_pieces(pipeline):
 
 @pytest.mark.parametrize("kind,n,seed", [("random", 40, 1), ("deep_wide", 70, 2), ("chain", 33, 3)])
 def test_multiword_trees(kind, n, seed):
-    """Trees past 32 nodes: the mask reads words j // 32 > 0 (mixed with a small tree in the same batch)."""
+    """Trees past 32 nodes: the mask reads words j // 32 > 0 (mixed with a small tree in the same batch); at 70
+    nodes (NP = 128, ieee) the one-head split solve streams its doubling's products from scratch."""
     rows = [build_tree_parents(kind, n, np.random.default_rng(seed)), [-1, 0, 0, 1]]
     case = make_case(rows, H=1, group=2, seed=seed)
     for pipeline in VERIFY_PIPELINES:

@@ -2,9 +2,10 @@
 
 A kernel that compiles to a pathological register allocation still computes the right values, so the differential
 tests cannot see it: the ieee split solve's overlapped doubling compiled to 32 registers and ~8 KB of stack for six
-sessions and ran 4x slower at B = 64 (bench/NOTES-gdn.md, twentieth session). Here the default large-batch launch
-configs at Qwen3-Next shapes are compiled for sm_90 with ``bench/gdn_regs.py`` (Triton's own ptxas and cuobjdump,
-in a subprocess without ``TRITON_INTERPRET``) and each kernel must keep a sane allocation in every precision mode.
+sessions and ran 4x slower at B = 64, and at N = 128 every ieee kernel did (bench/NOTES-gdn.md, twentieth session).
+Here the default launch configs at Qwen3-Next shapes, N = 64 and 128, are compiled for sm_90 with
+``bench/gdn_regs.py`` (Triton's own ptxas and cuobjdump, in a subprocess without ``TRITON_INTERPRET``) and each
+kernel must keep a sane allocation in every precision mode.
 """
 
 from __future__ import annotations
@@ -32,17 +33,21 @@ def _binaries_present() -> bool:
 
 
 @pytest.mark.skipif(not _binaries_present(), reason="Triton's NVIDIA ptxas / cuobjdump are not installed")
+@pytest.mark.parametrize("nodes", [64, 128])
 @pytest.mark.parametrize("precision", ["tf32", "tf32x3", "ieee"])
-def test_default_large_batch_kernels_compile_without_pathological_spills(precision):
+def test_default_kernels_compile_without_pathological_spills(precision, nodes):
+    """The verify kernels of the B = 64 and B = 1 default configs (one row each where both share a kernel) and the
+    B = 64 commit."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "bench"), env.get("PYTHONPATH", "")])
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "gdn_regs.py"), "--aligned", "--precision", precision,
-                          "--only", "verify default_B64,commit default_B64"],
-                         capture_output=True, text=True, env=env, timeout=600)
+                          "--nodes", str(nodes), "--only", "verify default,commit default_B64"],
+                         capture_output=True, text=True, env=env, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-    labels = sorted(row["label"] for row in rows)
-    assert labels == ["commit default_B64", "verify default_B64 [apply]", "verify default_B64 [solve]"], labels
+    labels = [row["label"] for row in rows]
+    assert "commit default_B64" in labels and any(label.endswith("[apply]") for label in labels), labels
+    assert any(label.endswith("[solve]") for label in labels), labels  # every default here is split at B = 64
     for row in rows:
         assert "error" not in row, row
         assert row["stack"] <= MAX_STACK_BYTES and row["regs"] >= MIN_REGISTERS, row
