@@ -10,7 +10,8 @@ node's output and the token-level factors from the committed state ``S0`` read o
     O     = scale (diag(Gamma) Q S0 + (Q K^T ⊙ D) Delta)
 
 ``A`` is nilpotent (``A^(depth + 1) = 0``), so ``L = bit_length(max depth)`` doubling factors, each one or two
-``[N, N]`` matrix products on the tensor cores (or FMA units in ``ieee`` mode), invert ``I + A`` exactly.
+``[N, N]`` matrix products on the tensor cores (or FMA units in ``ieee`` mode, streamed from scratch past N = 64),
+invert ``I + A`` exactly.
 
 The commit rebuilds the accepted node's state in place in the pool:
 ``S_a = Gamma_a S0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j delta_j^T``.
