@@ -89,8 +89,7 @@ def variants(N: int, precision: str, gate: bool = False):
         if cfg.split:  # PDL as the config asks (the apply waits after its pass over S0)
             scratch16 = bool(cfg.scratch16) and precision == "tf32"
             solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, PDL=cfg.apply_pdl, HAS_NUM=True,
-                         SCRATCH16=scratch16, GATES_FIRST=cfg.solve_heads == 1 and NP <= 64,
-                         STREAM=precision == "ieee" and NP > 64 and cfg.solve_heads == 1)
+                         SCRATCH16=scratch16, **G._solve_flags(cfg, NP, precision))
             apply = dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk, BV=bv,
                          GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl, SIGNAL=False, HAS_NUM=True,
                          SCRATCH16=scratch16)
@@ -98,7 +97,7 @@ def variants(N: int, precision: str, gate: bool = False):
                      ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps, cfg.max_registers)]
         else:
             fused = dict(flags, **words, V=V, BK=bk, BV=bv, DOT16=False, PDL=False, STATE_LINES=1, GATE=gate,
-                         PIECE=G.GATE_PIECE, SIGNAL=False, HAS_NUM=True, GATES_FIRST=NP <= 64)
+                         PIECE=G.GATE_PIECE, SIGNAL=False, HAS_NUM=True, **G._fused_flags(NP))
             parts = [("fused", G._gdn_tree_verify_kernel, fused, cfg.num_warps, 0)]
         for part, kernel, constexprs, nw, cap in parts:
             key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages, cap)

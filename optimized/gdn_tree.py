@@ -359,7 +359,6 @@ def _inverse_unit_lower(neg_a, levels, NP: tl.constexpr, PRECISION: tl.constexpr
     return t_inv
 
 
-
 @triton.jit
 def _streamed_product(a_ptr, b_ptr, NP: tl.constexpr, KC: tl.constexpr):
     """``A B`` of two ``[NP, NP]`` fp32 tiles in global scratch (row-major), in fp32 FMA (``ieee``), KC columns of A
@@ -493,7 +492,7 @@ def _gdn_tree_solve_kernel(
         if not GATES_FIRST and j == 0:
             levels = _doubling_levels(depth_ptr, b64, N, n_b, NP, LOG_NP)
         if STREAM:
-            base = (b64 * HV + hv) * (NP * NP)  # this head's tile of the [B * HV, NP, NP] scratch (_scratch_tile)
+            base = _scratch_base(b64, hv, HV, NP)
             t_inv = _inverse_unit_lower_streamed(neg_a, levels, tb_ptr + base, work_ptr + base, NP, 16)  # [NP, NP]
         else:
             t_inv = _inverse_unit_lower(neg_a, levels, NP, PRECISION, PRECISION != "ieee")  # [NP, NP]
@@ -506,10 +505,16 @@ def _gdn_tree_solve_kernel(
 
 
 @triton.jit
+def _scratch_base(b64, hv, HV: tl.constexpr, NP: tl.constexpr):
+    """Offset of (request, value head hv)'s tile in the solve's ``[B * HV, NP, NP]`` scratch."""
+    return (b64 * HV + hv) * (NP * NP)
+
+
+@triton.jit
 def _scratch_tile(b64, hv, HV: tl.constexpr, NP: tl.constexpr):
     """Offsets ``[NP, NP]`` of (request, value head hv)'s tile in the solve's ``[B * HV, NP, NP]`` scratch."""
     nodes = tl.arange(0, NP)
-    return (b64 * HV + hv) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]
+    return _scratch_base(b64, hv, HV, NP) + nodes[:, None] * NP + nodes[None, :]
 
 
 @triton.jit
@@ -820,6 +825,18 @@ def _padded_nodes(N: int) -> int:
     return max(16, triton.next_power_of_2(N))
 
 
+def _solve_flags(cfg: KernelConfig, NP: int, precision: str) -> dict:
+    """The split solve's ``GATES_FIRST`` (one head, up to N = 64) and ``STREAM`` (ieee past N = 64, one head: the
+    doubling's products streamed from scratch) for config ``cfg`` at ``NP`` padded nodes."""
+    one_head = cfg.solve_heads == 1
+    return dict(GATES_FIRST=one_head and NP <= 64, STREAM=one_head and NP > 64 and precision == "ieee")
+
+
+def _fused_flags(NP: int) -> dict:
+    """The fused kernel's ``GATES_FIRST`` (up to N = 64)."""
+    return dict(GATES_FIRST=NP <= 64)
+
+
 def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
                   H: int | None = None, precision: str = "tf32") -> KernelConfig:
     """Default launch parameters of verify, the best of the H200 sweeps of 2026-11-29 and 2026-12-01
@@ -1041,9 +1058,9 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         scratch = torch.float16 if scratch16 else torch.float32
         tb = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
         qkd = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
-        # ieee past N = 64, one head per solve program: the doubling's products streamed from scratch
-        stream = precision == "ieee" and NP > 64 and cfg.solve_heads == 1
-        work = torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device) if stream else tb  # [B*HV, NP, NP]
+        solve_flags = _solve_flags(cfg, NP, precision)
+        work = (torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device) if solve_flags["STREAM"]
+                else tb)  # [B*HV, NP, NP] the streamed doubling's P_l
         apply_pdl = bool(cfg.apply_pdl) and pdl_supported(device)
         _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
             q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
@@ -1052,7 +1069,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
             num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16,
-            GATES_FIRST=cfg.solve_heads == 1 and NP <= 64, STREAM=stream, **flags,
+            **solve_flags, **flags,
             **gram_flags, **sizes,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
@@ -1073,7 +1090,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128), SIGNAL=signal,
-            GATES_FIRST=NP <= 64,
+            **_fused_flags(NP),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags, **sizes,
             **({"launch_pdl": True} if pdl else {}),
         )
