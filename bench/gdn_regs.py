@@ -32,14 +32,19 @@ CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia",
 
 
 def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int, *, aligned: bool = False,
-                       maxnreg: int = 0):
+                       maxnreg: int = 0, descs: dict | None = None):
     """Triton's compile for sm_90 of ``kernel`` with every pointer fp32 (int32 for the index arrays; fp16 for the
     split pipeline's scratch with ``SCRATCH16``). ``aligned``: every pointer 16-byte aligned and every integer
     argument divisible by 16, as the JIT specialises them at B = 64 (without it the compile shows scalar loads and
-    other register counts than the GPU runs). ``maxnreg``: the register cap (``KernelConfig.max_registers``)."""
+    other register counts than the GPU runs). ``maxnreg``: the register cap (``KernelConfig.max_registers``).
+    ``descs``: the tensor-descriptor arguments' types (``"tensordesc<fp32[128, 64]>"``); the others are None."""
+    descs = descs or {}
+    constexprs = dict(constexprs, **{n: None for n in kernel.arg_names if n.endswith("_desc") and n not in descs})
     signature = {}
     for name in kernel.arg_names:
-        if name in constexprs:
+        if name in descs:
+            signature[name] = descs[name]
+        elif name in constexprs:
             signature[name] = "constexpr"
         elif name in ("tb_ptr", "qkd_ptr") and constexprs.get("SCRATCH16"):
             signature[name] = "*fp16"
@@ -48,7 +53,7 @@ def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int
         else:
             signature[name] = "fp32" if name == "scale" else "i32"
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
-             if aligned and signature[name] not in ("constexpr", "fp32")}
+             if aligned and signature[name] not in ("constexpr", "fp32") and name not in descs}
     src = ASTSource(fn=kernel, signature=signature,
                     constexprs={(kernel.arg_names.index(n),): v for n, v in constexprs.items()}, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 128),
@@ -69,10 +74,20 @@ def resources(compiled) -> dict:
                 mma=len(re.findall(r"\bmma\.sync", ptx)), cp_async=ptx.count("cp.async"))
 
 
+def tma_types(names: tuple, NP: int, bk: int, bv: int, scratch: str) -> dict:
+    """Descriptor argument types (``compile_for_hopper``'s ``descs``) of the kernels' tensor descriptors, as
+    ``gdn_tree._tma_descriptors`` builds them for fp32 inputs: the pools' ``[BK, BV]`` state tiles, q / k / v / o /
+    delta ``[1, NP, 1, B*]`` node tiles, the scratch ``[NP, NP]`` tiles in ``scratch`` (fp16 or fp32)."""
+    blocks = dict(pool=f"fp32[{bk}, {bv}]", q=f"fp32[1, {NP}, 1, {bk}]", k=f"fp32[1, {NP}, 1, {bk}]",
+                  v=f"fp32[1, {NP}, 1, {bv}]", tb=f"{scratch}[{NP}, {NP}]", qkd=f"{scratch}[{NP}, {NP}]",
+                  o=f"fp32[1, {NP}, 1, {bv}]", delta=f"fp32[1, {NP}, 1, {bv}]")
+    return {f"{n}_desc": f"tensordesc<{blocks[n]}>" for n in names}
+
+
 def variants(N: int, precision: str, gate: bool = False):
-    """(label, kernel, constexprs, warps, stages, register cap) of the default configs and of every variant that
-    bench/gdn_probe.py times (its config tables are the one list). ``gate``: verify with the output gate
-    (``gdn_tree.OutputGate``) in its epilogue."""
+    """(label, kernel, constexprs, warps, stages, register cap, descriptor types) of the default configs and of
+    every variant that bench/gdn_probe.py times (its config tables are the one list). ``gate``: verify with the
+    output gate (``gdn_tree.OutputGate``) in its epilogue."""
     import gdn_probe  # noqa: PLC0415 - bench/ is on sys.path when this file runs as a script
 
     NP = max(16, triton.next_power_of_2(N))
@@ -89,29 +104,34 @@ def variants(N: int, precision: str, gate: bool = False):
         if cfg.split:  # PDL as the config asks (the apply waits after its pass over S0)
             scratch16 = bool(cfg.scratch16) and precision == "tf32"
             solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, PDL=cfg.apply_pdl, HAS_NUM=True,
-                         SCRATCH16=scratch16, **G._solve_flags(cfg, NP, precision))
+                         SCRATCH16=scratch16, TMA=cfg.solve_tma, **G._solve_flags(cfg, NP, precision))
             apply = dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk, BV=bv,
                          GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl, SIGNAL=False, HAS_NUM=True,
-                         SCRATCH16=scratch16)
-            parts = [("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps, 0),
-                     ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps, cfg.max_registers)]
+                         SCRATCH16=scratch16, TMA=cfg.tma)
+            scratch = "fp16" if scratch16 else "fp32"
+            apply_descs = ("pool", "q", "k", "v", "tb", "qkd") + (() if gate else ("o", "delta"))
+            parts = [("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps, 0,
+                      tma_types(("q", "k"), NP, bk, bv, scratch) if cfg.solve_tma else {}),
+                     ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps, cfg.max_registers,
+                      tma_types(apply_descs, NP, bk, bv, scratch) if cfg.tma else {})]
         else:
             fused = dict(flags, **words, V=V, BK=bk, BV=bv, DOT16=False, PDL=False, STATE_LINES=1, GATE=gate,
                          PIECE=G.GATE_PIECE, SIGNAL=False, HAS_NUM=True, **G._fused_flags(NP))
-            parts = [("fused", G._gdn_tree_verify_kernel, fused, cfg.num_warps, 0)]
-        for part, kernel, constexprs, nw, cap in parts:
+            parts = [("fused", G._gdn_tree_verify_kernel, fused, cfg.num_warps, 0, {})]
+        for part, kernel, constexprs, nw, cap, descs in parts:
             key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages, cap)
             if key not in seen:
                 seen.add(key)
-                out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages, cap))
+                out.append((f"verify {name} [{part}]", kernel, constexprs, nw, cfg.num_stages, cap, descs))
     commit = dict(H=H, HV=HV, K=K, V=V, W=words["W"], NP=NP, L2NORM=True, PRECISION=precision,
                   WORD_BITS=32, PDL=False, HAS_NUM=True)
     commit_defaults = {f"default_B{B}": G.commit_config(B, HV, N, K, V, h200, precision) for B in (1, 64)}
     for name, cfg in {**commit_defaults, **gdn_probe.COMMIT_LARGE, **gdn_probe.COMMIT_SMALL}.items():
         out.append((f"commit {name}", G._gdn_tree_commit_kernel,
                     dict(commit, BV=min(cfg.block_v, V), BK=min(cfg.block_k, K), RANK_ONE=cfg.rank_one,
-                         PB=G.RANK_ONE_BLOCK if cfg.rank_one else G.PATH_BLOCK), cfg.num_warps, cfg.num_stages,
-                    cfg.max_registers))
+                         PB=G.RANK_ONE_BLOCK if cfg.rank_one else G.PATH_BLOCK, TMA=cfg.tma), cfg.num_warps,
+                    cfg.num_stages, cfg.max_registers,
+                    tma_types(("pool",), NP, min(cfg.block_k, K), min(cfg.block_v, V), "fp32") if cfg.tma else {}))
     return out
 
 
@@ -126,11 +146,11 @@ def main() -> int:
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     rows = []
-    for label, kernel, constexprs, nw, ns, cap in variants(args.nodes, args.precision, args.gate):
+    for label, kernel, constexprs, nw, ns, cap, descs in variants(args.nodes, args.precision, args.gate):
         if args.only and not any(label.startswith(p) for p in args.only.split(",")):
             continue
         try:
-            compiled = compile_for_hopper(kernel, constexprs, nw, ns, aligned=args.aligned, maxnreg=cap)
+            compiled = compile_for_hopper(kernel, constexprs, nw, ns, aligned=args.aligned, maxnreg=cap, descs=descs)
             row = dict(label=label, max_registers=cap, **resources(compiled))
         except Exception as exc:  # noqa: BLE001 - record and go on
             row = dict(label=label, error=f"{type(exc).__name__}: {exc}"[:300])

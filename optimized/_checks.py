@@ -28,6 +28,7 @@ __all__ = [
     "check_node_index",
     "node_mask",
     "check_scalar",
+    "tma_possible",
 ]
 
 MAX_NODES = 128  # the largest tree (nodes per request) the kernels are built for
@@ -37,6 +38,16 @@ FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def tma_possible(*tensors: torch.Tensor) -> bool:
+    """Whether tensor descriptors can address ``tensors``: a Hopper-or-later GPU (or the interpreter), 16-byte aligned
+    bases and strides (the last dim contiguous), every dimension's indices within int32."""
+    if not interpreting() and not all(t.is_cuda and torch.cuda.get_device_capability(t.device)[0] >= 9
+                                      for t in tensors):
+        return False
+    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and max(t.shape) < 2**31
+               and all((st * t.element_size()) % 16 == 0 for st in t.stride()[:-1]) for t in tensors)
 
 
 def check_device(name: str, t: torch.Tensor, device: torch.device) -> None:

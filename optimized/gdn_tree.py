@@ -47,6 +47,7 @@ from ._checks import (
     check_tensor,
     check_tree_rows,
     node_mask,
+    tma_possible,
 )
 from .pdl import allow_dependents, pdl_supported, prefetch_l2
 from .tree_attention import PATH_BLOCK, TreeMeta, accepted_path, path_chunk, tree_metadata, tree_size
@@ -135,7 +136,9 @@ class KernelConfig(NamedTuple):
     beside them for the commit's waiting programs: seventeenth session, run 13, B = 64 verify + commit 360.8 ->
     352.7 us; with 32-column blocks it makes no difference, 362.0 / 362.3). ``rank_one`` (commit): the path's terms
     as fp32 outer products on the CUDA cores, ``RANK_ONE_BLOCK`` nodes' loads at a time, instead of a ``tl.dot`` of
-    ``PATH_BLOCK`` gathered nodes (:func:`commit_config`)."""
+    ``PATH_BLOCK`` gathered nodes (:func:`commit_config`). ``tma`` (split pipeline's apply, commit): tiles move
+    through tensor descriptors (Hopper's TMA) instead of per-thread pointers, where the tensors allow it
+    (:func:`_tma_descriptors`); ``solve_tma``: the split solve's q / k tiles so."""
 
     block_v: int
     block_k: int
@@ -153,6 +156,8 @@ class KernelConfig(NamedTuple):
     max_registers: int = 0
     early_signal: bool = True
     rank_one: bool = False
+    tma: bool = False
+    solve_tma: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -193,12 +198,13 @@ def _store_scratch(ptr, x, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH
 
 
 @triton.jit
-def _load_scratch(ptr, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH16: tl.constexpr):
-    """An operand stored by :func:`_store_scratch`, fp32 and ready for a product at ``PRECISION``."""
+def _scratch_value(x, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH16: tl.constexpr):
+    """An operand stored by :func:`_store_scratch` (``x`` as loaded), fp32 and ready for a product at
+    ``PRECISION``."""
     if SCRATCH16:
-        x = tl.load(ptr).to(tl.float32) * (1.0 / SCALE)  # already tf32-exact
+        x = x.to(tl.float32) * (1.0 / SCALE)  # already tf32-exact
     else:
-        x = _tf32_round(tl.load(ptr), PRECISION)
+        x = _tf32_round(x, PRECISION)
     return x
 
 
@@ -407,7 +413,7 @@ def _gdn_tree_solve_kernel(
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
-    GATES_FIRST: tl.constexpr, STREAM: tl.constexpr,
+    GATES_FIRST: tl.constexpr, STREAM: tl.constexpr, q_desc, k_desc, TMA: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
     quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
@@ -422,7 +428,7 @@ def _gdn_tree_solve_kernel(
     first (B = 64, N = 64: 392 bytes of spills before, none now, compile-only; H100, verify + commit 385.7 -> 369.1
     us over the nineteenth session's two steps). ``STREAM`` (``ieee``, one head, fp32 scratch): the doubling's
     products streamed through this head's ``TB`` tile and its ``[NP, NP]`` tile of ``work_ptr``
-    (:func:`_inverse_unit_lower_streamed`).
+    (:func:`_inverse_unit_lower_streamed`). ``TMA``: q and k through tensor descriptors (:func:`_real_rows`).
     """
     tl.static_assert(HEADS == 1 or not GATES_FIRST, "GATES_FIRST holds one head's gates")
     tl.static_assert(not STREAM or (HEADS == 1 and PRECISION == "ieee" and not SCRATCH16), "STREAM: one ieee head")
@@ -449,8 +455,12 @@ def _gdn_tree_solve_kernel(
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)  # [BK]
-        q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
-        k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK]
+        if TMA:
+            q_raw = _real_rows(q_desc.load([b, 0, h, k0]).reshape(NP, BK), real, HAS_NUM)  # [NP, BK] input dtype
+            k_raw = _real_rows(k_desc.load([b, 0, h, k0]).reshape(NP, BK), real, HAS_NUM)  # [NP, BK]
+        else:
+            q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
+            k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK]
         q_c = q_raw.to(tl.float32)  # [NP, BK]
         k_c = k_raw.to(tl.float32)  # [NP, BK]
         if L2NORM:
@@ -574,13 +584,17 @@ def _gdn_tree_apply_kernel(
     NP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
     QK16: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr, PDL: tl.constexpr, SIGNAL: tl.constexpr,
     HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
+    pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, o_desc, delta_desc, TMA: tl.constexpr,
 ):
     """Split verify, part 2, one program per (V block, request, value head): one pass over ``S0``'s tile,
     ``Delta = TB (V - diag(Gamma) K S0)``, ``O = scale (diag(Gamma) Q S0 + QKD Delta)`` (``GATE``: stored through
     :func:`_store_output`'s half of the gated RMSNorm). ``PDL``: launched as a programmatic dependent launch behind
     the solve kernel (``KernelConfig.apply_pdl``): the pass over ``S0`` reads only what the solve does not write
     (q, k, the state, the slots and sizes), then the program waits for the solve before it reads its outputs.
-    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started."""
+    ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started. ``TMA``: every tile
+    moves through tensor descriptors (:func:`_tma_descriptors`; padding nodes' rows zeroed after the loads, rows
+    past N zero-filled and dropped by the hardware) instead of per-thread pointers; with ``GATE`` the output
+    still goes through :func:`_store_output`."""
     allow_dependents(SIGNAL)  # a PDL-launched successor (gdn_tree_commit(pdl=True)) may launch now
     pid_v = tl.program_id(0)  # fastest: the V blocks of one value head share its TB / QKD tiles in L2
     pid_bh = tl.program_id(1)
@@ -600,11 +614,17 @@ def _gdn_tree_apply_kernel(
     state = pool_ptr + (slot * HV + hv) * (K * V)
     q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
+    state_row = ((slot * HV + hv) * K).to(tl.int32)  # the tile's first row in pool_desc's [P HV K, V] rows
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)  # [BK]
-        q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
-        k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
-        s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
+        if TMA:
+            q_c = _real_rows(q_desc.load([b, 0, h, k0]).reshape(NP, BK).to(tl.float32), real, HAS_NUM)  # [NP, BK]
+            k_c = _real_rows(k_desc.load([b, 0, h, k0]).reshape(NP, BK).to(tl.float32), real, HAS_NUM)  # [NP, BK]
+            s_c = _tf32_round(pool_desc.load([state_row + k0, pid_v * BV]), PRECISION)  # [BK, BV]
+        else:
+            q_c = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
+            k_c = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BK]
+            s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
         ks = tl.dot(_round_qk(k_c, PRECISION, QK16), s_c, ks, input_precision=PRECISION)
         qs = tl.dot(_round_qk(q_c, PRECISION, QK16), s_c, qs, input_precision=PRECISION)
     if PDL:
@@ -613,15 +633,37 @@ def _gdn_tree_apply_kernel(
         ks = ks * tl.load(k_rnorm_ptr + (b64 * N + nodes) * H + h, mask=real, other=0.0)[:, None]
         qs = qs * tl.load(q_rnorm_ptr + (b64 * NP + nodes) * H + h)[:, None]
     gamma = tl.exp(tl.load(log_gamma_ptr + (b64 * N + nodes) * HV + hv, mask=real, other=0.0))  # [NP]
-    v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
-                  mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
-    tb = _load_scratch(tb_ptr + tile, TB_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
+    scratch_row = (pid_bh * NP).to(tl.int32)  # this (request, value head)'s first row of tb_desc / qkd_desc
+    if TMA:
+        v_t = _real_rows(v_desc.load([b, 0, hv, pid_v * BV]).reshape(NP, BV).to(tl.float32), real,
+                         HAS_NUM)  # [NP, BV]
+        tb = _scratch_value(tb_desc.load([scratch_row, 0]), TB_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
+    else:
+        v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
+                      mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
+        tb = _scratch_value(tl.load(tb_ptr + tile), TB_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
     delta = tl.dot(tb, _tf32_round(v_t - gamma[:, None] * ks, PRECISION), input_precision=PRECISION)  # [NP, BV]
-    qkd = _load_scratch(qkd_ptr + tile, QKD_SCALE, PRECISION, SCRATCH16)  # [NP, NP] (late: fewer live registers)
+    if TMA:  # (late: fewer live registers)
+        qkd = _scratch_value(qkd_desc.load([scratch_row, 0]), QKD_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
+    else:
+        qkd = _scratch_value(tl.load(qkd_ptr + tile), QKD_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
     o = (gamma[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
-    out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
-                                  PIECE)  # padding rows: zeros
-    tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
+    if TMA and not GATE:  # padding rows: zeros (their q, v rows are, and so are their rows of TB and QKD)
+        o_desc.store([b, 0, hv, pid_v * BV], o.to(o_desc.dtype).reshape(1, NP, 1, BV))
+        delta_desc.store([b, 0, hv, pid_v * BV], delta.reshape(1, NP, 1, BV))
+    else:
+        out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
+                                      PIECE)  # padding rows: zeros
+        tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
+
+
+@triton.jit
+def _real_rows(x, real, HAS_NUM: tl.constexpr):
+    """A tile loaded through a descriptor with its padding nodes' rows set to zero (their memory may hold anything;
+    rows past N come back zero-filled). Without sizes every row up to N is real."""
+    if HAS_NUM:
+        x = tl.where(real[:, None], x, 0.0)
+    return x
 
 
 @triton.jit
@@ -742,7 +784,7 @@ def _gdn_tree_commit_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, PB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
     L2NORM: tl.constexpr, PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, PDL: tl.constexpr,
-    HAS_NUM: tl.constexpr, RANK_ONE: tl.constexpr,
+    HAS_NUM: tl.constexpr, RANK_ONE: tl.constexpr, pool_desc, TMA: tl.constexpr,
 ):
     """One program per (layer, request, value head, V block, K block): ``S[rows, cols] = Gamma_a S0[rows, cols]
     + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j[rows] delta_j[cols]^T``, in place (layer g's pool and factors at
@@ -752,7 +794,9 @@ def _gdn_tree_commit_kernel(
     none of which the previous kernel may write), then waits for the previous kernel before it reads the
     factors. ``RANK_ONE``: the path's terms added one node at a time as fp32 outer products on the CUDA cores, in
     the tile's own register layout (PB nodes' loads in flight at once), instead of a ``tl.dot`` of PB gathered nodes
-    (whose operands and accumulator go through shared memory)."""
+    (whose operands and accumulator go through shared memory). ``TMA``: the state tile is loaded and stored through
+    ``pool_desc`` (a tensor descriptor of the pools as ``[G P HV K, V]`` rows, block ``[BK, BV]``) instead of
+    per-thread pointers."""
     pid = tl.program_id(0)
     pid_v = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -769,8 +813,12 @@ def _gdn_tree_commit_kernel(
     slot = tl.load(slots_ptr + b).to(tl.int64)
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
     kcols = pid_k * BK + tl.arange(0, BK)  # [BK] state rows of this program
-    state_ptrs = pool_ptr + (slot * HV + hv) * (K * V) + kcols[:, None] * V + vcols[None, :]  # [BK, BV]
-    s = tl.load(state_ptrs)  # [BK, BV] S0
+    if TMA:  # the tile's first row in the descriptor's [G P HV K, V] rows
+        row0 = (g * (s_pool_g // V) + (slot * HV + hv) * K + pid_k * BK).to(tl.int32)
+        s = pool_desc.load([row0, pid_v * BV])  # [BK, BV] S0
+    else:
+        state_ptrs = pool_ptr + (slot * HV + hv) * (K * V) + kcols[:, None] * V + vcols[None, :]  # [BK, BV]
+        s = tl.load(state_ptrs)  # [BK, BV] S0
     n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
     node = tl.load(accepted_ptr + b)
     on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)  # path(node)
@@ -805,7 +853,10 @@ def _gdn_tree_commit_kernel(
                           mask=live[:, None], other=0.0).to(tl.float32)  # [PB, BK]
             s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(weight[:, None] * d, PRECISION), s,
                        input_precision=PRECISION)  # [BK, BV]
-    tl.store(state_ptrs, s)
+    if TMA:
+        pool_desc.store([row0, pid_v * BV], s)
+    else:
+        tl.store(state_ptrs, s)
 
 
 # ---------------------------------------------------------------------------------------------------------- configs
@@ -860,12 +911,19 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     capped) and runs 3 stages (128 registers, 45 KiB of shared memory: still 4 per SM; B = 64 378.8 -> 363.2 us,
     B = 16 106.4 -> 102.5). From B * HV >= 8 SMs (B >= 33 at Qwen3-Next shapes on an H200) that apply takes 64
     columns uncapped (166 registers, 3 per SM) and lets the commit launch only as it exits (``early_signal``;
-    seventeenth session, run 13: B = 64 362.0 -> 352.7 us; at B = 16 it lost, 102.0 -> 105.0)."""
+    seventeenth session, run 13: B = 64 362.0 -> 352.7 us; at B = 16 it lost, 102.0 -> 105.0). Every split solve
+    reads q / k through tensor descriptors (``solve_tma``), and the large-batch apply its tiles from N = 64 on
+    (``tma``) except in ``ieee`` at N = 128 (twenty-first session, runs 35-37, verify + commit, pointers -> the
+    chosen form: tf32 B = 64 N = 8 / 32 / 64 / 128: 168.2 / 231.0 / 335.7 / 1274.1 -> 142.5 / 198.8 / 302.3 /
+    1085.6 us, B = 16 N = 64 / 128: 97.1 / 340.3 -> 88.6 / 286.3, B = 1 N = 64 22.3 -> 20.9; tf32x3 and ieee at B
+    = 64, N = 64: 633.5 / 1145.7 -> 601.6 / 1095.3; ieee N = 128 6756.4 -> 5784.6. The descriptor apply lost at
+    N <= 32 (145.3 / 204.2), at B = 1 (22.3 -> 23.3) and in ieee at N = 128 (6526.6); the commit through a
+    descriptor lost at B = 64, 338.2 -> 349.8)."""
     NP = _padded_nodes(N)
     if NP > 64 and precision == "ieee":  # every batch: the apply at 16 columns (79 registers, no stack; 128 columns
         # compile to 32 registers and 16 KB of stack), the split pipeline at small batches too (twentieth session,
         # run 30, verify + commit: B = 64 23252.6 -> 19596.2 us; B = 1 against the fused kernel 4286.4 -> 620.9)
-        return KernelConfig(min(16, V), min(K, 32), 8, 2, True, 16, apply_pdl=True)
+        return KernelConfig(min(16, V), min(K, 32), 8, 2, True, 16, apply_pdl=True, solve_tma=True)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
         pair = 2 if NP <= 64 and H is not None and (HV // H) % 2 == 0 else 1
@@ -879,10 +937,10 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
         return KernelConfig(min(64 if wide else block_v, V), min(K, 32), num_warps, 3 if fp16_scratch else 2, True,
                             4 if NP <= 64 else 8, solve_heads=pair, solve_stages=3, apply_pdl=True,
                             scratch16=fp16_scratch, max_registers=128 if fp16_scratch and not wide else 0,
-                            early_signal=not wide)
+                            early_signal=not wide, tma=NP >= 64, solve_tma=True)
     if NP == 64 and precision != "ieee":  # small batches: one value head per solve program, fp16 scratch
         return KernelConfig(min(32, V), min(K, 32), 4, 3, True, 4, solve_heads=1, solve_stages=3, apply_pdl=True,
-                            scratch16=True)
+                            scratch16=True, solve_tma=True)
     block_v, block_k, num_warps, stages = (32, 32, 4, 3) if NP <= 64 else (64, 32, 8, 2)
     if NP == 32 and B * HV * triton.cdiv(V, block_v) <= _num_sms(device):  # one wave (B = 1 at Qwen3-Next shapes)
         # the model-like sweep (cold states, the model's strided views; bench/NOTES-gdn.md, sixth session): 10.8
@@ -962,6 +1020,17 @@ def _check_gate(gate: object, B: int, N: int, HV: int, V: int, device: torch.dev
     check_tensor("gate.weight", gate.weight, (V,), "V", FLOAT_DTYPES, device, contiguous=True)
     check_tensor("gate.parts", gate.parts, (B, N, HV, V // GATE_PIECE), f"B, N, HV, V / {GATE_PIECE}",
                  (torch.float32,), device, contiguous=True)
+
+
+def _tma_descriptors(tensors: dict, blocks: dict) -> dict:
+    """Host-built tensor descriptors (``name_desc``: zero padding past the edges) of ``tensors[name]`` with block
+    ``blocks[name]``, or all None when one of them cannot be addressed so (:func:`~lumotree.optimized._checks.tma_possible`)."""
+    if not tma_possible(*tensors.values()):
+        return {f"{name}_desc": None for name in tensors}
+    from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: PLC0415 - only where TMA is used
+
+    return {f"{name}_desc": TensorDescriptor(t, list(t.shape), list(t.stride()), list(blocks[name]))
+            for name, t in tensors.items()}
 
 
 def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents, *, gated, allow_neg_eigval,
@@ -1062,6 +1131,15 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         work = (torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device) if solve_flags["STREAM"]
                 else tb)  # [B*HV, NP, NP] the streamed doubling's P_l
         apply_pdl = bool(cfg.apply_pdl) and pdl_supported(device)
+        names = ("pool", "q", "k", "v", "tb", "qkd", "o", "delta")
+        descs = {f"{n}_desc": None for n in names}
+        if cfg.tma or cfg.solve_tma:
+            tile = [1, NP, 1]
+            descs = _tma_descriptors(
+                dict(pool=state_pool.view(-1, V), q=q, k=k, v=v, tb=tb.view(-1, NP), qkd=qkd.view(-1, NP), o=o,
+                     delta=delta),
+                dict(pool=[block_k, block_v], q=[*tile, block_k], k=[*tile, block_k], v=[*tile, block_v],
+                     tb=[NP, NP], qkd=[NP, NP], o=[*tile, block_v], delta=[*tile, block_v]))
         _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
             q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, work,
@@ -1069,14 +1147,16 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
             num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16,
-            **solve_flags, **flags,
-            **gram_flags, **sizes,
+            **solve_flags, **flags, q_desc=descs["q_desc"] if cfg.solve_tma else None,
+            k_desc=descs["k_desc"] if cfg.solve_tma else None,
+            TMA=bool(cfg.solve_tma) and descs["q_desc"] is not None, **gram_flags, **sizes,
         )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta, *gate_args,
             scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides,
             H=H, HV=HV, K=K, V=V, NP=NP, BK=block_k, BV=block_v, L2NORM=bool(use_qk_l2norm_in_kernel),
             PRECISION=precision, QK16=qk16, PDL=apply_pdl, SIGNAL=signal, SCRATCH16=scratch16,
+            **(descs if cfg.tma else {n: None for n in descs}), TMA=bool(cfg.tma) and descs["pool_desc"] is not None,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **gate_flags, **sizes,
             **({"launch_pdl": True} if apply_pdl else {}),
             **({"maxnreg": cfg.max_registers} if cfg.max_registers else {}),
@@ -1256,6 +1336,8 @@ def gdn_tree_commit(
     block_v = min(cfg.block_v, V)
     block_k = min(cfg.block_k, K)
     kr = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when k was not normalised
+    pool_desc = (_tma_descriptors(dict(pool=state_pool.view(-1, V)), dict(pool=[block_k, block_v]))["pool_desc"]
+                 if cfg.tma else None)
     _gdn_tree_commit_kernel[(state_pool.shape[0] * B * HV, V // block_v, K // block_k)](
         state_pool, slots, meta.words, num_nodes if has_num else slots, accepted, delta, log_gamma, k, kr,
         B, N, k.stride(1), k.stride(2), k.stride(3),
@@ -1263,7 +1345,8 @@ def gdn_tree_commit(
         H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=_padded_nodes(N),
         PB=RANK_ONE_BLOCK if cfg.rank_one else PATH_BLOCK, BV=block_v,
         BK=block_k, L2NORM=k_rnorm is not None, PRECISION=precision, WORD_BITS=WORD_BITS, PDL=pdl, HAS_NUM=has_num,
-        RANK_ONE=cfg.rank_one, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        RANK_ONE=cfg.rank_one, pool_desc=pool_desc, TMA=pool_desc is not None,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"launch_pdl": True} if pdl else {}),
         **({"maxnreg": cfg.max_registers} if cfg.max_registers else {}),
     )

@@ -76,7 +76,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._checks import FLOAT_DTYPES, check_num_nodes, check_slots, check_tensor, check_tree_rows, interpreting
+from ._checks import (FLOAT_DTYPES, check_num_nodes, check_slots, check_tensor, check_tree_rows, interpreting,
+                      tma_possible)
 from .pdl import pdl_supported
 
 __all__ = ["GemvConfig", "RowNorm", "ResidualRows", "ConvStep", "TreeConv", "gemv_config", "small_batch_linear",
@@ -775,7 +776,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         opts["launch_pdl"] = True
     n_norm_parts = norm.parts.shape[-1] if norm is not None else 1
     norm_segments = norm.parts.shape[1] if norm is not None and norm.parts.ndim == 3 else 1
-    x_desc, w_desc = _descriptors(x, w, cfg, m_pad) if cfg.tma and _tma_possible(x, w) else (None, None)
+    x_desc, w_desc = _descriptors(x, w, cfg, m_pad) if cfg.tma and tma_possible(x, w) else (None, None)
     tree = isinstance(conv, TreeConv)
     grid = (triton.cdiv(N, cfg.block_n), split_k)
     _gemv_kernel[grid](
@@ -806,14 +807,6 @@ def _split_segments(K: int, k_per_split: int, split_k: int, seg_len: int) -> int
     touched = max((min((s + 1) * k_per_split, K) - 1) // seg_len - s * k_per_split // seg_len + 1
                   for s in range(split_k))
     return triton.next_power_of_2(touched)
-
-
-def _tma_possible(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """Whether tensor descriptors can address ``x`` and ``w``: a Hopper-or-later GPU (or the interpreter), base
-    addresses and row strides multiples of 16 bytes. Otherwise the launch uses the per-thread loads (same math)."""
-    if not interpreting() and not (x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9):
-        return False
-    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in (x, w))
 
 
 def _descriptors(x: torch.Tensor, w: torch.Tensor, cfg: GemvConfig, m_pad: int) -> tuple:

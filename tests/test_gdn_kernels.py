@@ -49,6 +49,9 @@ def make_case(parent_rows, *, H=1, group=1, K=16, V=16, pad=0, gated=False, seed
     pool = torch.full((P, HV, K, V), float("nan"))  # unused slots stay NaN: never read, never written
     slots = torch.randperm(P, generator=gen)[:B]
     pool[slots] = torch.randn(B, HV, K, V, generator=gen)
+    for b, row in enumerate(parent_rows):  # padding nodes' inputs NaN: never read (or zeroed as soon as loaded)
+        for t in (q, k, v):
+            t[b, len(row):] = float("nan")
     A_log = torch.randn(HV, generator=gen) * 0.5
     dt_bias = torch.randn(HV, generator=gen) * 0.5
     case = dict(q=q, k=k, v=v, a=gate_a, b=gate_b, pool=pool, slots=slots, parents=parents, num_nodes=num_nodes,
@@ -120,17 +123,17 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
 
 
 # --------------------------------------------------------------------------------------- differential (interpreter)
-VERIFY_PIPELINES = ("split", "split_group", "fused", "fused_vec")
+VERIFY_PIPELINES = ("split", "split_group", "split_tma", "fused", "fused_vec")
 
 
 def verify_pipeline(name: str, group: int) -> G.KernelConfig:
     """Every verify pipeline: split (solve + apply; ``split_group``: one solve program for the ``group`` value heads
-    of a q/k head, 3 stages) and fused per V block (V = 16), the fused one with the ancestor mask read as an [N, N]
-    gather or as word vectors."""
+    of a q/k head, 3 stages; ``split_tma``: the solve's and the apply's tiles through tensor descriptors) and fused per V block
+    (V = 16), the fused one with the ancestor mask read as an [N, N] gather or as word vectors."""
     grouped = name == "split_group"
     return G.KernelConfig(16, 16, 4, 2, split=name.startswith("split"), solve_warps=4,
                           word_vectors=name == "fused_vec", solve_heads=group if grouped else 1,
-                          solve_stages=3 if grouped else 0)
+                          solve_stages=3 if grouped else 0, tma=name == "split_tma", solve_tma=name == "split_tma")
 
 
 @settings(max_examples=20, deadline=None)
@@ -145,10 +148,11 @@ def verify_pipeline(name: str, group: int) -> G.KernelConfig:
     pipeline=st.sampled_from(list(VERIFY_PIPELINES)),
     commit_rows=st.sampled_from([8, 16]),
     rank_one=st.booleans(),
+    commit_tma=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg, pick, pipeline, commit_rows, rank_one,
-                                           seed):
+                                           commit_tma, seed):
     case = make_case(rows, H=1 if group == 2 else 2, group=group, pad=pad, gated=gated, seed=seed)
     o, factors = run_verify(case, l2norm=l2norm, gated=gated, neg=neg, config=verify_pipeline(pipeline, group))
     check_against_reference(case, o, factors, l2norm=l2norm, gated=gated, neg=neg)
@@ -156,20 +160,22 @@ def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg,
     # commit an arbitrary node of each tree (root, inner node or leaf) in place; other slots untouched
     accepted = [pick[b] % len(r) for b, r in enumerate(rows)]
     commit_and_check(case, factors, accepted, l2norm=l2norm, gated=gated, neg=neg, commit_rows=commit_rows,
-                     rank_one=rank_one)
+                     rank_one=rank_one, tma=commit_tma)
 
 
-def commit_and_check(case, factors, accepted, *, l2norm, gated, neg=False, commit_rows=16, rank_one=False):
+def commit_and_check(case, factors, accepted, *, l2norm, gated, neg=False, commit_rows=16, rank_one=False,
+                     tma=False):
     """Commit node ``accepted[b]`` of each request in place (``commit_rows``: 16, one program per K; 8, two;
-    ``rank_one``: the path's terms as outer products, ``KernelConfig.rank_one``) and check each committed state
-    against the reference recurrence from ``S0``, and that the other slots stay NaN."""
+    ``rank_one``: the path's terms as outer products, ``KernelConfig.rank_one``; ``tma``: the state tile through a
+    tensor descriptor) and check each committed state against the reference recurrence from ``S0``, and that the
+    other slots stay NaN."""
     expected = [gdn.tree_recurrent(*reference_inputs(case, b, l2norm=l2norm, gated=gated, neg=neg))[1][node]
                 for b, node in enumerate(accepted)]  # from S0, before the commit overwrites it
     pool = case["pool"]
     before = pool.clone()
     G.gdn_tree_commit(pool, case["slots"], factors, case["parents"],
                       torch.tensor(accepted, dtype=torch.int32, device=DEVICE), num_nodes=case["num_nodes"],
-                      config=G.KernelConfig(16, commit_rows, 4, 1, rank_one=rank_one))
+                      config=G.KernelConfig(16, commit_rows, 4, 1, rank_one=rank_one, tma=tma))
     for b in range(len(accepted)):
         assert rel_err(pool[int(case["slots"][b])], expected[b]) < 1e-4
     others = torch.ones(pool.shape[0], dtype=torch.bool, device=pool.device)
@@ -576,6 +582,33 @@ def test_gpu_fp16_scratch_and_the_register_caps(B):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("B", [64, 1])
+def test_gpu_tma_tiles_are_bit_exact(B):
+    """``KernelConfig.tma`` (the apply's tiles and the commit's state tile through tensor descriptors): at
+    Qwen3-Next shapes, trees of mixed sizes (padding nodes' inputs NaN), outputs, factors and committed states bit
+    for bit as the per-thread loads give them, with plain and PDL launches."""
+    rng = np.random.default_rng(B + 11)
+    sizes = rng.integers(1, 65, B).tolist()
+    sizes[0] = 64
+    case = make_case([build_tree_parents("random", n, rng) for n in sizes], **QWEN, gated=True, seed=B)
+    config = G.verify_config(B, QWEN["H"] * QWEN["group"], 64, QWEN["K"], QWEN["V"], torch.device("cuda"),
+                             QWEN["H"], "tf32")
+    kw = dict(l2norm=True, gated=True, precision="tf32", validate=False)
+    accepted = torch.tensor([int(rng.integers(0, n)) for n in sizes], device="cuda")
+    commit_cfg = G.commit_config(B, QWEN["H"] * QWEN["group"], 64, QWEN["K"], QWEN["V"], torch.device("cuda"))
+    results = []
+    for tma in (False, True):
+        pool = case["pool"].clone()
+        o, f = run_verify(case, **kw, config=config._replace(tma=tma), launch_dependents=True)
+        G.gdn_tree_commit(pool, case["slots"], f, case["parents"], accepted, num_nodes=case["num_nodes"],
+                          input_precision="tf32", validate=False, pdl=True, config=commit_cfg._replace(tma=tma))
+        results.append((o, *f[:2], pool[case["slots"]]))
+    for got, want in zip(results[1], results[0]):
+        assert torch.isfinite(got).all()
+        assert_same(got, want)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("B", [64, 16])
 def test_gpu_apply_pdl_is_bit_exact(B):
     """``KernelConfig.apply_pdl`` (the apply kernel a programmatic dependent launch behind the solve, which reads
@@ -747,7 +780,8 @@ def test_default_configs_follow_the_measured_rules():
     3-stage apply and fp16 scratch; else the fused kernel, with its one-wave shape at N = 32; no default asks for the
     fused kernel's PDL launch. fp16 scratch at N = 64 in the tensor-core modes, with the large-batch apply capped at
     128 registers, and from 8 (request, value head) pairs per SM on in tf32 mode 64 columns uncapped with the commit
-    launched as the apply exits (``early_signal``); the large-batch commit capped at 128."""
+    launched as the apply exits (``early_signal``); the large-batch commit capped at 128. Tensor descriptors: every
+    split solve's q / k; the large-batch apply's tiles from N = 64 on except ieee at N = 128; never the commit's."""
     cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
     paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
     assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
@@ -789,3 +823,7 @@ def test_default_configs_follow_the_measured_rules():
     assert not any(c.pdl for c in one_wave.values())
     assert not small.pdl and not big.pdl and not ieee_small.pdl
     assert small.early_signal and big.early_signal and ieee_small.early_signal
+    assert all(c.solve_tma for c in (paired, big, small, mid, ieee))
+    assert paired.tma and big.tma and mid.tma and not small.tma and not ieee.tma
+    assert not G.verify_config(64, 32, 32, 128, 128, cpu, H=16).tma  # N = 32: the descriptor apply lost
+    assert not any(G.commit_config(B, 32, 64, 128, 128, cpu, p).tma for B in (1, 64) for p in G.PRECISIONS)
