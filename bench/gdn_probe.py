@@ -49,6 +49,7 @@ VERIFY_SMALL = {
     "fused_bv16_bk32_w4_vec": KC(16, 32, 4, 2, split=False, word_vectors=True),
     "fused_bv32_bk32_w4_vec": KC(32, 32, 4, 2, split=False, word_vectors=True),  # the B=1 default + word vectors
     "split_bv16_bk32_w4": KC(16, 32, 4, 2, split=True),
+    "fused_bv32_bk32_w4_tma": KC(32, 32, 4, 3, split=False, tma=True),  # the tiles through tensor descriptors
 }
 COMMIT_LARGE = {
     "bv64_bk32_w4": KC(64, 32, 4, 1),

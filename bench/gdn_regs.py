@@ -116,8 +116,10 @@ def variants(N: int, precision: str, gate: bool = False):
                       tma_types(apply_descs, NP, bk, bv, scratch) if cfg.tma else {})]
         else:
             fused = dict(flags, **words, V=V, BK=bk, BV=bv, DOT16=False, PDL=False, STATE_LINES=1, GATE=gate,
-                         PIECE=G.GATE_PIECE, SIGNAL=False, HAS_NUM=True, **G._fused_flags(NP))
-            parts = [("fused", G._gdn_tree_verify_kernel, fused, cfg.num_warps, 0, {})]
+                         PIECE=G.GATE_PIECE, SIGNAL=False, HAS_NUM=True, TMA=cfg.tma, **G._fused_flags(NP))
+            fused_descs = ("pool", "q", "k", "v") + (() if gate else ("o", "delta"))
+            parts = [("fused", G._gdn_tree_verify_kernel, fused, cfg.num_warps, 0,
+                      tma_types(fused_descs, NP, bk, bv, "fp32") if cfg.tma else {})]
         for part, kernel, constexprs, nw, cap, descs in parts:
             key = (part, tuple(sorted(constexprs.items())), nw, cfg.num_stages, cap)
             if key not in seen:

@@ -136,7 +136,8 @@ class KernelConfig(NamedTuple):
     beside them for the commit's waiting programs: seventeenth session, run 13, B = 64 verify + commit 360.8 ->
     352.7 us; with 32-column blocks it makes no difference, 362.0 / 362.3). ``rank_one`` (commit): the path's terms
     as fp32 outer products on the CUDA cores, ``RANK_ONE_BLOCK`` nodes' loads at a time, instead of a ``tl.dot`` of
-    ``PATH_BLOCK`` gathered nodes (:func:`commit_config`). ``tma`` (split pipeline's apply, commit): tiles move
+    ``PATH_BLOCK`` gathered nodes (:func:`commit_config`). ``tma`` (the split pipeline's apply, the fused kernel,
+    the commit): tiles move
     through tensor descriptors (Hopper's TMA) instead of per-thread pointers, where the tensors allow it
     (:func:`_tma_descriptors`); ``solve_tma``: the split solve's q / k tiles so."""
 
@@ -679,6 +680,7 @@ def _gdn_tree_verify_kernel(
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr, PDL: tl.constexpr, STATE_LINES: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr,
     SIGNAL: tl.constexpr, HAS_NUM: tl.constexpr, GATES_FIRST: tl.constexpr,
+    pool_desc, q_desc, k_desc, v_desc, o_desc, delta_desc, TMA: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
     redone by every V block of a value head; pays off when there are few programs, i.e. small batches). ``PDL``:
@@ -688,7 +690,8 @@ def _gdn_tree_verify_kernel(
     the output is stored through :func:`_store_output`'s half of the gated RMSNorm (:class:`OutputGate`).
     ``SIGNAL``: a PDL-launched successor may launch as soon as every program has started. ``GATES_FIRST`` (up to
     N = 64): the gates and the tree's depths are loaded before the K loop and used after it (else the decay is
-    formed before the loop and the depths are read after it)."""
+    formed before the loop and the depths are read after it). ``TMA``: q, k, v, the state and (without ``GATE``) o
+    and delta through tensor descriptors, as in :func:`_gdn_tree_apply_kernel`."""
     allow_dependents(SIGNAL)  # a PDL-launched successor (gdn_tree_commit(pdl=True)) may launch now
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
@@ -724,11 +727,17 @@ def _gdn_tree_verify_kernel(
     q_sq = tl.zeros([NP], dtype=tl.float32)  # [NP]
     q_rows = q_ptr + b64 * s_qb + nodes[:, None] * s_qn + h * s_qh  # [NP, 1]
     k_rows = k_ptr + b64 * s_kb + nodes[:, None] * s_kn + h * s_kh  # [NP, 1]
+    state_row = ((slot * HV + hv) * K).to(tl.int32)  # the tile's first row in pool_desc's [P HV K, V] rows
     for k0 in range(0, K, BK):
         kc = k0 + tl.arange(0, BK)  # [BK]
-        q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
-        k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK]
-        s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
+        if TMA:
+            q_raw = _real_rows(q_desc.load([b, 0, h, k0]).reshape(NP, BK), real, HAS_NUM)  # [NP, BK] input dtype
+            k_raw = _real_rows(k_desc.load([b, 0, h, k0]).reshape(NP, BK), real, HAS_NUM)  # [NP, BK]
+            s_c = _tf32_round(pool_desc.load([state_row + k0, pid_v * BV]), PRECISION)  # [BK, BV]
+        else:
+            q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK] input dtype
+            k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [NP, BK]
+            s_c = _tf32_round(tl.load(state + kc[:, None] * V + vcols[None, :]), PRECISION)  # [BK, BV]
         q_c = q_raw.to(tl.float32)  # [NP, BK]
         k_c = k_raw.to(tl.float32)  # [NP, BK]
         if L2NORM:
@@ -754,8 +763,12 @@ def _gdn_tree_verify_kernel(
         log_gamma, gamma, decay, beta = _path_decay(anc, gate_loads, n_b, NP, GATED, BETA_TWO)
     strict = anc & (nodes[:, None] != nodes[None, :])  # [NP, NP] M°
     neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [NP, NP] -A
-    v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
-                  mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
+    if TMA:
+        v_t = _real_rows(v_desc.load([b, 0, hv, pid_v * BV]).reshape(NP, BV).to(tl.float32), real,
+                         HAS_NUM)  # [NP, BV]
+    else:
+        v_t = tl.load(v_ptr + b64 * s_vb + nodes[:, None] * s_vn + hv * s_vh + vcols[None, :],
+                      mask=real[:, None], other=0.0).to(tl.float32)  # [NP, BV]
     rhs = beta[:, None] * (v_t - gamma[:, None] * ks)  # [NP, BV]
     if GATES_FIRST:
         levels = _levels_of(depth, LOG_NP)
@@ -766,9 +779,14 @@ def _gdn_tree_verify_kernel(
                    input_precision=PRECISION)  # [NP, BV]
     o = (gamma[:, None] * qs + tl.dot(_tf32_round(qk * decay, PRECISION), _tf32_round(delta, PRECISION),
                                       input_precision=PRECISION)) * scale  # [NP, BV]
-    out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
-                                  PIECE)  # padding rows: zeros
-    tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
+    rows = nodes < N  # [NP]
+    if TMA and not GATE:  # padding rows: zeros
+        o_desc.store([b, 0, hv, pid_v * BV], o.to(o_desc.dtype).reshape(1, NP, 1, BV))
+        delta_desc.store([b, 0, hv, pid_v * BV], delta.reshape(1, NP, 1, BV))
+    else:
+        out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
+                                      PIECE)  # padding rows: zeros
+        tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
     first_v = (nodes * 0 + pid_v) == 0  # [NP] one V block writes the per-node scalars
     tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=rows & first_v)
     if L2NORM:
@@ -1024,7 +1042,8 @@ def _check_gate(gate: object, B: int, N: int, HV: int, V: int, device: torch.dev
 
 def _tma_descriptors(tensors: dict, blocks: dict) -> dict:
     """Host-built tensor descriptors (``name_desc``: zero padding past the edges) of ``tensors[name]`` with block
-    ``blocks[name]``, or all None when one of them cannot be addressed so (:func:`~lumotree.optimized._checks.tma_possible`)."""
+    ``blocks[name]``, or all None when one of them cannot be addressed so
+    (:func:`~lumotree.optimized._checks.tma_possible`)."""
     if not tma_possible(*tensors.values()):
         return {f"{name}_desc": None for name in tensors}
     from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: PLC0415 - only where TMA is used
@@ -1163,6 +1182,12 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         )
     else:
         pdl = bool(pdl) and bool(cfg.pdl) and pdl_supported(device)
+        tile = [1, NP, 1]
+        descs = (_tma_descriptors(dict(pool=state_pool.view(-1, V), q=q, k=k, v=v, o=o, delta=delta),
+                                  dict(pool=[block_k, block_v], q=[*tile, block_k], k=[*tile, block_k],
+                                       v=[*tile, block_v], o=[*tile, block_v], delta=[*tile, block_v]))
+                 if cfg.tma else dict(pool_desc=None, q_desc=None, k_desc=None, v_desc=None, o_desc=None,
+                                      delta_desc=None))
         _gdn_tree_verify_kernel[(B * HV, V // block_v)](
             q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             state_pool, slots, meta.words, meta.depth, num_nodes,
@@ -1170,7 +1195,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128), SIGNAL=signal,
-            **_fused_flags(NP),
+            **_fused_flags(NP), **descs, TMA=descs["pool_desc"] is not None,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags, **sizes,
             **({"launch_pdl": True} if pdl else {}),
         )

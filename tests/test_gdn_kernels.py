@@ -123,20 +123,21 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
 
 
 # --------------------------------------------------------------------------------------- differential (interpreter)
-VERIFY_PIPELINES = ("split", "split_group", "split_tma", "fused", "fused_vec")
+VERIFY_PIPELINES = ("split", "split_group", "split_tma", "fused", "fused_vec", "fused_tma")
 
 
 def verify_pipeline(name: str, group: int) -> G.KernelConfig:
     """Every verify pipeline: split (solve + apply; ``split_group``: one solve program for the ``group`` value heads
-    of a q/k head, 3 stages; ``split_tma``: the solve's and the apply's tiles through tensor descriptors) and fused per V block
-    (V = 16), the fused one with the ancestor mask read as an [N, N] gather or as word vectors."""
+    of a q/k head, 3 stages; ``split_tma``: the solve's and the apply's tiles through tensor descriptors) and fused
+    per V block (V = 16), the fused one with the ancestor mask read as an [N, N] gather or as word vectors, or its
+    tiles through descriptors (``fused_tma``)."""
     grouped = name == "split_group"
     return G.KernelConfig(16, 16, 4, 2, split=name.startswith("split"), solve_warps=4,
                           word_vectors=name == "fused_vec", solve_heads=group if grouped else 1,
-                          solve_stages=3 if grouped else 0, tma=name == "split_tma", solve_tma=name == "split_tma")
+                          solve_stages=3 if grouped else 0, tma=name.endswith("_tma"), solve_tma=name == "split_tma")
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=24, deadline=None)
 @given(
     rows=st.lists(trees(max_nodes=11), min_size=1, max_size=3),
     group=st.sampled_from([1, 2]),
@@ -153,7 +154,7 @@ def verify_pipeline(name: str, group: int) -> G.KernelConfig:
 )
 def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg, pick, pipeline, commit_rows, rank_one,
                                            commit_tma, seed):
-    case = make_case(rows, H=1 if group == 2 else 2, group=group, pad=pad, gated=gated, seed=seed)
+    case = make_case(rows, H=1 if group == 2 else 2, group=group, K=32, pad=pad, gated=gated, seed=seed)  # 2 K chunks
     o, factors = run_verify(case, l2norm=l2norm, gated=gated, neg=neg, config=verify_pipeline(pipeline, group))
     check_against_reference(case, o, factors, l2norm=l2norm, gated=gated, neg=neg)
 
@@ -161,6 +162,19 @@ def test_verify_and_commit_match_reference(rows, group, pad, l2norm, gated, neg,
     accepted = [pick[b] % len(r) for b, r in enumerate(rows)]
     commit_and_check(case, factors, accepted, l2norm=l2norm, gated=gated, neg=neg, commit_rows=commit_rows,
                      rank_one=rank_one, tma=commit_tma)
+
+
+@pytest.mark.parametrize("pipeline", VERIFY_PIPELINES)
+def test_every_pipeline_over_several_k_and_v_tiles(pipeline):
+    """Every verify pipeline on a fixed batch (single node, chain, star, deep+wide; padded by 2) with K = V = 32: two
+    K chunks and two V blocks of 16, so a tile read at the wrong row or column offset changes the values (the
+    hypothesis test samples the pipelines; this one runs each)."""
+    rng = np.random.default_rng(7)
+    rows = [[-1]] + [build_tree_parents(kind, n, rng) for kind, n in (("chain", 6), ("star", 8), ("deep_wide", 11))]
+    case = make_case(rows, H=1, group=2, K=32, V=32, pad=2, gated=True, seed=7)
+    o, factors = run_verify(case, l2norm=True, gated=True, config=verify_pipeline(pipeline, 2))
+    check_against_reference(case, o, factors, l2norm=True, gated=True)
+    commit_and_check(case, factors, [0, 5, 4, 10], l2norm=True, gated=True)
 
 
 def commit_and_check(case, factors, accepted, *, l2norm, gated, neg=False, commit_rows=16, rank_one=False,
@@ -582,20 +596,22 @@ def test_gpu_fp16_scratch_and_the_register_caps(B):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("B", [64, 1])
-def test_gpu_tma_tiles_are_bit_exact(B):
-    """``KernelConfig.tma`` (the apply's tiles and the commit's state tile through tensor descriptors): at
-    Qwen3-Next shapes, trees of mixed sizes (padding nodes' inputs NaN), outputs, factors and committed states bit
-    for bit as the per-thread loads give them, with plain and PDL launches."""
-    rng = np.random.default_rng(B + 11)
-    sizes = rng.integers(1, 65, B).tolist()
-    sizes[0] = 64
+@pytest.mark.parametrize("B,N", [(64, 64), (1, 64), (1, 32), (1, 128)])
+def test_gpu_tma_tiles_are_bit_exact(B, N):
+    """``KernelConfig.tma`` (the apply's or, at B = 1 and N = 32 / 128, the fused kernel's tiles and the commit's
+    state tile through tensor descriptors): at Qwen3-Next shapes, trees of mixed sizes (padding nodes' inputs NaN),
+    outputs, factors and committed states bit for bit as the per-thread loads give them, with plain and PDL
+    launches."""
+    rng = np.random.default_rng(B + N + 11)
+    sizes = rng.integers(1, N + 1, B).tolist()
+    sizes[0] = N
     case = make_case([build_tree_parents("random", n, rng) for n in sizes], **QWEN, gated=True, seed=B)
-    config = G.verify_config(B, QWEN["H"] * QWEN["group"], 64, QWEN["K"], QWEN["V"], torch.device("cuda"),
+    config = G.verify_config(B, QWEN["H"] * QWEN["group"], N, QWEN["K"], QWEN["V"], torch.device("cuda"),
                              QWEN["H"], "tf32")
+    assert config.split == (N == 64)
     kw = dict(l2norm=True, gated=True, precision="tf32", validate=False)
     accepted = torch.tensor([int(rng.integers(0, n)) for n in sizes], device="cuda")
-    commit_cfg = G.commit_config(B, QWEN["H"] * QWEN["group"], 64, QWEN["K"], QWEN["V"], torch.device("cuda"))
+    commit_cfg = G.commit_config(B, QWEN["H"] * QWEN["group"], N, QWEN["K"], QWEN["V"], torch.device("cuda"))
     results = []
     for tma in (False, True):
         pool = case["pool"].clone()
