@@ -137,9 +137,8 @@ class KernelConfig(NamedTuple):
     352.7 us; with 32-column blocks it makes no difference, 362.0 / 362.3). ``rank_one`` (commit): the path's terms
     as fp32 outer products on the CUDA cores, ``RANK_ONE_BLOCK`` nodes' loads at a time, instead of a ``tl.dot`` of
     ``PATH_BLOCK`` gathered nodes (:func:`commit_config`). ``tma`` (the split pipeline's apply, the fused kernel,
-    the commit): tiles move
-    through tensor descriptors (Hopper's TMA) instead of per-thread pointers, where the tensors allow it
-    (:func:`_tma_descriptors`); ``solve_tma``: the split solve's q / k tiles so."""
+    the commit): tiles move through tensor descriptors (Hopper's TMA) instead of per-thread pointers, where the
+    tensors allow it (:func:`_tma_descriptors`); ``solve_tma``: the split solve's q / k tiles so."""
 
     block_v: int
     block_k: int
@@ -936,7 +935,11 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     1085.6 us, B = 16 N = 64 / 128: 97.1 / 340.3 -> 88.6 / 286.3, B = 1 N = 64 22.3 -> 20.9; tf32x3 and ieee at B
     = 64, N = 64: 633.5 / 1145.7 -> 601.6 / 1095.3; ieee N = 128 6756.4 -> 5784.6. The descriptor apply lost at
     N <= 32 (145.3 / 204.2), at B = 1 (22.3 -> 23.3) and in ieee at N = 128 (6526.6); the commit through a
-    descriptor lost at B = 64, 338.2 -> 349.8)."""
+    descriptor lost at B = 64, 338.2 -> 349.8). The fused kernel's tiles go through descriptors in the tensor-core
+    modes except at the one-wave N = 32 shape (twenty-second session, run 40, verify + commit, tf32 unless named: B
+    = 1 N = 8 / 128: 14.1 / 77.1 -> 12.7 / 66.8 us, tf32x3 N = 128 170.3 -> 148.7, B = 8 N = 32 80.3 -> 53.7, B
+    = 4 N = 128 162.6 -> 141.7; lost at B = 1 N = 32, 16.2 -> 17.2, with 32-row K chunks 16.0, bf16 15.3 -> 16.4,
+    and in ieee, B = 1 N = 32 / 64: 21.6 / 105.5 -> 22.9 / 106.8)."""
     NP = _padded_nodes(N)
     if NP > 64 and precision == "ieee":  # every batch: the apply at 16 columns (79 registers, no stack; 128 columns
         # compile to 32 registers and 16 KB of stack), the split pipeline at small batches too (twentieth session,
@@ -960,11 +963,12 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
         return KernelConfig(min(32, V), min(K, 32), 4, 3, True, 4, solve_heads=1, solve_stages=3, apply_pdl=True,
                             scratch16=True, solve_tma=True)
     block_v, block_k, num_warps, stages = (32, 32, 4, 3) if NP <= 64 else (64, 32, 8, 2)
-    if NP == 32 and B * HV * triton.cdiv(V, block_v) <= _num_sms(device):  # one wave (B = 1 at Qwen3-Next shapes)
-        # the model-like sweep (cold states, the model's strided views; bench/NOTES-gdn.md, sixth session): 10.8
-        # against 12.2 us (fp32, state in L2: 15.2 against 17.3)
+    one_wave = NP == 32 and B * HV * triton.cdiv(V, block_v) <= _num_sms(device)  # B = 1 at Qwen3-Next shapes
+    if one_wave:  # the model-like sweep (cold states, the model's strided views; bench/NOTES-gdn.md, sixth
+        # session): 10.8 against 12.2 us (fp32, state in L2: 15.2 against 17.3)
         block_k, stages = 16, 4
-    return KernelConfig(min(block_v, V), min(K, block_k), num_warps, stages, False)
+    return KernelConfig(min(block_v, V), min(K, block_k), num_warps, stages, False,
+                        tma=precision != "ieee" and not one_wave)
 
 
 def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,

@@ -797,7 +797,8 @@ def test_default_configs_follow_the_measured_rules():
     fused kernel's PDL launch. fp16 scratch at N = 64 in the tensor-core modes, with the large-batch apply capped at
     128 registers, and from 8 (request, value head) pairs per SM on in tf32 mode 64 columns uncapped with the commit
     launched as the apply exits (``early_signal``); the large-batch commit capped at 128. Tensor descriptors: every
-    split solve's q / k; the large-batch apply's tiles from N = 64 on except ieee at N = 128; never the commit's."""
+    split solve's q / k; the large-batch apply's tiles from N = 64 on except ieee at N = 128; the fused kernel's in
+    the tensor-core modes except at the one-wave N = 32 shape; never the commit's."""
     cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
     paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
     assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
@@ -842,4 +843,9 @@ def test_default_configs_follow_the_measured_rules():
     assert all(c.solve_tma for c in (paired, big, small, mid, ieee))
     assert paired.tma and big.tma and mid.tma and not small.tma and not ieee.tma
     assert not G.verify_config(64, 32, 32, 128, 128, cpu, H=16).tma  # N = 32: the descriptor apply lost
+    fused = {(N, p): G.verify_config(1, 2, N, 128, 32, cpu, H=1, precision=p) for N in (8, 32, 128)
+             for p in ("tf32", "tf32x3")}
+    assert not any(c.split for c in fused.values())
+    assert all(c.tma == (N != 32) for (N, _), c in fused.items())  # the one-wave N = 32 shape: pointers
+    assert not ieee_small.tma and not G.verify_config(1, 2, 32, 128, 128, cpu, H=1, precision="ieee").tma
     assert not any(G.commit_config(B, 32, 64, 128, 128, cpu, p).tma for B in (1, 64) for p in G.PRECISIONS)
