@@ -188,6 +188,8 @@ def variants(mode: str, budget_s: float, shapes: list | None = None, dtype: torc
 MODEL_LIKE = {
     "default": None,
     "default_hot": None,  # every launch on layer 0's data: its state stays in L2 (as in the isolated benchmarks)
+    "default_pointers": None,  # the default without tensor descriptors (KernelConfig.tma off)
+    "default_pointers_hot": None,  # the same, every launch on layer 0's data
     "s4": KC(32, 32, 4, 4, False),
     "s2": KC(32, 32, 4, 2, False),
     "bk64_s3": KC(32, 64, 4, 3, False),
@@ -207,13 +209,14 @@ MODEL_LIKE = {
 }
 
 
-def model_like(budget_s: float, layers: int = 48, nodes=(64, 32, 16)) -> list[dict]:  # noqa: PLR0915
+def model_like(budget_s: float, layers: int = 48, nodes=(64, 32, 16), variants=None) -> list[dict]:  # noqa: PLR0915
     """The fused verify as the model's B = 1 tree step runs it: ``layers`` layer copies, each with its own state
     (so every launch reads its ``S0`` from DRAM, as in the model, where the weights stream through L2 between two
     uses of a layer), q / k / v as views of a conv output ``[B, N, 2 H K + HV V]`` and the gates as views of a
     projection ``[B, N, 2 H K + 2 HV V + 2 HV]`` (the model's strides), all launches back to back in one CUDA graph:
     microseconds per launch, each config checked against the per-launch default (bit-identical not required: the
-    K chunking changes the sums; relative difference reported)."""
+    K chunking changes the sums; relative difference reported). ``variants``: the names of ``MODEL_LIKE`` to run
+    (all by default)."""
     import time  # noqa: PLC0415
 
     import numpy as np  # noqa: PLC0415
@@ -251,12 +254,17 @@ def model_like(budget_s: float, layers: int = 48, nodes=(64, 32, 16)) -> list[di
 
         reference = None
         for name, cfg in MODEL_LIKE.items():
+            if variants is not None and name not in variants:
+                continue
+            if name.startswith("default_pointers"):
+                cfg = G.verify_config(1, HV, N, K, V, dev, H, "tf32", torch.bfloat16)._replace(tma=False,
+                                                                                               solve_tma=False)
             if time.time() - start > budget_s:
                 rows.append(dict(N=N, variant=name, skipped="budget"))
                 continue
             row = dict(B=1, N=N, layers=layers, variant=name, config=None if cfg is None else cfg._asdict())
             try:
-                hot = name == "default_hot"
+                hot = name.endswith("_hot")
                 step(cfg)
                 torch.cuda.synchronize()
                 got = torch.stack([o.float() for o in outs])
@@ -296,10 +304,12 @@ def main() -> int:
     parser.add_argument("--model-like", action="store_true",
                         help="the fused kernel as the model launches it at B = 1 (cold states, strided views)")
     parser.add_argument("--model-like-nodes", type=int, nargs="+", default=[64, 32, 16])
+    parser.add_argument("--model-like-variants", nargs="+", choices=list(MODEL_LIKE),
+                        help="with --model-like: these variants only")
     parser.add_argument("--budget-s", type=float, default=200.0)
     args = parser.parse_args()
     if args.model_like:
-        rows = model_like(args.budget_s, nodes=tuple(args.model_like_nodes))
+        rows = model_like(args.budget_s, nodes=tuple(args.model_like_nodes), variants=args.model_like_variants)
         with open(args.out, "w") as fh:
             json.dump(dict(card=torch.cuda.get_device_name(), rows=rows), fh, indent=1)
         return 0

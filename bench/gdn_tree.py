@@ -182,7 +182,7 @@ def row_config(x, mode: str, mod=G, batch: int | None = None):
     """``verify_config`` of the row's shape, inputs and device (for ``batch`` requests instead of the row's B).
     ``mod``: the gdn_tree module (a probe's variant)."""
     B, N, HV_ = x["v"].shape[:3]
-    return mod.verify_config(batch or B, HV_, N, K, V, x["q"].device, H, mode)
+    return mod.verify_config(batch or B, HV_, N, K, V, x["q"].device, H, mode, x["q"].dtype)
 
 
 def nopdl_config(x, mode: str, config=None):
@@ -461,7 +461,7 @@ def run_sweep(log) -> list[dict]:
                 log(f"sweep B={B} N={N} {mode} {tuple(cfg)}: {type(exc).__name__}: {str(exc)[:120]}")
             out.append(dict(B=B, N=N, mode=mode, config=list(cfg), verify_us=us))
             log(f"sweep B={B:3d} N={N:3d} {mode:6s} cfg={tuple(cfg)} verify {us:8.1f} us")
-        default = G.verify_config(B, HV, N, K, V, torch.device(DEVICE), H)
+        default = row_config(x, mode)
         log(f"sweep default for B={B} N={N}: {tuple(default)}")
         if mode == "tf32" and N == 64:
             for cfg in COMMIT_SWEEP:

@@ -906,7 +906,7 @@ def _fused_flags(NP: int) -> dict:
 
 
 def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
-                  H: int | None = None, precision: str = "tf32") -> KernelConfig:
+                  H: int | None = None, precision: str = "tf32", dtype: torch.dtype = torch.float32) -> KernelConfig:
     """Default launch parameters of verify, the best of the H200 sweeps of 2026-11-29 and 2026-12-01
     (bench/NOTES-gdn.md): the split pipeline when the batch fills the GPU with (request, value head) programs, and at
     N = 64 in the tensor-core modes, else the fused kernel. The solve takes two value heads of a GVA group (``H``
@@ -936,10 +936,12 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     = 64, N = 64: 633.5 / 1145.7 -> 601.6 / 1095.3; ieee N = 128 6756.4 -> 5784.6. The descriptor apply lost at
     N <= 32 (145.3 / 204.2), at B = 1 (22.3 -> 23.3) and in ieee at N = 128 (6526.6); the commit through a
     descriptor lost at B = 64, 338.2 -> 349.8). The fused kernel's tiles go through descriptors in the tensor-core
-    modes except at the one-wave N = 32 shape (twenty-second session, run 40, verify + commit, tf32 unless named: B
-    = 1 N = 8 / 128: 14.1 / 77.1 -> 12.7 / 66.8 us, tf32x3 N = 128 170.3 -> 148.7, B = 8 N = 32 80.3 -> 53.7, B
-    = 4 N = 128 162.6 -> 141.7; lost at B = 1 N = 32, 16.2 -> 17.2, with 32-row K chunks 16.0, bf16 15.3 -> 16.4,
-    and in ieee, B = 1 N = 32 / 64: 21.6 / 105.5 -> 22.9 / 106.8)."""
+    modes except at the one-wave N = 32 shape, with fp32 inputs (``dtype``: q / k / v's) and past N = 64 with 16-bit
+    ones too (twenty-second session, run 40, fp32, verify + commit, tf32 unless named: B = 1 N = 8 / 128: 14.1 /
+    77.1 -> 12.7 / 66.8 us, tf32x3 N = 128 170.3 -> 148.7, B = 8 N = 32 80.3 -> 53.7, B = 4 N = 128 162.6 ->
+    141.7; lost at B = 1 N = 32, 16.2 -> 17.2, with 32-row K chunks 16.0, bf16 15.3 -> 16.4, and in ieee, B = 1
+    N = 32 / 64: 21.6 / 105.5 -> 22.9 / 106.8; run 45, B = 1 verify alone, bf16: N = 8 9.6 -> 10.5, 48 launches
+    back to back 4.2 -> 5.2 per launch; N = 128 56.6 -> 55.8, 50.5 -> 48.5)."""
     NP = _padded_nodes(N)
     if NP > 64 and precision == "ieee":  # every batch: the apply at 16 columns (79 registers, no stack; 128 columns
         # compile to 32 registers and 16 KB of stack), the split pipeline at small batches too (twentieth session,
@@ -968,7 +970,7 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
         # session): 10.8 against 12.2 us (fp32, state in L2: 15.2 against 17.3)
         block_k, stages = 16, 4
     return KernelConfig(min(block_v, V), min(K, block_k), num_warps, stages, False,
-                        tma=precision != "ieee" and not one_wave)
+                        tma=precision != "ieee" and not one_wave and (dtype == torch.float32 or NP > 64))
 
 
 def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
@@ -1113,7 +1115,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         meta = tree_meta(parents, num_nodes if has_num else None, validate=False)
     sizes = dict(HAS_NUM=has_num)
     num_nodes = num_nodes if has_num else slots  # an unused int pointer without sizes
-    cfg = config or verify_config(B, HV, N, K, V, device, H, precision)
+    cfg = config or verify_config(B, HV, N, K, V, device, H, precision, q.dtype)
     _check_config(cfg)
     signal = bool(launch_dependents) and bool(cfg.early_signal) and pdl_supported(device)
 

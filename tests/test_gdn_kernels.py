@@ -798,7 +798,8 @@ def test_default_configs_follow_the_measured_rules():
     128 registers, and from 8 (request, value head) pairs per SM on in tf32 mode 64 columns uncapped with the commit
     launched as the apply exits (``early_signal``); the large-batch commit capped at 128. Tensor descriptors: every
     split solve's q / k; the large-batch apply's tiles from N = 64 on except ieee at N = 128; the fused kernel's in
-    the tensor-core modes except at the one-wave N = 32 shape; never the commit's."""
+    the tensor-core modes except at the one-wave N = 32 shape, with 16-bit inputs past N = 64 only; never the
+    commit's."""
     cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
     paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
     assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
@@ -848,4 +849,6 @@ def test_default_configs_follow_the_measured_rules():
     assert not any(c.split for c in fused.values())
     assert all(c.tma == (N != 32) for (N, _), c in fused.items())  # the one-wave N = 32 shape: pointers
     assert not ieee_small.tma and not G.verify_config(1, 2, 32, 128, 128, cpu, H=1, precision="ieee").tma
+    bf16 = {N: G.verify_config(1, 2, N, 128, 32, cpu, H=1, dtype=torch.bfloat16) for N in (8, 16, 128)}
+    assert [c.tma for c in bf16.values()] == [False, False, True]  # 16-bit inputs: descriptors past N = 64 only
     assert not any(G.commit_config(B, 32, 64, 128, 128, cpu, p).tma for B in (1, 64) for p in G.PRECISIONS)
