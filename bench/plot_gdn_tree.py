@@ -1,7 +1,8 @@
 """Plot the GDN tree benchmark for docs/gdn-kernels.md.
 
-Left: one layer at B=64, N=64 (random tree, depth 10), from bench/results/2026-12-02i/gdn_tree_run32.json (the
-twentieth session's final run, H200; fla's decode step and branch by branch called correctly since 2026-12-02b run 7,
+Left: one layer at B=64, N=64 (random tree, depth 10), from bench/results/2026-12-03/gdn_tree_run38.json (the
+twenty-first session's run with the tensor-descriptor defaults, H200; fla's decode step and branch by branch called
+correctly since 2026-12-02b run 7,
 both checked against float64): our verify + commit in tf32, tf32x3 and ieee against the memory floors, fla's
 single-token decode step, branch by branch and per-node states of the same run, and our 2026-11-29 run.
 Right: where the verify time goes (solve and apply kernels timed alone, tf32) before and after the 2026-12-01 solve
@@ -28,15 +29,15 @@ def main() -> int:
     results = ROOT / "bench/results"
     load = lambda name: json.loads((results / name).read_text())  # noqa: E731
     pick = lambda run: next(r for r in run["rows"] if (r["B"], r["N"], r["kind"]) == (64, 64, "random"))  # noqa: E731
-    row = pick(load("2026-12-02i/gdn_tree_run32.json"))
+    row = pick(load("2026-12-03/gdn_tree_run38.json"))
     row_old = pick(load("2026-11-29-h200-gdn-tree-run3.json"))
     bars = [
         ("state floor\n(read S0, write S)", row["floor_us"], "0.6"),
         ("io floor\n(+ tokens, factors)", row["io_floor_us"], "0.6"),
-        ("ours tf32\n(2026-12-02)", row["ours_tf32_us"], "C0"),
+        ("ours tf32\n(2026-12-03)", row["ours_tf32_us"], "C0"),
         ("ours tf32\n(2026-11-29)", row_old["ours_tf32_us"], "C9"),
-        ("ours tf32x3\n(2026-12-02)", row["ours_tf32x3_us"], "C0"),
-        ("ours ieee\n(2026-12-02)", row["ours_ieee_us"], "C0"),
+        ("ours tf32x3\n(2026-12-03)", row["ours_tf32x3_us"], "C0"),
+        ("ours ieee\n(2026-12-03)", row["ours_ieee_us"], "C0"),
         ("fla decode step\n(same run)", row["ar_us"], "C1"),
         ("branch-by-branch\n(fla, same run)", row["branch_us"], "C3"),
         ("per-node states\n(same run)", row["pernode_us"], "C3"),

@@ -46,7 +46,7 @@ SOURCES = {
     "model_b16": "2026-12-01j/run5_mv_pairs_B16_N64.json",
     "model_b1": "2026-12-01j/run5_mv_nogate_B1_N64.json",
     "attention": "2026-12-01j/attention_probe_cold_run5.json",
-    "gdn": "2026-12-02i/gdn_tree_run32.json",  # twentieth session, final run (H200)
+    "gdn": "2026-12-03/gdn_tree_run38.json",  # twenty-first session, the tensor-descriptor defaults (H200)
 }
 
 
