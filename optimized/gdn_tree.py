@@ -576,6 +576,23 @@ def _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV: 
 
 
 @triton.jit
+def _store_output_and_delta(o, delta, o_ptr, delta_ptr, o_desc, delta_desc, b, b64, nodes, hv, pid_v, N, gate,
+                            gate_parts_ptr, HV: tl.constexpr, V: tl.constexpr, NP: tl.constexpr, BV: tl.constexpr,
+                            GATE: tl.constexpr, PIECE: tl.constexpr, TMA: tl.constexpr):
+    """Store the ``[NP, BV]`` output and delta tiles of (request ``b``, value head ``hv``, V block ``pid_v``): with
+    ``TMA`` and no ``GATE`` through the descriptors (``[1, NP, 1, BV]`` blocks; rows past N clipped by them), else
+    through :func:`_store_output` and pointers. Returns the ``[NP]`` mask of rows below N."""
+    if TMA and not GATE:
+        o_desc.store([b, 0, hv, pid_v * BV], o.to(o_desc.dtype).reshape(1, NP, 1, BV))
+        delta_desc.store([b, 0, hv, pid_v * BV], delta.reshape(1, NP, 1, BV))
+    else:
+        out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
+                                      PIECE)
+        tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
+    return nodes < N
+
+
+@triton.jit
 def _gdn_tree_apply_kernel(
     q_ptr, k_ptr, v_ptr, pool_ptr, slots_ptr, num_nodes_ptr, log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr,
     tb_ptr, qkd_ptr, o_ptr, delta_ptr, z_ptr, gate_w_ptr, gate_parts_ptr,
@@ -648,13 +665,9 @@ def _gdn_tree_apply_kernel(
     else:
         qkd = _scratch_value(tl.load(qkd_ptr + tile), QKD_SCALE, PRECISION, SCRATCH16)  # [NP, NP]
     o = (gamma[:, None] * qs + tl.dot(qkd, _tf32_round(delta, PRECISION), input_precision=PRECISION)) * scale
-    if TMA and not GATE:  # padding rows: zeros (their q, v rows are, and so are their rows of TB and QKD)
-        o_desc.store([b, 0, hv, pid_v * BV], o.to(o_desc.dtype).reshape(1, NP, 1, BV))
-        delta_desc.store([b, 0, hv, pid_v * BV], delta.reshape(1, NP, 1, BV))
-    else:
-        out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
-                                      PIECE)  # padding rows: zeros
-        tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
+    # padding rows: zeros (their q, v rows are, and so are their rows of TB and QKD)
+    _store_output_and_delta(o, delta, o_ptr, delta_ptr, o_desc, delta_desc, b, b64, nodes, hv, pid_v, N, gate,
+                            gate_parts_ptr, HV, V, NP, BV, GATE, PIECE, TMA)
 
 
 @triton.jit
@@ -778,14 +791,8 @@ def _gdn_tree_verify_kernel(
                    input_precision=PRECISION)  # [NP, BV]
     o = (gamma[:, None] * qs + tl.dot(_tf32_round(qk * decay, PRECISION), _tf32_round(delta, PRECISION),
                                       input_precision=PRECISION)) * scale  # [NP, BV]
-    rows = nodes < N  # [NP]
-    if TMA and not GATE:  # padding rows: zeros
-        o_desc.store([b, 0, hv, pid_v * BV], o.to(o_desc.dtype).reshape(1, NP, 1, BV))
-        delta_desc.store([b, 0, hv, pid_v * BV], delta.reshape(1, NP, 1, BV))
-    else:
-        out_off, rows = _store_output(o, o_ptr, b64, nodes, hv, pid_v, N, gate, gate_parts_ptr, HV, V, NP, BV, GATE,
-                                      PIECE)  # padding rows: zeros
-        tl.store(delta_ptr + out_off, delta, mask=rows[:, None])
+    rows = _store_output_and_delta(o, delta, o_ptr, delta_ptr, o_desc, delta_desc, b, b64, nodes, hv, pid_v, N,
+                                   gate, gate_parts_ptr, HV, V, NP, BV, GATE, PIECE, TMA)  # padding rows: zeros
     first_v = (nodes * 0 + pid_v) == 0  # [NP] one V block writes the per-node scalars
     tl.store(log_gamma_ptr + (b64 * N + nodes) * HV + hv, log_gamma, mask=rows & first_v)
     if L2NORM:

@@ -5,6 +5,7 @@ occupancy at B = 64.
 Verify + commit (the commit a PDL launch behind the verify, as the benchmark launches it) and verify alone, median
 of five interleaved rounds, every pool and graph kept alive; ``diff``: max |difference| / max |default| of o, delta
 and the committed state against the library's default configs.
+The timing loop moved to ``bench/ab_verify.py`` after the runs (the same code).
 
 Run (GPU): PYTHONPATH=$PWD:$PWD/bench AB_RUN=35|36|37|39 python3 bench/results/2026-12-03/ab35.py [B ...]
 """
@@ -12,11 +13,9 @@ Run (GPU): PYTHONPATH=$PWD:$PWD/bench AB_RUN=35|36|37|39 python3 bench/results/2
 import os
 import sys
 
-import numpy as np
 import torch
-import triton
 
-import gdn_tree as T  # bench/gdn_tree.py
+from ab_verify import time_variants  # bench/ab_verify.py
 from lumotree.optimized import gdn_tree as G
 
 N, ROUNDS = 64, 5
@@ -65,53 +64,7 @@ def variants(B, N, precision):
 
 
 def run(B, N=64, precision="tf32"):
-    x = T.make_inputs(B, N, "random", seed=B * 1000 + N)
-    meta = G.tree_meta(x["parents"])
-
-    def verify(pool, cfg):
-        return G.gdn_tree_verify(x["q"], x["k"], x["v"], x["g"], x["beta"], pool, x["slots"], x["parents"],
-                                 use_qk_l2norm_in_kernel=True, input_precision=precision, meta=meta,
-                                 validate=False, config=cfg, launch_dependents=True)
-
-    def commit(pool, f, cfg):
-        G.gdn_tree_commit(pool, x["slots"], f, x["parents"], x["accepted"], input_precision=precision, meta=meta,
-                          validate=False, pdl=True, config=cfg)
-
-    keep, graphs, results = [], {}, {}
-    table = variants(B, N, precision)
-    first = next(iter(table))
-    for name, (vcfg, ccfg) in table.items():
-        fresh = x["pool"].clone()
-        o, f = verify(fresh, vcfg)
-        commit(fresh, f, ccfg)
-        torch.cuda.synchronize()
-        results[name] = (o, f.delta, fresh[x["slots"].long()])
-        keep.append((fresh, o, f))
-        diffs = [float((a - b).abs().max() / b.abs().max()) for a, b in zip(results[name], results[first])]
-        pool = x["pool"].clone()
-        keep.append(pool)
-        for what, fn in (("both", lambda pool=pool, v=vcfg, c=ccfg: commit(pool, verify(pool, v)[1], c)),
-                         ("verify", lambda pool=pool, v=vcfg: verify(pool, v))):
-            fn()
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                fn()
-            g.replay()
-            torch.cuda.synchronize()
-            graphs[(name, what)] = g
-        print(f"B = {B} N = {N} {precision} {name}: diff o / delta / state {diffs}", flush=True)
-    times = {k: [] for k in graphs}
-    for _ in range(ROUNDS):
-        for k, g in graphs.items():
-            times[k].append(1e3 * triton.testing.do_bench(g.replay, warmup=10, rep=100, return_mode="median"))
-            torch.cuda.synchronize()
-    print(f"\nB = {B}, N = {N}, random, fp32, {precision} (median of {ROUNDS} rounds, us):\n"
-          "| variant | verify + commit | verify |\n|---|---|---|")
-    for name in table:
-        row = " | ".join(f"{np.median(times[(name, w)]):.1f}" for w in ("both", "verify"))
-        print(f"| {name} | {row} |", flush=True)
-    del graphs, keep
+    time_variants(B, N, precision, variants(B, N, precision), rounds=ROUNDS)
 
 
 if RUN == 39:
