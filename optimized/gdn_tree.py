@@ -1053,16 +1053,30 @@ def _check_gate(gate: object, B: int, N: int, HV: int, V: int, device: torch.dev
                  (torch.float32,), device, contiguous=True)
 
 
-def _tma_descriptors(tensors: dict, blocks: dict) -> dict:
+def _tma_descriptors(tensors: dict, blocks: dict, enabled: bool = True) -> dict:
     """Host-built tensor descriptors (``name_desc``: zero padding past the edges) of ``tensors[name]`` with block
-    ``blocks[name]``, or all None when one of them cannot be addressed so
-    (:func:`~lumotree.optimized._checks.tma_possible`)."""
-    if not tma_possible(*tensors.values()):
+    ``blocks[name]``, or all None when not ``enabled`` (the config asks for pointers) or when one of them cannot be
+    addressed so (:func:`~lumotree.optimized._checks.tma_possible`)."""
+    if not enabled or not tma_possible(*tensors.values()):
         return {f"{name}_desc": None for name in tensors}
     from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: PLC0415 - only where TMA is used
 
     return {f"{name}_desc": TensorDescriptor(t, list(t.shape), list(t.stride()), list(blocks[name]))
             for name, t in tensors.items()}
+
+
+def _verify_descriptors(enabled: bool, state_pool, q, k, v, o, delta, NP: int, block_k: int, block_v: int,
+                        **scratch) -> dict:
+    """The verify kernels' descriptors (:func:`_tma_descriptors`): the pool's ``[BK, BV]`` state tiles (the pool as
+    ``[P HV K, V]`` rows), q / k / v / o / delta ``[1, NP, 1, B*]`` node tiles of their ``[B, N, H*, *]`` tensors and
+    the split pipeline's ``[NP, NP]`` scratch tiles (``scratch``: name -> ``[B HV, NP, NP]`` tensor)."""
+    V = state_pool.shape[-1]
+    tile = [1, NP, 1]
+    tensors = dict(pool=state_pool.view(-1, V), q=q, k=k, v=v, o=o, delta=delta,
+                   **{name: t.view(-1, NP) for name, t in scratch.items()})
+    blocks = dict(pool=[block_k, block_v], q=[*tile, block_k], k=[*tile, block_k], v=[*tile, block_v],
+                  o=[*tile, block_v], delta=[*tile, block_v], **{name: [NP, NP] for name in scratch})
+    return _tma_descriptors(tensors, blocks, enabled)
 
 
 def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents, *, gated, allow_neg_eigval,
@@ -1163,15 +1177,8 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         work = (torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device) if solve_flags["STREAM"]
                 else tb)  # [B*HV, NP, NP] the streamed doubling's P_l
         apply_pdl = bool(cfg.apply_pdl) and pdl_supported(device)
-        names = ("pool", "q", "k", "v", "tb", "qkd", "o", "delta")
-        descs = {f"{n}_desc": None for n in names}
-        if cfg.tma or cfg.solve_tma:
-            tile = [1, NP, 1]
-            descs = _tma_descriptors(
-                dict(pool=state_pool.view(-1, V), q=q, k=k, v=v, tb=tb.view(-1, NP), qkd=qkd.view(-1, NP), o=o,
-                     delta=delta),
-                dict(pool=[block_k, block_v], q=[*tile, block_k], k=[*tile, block_k], v=[*tile, block_v],
-                     tb=[NP, NP], qkd=[NP, NP], o=[*tile, block_v], delta=[*tile, block_v]))
+        descs = _verify_descriptors(bool(cfg.tma or cfg.solve_tma), state_pool, q, k, v, o, delta, NP, block_k,
+                                    block_v, tb=tb, qkd=qkd)
         _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
             q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, work,
@@ -1195,12 +1202,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         )
     else:
         pdl = bool(pdl) and bool(cfg.pdl) and pdl_supported(device)
-        tile = [1, NP, 1]
-        descs = (_tma_descriptors(dict(pool=state_pool.view(-1, V), q=q, k=k, v=v, o=o, delta=delta),
-                                  dict(pool=[block_k, block_v], q=[*tile, block_k], k=[*tile, block_k],
-                                       v=[*tile, block_v], o=[*tile, block_v], delta=[*tile, block_v]))
-                 if cfg.tma else dict(pool_desc=None, q_desc=None, k_desc=None, v_desc=None, o_desc=None,
-                                      delta_desc=None))
+        descs = _verify_descriptors(bool(cfg.tma), state_pool, q, k, v, o, delta, NP, block_k, block_v)
         _gdn_tree_verify_kernel[(B * HV, V // block_v)](
             q, k, v, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
             state_pool, slots, meta.words, meta.depth, num_nodes,
@@ -1374,8 +1376,8 @@ def gdn_tree_commit(
     block_v = min(cfg.block_v, V)
     block_k = min(cfg.block_k, K)
     kr = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when k was not normalised
-    pool_desc = (_tma_descriptors(dict(pool=state_pool.view(-1, V)), dict(pool=[block_k, block_v]))["pool_desc"]
-                 if cfg.tma else None)
+    pool_desc = _tma_descriptors(dict(pool=state_pool.view(-1, V)), dict(pool=[block_k, block_v]),
+                                 bool(cfg.tma))["pool_desc"]
     _gdn_tree_commit_kernel[(state_pool.shape[0] * B * HV, V // block_v, K // block_k)](
         state_pool, slots, meta.words, num_nodes if has_num else slots, accepted, delta, log_gamma, k, kr,
         B, N, k.stride(1), k.stride(2), k.stride(3),
