@@ -104,7 +104,7 @@ def variants(N: int, precision: str, gate: bool = False):
         if cfg.split:  # PDL as the config asks (the apply waits after its pass over S0)
             scratch16 = bool(cfg.scratch16) and precision == "tf32"
             solve = dict(flags, **words, BK=bk, HEADS=cfg.solve_heads, DOT16=False, PDL=cfg.apply_pdl, HAS_NUM=True,
-                         SCRATCH16=scratch16, TMA=cfg.solve_tma, **G._solve_flags(cfg, NP, precision))
+                         SCRATCH16=scratch16, TMA=cfg.solve_tma, **G._solve_flags(cfg, NP))
             apply = dict(H=H, HV=HV, K=K, NP=NP, L2NORM=True, PRECISION=precision, QK16=False, V=V, BK=bk, BV=bv,
                          GATE=gate, PIECE=G.GATE_PIECE, PDL=cfg.apply_pdl, SIGNAL=False, HAS_NUM=True,
                          SCRATCH16=scratch16, TMA=cfg.tma)
@@ -116,7 +116,7 @@ def variants(N: int, precision: str, gate: bool = False):
                       tma_types(apply_descs, NP, bk, bv, scratch) if cfg.tma else {})]
         else:
             fused = dict(flags, **words, V=V, BK=bk, BV=bv, DOT16=False, PDL=False, STATE_LINES=1, GATE=gate,
-                         PIECE=G.GATE_PIECE, SIGNAL=False, HAS_NUM=True, TMA=cfg.tma, **G._fused_flags(NP))
+                         PIECE=G.GATE_PIECE, SIGNAL=False, HAS_NUM=True, TMA=cfg.tma, **G._fused_flags(cfg, NP))
             fused_descs = ("pool", "q", "k", "v") + (() if gate else ("o", "delta"))
             parts = [("fused", G._gdn_tree_verify_kernel, fused, cfg.num_warps, 0,
                       tma_types(fused_descs, NP, bk, bv, "fp32") if cfg.tma else {})]

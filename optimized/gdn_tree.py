@@ -10,8 +10,9 @@ node's output and the token-level factors from the committed state ``S0`` read o
     O     = scale (diag(Gamma) Q S0 + (Q K^T ⊙ D) Delta)
 
 ``A`` is nilpotent (``A^(depth + 1) = 0``), so ``L = bit_length(max depth)`` doubling factors, each one or two
-``[N, N]`` matrix products on the tensor cores (or FMA units in ``ieee`` mode, streamed from scratch past N = 64),
-invert ``I + A`` exactly.
+``[N, N]`` matrix products on the tensor cores (or FMA units in ``ieee`` mode), invert ``I + A`` exactly. Past N = 64
+the split pipeline inverts the two diagonal ``[N/2, N/2]`` blocks so and forms the block below them from both
+(``(I + A)^{-1}_21 = -T_22 A_21 T_11``): a quarter of the doubling's work.
 
 The commit rebuilds the accepted node's state in place in the pool:
 ``S_a = Gamma_a S0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j delta_j^T``.
@@ -138,7 +139,9 @@ class KernelConfig(NamedTuple):
     as fp32 outer products on the CUDA cores, ``RANK_ONE_BLOCK`` nodes' loads at a time, instead of a ``tl.dot`` of
     ``PATH_BLOCK`` gathered nodes (:func:`commit_config`). ``tma`` (the split pipeline's apply, the fused kernel,
     the commit): tiles move through tensor descriptors (Hopper's TMA) instead of per-thread pointers, where the
-    tensors allow it (:func:`_tma_descriptors`); ``solve_tma``: the split solve's q / k tiles so."""
+    tensors allow it (:func:`_tma_descriptors`); ``solve_tma``: the split solve's q / k tiles so. ``halves``
+    (verify, from N = 32): ``(I + A)^{-1}`` by its diagonal halves (:func:`_inverse_unit_lower_halves`) instead of
+    doubling the whole ``[N, N]`` tile."""
 
     block_v: int
     block_k: int
@@ -158,6 +161,7 @@ class KernelConfig(NamedTuple):
     rank_one: bool = False
     tma: bool = False
     solve_tma: bool = False
+    halves: bool = False
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -366,54 +370,49 @@ def _inverse_unit_lower(neg_a, levels, NP: tl.constexpr, PRECISION: tl.constexpr
 
 
 @triton.jit
-def _streamed_product(a_ptr, b_ptr, NP: tl.constexpr, KC: tl.constexpr):
-    """``A B`` of two ``[NP, NP]`` fp32 tiles in global scratch (row-major), in fp32 FMA (``ieee``), KC columns of A
-    and rows of B at a time: neither operand lives whole in registers (only the accumulator does). The caller puts
-    a barrier between the stores of A and B and this read. Loads bypass L1 (``.cg``): the tiles are rewritten
-    between products."""
-    rows = tl.arange(0, NP)  # [NP]
-    acc = tl.zeros([NP, NP], dtype=tl.float32)  # [NP, NP]
-    for k0 in range(0, NP, KC):
-        kc = k0 + tl.arange(0, KC)  # [KC]
-        a = tl.load(a_ptr + rows[:, None] * NP + kc[None, :], cache_modifier=".cg")  # [NP, KC]
-        b = tl.load(b_ptr + kc[:, None] * NP + rows[None, :], cache_modifier=".cg")  # [KC, NP]
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-    return acc
+def _inverse_unit_lower_halves(neg_a, levels, NP: tl.constexpr, PRECISION: tl.constexpr, OVERLAP: tl.constexpr):
+    """:func:`_inverse_unit_lower` by diagonal halves: with ``A`` split into ``[NP/2, NP/2]`` blocks (``A_12 = 0``:
+    ancestors come first), ``(I + A)^{-1} = [[T_11, 0], [-T_22 A_21 T_11, T_22]]``, ``T_ii = (I + A_ii)^{-1}``, each
+    by doubling with the same ``L`` (a diagonal block holds paths of the tree: ``A_ii^(depth + 1) = 0``). Per step
+    four ``[NP/2]^3`` products of the halves instead of two ``NP^3`` ones: a quarter of the doubling's work, and
+    ``[NP/2, NP/2]`` tiles in registers."""
+    HALF: tl.constexpr = NP // 2
+    quads = tl.permute(tl.reshape(neg_a, [2, HALF, 2, HALF]), [1, 3, 0, 2])  # [HALF, HALF, 2 row halves, 2 col]
+    left, right = tl.split(quads)  # [HALF, HALF, 2] the column halves
+    neg_a11, neg_a21 = tl.split(left)  # [HALF, HALF] each
+    _, neg_a22 = tl.split(right)  # [HALF, HALF] (the upper right block is zero)
+    t11 = _inverse_unit_lower(neg_a11, levels, HALF, PRECISION, OVERLAP)  # [HALF, HALF]
+    t22 = _inverse_unit_lower(neg_a22, levels, HALF, PRECISION, OVERLAP)  # [HALF, HALF]
+    t22_a21 = tl.dot(_tf32_round(t22, PRECISION), _tf32_round(neg_a21, PRECISION), input_precision=PRECISION)
+    t21 = tl.dot(_tf32_round(t22_a21, PRECISION), _tf32_round(t11, PRECISION), input_precision=PRECISION)
+    zero = tl.zeros([HALF, HALF], dtype=tl.float32)
+    blocks = tl.join(tl.join(t11, t21), tl.join(zero, t22))  # [HALF, HALF, 2 row halves, 2 column halves]
+    return tl.reshape(tl.permute(blocks, [2, 0, 3, 1]), [NP, NP])  # [NP, NP]
 
 
 @triton.jit
-def _inverse_unit_lower_streamed(neg_a, levels, t_ptr, p_ptr, NP: tl.constexpr, KC: tl.constexpr):
-    """:func:`_inverse_unit_lower` (squaring first) in ``ieee`` mode with each product streamed from scratch
-    (:func:`_streamed_product`; ``t_ptr``, ``p_ptr``: this program's ``[NP, NP]`` fp32 scratch tiles of ``T_l``
-    and ``P_l``). At N = 128 the register form holds both operands' full K slices of its CUDA-core products and
-    compiles to 32-64 registers with 5-27 KB of stack (twentieth session)."""
-    nodes = tl.arange(0, NP)  # [NP]
-    tile = nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
-    t_inv = tl.where(nodes[:, None] == nodes[None, :], 1.0, neg_a)  # [NP, NP] T_1 = I - A
-    power = neg_a  # [NP, NP] P_0
-    for _ in range(1, levels):
-        tl.store(p_ptr + tile, power)
-        tl.debug_barrier()
-        power = _streamed_product(p_ptr, p_ptr, NP, KC)  # [NP, NP] P_l = P_(l-1)^2
-        tl.debug_barrier()  # every read of P_(l-1) before P_l overwrites it
-        tl.store(p_ptr + tile, power)
-        tl.store(t_ptr + tile, t_inv)
-        tl.debug_barrier()
-        t_inv += _streamed_product(t_ptr, p_ptr, NP, KC)  # [NP, NP] T_(l+1) = T_l + T_l P_l
-        tl.debug_barrier()  # every read of T_l and P_l before the next step's stores
+def _inverse(neg_a, levels, NP: tl.constexpr, PRECISION: tl.constexpr, OVERLAP: tl.constexpr,
+             HALVES: tl.constexpr):
+    """``(I + A)^{-1}`` from ``-A``: :func:`_inverse_unit_lower_halves` with ``HALVES``, else
+    :func:`_inverse_unit_lower` on the whole tile."""
+    if HALVES:
+        t_inv = _inverse_unit_lower_halves(neg_a, levels, NP, PRECISION, OVERLAP)
+    else:
+        t_inv = _inverse_unit_lower(neg_a, levels, NP, PRECISION, OVERLAP)
     return t_inv
+
 
 @triton.jit
 def _gdn_tree_solve_kernel(
     q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
-    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr, work_ptr,
+    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr,
     N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
     NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr, HEADS: tl.constexpr,
     GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
-    GATES_FIRST: tl.constexpr, STREAM: tl.constexpr, q_desc, k_desc, TMA: tl.constexpr,
+    GATES_FIRST: tl.constexpr, q_desc, k_desc, TMA: tl.constexpr, HALVES: tl.constexpr,
 ):
     """Split verify, part 1, one program per (request, HEADS value heads of one GVA group): the ``[N, N]``
     quantities that do not depend on V (``K K^T`` and ``Q K^T`` once for the HEADS value heads).
@@ -426,12 +425,10 @@ def _gdn_tree_solve_kernel(
     1128 instead of 400 bytes, compile-only). Two heads per program: both heads' gates load together and both
     heads' doubling operands are formed before either doubling, so that ``K K^T``, ``Q K^T`` and the masks die
     first (B = 64, N = 64: 392 bytes of spills before, none now, compile-only; H100, verify + commit 385.7 -> 369.1
-    us over the nineteenth session's two steps). ``STREAM`` (``ieee``, one head, fp32 scratch): the doubling's
-    products streamed through this head's ``TB`` tile and its ``[NP, NP]`` tile of ``work_ptr``
-    (:func:`_inverse_unit_lower_streamed`). ``TMA``: q and k through tensor descriptors (:func:`_real_rows`).
+    us over the nineteenth session's two steps). ``HALVES``: the inverse from its diagonal halves
+    (:func:`_inverse_unit_lower_halves`). ``TMA``: q and k through tensor descriptors (:func:`_real_rows`).
     """
     tl.static_assert(HEADS == 1 or not GATES_FIRST, "GATES_FIRST holds one head's gates")
-    tl.static_assert(not STREAM or (HEADS == 1 and PRECISION == "ieee" and not SCRATCH16), "STREAM: one ieee head")
     allow_dependents(PDL)  # the apply (KernelConfig.apply_pdl) reads none of this kernel's outputs before its wait
     pid = tl.program_id(0)
     b = pid // (HV // HEADS)
@@ -501,15 +498,11 @@ def _gdn_tree_solve_kernel(
                                      PRECISION, SCRATCH16)  # [NP, NP] -A of the second head
         if not GATES_FIRST and j == 0:
             levels = _doubling_levels(depth_ptr, b64, N, n_b, NP, LOG_NP)
-        if STREAM:
-            base = _scratch_base(b64, hv, HV, NP)
-            t_inv = _inverse_unit_lower_streamed(neg_a, levels, tb_ptr + base, work_ptr + base, NP, 16)  # [NP, NP]
-        else:
-            t_inv = _inverse_unit_lower(neg_a, levels, NP, PRECISION, PRECISION != "ieee")  # [NP, NP]
+        t_inv = _inverse(neg_a, levels, NP, PRECISION, PRECISION != "ieee", HALVES)  # [NP, NP]
         _store_scratch(tb_ptr + _scratch_tile(b64, hv, HV, NP), t_inv * beta[None, :], TB_SCALE, PRECISION,
                        SCRATCH16)
         if j + 1 < HEADS:
-            t_inv = _inverse_unit_lower(neg_a_2, levels, NP, PRECISION, PRECISION != "ieee")  # [NP, NP]
+            t_inv = _inverse(neg_a_2, levels, NP, PRECISION, PRECISION != "ieee", HALVES)  # [NP, NP]
             _store_scratch(tb_ptr + _scratch_tile(b64, hv + 1, HV, NP), t_inv * beta_2[None, :], TB_SCALE,
                            PRECISION, SCRATCH16)
 
@@ -692,7 +685,7 @@ def _gdn_tree_verify_kernel(
     PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, WORD_VECTORS: tl.constexpr, QK16: tl.constexpr,
     DOT16: tl.constexpr, PDL: tl.constexpr, STATE_LINES: tl.constexpr, GATE: tl.constexpr, PIECE: tl.constexpr,
     SIGNAL: tl.constexpr, HAS_NUM: tl.constexpr, GATES_FIRST: tl.constexpr,
-    pool_desc, q_desc, k_desc, v_desc, o_desc, delta_desc, TMA: tl.constexpr,
+    pool_desc, q_desc, k_desc, v_desc, o_desc, delta_desc, TMA: tl.constexpr, HALVES: tl.constexpr,
 ):
     """Fused verify, one program per (request, value head, V block): everything in one pass (the ``[N, N]`` work is
     redone by every V block of a value head; pays off when there are few programs, i.e. small batches). ``PDL``:
@@ -786,7 +779,7 @@ def _gdn_tree_verify_kernel(
         levels = _levels_of(depth, LOG_NP)
     else:
         levels = _doubling_levels(depth_ptr, b64, N, n_b, NP, LOG_NP)
-    t_inv = _inverse_unit_lower(neg_a, levels, NP, PRECISION, False)  # [NP, NP]
+    t_inv = _inverse(neg_a, levels, NP, PRECISION, False, HALVES)  # [NP, NP]
     delta = tl.dot(_tf32_round(t_inv, PRECISION), _tf32_round(rhs, PRECISION),
                    input_precision=PRECISION)  # [NP, BV]
     o = (gamma[:, None] * qs + tl.dot(_tf32_round(qk * decay, PRECISION), _tf32_round(delta, PRECISION),
@@ -900,16 +893,15 @@ def _padded_nodes(N: int) -> int:
     return max(16, triton.next_power_of_2(N))
 
 
-def _solve_flags(cfg: KernelConfig, NP: int, precision: str) -> dict:
-    """The split solve's ``GATES_FIRST`` (one head, up to N = 64) and ``STREAM`` (ieee past N = 64, one head: the
-    doubling's products streamed from scratch) for config ``cfg`` at ``NP`` padded nodes."""
-    one_head = cfg.solve_heads == 1
-    return dict(GATES_FIRST=one_head and NP <= 64, STREAM=one_head and NP > 64 and precision == "ieee")
+def _solve_flags(cfg: KernelConfig, NP: int) -> dict:
+    """The split solve's ``GATES_FIRST`` (one head, up to N = 64) and ``HALVES`` (``cfg.halves`` from N = 32) for
+    config ``cfg`` at ``NP`` padded nodes."""
+    return dict(GATES_FIRST=cfg.solve_heads == 1 and NP <= 64, HALVES=bool(cfg.halves) and NP >= 32)
 
 
-def _fused_flags(NP: int) -> dict:
-    """The fused kernel's ``GATES_FIRST`` (up to N = 64)."""
-    return dict(GATES_FIRST=NP <= 64)
+def _fused_flags(cfg: KernelConfig, NP: int) -> dict:
+    """The fused kernel's ``GATES_FIRST`` (up to N = 64) and ``HALVES`` (``cfg.halves`` from N = 32)."""
+    return dict(GATES_FIRST=NP <= 64, HALVES=bool(cfg.halves) and NP >= 32)
 
 
 def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
@@ -948,12 +940,16 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     77.1 -> 12.7 / 66.8 us, tf32x3 N = 128 170.3 -> 148.7, B = 8 N = 32 80.3 -> 53.7, B = 4 N = 128 162.6 ->
     141.7; lost at B = 1 N = 32, 16.2 -> 17.2, with 32-row K chunks 16.0, bf16 15.3 -> 16.4, and in ieee, B = 1
     N = 32 / 64: 21.6 / 105.5 -> 22.9 / 106.8; run 45, B = 1 verify alone, bf16: N = 8 9.6 -> 10.5, 48 launches
-    back to back 4.2 -> 5.2 per launch; N = 128 56.6 -> 55.8, 50.5 -> 48.5)."""
+    back to back 4.2 -> 5.2 per launch; N = 128 56.6 -> 55.8, 50.5 -> 48.5). Past N = 64 the split solve inverts
+    ``I + A`` from its diagonal halves (``halves``; twenty-third session, runs 52-53, verify + commit: tf32 B = 64 /
+    16 1090.9 / 288.8 -> 1014.7 / 269.2 us, tf32x3 B = 64 2865.6 -> 2525.3, ieee B = 64 / 1 5792.0 / 232.0 ->
+    4946.8 / 177.2, where it replaces the doubling streamed from scratch; lost in the fused kernel at B = 1, N = 128,
+    66.0 -> 75.8, and at N <= 64, e.g. B = 64, N = 64 303.6 -> 334.9)."""
     NP = _padded_nodes(N)
     if NP > 64 and precision == "ieee":  # every batch: the apply at 16 columns (79 registers, no stack; 128 columns
         # compile to 32 registers and 16 KB of stack), the split pipeline at small batches too (twentieth session,
         # run 30, verify + commit: B = 64 23252.6 -> 19596.2 us; B = 1 against the fused kernel 4286.4 -> 620.9)
-        return KernelConfig(min(16, V), min(K, 32), 8, 2, True, 16, apply_pdl=True, solve_tma=True)
+        return KernelConfig(min(16, V), min(K, 32), 8, 2, True, 16, apply_pdl=True, solve_tma=True, halves=True)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
         pair = 2 if NP <= 64 and H is not None and (HV // H) % 2 == 0 else 1
@@ -967,7 +963,7 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
         return KernelConfig(min(64 if wide else block_v, V), min(K, 32), num_warps, 3 if fp16_scratch else 2, True,
                             4 if NP <= 64 else 8, solve_heads=pair, solve_stages=3, apply_pdl=True,
                             scratch16=fp16_scratch, max_registers=128 if fp16_scratch and not wide else 0,
-                            early_signal=not wide, tma=NP >= 64, solve_tma=True)
+                            early_signal=not wide, tma=NP >= 64, solve_tma=True, halves=NP > 64)
     if NP == 64 and precision != "ieee":  # small batches: one value head per solve program, fp16 scratch
         return KernelConfig(min(32, V), min(K, 32), 4, 3, True, 4, solve_heads=1, solve_stages=3, apply_pdl=True,
                             scratch16=True, solve_tma=True)
@@ -1173,15 +1169,13 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         scratch = torch.float16 if scratch16 else torch.float32
         tb = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] (I + A)^-1 diag(beta)
         qkd = torch.empty((B * HV, NP, NP), dtype=scratch, device=device)  # [B*HV, NP, NP] Q K^T ⊙ D
-        solve_flags = _solve_flags(cfg, NP, precision)
-        work = (torch.empty((B * HV, NP, NP), dtype=torch.float32, device=device) if solve_flags["STREAM"]
-                else tb)  # [B*HV, NP, NP] the streamed doubling's P_l
+        solve_flags = _solve_flags(cfg, NP)
         apply_pdl = bool(cfg.apply_pdl) and pdl_supported(device)
         descs = _verify_descriptors(bool(cfg.tma or cfg.solve_tma), state_pool, q, k, v, o, delta, NP, block_k,
                                     block_v, tb=tb, qkd=qkd)
         _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
             q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
-            meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, work,
+            meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd,
             N, *qk_strides, *gate_strides,
             H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
@@ -1210,7 +1204,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides,
             H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
             BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128), SIGNAL=signal,
-            **_fused_flags(NP), **descs, TMA=descs["pool_desc"] is not None,
+            **_fused_flags(cfg, NP), **descs, TMA=descs["pool_desc"] is not None,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags, **sizes,
             **({"launch_pdl": True} if pdl else {}),
         )

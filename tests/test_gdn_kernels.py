@@ -123,7 +123,8 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
 
 
 # --------------------------------------------------------------------------------------- differential (interpreter)
-VERIFY_PIPELINES = ("split", "split_group", "split_tma", "fused", "fused_vec", "fused_tma")
+VERIFY_PIPELINES = ("split", "split_group", "split_tma", "split_halves", "fused", "fused_vec", "fused_tma",
+                    "fused_halves")
 
 
 def verify_pipeline(name: str, group: int) -> G.KernelConfig:
@@ -134,7 +135,8 @@ def verify_pipeline(name: str, group: int) -> G.KernelConfig:
     grouped = name == "split_group"
     return G.KernelConfig(16, 16, 4, 2, split=name.startswith("split"), solve_warps=4,
                           word_vectors=name == "fused_vec", solve_heads=group if grouped else 1,
-                          solve_stages=3 if grouped else 0, tma=name.endswith("_tma"), solve_tma=name == "split_tma")
+                          solve_stages=3 if grouped else 0, tma=name.endswith("_tma"), solve_tma=name == "split_tma",
+                          halves=name.endswith("_halves"))
 
 
 @settings(max_examples=24, deadline=None)
@@ -287,7 +289,7 @@ def test_output_gate_stores_the_gated_output_and_its_norm_pieces(pipeline):
 @pytest.mark.parametrize("kind,n,seed", [("random", 40, 1), ("deep_wide", 70, 2), ("chain", 33, 3)])
 def test_multiword_trees(kind, n, seed):
     """Trees past 32 nodes: the mask reads words j // 32 > 0 (mixed with a small tree in the same batch); at 70
-    nodes (NP = 128, ieee) the one-head split solve streams its doubling's products from scratch."""
+    nodes (NP = 128) the ``_halves`` pipelines invert by diagonal halves across the word boundary."""
     rows = [build_tree_parents(kind, n, np.random.default_rng(seed)), [-1, 0, 0, 1]]
     case = make_case(rows, H=1, group=2, seed=seed)
     for pipeline in VERIFY_PIPELINES:
@@ -299,6 +301,21 @@ def test_multiword_trees(kind, n, seed):
     expected = gdn.commit(S0, factors_ref, tree, n - 1)
     G.gdn_tree_commit(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"])
     assert rel_err(case["pool"][int(case["slots"][0])], expected) < 1e-4
+
+
+@pytest.mark.parametrize("n", [20, 40, 100])
+@pytest.mark.parametrize("precision", ["ieee", "tf32"])
+def test_inverse_by_halves_at_every_padded_size(n, precision):
+    """``KernelConfig.halves`` (``(I + A)^{-1}`` from its diagonal halves and the block below them) at 32, 64 and
+    128 padded nodes, the split and the fused pipeline: against the reference, deep trees (the doubling's every
+    level) beside a small one."""
+    rng = np.random.default_rng(n)
+    rows = [build_tree_parents("deep_wide", n, rng), build_tree_parents("chain", n // 2, rng), [-1, 0, 0, 1]]
+    case = make_case(rows, H=1, group=2, gated=True, seed=n)
+    for pipeline in ("split_halves", "fused_halves"):
+        o, factors = run_verify(case, l2norm=True, gated=True, precision=precision,
+                                config=verify_pipeline(pipeline, 2))
+        check_against_reference(case, o, factors, l2norm=True, gated=True, tol=1e-4 if precision == "ieee" else 2e-3)
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32"])
@@ -538,10 +555,19 @@ def _gpu_rows(seed):
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision,tol", [("ieee", 1e-5), ("tf32x3", 1e-5), ("tf32", 1e-3)])
 @pytest.mark.parametrize("gated", [False, True])
-def test_gpu_qwen_shapes_error_bounds(precision, tol, gated):
+@pytest.mark.parametrize("large_batch_config", [False, True])
+def test_gpu_qwen_shapes_error_bounds(precision, tol, gated, large_batch_config):
+    """Trees of every family up to 128 nodes at Qwen3-Next shapes against float64, with this batch's default
+    config or (``large_batch_config``) the one chosen for 64 requests of 128 nodes: the split pipeline, its solve
+    inverting by halves."""
     rows = _gpu_rows(7)
     case = make_case(rows, **QWEN, gated=gated, seed=11)
-    o, factors = run_verify(case, l2norm=True, gated=gated, neg=gated, precision=precision)
+    config = None
+    if large_batch_config:
+        config = G.verify_config(64, QWEN["H"] * QWEN["group"], 128, QWEN["K"], QWEN["V"], torch.device("cuda"),
+                                 QWEN["H"], precision)
+        assert config.split and config.halves
+    o, factors = run_verify(case, l2norm=True, gated=gated, neg=gated, precision=precision, config=config)
     g, beta = (R.gdn_gates_ref(case["a"].double(), case["b"].double(), case["A_log"].double(),
                                case["dt_bias"].double(), True) if gated else (case["a"], case["b"]))
     args = [case[n].double() for n in ("q", "k", "v")] + [g.double(), beta.double(), case["pool"].double()]
@@ -799,7 +825,7 @@ def test_default_configs_follow_the_measured_rules():
     launched as the apply exits (``early_signal``); the large-batch commit capped at 128. Tensor descriptors: every
     split solve's q / k; the large-batch apply's tiles from N = 64 on except ieee at N = 128; the fused kernel's in
     the tensor-core modes except at the one-wave N = 32 shape, with 16-bit inputs past N = 64 only; never the
-    commit's."""
+    commit's. The inverse by halves in the split solve past N = 64 only."""
     cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
     paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
     assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
@@ -852,3 +878,7 @@ def test_default_configs_follow_the_measured_rules():
     bf16 = {N: G.verify_config(1, 2, N, 128, 32, cpu, H=1, dtype=torch.bfloat16) for N in (8, 16, 128)}
     assert [c.tma for c in bf16.values()] == [False, False, True]  # 16-bit inputs: descriptors past N = 64 only
     assert not any(G.commit_config(B, 32, 64, 128, 128, cpu, p).tma for B in (1, 64) for p in G.PRECISIONS)
+    # the inverse by halves: the split solve past N = 64 in every mode (ieee at every batch), never the fused kernel
+    assert big.halves and ieee.halves and G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="ieee").halves
+    assert G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="tf32x3").halves
+    assert not any(c.halves for c in (paired, small, mid, ieee_small, *fused.values(), *bf16.values()))
