@@ -5,7 +5,7 @@
 3. ``chunk/sympy``: on a chain, the closed form equals flash-linear-attention's chunkwise (UT transform) form,
    written out independently below, for every chunk size.
 4. ``nilpotent/sympy``: ``(I + A)^{-1} = sum_{m <= depth} (-A)^m = prod_{k < bitlen(depth)} (I + (-A)^(2^k))`` for any
-   A supported on the strict ancestor mask.
+   A supported on the strict ancestor mask, and its inverse by blocks at every split point (the kernels' halves).
 """
 
 from __future__ import annotations
@@ -467,9 +467,12 @@ NILPOTENT_MAX_NODES = {"quick": 6, "full": 7}
 def nilpotent_identities(A: np.ndarray, depth: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """For ``A`` strictly supported on ancestors and the tree's depth: the identities a depth-bounded solve uses.
 
-    ``A^(depth+1) = 0``; ``(I + A) series = series (I + A) = I`` with ``series = sum_{m <= depth} (-A)^m``; and the
-    doubling product ``prod_{k < bitlen(depth)} (I + (-A)^(2^k)) = series``. Returns name -> (lhs, rhs).
-    """
+    ``A^(depth+1) = 0``; ``(I + A) series = series (I + A) = I`` with ``series = sum_{m <= depth} (-A)^m``; the
+    doubling product ``prod_{k < bitlen(depth)} (I + (-A)^(2^k)) = series``; and for every split point ``h`` the
+    inverse by blocks that the kernels use past N = 64 (``optimized.gdn_tree._inverse_unit_lower_halves``, there
+    ``h = N / 2``): ``A_12 = 0`` and ``[[T_11, 0], [-T_22 A_21 T_11, T_22]] = series`` with each ``T_ii`` the doubling
+    product of the diagonal block ``A_ii`` with the whole tree's ``bitlen(depth)`` factors. Returns name -> (lhs,
+    rhs)."""
     n = A.shape[0]
     eye = np.eye(n, dtype=int).astype(object)  # [N, N]
     zero = np.zeros((n, n), dtype=int).astype(object)
@@ -481,23 +484,39 @@ def nilpotent_identities(A: np.ndarray, depth: int) -> dict[str, tuple[np.ndarra
     power = eye.copy()
     for _ in range(depth + 1):
         power = power @ A
-    doubling = eye.copy()
-    square = -A
-    for _ in range(depth.bit_length()):
-        doubling = doubling @ (eye + square)
-        square = square @ square
-    return {
+    doubling = _doubling_product(A, depth)
+    out = {
         "A^(depth+1)": (power, zero),
         "(I+A) series": ((eye + A) @ series, eye),
         "series (I+A)": (series @ (eye + A), eye),
         "doubling product": (doubling, series),
     }
+    for h in range(1, n):
+        t11 = _doubling_product(A[:h, :h], depth)  # [h, h]
+        t22 = _doubling_product(A[h:, h:], depth)  # [N - h, N - h]
+        blocks = zero.copy()  # [N, N]
+        blocks[:h, :h] = t11
+        blocks[h:, h:] = t22
+        blocks[h:, :h] = -(t22 @ A[h:, :h] @ t11)
+        blocks[:h, h:] = A[:h, h:]  # zero when the nodes are in topological order, as the upper block must be
+        out[f"halves at {h}"] = (blocks, series)
+    return out
+
+
+def _doubling_product(A: np.ndarray, depth: int) -> np.ndarray:
+    """``prod_{k < bitlen(depth)} (I + (-A)^(2^k))`` of a square block ``A`` (object entries)."""
+    eye = np.eye(A.shape[0], dtype=int).astype(object)
+    product, square = eye.copy(), -A
+    for _ in range(depth.bit_length()):
+        product = product @ (eye + square)
+        square = square @ square
+    return product
 
 
 @check(
     "nilpotent/sympy",
     claim="(I + A)^{-1} = sum_{m <= depth} (-A)^m = prod_{k < bitlen(depth)} (I + (-A)^(2^k)) for every A "
-    "supported on the strict ancestor mask",
+    "supported on the strict ancestor mask, and = [[T_11, 0], [-T_22 A_21 T_11, T_22]] by blocks at every split",
     docs=DOCS_CLOSED_FORM,
 )
 def nilpotent_solve(ctx: Context) -> Outcome:
@@ -544,4 +563,5 @@ def nilpotent_solve(ctx: Context) -> Outcome:
                     "rhs": show(lookup({name: rf}, entry)),
                 },
             )
-    return Outcome("proved", scope, detail=f"{len(shapes)} shapes: all four identities hold")
+    return Outcome("proved", scope, detail=f"{len(shapes)} shapes: all identities hold (four, and the blocks at "
+                   "every split)")

@@ -186,6 +186,14 @@ def test_causal_mask_instead_of_ancestor_mask_breaks_the_depth_bound():
     assert result.counterexample["identity"] in ("A^(depth+1)", "(I+A) series", "series (I+A)", "doubling product")
 
 
+def test_descendant_mask_passes_the_series_but_breaks_the_inverse_by_halves():
+    """Transposed mask (descendants in place of ancestors): A stays nilpotent of the same depth, so the series and the
+    doubling product still invert I + A, but A is upper triangular and the kernels' lower block split is wrong."""
+    descendants = lambda t: TokenTree(t.parents).ancestor_mask.T  # noqa: E731
+    result = assert_refuted("nilpotent/sympy", ref=replaced(ancestor_mask=descendants))
+    assert result.counterexample["identity"].startswith("halves at ")
+
+
 # ---------------------------------------------------------------------------------------------------- index safety
 def ancestor_row_bit_off_by_one(parent_row, node, word_bits=32):
     row = parent_row.copy()
