@@ -33,6 +33,9 @@ float64 closed form (``<method>_err_o``). Until 2026-12-02 ``beta`` went into fl
 fused_recurrent faulted (illegal memory access) or gave wrong outputs; a fault ends only the child, the job it died
 in is recorded as failed and a new child takes the rest.
 
+``--dtype bf16``: q, k, v in bf16 (the model's activations) for ours and every fla baseline, gates and the state
+pool in fp32 as before; the float64 references then take the same bf16 values.
+
 Run: ``python bench/gdn_tree.py --out results.json`` (``--quick`` for a small subset, ``--sweep`` to time the launch
 configurations at the main shapes first). Needs a CUDA GPU and fla-core 0.6.
 """
@@ -57,6 +60,7 @@ from lumotree.optimized import gdn_tree_ref as R
 H, HV, K, V = 16, 32, 128, 128
 DEVICE = "cuda"
 MODES = ("tf32", "tf32x3", "ieee")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 PRIORITY = [(64, 64), (1, 64), (16, 64), (64, 32), (64, 128), (1, 8), (1, 32), (1, 128), (16, 8), (16, 32),
             (16, 128), (64, 8)]
 SWEEP = [G.KernelConfig(bv, bk, nw, 2, split) for bv, bk, nw, split in
@@ -328,11 +332,13 @@ def fla_jobs(shapes, kinds) -> list[list]:
 
 
 def fla_child(job_path: str, out_path: str) -> int:
-    """Time the fla jobs of ``job_path`` not yet in ``out_path`` in this process, saving after each one (a CUDA
-    fault in fla kills this process only; the parent records the job and starts a new child for the rest)."""
+    """Time the fla jobs of ``job_path`` (``{"dtype": name in DTYPES, "jobs": [...]}``) not yet in ``out_path`` in
+    this process, saving after each one (a CUDA fault in fla kills this process only; the parent records the job
+    and starts a new child for the rest)."""
     import fla.ops.gated_delta_rule as fla  # noqa: PLC0415
 
-    jobs = json.load(open(job_path))
+    spec = json.load(open(job_path))
+    jobs, dtype = spec["jobs"], DTYPES[spec["dtype"]]
     done = json.load(open(out_path)) if os.path.exists(out_path) else {}
     for job in jobs:
         key = "/".join(map(str, job))
@@ -341,7 +347,7 @@ def fla_child(job_path: str, out_path: str) -> int:
         done[key] = dict(status="running")
         json.dump(done, open(out_path, "w"))
         method, B, N, kind = job
-        x = make_inputs(B, N, kind, seed=B * 1000 + N)
+        x = make_inputs(B, N, kind, seed=B * 1000 + N, dtype=dtype)
         fn = dict(zip(FLA_METHODS, fla_fns(x, fla)[:3]))[method]
         us, graph_ok = graph_time(fn, rep_ms=60 if method != "ar" else 100)
         done[key] = dict(status="ok", us=us, graph=graph_ok, MiB=peak_mib(fn) if method != "ar" else None)
@@ -381,7 +387,7 @@ def branch_error(o, paths, ro) -> float:
     return float((got - want).norm() / want.norm())
 
 
-def fla_baselines(jobs: list[list], budget_s: float, log) -> dict[str, dict]:
+def fla_baselines(jobs: list[list], dtype: str, budget_s: float, log) -> dict[str, dict]:
     """Run :func:`fla_child` until every job has a result (``status`` ok or the tail of the error that ended its
     child), or the time budget is spent."""
     import subprocess  # noqa: PLC0415
@@ -390,7 +396,7 @@ def fla_baselines(jobs: list[list], budget_s: float, log) -> dict[str, dict]:
 
     tmp = tempfile.mkdtemp()
     job_path, out_path = os.path.join(tmp, "jobs.json"), os.path.join(tmp, "out.json")
-    json.dump(jobs, open(job_path, "w"))
+    json.dump(dict(dtype=dtype, jobs=jobs), open(job_path, "w"))
     start = time.time()
     results: dict[str, dict] = {}
     for _ in range(len(jobs)):
@@ -489,6 +495,7 @@ def main() -> int:
     parser.add_argument("--err-sub", type=int, default=4, help="requests checked against float64 per row")
     parser.add_argument("--fla-budget-s", type=float, default=240.0, help="time for the fla baselines (phase 0)")
     parser.add_argument("--fla-shapes", type=int, default=5, help="fla baselines for the first this many (B, N)")
+    parser.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="q, k, v dtype (gates, state fp32)")
     parser.add_argument("--fla-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fla_child:
@@ -502,7 +509,8 @@ def main() -> int:
         lines.append(msg)
 
     result: dict = dict(card=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                        date=time.strftime("%Y-%m-%d"), shapes=dict(H=H, HV=HV, K=K, V=V), rows=[])
+                        date=time.strftime("%Y-%m-%d"), shapes=dict(H=H, HV=HV, K=K, V=V), dtype=args.dtype,
+                        rows=[])
     try:
         import importlib.metadata as md  # noqa: PLC0415
 
@@ -522,7 +530,8 @@ def main() -> int:
     kinds = tuple(args.kinds)
     # phase 0: the fla baselines, in child processes (a fault in a peer must not take this process's CUDA context
     # with it)
-    result["fla_runs"] = fla = fla_baselines(fla_jobs(shapes[: args.fla_shapes], kinds), args.fla_budget_s, log)
+    result["fla_runs"] = fla = fla_baselines(fla_jobs(shapes[: args.fla_shapes], kinds), args.dtype,
+                                                args.fla_budget_s, log)
     save()
     start = time.time()  # --budget-s counts from here: our rows
     if args.sweep:
@@ -542,6 +551,7 @@ def main() -> int:
         else:
             row[f"{method}_status"] = r["status"]
 
+    dtype = DTYPES[args.dtype]
     for B, N in shapes:
         for kind in kinds:
             if time.time() - start > args.budget_s:
@@ -549,10 +559,10 @@ def main() -> int:
                 continue
             row = dict(B=B, N=N, kind=kind)
             try:
-                x = make_inputs(B, N, kind, seed=B * 1000 + N)
+                x = make_inputs(B, N, kind, seed=B * 1000 + N, dtype=dtype)
                 row["max_depth"] = x["max_depth"]
                 levels = int(x["max_depth"]).bit_length()
-                row.update(flops=flops(B, N, levels), bytes=io_bytes(B, N))
+                row.update(flops=flops(B, N, levels), bytes=io_bytes(B, N, x["q"].element_size()))
                 row["floor_us"] = 2 * B * HV * K * V * 4 / bw * 1e6
                 row["io_floor_us"] = (row["bytes"]["verify"] + row["bytes"]["commit"]) / bw * 1e6
                 meta_us, _ = graph_time(lambda: G.tree_meta(x["parents"], validate=False), rep_ms=40)
@@ -590,7 +600,7 @@ def main() -> int:
             continue
         B, N = row["B"], row["N"]
         try:
-            x = make_inputs(B, N, row["kind"], seed=B * 1000 + N)
+            x = make_inputs(B, N, row["kind"], seed=B * 1000 + N, dtype=dtype)
             fla_get(row, "branch", B, N, row["kind"])
             if B * N <= 64 * 64:
                 pernode = pernode_fn(x)
