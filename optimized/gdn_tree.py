@@ -107,41 +107,43 @@ class OutputGate(NamedTuple):
 
 
 class KernelConfig(NamedTuple):
-    """Launch parameters: ``block_v`` (V columns per program), ``block_k`` (K rows per chunk), warps, stages;
-    ``split``: verify as two kernels (a per-(request, value head) solve of the ``[N, N]`` system, then a
-    per-V-block pass over ``S0``) instead of one fused kernel; ``solve_warps``: warps of the solve kernel;
-    The commit kernel reads ``block_v``, ``block_k`` (state rows per program: K / block_k programs share a (request,
-    value head, V block)) and the warps. ``word_vectors`` (verify): read the ancestor bitsets as W ``[N]`` vectors
-    instead of an ``[N, N]`` gather (fewer registers). Split pipeline only: ``solve_heads`` value heads of one GVA
-    group per solve program (``K K^T`` and ``Q K^T`` formed once for them; a divisor of ``HV // H``),
-    ``solve_stages`` (0: ``num_stages``) for its K loop. ``dot16``: with 16-bit q / k in a tensor-core mode, form
-    ``K K^T`` and ``Q K^T`` as 16-bit products of the loaded tiles (:func:`_gram_products`). ``pdl`` (fused kernel):
-    the launch may be a programmatic dependent one, which prefetches ``S0`` before its wait, when the caller allows
-    PDL (``gdn_tree_verify(pdl=True)``). ``apply_pdl`` (split pipeline): the apply kernel is a programmatic
-    dependent launch behind the solve, which signals at its start: the apply's pass over ``S0`` (q, k and the
-    state, which the solve does not write) runs under the solve's tail, and it waits before it reads the solve's
-    outputs. ``scratch16`` (split pipeline, ``tf32`` mode with q / k normalised in the kernel): the solve hands
-    ``TB`` and ``QKD`` to the apply in fp16 scaled by a power of two (:func:`_store_scratch`), the same values the
-    apply's tf32 products would read from fp32 tiles, in half the memory (B = 64, N = 64: 32 MiB less; 18 us slower
-    uncapped, 8 us faster with the apply capped at 128 registers; B = 1: 0.6-2 us faster; bench/NOTES-gdn.md,
-    fifteenth and sixteenth sessions). ``max_registers`` (0: the
-    compiler's choice): a register cap (ptxas ``maxnreg``) for the kernel that streams the state, the split
-    pipeline's apply in a verify config, the commit in a commit config. Compile-only (Triton 3.6, sm_90, N = 64):
-    with fp16 scratch the apply (BV = 32, 4 warps) needs 134 registers, 3 programs per SM, against 127 and 4 with
-    fp32, and fits 128 without spills; the B = 64 commit (BV = 64, 4 warps) needs 161, 3 per SM, and fits 128 (4
-    per SM) with a few bytes of spills (the large-batch defaults since the sixteenth session). (A per-(request,
-    value head) verify kernel that did the ``[N, N]`` work once and looped over V blocks was measured slower in every
-    form on the H200 and removed: bench/NOTES-gdn.md, "Run 3 outcome".) ``early_signal``: with
-    ``gdn_tree_verify(launch_dependents=True)`` the last verify kernel lets its PDL successor launch at its start;
-    ``False``: only as its programs exit (the large-batch 64-column apply, whose 3 programs per SM leave no room
-    beside them for the commit's waiting programs: seventeenth session, run 13, B = 64 verify + commit 360.8 ->
-    352.7 us; with 32-column blocks it makes no difference, 362.0 / 362.3). ``rank_one`` (commit): the path's terms
-    as fp32 outer products on the CUDA cores, ``RANK_ONE_BLOCK`` nodes' loads at a time, instead of a ``tl.dot`` of
-    ``PATH_BLOCK`` gathered nodes (:func:`commit_config`). ``tma`` (the split pipeline's apply, the fused kernel,
-    the commit): tiles move through tensor descriptors (Hopper's TMA) instead of per-thread pointers, where the
-    tensors allow it (:func:`_tma_descriptors`); ``solve_tma``: the split solve's q / k tiles so. ``halves``
-    (verify, from N = 32): ``(I + A)^{-1}`` by its diagonal halves (:func:`_inverse_unit_lower_halves`) instead of
-    doubling the whole ``[N, N]`` tile."""
+    """Launch parameters of verify and commit (:func:`verify_config`, :func:`commit_config` pick them per shape;
+    the measurements behind each default: docs/gdn-kernels-log.md, "Where the defaults come from").
+
+    Attributes:
+        block_v: V columns per program (verify's apply or fused kernel, commit).
+        block_k: K rows per chunk; in the commit, state rows per program (K / block_k programs share a (request,
+            value head, V block)).
+        num_warps: warps of the apply, the fused kernel or the commit.
+        num_stages: software-pipelining stages of their K loops.
+        split: verify as two kernels (a per-(request, value head) solve of the ``[N, N]`` system, then a
+            per-V-block apply over ``S0``) instead of one fused kernel.
+        solve_warps: warps of the split solve.
+        word_vectors: read the ancestor bitsets as W ``[N]`` vectors instead of an ``[N, N]`` gather.
+        solve_heads: value heads of one GVA group per solve program (``K K^T``, ``Q K^T`` formed once for them;
+            a divisor of ``HV // H``).
+        solve_stages: stages of the solve's K loop (0: ``num_stages``).
+        dot16: with 16-bit q / k in a tensor-core mode, ``K K^T`` and ``Q K^T`` as 16-bit products of the loaded
+            tiles (exact products, fp32 sums: :func:`_gram_products`).
+        pdl: the fused kernel may be a programmatic dependent launch that prefetches ``S0`` before its wait
+            (when the caller passes ``gdn_tree_verify(pdl=True)``).
+        apply_pdl: the split apply is a programmatic dependent launch behind the solve, which signals at its
+            start; the apply's pass over ``S0`` runs under the solve's tail and waits before reading its outputs.
+        scratch16: the solve hands ``TB`` and ``QKD`` to the apply in fp16 scaled by a power of two
+            (:func:`_store_scratch`; ``tf32`` mode with q / k normalised in the kernel): the values the apply's
+            tf32 products would read from fp32 tiles, in half the memory.
+        max_registers: a register cap (ptxas ``maxnreg``; 0: the compiler's choice) for the kernel that streams
+            the state: the split apply in a verify config, the commit in a commit config.
+        early_signal: with ``gdn_tree_verify(launch_dependents=True)`` the last verify kernel lets its PDL
+            successor launch at its start; ``False``: only as its programs exit.
+        rank_one: the commit adds the path's terms as fp32 outer products on the CUDA cores, ``RANK_ONE_BLOCK``
+            nodes' loads at a time, instead of a ``tl.dot`` of ``PATH_BLOCK`` gathered nodes.
+        tma: the split apply's, the fused kernel's or the commit's tiles through tensor descriptors (Hopper's
+            TMA) where the tensors allow it (:func:`_tma_descriptors`).
+        solve_tma: the split solve's q / k tiles through tensor descriptors.
+        halves: ``(I + A)^{-1}`` from its diagonal halves (:func:`_inverse_unit_lower_halves`, from N = 32)
+            instead of doubling the whole ``[N, N]`` tile.
+    """
 
     block_v: int
     block_k: int
@@ -906,45 +908,24 @@ def _fused_flags(cfg: KernelConfig, NP: int) -> dict:
 
 def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
                   H: int | None = None, precision: str = "tf32", dtype: torch.dtype = torch.float32) -> KernelConfig:
-    """Default launch parameters of verify, the best of the H200 sweeps of 2026-11-29 and 2026-12-01
-    (bench/NOTES-gdn.md): the split pipeline when the batch fills the GPU with (request, value head) programs, and at
-    N = 64 in the tensor-core modes, else the fused kernel. The solve takes two value heads of a GVA group (``H``
-    q/k heads given, ``HV // H`` even) in one 4-warp program up to N = 64 (at B = 64, N = 64: 116 against 280 us
-    per value head at 8 warps), one value head at 8 warps at N = 128; 3 stages (``ieee`` at N = 128, at every
-    batch size: 16 warps, 2 stages, 3 stages measured 3x slower; the apply at 16 columns and 8 warps).
-    The fused kernel (small batches otherwise): 32 V columns, 4 warps, 3 stages up to N = 64; when its programs fit in
-    one wave (B = 1), 16-row K chunks with 4 stages at N = 32, the best of a sweep that launches it as the model does
-    (``bench/gdn_profile.py --model-like``, bf16: every launch's state cold in L2). The split pipeline's apply is a
-    PDL launch behind the solve (``apply_pdl``; 2026-12-02, tf32, verify + commit at B = 64: N = 8 / 32 / 64 /
-    128: 180.6 / 259.4 / 410.9 / 1248.5 -> 174.0 / 252.2 / 403.9 / 1231.0 us; at B = 16 2-4 % less as well).
-    Smaller batches at N = 64 (B = 1 to 8 at Qwen3-Next shapes) take the split pipeline too, with one value head per
-    4-warp solve program and a 3-stage apply (fourteenth session, tf32, verify alone against the fused kernel:
-    B = 8 56.5 against 90.6 us, B = 4 36.0 against 51.8, B = 1 with bf16 q / k 19.5 against 21.3, with fp32
-    20.6-22.6 either way). At N = 64 in the tensor-core modes the solve hands its operands over in fp16
-    (``scratch16``; fifteenth session, B = 1 verify + commit: 23.8 -> 23.1 us). The large-batch apply in tf32 mode
-    at N = 64 (fp16 scratch) is capped at 128 registers (``max_registers``: 4 programs per SM as with fp32
-    scratch; sixteenth session, B = 64: 397.7 with fp32 scratch, 416.0 with fp16 uncapped, 389.9 us with fp16
-    capped) and runs 3 stages (128 registers, 45 KiB of shared memory: still 4 per SM; B = 64 378.8 -> 363.2 us,
-    B = 16 106.4 -> 102.5). From B * HV >= 8 SMs (B >= 33 at Qwen3-Next shapes on an H200) that apply takes 64
-    columns uncapped (166 registers, 3 per SM) and lets the commit launch only as it exits (``early_signal``;
-    seventeenth session, run 13: B = 64 362.0 -> 352.7 us; at B = 16 it lost, 102.0 -> 105.0). Every split solve
-    reads q / k through tensor descriptors (``solve_tma``), and the large-batch apply its tiles from N = 64 on
-    (``tma``) except in ``ieee`` at N = 128 (twenty-first session, runs 35-37, verify + commit, pointers -> the
-    chosen form: tf32 B = 64 N = 8 / 32 / 64 / 128: 168.2 / 231.0 / 335.7 / 1274.1 -> 142.5 / 198.8 / 302.3 /
-    1085.6 us, B = 16 N = 64 / 128: 97.1 / 340.3 -> 88.6 / 286.3, B = 1 N = 64 22.3 -> 20.9; tf32x3 and ieee at B
-    = 64, N = 64: 633.5 / 1145.7 -> 601.6 / 1095.3; ieee N = 128 6756.4 -> 5784.6. The descriptor apply lost at
-    N <= 32 (145.3 / 204.2), at B = 1 (22.3 -> 23.3) and in ieee at N = 128 (6526.6); the commit through a
-    descriptor lost at B = 64, 338.2 -> 349.8). The fused kernel's tiles go through descriptors in the tensor-core
-    modes except at the one-wave N = 32 shape, with fp32 inputs (``dtype``: q / k / v's) and past N = 64 with 16-bit
-    ones too (twenty-second session, run 40, fp32, verify + commit, tf32 unless named: B = 1 N = 8 / 128: 14.1 /
-    77.1 -> 12.7 / 66.8 us, tf32x3 N = 128 170.3 -> 148.7, B = 8 N = 32 80.3 -> 53.7, B = 4 N = 128 162.6 ->
-    141.7; lost at B = 1 N = 32, 16.2 -> 17.2, with 32-row K chunks 16.0, bf16 15.3 -> 16.4, and in ieee, B = 1
-    N = 32 / 64: 21.6 / 105.5 -> 22.9 / 106.8; run 45, B = 1 verify alone, bf16: N = 8 9.6 -> 10.5, 48 launches
-    back to back 4.2 -> 5.2 per launch; N = 128 56.6 -> 55.8, 50.5 -> 48.5). Past N = 64 the split solve inverts
-    ``I + A`` from its diagonal halves (``halves``; twenty-third session, runs 52-53, verify + commit: tf32 B = 64 /
-    16 1090.9 / 288.8 -> 1014.7 / 269.2 us, tf32x3 B = 64 2865.6 -> 2525.3, ieee B = 64 / 1 5792.0 / 232.0 ->
-    4946.8 / 177.2, where it replaces the doubling streamed from scratch; lost in the fused kernel at B = 1, N = 128,
-    66.0 -> 75.8, and at N <= 64, e.g. B = 64, N = 64 303.6 -> 334.9)."""
+    """Default launch parameters of verify at Qwen3-Next-like shapes on an H200 (each rule the winner of a same-run
+    A / B: docs/gdn-kernels-log.md, "Where the defaults come from").
+
+    - ``ieee`` past N = 64, every batch: the split pipeline, 16-column apply at 8 warps, a 16-warp 2-stage solve.
+    - Large batches (``B * HV >= 2x`` the SMs): the split pipeline. The solve takes the two value heads of a GVA
+      group (``H`` given, ``HV // H`` even) in one 4-warp program up to N = 64, one at 8 warps past it, 3 stages;
+      the apply 64 columns up to N = 32, 32 at N = 64, 128 at 8 warps past it. In ``tf32`` at N = 64 the scratch
+      is fp16 and the apply runs 3 stages capped at 128 registers; from ``B * HV >= 8x`` the SMs it takes
+      64 columns uncapped and signals its PDL successor only as it exits (``early_signal=False``).
+    - Small batches at N = 64 in the tensor-core modes: the split pipeline, one value head per 4-warp solve, a
+      3-stage 32-column apply, fp16 scratch.
+    - Small batches otherwise: the fused kernel, 32 columns, 4 warps, 3 stages up to N = 64 (64 columns, 8 warps,
+      2 stages past it); when its programs fit in one wave at N = 32, 16-row K chunks and 4 stages.
+    - Every split pipeline: the apply a PDL launch behind the solve, the solve's q / k through tensor descriptors;
+      the large-batch apply's tiles too from N = 64 (not ``ieee`` at N = 128); the solve by halves past N = 64.
+      The fused kernel's tiles through descriptors in the tensor-core modes, except at the one-wave N = 32 shape,
+      with fp32 inputs (``dtype``: q / k / v's) and past N = 64 with 16-bit ones.
+    """
     NP = _padded_nodes(N)
     if NP > 64 and precision == "ieee":  # every batch: the apply at 16 columns (79 registers, no stack; 128 columns
         # compile to 32 registers and 16 KB of stack), the split pipeline at small batches too (twentieth session,
@@ -978,16 +959,11 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
 
 def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
                   precision: str = "tf32") -> KernelConfig:
-    """Default launch parameters of the commit kernel (memory-bound: a ``[K, BV]`` state tile per program; best of
-    the same sweeps: 64 columns and 4 warps for large batches, ``[32, 32]`` tiles at 2 warps for small ones). ``B``
-    counts (layer, request) pairs when several layers commit in one launch. The large-batch commit is capped at 128
-    registers (``max_registers``; 161-166 uncapped: 3 programs per SM; capped: 4 per SM; sixteenth session, B = 64,
-    N = 64, verify + commit 397.7 -> 386.2 us; a cap of 96, 5 per SM, 411.5) in tf32 mode only: compile-only, at
-    the cap it spills 8 bytes there, 432 in tf32x3 and 1120 in ieee. The large-batch ``ieee`` commit adds the
-    path's terms as rank-one fp32 updates (``rank_one``: fp32 FMA arithmetic like the ``tl.dot`` on the CUDA cores,
-    without its staging through shared memory; 128 registers uncapped, no spills; twentieth session, run 31, B = 64
-    commit alone 193.4 -> 86.1 us on random trees, 436.0 -> 342.6 on chains; at B = 1 it lost on chains, 13.1 ->
-    41.1, and tf32 keeps its tensor-core product: 82.7 -> 86.1 at B = 64, run 27)."""
+    """Default launch parameters of the commit kernel (memory-bound: a ``[K, BV]`` state tile per program). Large
+    batches (``B`` counts (layer, request) pairs when several layers commit in one launch): 64 columns, 4 warps,
+    capped at 128 registers in ``tf32`` (4 programs per SM instead of 3), the path's terms as rank-one fp32 updates
+    in ``ieee``; small batches ``[32, 32]`` tiles at 2 warps. Measurements: docs/gdn-kernels-log.md, "Where the
+    defaults come from"."""
     if B * HV * 2 >= 2 * _num_sms(device):
         return KernelConfig(min(V, 64), K, 4, 1, max_registers=128 if precision == "tf32" else 0,
                             rank_one=precision == "ieee")
