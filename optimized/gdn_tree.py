@@ -510,16 +510,10 @@ def _gdn_tree_solve_kernel(
 
 
 @triton.jit
-def _scratch_base(b64, hv, HV: tl.constexpr, NP: tl.constexpr):
-    """Offset of (request, value head hv)'s tile in the solve's ``[B * HV, NP, NP]`` scratch."""
-    return (b64 * HV + hv) * (NP * NP)
-
-
-@triton.jit
 def _scratch_tile(b64, hv, HV: tl.constexpr, NP: tl.constexpr):
     """Offsets ``[NP, NP]`` of (request, value head hv)'s tile in the solve's ``[B * HV, NP, NP]`` scratch."""
     nodes = tl.arange(0, NP)
-    return _scratch_base(b64, hv, HV, NP) + nodes[:, None] * NP + nodes[None, :]
+    return (b64 * HV + hv) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]
 
 
 @triton.jit
@@ -619,7 +613,7 @@ def _gdn_tree_apply_kernel(
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b
     vcols = pid_v * BV + tl.arange(0, BV)  # [BV]
-    tile = pid_bh.to(tl.int64) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]  # [NP, NP]
+    tile = _scratch_tile(b64, hv, HV, NP)  # [NP, NP] this head's TB / QKD offsets
     gate = _load_gate(z_ptr, s_zb, s_zn, s_zh, gate_w_ptr, b64, nodes, real, hv, vcols, GATE)  # [NP, BV] or 0
     ks = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] K S0
     qs = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] Q S0
