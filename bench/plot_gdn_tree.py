@@ -5,9 +5,8 @@ twenty-first session's run with the tensor-descriptor defaults, H200; fla's deco
 correctly since 2026-12-02b run 7,
 both checked against float64): our verify + commit in tf32, tf32x3 and ieee against the memory floors, fla's
 single-token decode step, branch by branch and per-node states of the same run, and our 2026-11-29 run.
-Right: where the verify time goes (solve and apply kernels timed alone, tf32) before and after the 2026-12-01 solve
-kernel (two value heads of a GVA group per 4-warp program, 3 stages), per (B, N)
-(bench/results/2026-12-01-h200-gdn-variants.json).
+Right: verify + commit over fla's decode step of the same run for every (B, N), random trees and chains, tf32
+(bench/results/2026-12-03c/gdn_tree_run57.json, the twenty-fifth session's full grid), with the two targets.
 
 Run: ``python bench/plot_gdn_tree.py`` (writes docs/img/gdn-tree-h200.png).
 """
@@ -53,20 +52,24 @@ def main() -> int:
     ax.set_ylabel("us per layer (CUDA graph, median)")
     ax.set_title("B=64, N=64 random tree: verify + commit, one GDN layer (H200)", fontsize=10)
 
-    sweep = json.loads((ROOT / "bench/results/2026-12-01-h200-gdn-variants.json").read_text())["runs"][-1]["rows"]
-    shapes = [(64, 64), (16, 64), (64, 32), (64, 128), (16, 128)]
-    best = {(64, 64): "base", (16, 64): "base", (64, 32): "h2_w4_s3", (64, 128): "h1_w8_s3", (16, 128): "h1_w8_s3"}
-    for j, (B, N) in enumerate(shapes):
-        rows = {r["variant"]: r for r in sweep if (r["B"], r["N"]) == (B, N) and "solve_us" in r}
-        for dx, name, color in ((-0.18, "default", "C9"), (0.18, best[(B, N)], "C0")):
-            r = rows[name]
-            bx.bar(j + dx, r["solve_us"], width=0.34, color=color, alpha=0.55)
-            bx.bar(j + dx, r["apply_us"], width=0.34, bottom=r["solve_us"], color=color)
-            bx.text(j + dx, r["solve_us"] + r["apply_us"] + 15, f"{r['solve_us']:.0f}+{r['apply_us']:.0f}",
-                    ha="center", fontsize=7)
-    bx.set_xticks(range(len(shapes)), [f"B={B}\nN={N}" for B, N in shapes])
-    bx.set_ylabel("us (tf32): solve (light) + apply (dark)")
-    bx.set_title("verify kernels alone: 2026-11-29 defaults (cyan) vs 2026-12-01 (blue)", fontsize=10)
+    grid = load("2026-12-03c/gdn_tree_run57.json")["rows"]  # every (B, N), random trees and chains
+    shapes = sorted({(r["B"], r["N"]) for r in grid})
+    for dx, kind, color in ((-0.2, "random", "C0"), (0.2, "chain", "C2")):
+        for j, (B, N) in enumerate(shapes):
+            r = next(r for r in grid if (r["B"], r["N"], r["kind"]) == (B, N, kind))
+            ratio = r["ours_tf32_us"] / r["ar_us"]
+            label = ("random trees" if kind == "random" else "chains") if j == 0 else None
+            bx.bar(j + dx, ratio, width=0.38, color=color, label=label)
+            bx.text(j + dx, ratio + 0.15, f"{ratio:.1f}", ha="center", fontsize=6.5)
+    for B, N, target in ((64, 64, 2.0), (1, 64, 3.0)):
+        j = shapes.index((B, N))
+        bx.plot([j - 0.45, j + 0.45], [target, target], color="C1", lw=2,
+                label="targets: 2x at B=64, 3x at B=1 (N=64)" if B == 64 else None)
+    bx.set_xticks(range(len(shapes)), [f"B={B}\nN={N}" for B, N in shapes], fontsize=7.5)
+    bx.set_ylabel("verify + commit / fla decode step (same run)")
+    bx.set_title("every (B, N), tf32, fp32 inputs (2026-12-03, run 57)", fontsize=10)
+    bx.set_ylim(0, 1.2 * bx.get_ylim()[1])
+    bx.legend(fontsize=7.5, loc="upper left", ncol=3)
     fig.tight_layout()
     out = ROOT / "docs/img/gdn-tree-h200.png"
     fig.savefig(out, dpi=130)
