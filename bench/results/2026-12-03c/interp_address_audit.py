@@ -3,8 +3,8 @@ in run 60 (tests/test_gdn_kernels.py::test_gpu_qwen_shapes_error_bounds's six ga
 shapes) with the small-batch split rows config of ``row_halves.patch``: every load, store and atomic whose mask is
 true must address one of its launch's tensor arguments. Result: none outside, in any of the call's launches (the
 rows solve, and the apply through pointers: the interpreter has no tensor descriptors). A deliberate offset in the ready
-flag's address is caught (384 atomics outside). So the GPU fault lies in what the interpreter does not model: the
-descriptor apply, or the compiled code.
+flag's address is caught (384 atomics outside). So the GPU fault lies in what the interpreter does not model:
+most likely the compiled rows solve (the error surfaced while the apply was being loaded, before it ran).
 
 Run: ``git apply bench/results/2026-12-03c/row_halves.patch`` then
 ``TRITON_INTERPRET=1 python bench/results/2026-12-03c/interp_address_audit.py gated`` (about 40 s).
