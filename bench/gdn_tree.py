@@ -252,8 +252,7 @@ def nopdl_difference(x, mode: str) -> float:
                                  launch_dependents=pdl)
         G.gdn_tree_commit(pool, x["slots"], f, x["parents"], x["accepted"], input_precision=mode, pdl=pdl)
         results.append((o, f.delta, pool))
-    rel = lambda a, b: float((a.double() - b.double()).norm() / b.double().norm())  # noqa: E731
-    return max(rel(a, b) for a, b in zip(results[1], results[0]))
+    return max(rel_err(a, b) for a, b in zip(results[1], results[0]))
 
 
 def errors(x, mode: str, sub: int, mod=G, config=None) -> tuple[float, float]:
@@ -261,22 +260,35 @@ def errors(x, mode: str, sub: int, mod=G, config=None) -> tuple[float, float]:
     ``config`` or the launch config of the row's whole batch (the timed pipeline: split at large B). ``mod``: the
     gdn_tree module (a probe's variant)."""
     config = config or row_config(x, mode, mod)
-    s = slice(0, sub)
-    pool = x["pool"][x["slots"][s].long()].clone()  # [sub, HV, K, V]
-    slots = torch.arange(sub, dtype=torch.int32, device=DEVICE)
-    args = [x[n][s] for n in ("q", "k", "v", "g", "beta")]
-    o, f = mod.gdn_tree_verify(*args, pool, slots, x["parents"][s], use_qk_l2norm_in_kernel=True,
-                               input_precision=mode, config=config)
-    mod.gdn_tree_commit(pool, slots, f, x["parents"][s], x["accepted"][s], input_precision=mode)
-    ref_pool = x["pool"][x["slots"][s].long()].double()
-    ro, rf = R.gdn_tree_closed_form_ref(*[t.double() for t in args], ref_pool, slots, x["parents"][s],
-                                        use_qk_l2norm=True)
-    rs = R.gdn_tree_commit_ref(ref_pool, slots, rf, x["parents"][s], x["accepted"][s])
+    args, pool, slots, parents = first_requests(x, sub)
+    o, f = mod.gdn_tree_verify(*args, pool, slots, parents, use_qk_l2norm_in_kernel=True, input_precision=mode,
+                               config=config)
+    accepted = x["accepted"][:sub]
+    ro, rf, ref_pool = closed_form64(x, sub)
+    mod.gdn_tree_commit(pool, slots, f, parents, accepted, input_precision=mode)
+    rs = R.gdn_tree_commit_ref(ref_pool, slots, rf, parents, accepted)
     return rel_err(o, ro), rel_err(pool, rs)
+
+
+def first_requests(x, sub: int):
+    """The first ``sub`` requests of a row's inputs as their own batch: ``(q, k, v, g, beta)``, a copy of their
+    states as a ``[sub, HV, K, V]`` pool, its slots ``0 .. sub - 1`` and their parents."""
+    pool = x["pool"][x["slots"][:sub].long()].clone()  # [sub, HV, K, V]
+    slots = torch.arange(sub, dtype=torch.int32, device=DEVICE)
+    return [x[n][:sub] for n in ("q", "k", "v", "g", "beta")], pool, slots, x["parents"][:sub]
+
+
+def closed_form64(x, sub: int):
+    """The float64 closed form of :func:`first_requests`: outputs, factors and the float64 pool it started from."""
+    args, pool, slots, parents = first_requests(x, sub)
+    pool = pool.double()
+    ro, rf = R.gdn_tree_closed_form_ref(*[t.double() for t in args], pool, slots, parents, use_qk_l2norm=True)
+    return ro, rf, pool
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     """``|got - want| / |want|`` (Frobenius norms, float64)."""
+    want = want.double()
     return float((got.double() - want).norm() / want.norm())
 
 
@@ -284,16 +296,11 @@ def torch16_error(x, sub: int) -> float:
     """With 16-bit q / k / v: the relative output error of a torch implementation of the same math in that dtype
     (one state per node, level by level, the state pool and gates cast too) against float64 on the same inputs, on
     the first ``sub`` requests: the yardstick of the bf16 target (ours within 2x of it)."""
-    s = slice(0, sub)
     dtype = x["q"].dtype
-    pool = x["pool"][x["slots"][s].long()]  # [sub, HV, K, V]
-    slots = torch.arange(sub, dtype=torch.int32, device=DEVICE)
-    args = [x[n][s] for n in ("q", "k", "v", "g", "beta")]
-    ro, _ = R.gdn_tree_closed_form_ref(*[t.double() for t in args], pool.double(), slots, x["parents"][s],
-                                       use_qk_l2norm=True)
-    o16 = R.gdn_tree_pernode_ref(*[t.to(dtype) for t in args], pool.to(dtype), slots, x["parents"][s],
+    args, pool, slots, parents = first_requests(x, sub)
+    o16 = R.gdn_tree_pernode_ref(*[t.to(dtype) for t in args], pool.to(dtype), slots, parents,
                                  use_qk_l2norm=True)[0]
-    return rel_err(o16, ro)
+    return rel_err(o16, closed_form64(x, sub)[0])
 
 
 def fla_fns(x, fla):
@@ -390,9 +397,9 @@ def fla_error(x, method: str, fn, sub: int = 2) -> float:
                                        use_qk_l2norm=True)  # [sub, N, HV, V]
     o = fn()[0]
     if method == "ar":
-        return float((o[:sub, 0].double() - ro[:, 0]).norm() / ro[:, 0].norm())
+        return rel_err(o[:sub, 0], ro[:, 0])
     if method == "chunk":
-        return float((o[:sub].double() - ro).norm() / ro.norm())
+        return rel_err(o[:sub], ro)
     return branch_error(o, fn.paths, ro)
 
 
@@ -405,8 +412,7 @@ def branch_error(o, paths, ro) -> float:
         if b < ro.shape[0]:
             got.append(o[p, : len(path)].double())
             want.append(ro[b, path])
-    got, want = torch.cat(got), torch.cat(want)
-    return float((got - want).norm() / want.norm())
+    return rel_err(torch.cat(got), torch.cat(want))
 
 
 def fla_baselines(jobs: list[list], dtype: str, budget_s: float, log) -> dict[str, dict]:

@@ -890,14 +890,19 @@ def _padded_nodes(N: int) -> int:
 
 
 def _solve_flags(cfg: KernelConfig, NP: int) -> dict:
-    """The split solve's ``GATES_FIRST`` (one head, up to N = 64) and ``HALVES`` (``cfg.halves`` from N = 32) for
-    config ``cfg`` at ``NP`` padded nodes."""
-    return dict(GATES_FIRST=cfg.solve_heads == 1 and NP <= 64, HALVES=bool(cfg.halves) and NP >= 32)
+    """The split solve's ``GATES_FIRST`` (one head, up to N = 64) and ``HALVES`` for config ``cfg`` at ``NP``
+    padded nodes."""
+    return dict(GATES_FIRST=cfg.solve_heads == 1 and NP <= 64, HALVES=_halves(cfg, NP))
 
 
 def _fused_flags(cfg: KernelConfig, NP: int) -> dict:
-    """The fused kernel's ``GATES_FIRST`` (up to N = 64) and ``HALVES`` (``cfg.halves`` from N = 32)."""
-    return dict(GATES_FIRST=NP <= 64, HALVES=bool(cfg.halves) and NP >= 32)
+    """The fused kernel's ``GATES_FIRST`` (up to N = 64) and ``HALVES``."""
+    return dict(GATES_FIRST=NP <= 64, HALVES=_halves(cfg, NP))
+
+
+def _halves(cfg: KernelConfig, NP: int) -> bool:
+    """``HALVES``: ``cfg.halves`` from N = 32 (halves of at least 16 rows, the tensor cores' smallest tile)."""
+    return bool(cfg.halves) and NP >= 32
 
 
 def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
