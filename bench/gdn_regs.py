@@ -27,7 +27,7 @@ from lumotree.optimized import gdn_tree as G
 
 H, HV, K, V = 16, 32, 128, 128
 H200_SMS = 132
-INT_POINTERS = ("slots_ptr", "words_ptr", "depth_ptr", "num_nodes_ptr", "accepted_ptr")
+INT_POINTERS = ("slots_ptr", "words_ptr", "depth_ptr", "num_nodes_ptr", "accepted_ptr", "ready_ptr")
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
@@ -110,8 +110,13 @@ def variants(N: int, precision: str, gate: bool = False):
                          SCRATCH16=scratch16, TMA=cfg.tma)
             scratch = "fp16" if scratch16 else "fp32"
             apply_descs = ("pool", "q", "k", "v", "tb", "qkd") + (() if gate else ("o", "delta"))
-            parts = [("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps, 0,
-                      tma_types(("q", "k"), NP, bk, bv, scratch) if cfg.solve_tma else {}),
+            solve_part = ("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps, 0,
+                          tma_types(("q", "k"), NP, bk, bv, scratch) if cfg.solve_tma else {})
+            if cfg.row_halves and NP >= 32:  # the solve by row halves (no heads, word vectors or descriptors)
+                rows = {n: v for n, v in solve.items() if n not in ("HEADS", "TMA", "WORD_VECTORS", "GATES_FIRST",
+                                                                     "HALVES")}
+                solve_part = ("solve rows", G._gdn_tree_solve_rows_kernel, rows, cfg.solve_warps, 0, {})
+            parts = [solve_part,
                      ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps, cfg.max_registers,
                       tma_types(apply_descs, NP, bk, bv, scratch) if cfg.tma else {})]
         else:

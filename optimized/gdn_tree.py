@@ -12,7 +12,8 @@ node's output and the token-level factors from the committed state ``S0`` read o
 ``A`` is nilpotent (``A^(depth + 1) = 0``), so ``L = bit_length(max depth)`` doubling factors, each one or two
 ``[N, N]`` matrix products on the tensor cores (or FMA units in ``ieee`` mode), invert ``I + A`` exactly. Past N = 64
 the split pipeline inverts the two diagonal ``[N/2, N/2]`` blocks so and forms the block below them from both
-(``(I + A)^{-1}_21 = -T_22 A_21 T_11``): a quarter of the doubling's work.
+(``(I + A)^{-1}_21 = -T_22 A_21 T_11``): a quarter of the doubling's work; ``KernelConfig.row_halves`` (not a
+default yet) does so with two programs per value head, one per half of the rows (:func:`_gdn_tree_solve_rows_kernel`).
 
 The commit rebuilds the accepted node's state in place in the pool:
 ``S_a = Gamma_a S0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j delta_j^T``.
@@ -143,6 +144,9 @@ class KernelConfig(NamedTuple):
         solve_tma: the split solve's q / k tiles through tensor descriptors.
         halves: ``(I + A)^{-1}`` from its diagonal halves (:func:`_inverse_unit_lower_halves`, from N = 32)
             instead of doubling the whole ``[N, N]`` tile.
+        row_halves: the split solve as two programs per (request, value head), one per half of the rows
+            (:func:`_gdn_tree_solve_rows_kernel`, from N = 32; ``solve_heads`` 1), instead of one over all rows.
+        solve_max_registers: a register cap for the split solve (0: the compiler's choice).
     """
 
     block_v: int
@@ -164,6 +168,8 @@ class KernelConfig(NamedTuple):
     tma: bool = False
     solve_tma: bool = False
     halves: bool = False
+    row_halves: bool = False
+    solve_max_registers: int = 0
 
 
 # ----------------------------------------------------------------------------------------------------------- kernels
@@ -216,15 +222,23 @@ def _scratch_value(x, SCALE: tl.constexpr, PRECISION: tl.constexpr, SCRATCH16: t
 
 @triton.jit
 def _gram_products(q_raw, k_raw, q_c, k_c, kk, qk, PRECISION: tl.constexpr, DOT16: tl.constexpr):
-    """``K K^T`` and ``Q K^T`` accumulated over one K chunk: ``DOT16`` (16-bit q / k, tensor-core modes) as 16-bit
-    products of the tiles as loaded (exact products, fp32 sums: what tf32 computes on these values, without the
-    conversion before the product), else on the fp32 tiles ``q_c, k_c`` at ``PRECISION``."""
+    """``K K^T`` and ``Q K^T`` accumulated over one K chunk (:func:`_cross_products` with the same rows' keys on
+    the right)."""
+    return _cross_products(q_raw, k_raw, k_raw, q_c, k_c, k_c, kk, qk, PRECISION, DOT16)
+
+
+@triton.jit
+def _cross_products(q_raw, k_raw, kc_raw, q_c, k_c, kc_c, kk, qk, PRECISION: tl.constexpr, DOT16: tl.constexpr):
+    """``K K_c^T`` and ``Q K_c^T`` accumulated over one K chunk, ``K_c`` the keys of the columns' nodes: ``DOT16``
+    (16-bit q / k, tensor-core modes) as 16-bit products of the tiles as loaded (exact products, fp32 sums: what
+    tf32 computes on these values, without the conversion before the product), else on the fp32 tiles ``q_c, k_c,
+    kc_c`` at ``PRECISION``."""
     if DOT16:
-        kk = tl.dot(k_raw, tl.trans(k_raw), kk)
-        qk = tl.dot(q_raw, tl.trans(k_raw), qk)
+        kk = tl.dot(k_raw, tl.trans(kc_raw), kk)
+        qk = tl.dot(q_raw, tl.trans(kc_raw), qk)
     else:
-        kk = tl.dot(k_c, tl.trans(k_c), kk, input_precision=PRECISION)
-        qk = tl.dot(q_c, tl.trans(k_c), qk, input_precision=PRECISION)
+        kk = tl.dot(k_c, tl.trans(kc_c), kk, input_precision=PRECISION)
+        qk = tl.dot(q_c, tl.trans(kc_c), qk, input_precision=PRECISION)
     return kk, qk
 
 
@@ -243,18 +257,28 @@ def _ancestor_mask(words_ptr, b64, n_b, N, W: tl.constexpr, NP: tl.constexpr, WO
     64-bit pointers) instead of one ``[NP, NP]`` gather."""
     nodes = tl.arange(0, NP)  # [NP]
     real = nodes < n_b  # [NP] padding rows are never read
-    # M[i, j] = (words[i][j // WORD_BITS] >> (j % WORD_BITS)) & 1: the index arithmetic of
-    # lumotree.reference.tree.mask_bit (lumotree.proofs checks that arithmetic with Z3; keep it identical).
+    # M[i, j] = (words[i][j // WORD_BITS] >> (j % WORD_BITS)) & 1 (:func:`_ancestor_block`; keep them identical)
     if WORD_VECTORS:  # per-head kernel at N = 64, 8 warps: 188 instead of 217 registers
         word = tl.zeros([NP, NP], dtype=tl.int32)  # [NP, NP] words[i][j // WORD_BITS]
         for w in tl.static_range(W):
             word_w = tl.load(words_ptr + (b64 * N + nodes) * W + w, mask=real, other=0)  # [NP] words[i][w]
             word = tl.where(nodes[None, :] // WORD_BITS == w, word_w[:, None], word)
         word = tl.where(real[None, :], word, 0)
+        anc = ((word >> (nodes[None, :] % WORD_BITS)) & 1) != 0  # [NP, NP] M
     else:
-        word = tl.load(words_ptr + (b64 * N + nodes[:, None]) * W + nodes[None, :] // WORD_BITS,
-                       mask=real[:, None] & real[None, :], other=0)  # [NP, NP] int32
-    return ((word >> (nodes[None, :] % WORD_BITS)) & 1) != 0  # [NP, NP] M
+        anc = _ancestor_block(words_ptr, b64, n_b, N, nodes, nodes, W, WORD_BITS)  # [NP, NP] M
+    return anc
+
+
+@triton.jit
+def _ancestor_block(words_ptr, b64, n_b, N, rows, cols, W: tl.constexpr, WORD_BITS: tl.constexpr):
+    """The block ``M[rows, cols]`` of one request's inclusive ancestor mask (padding rows and columns False), one
+    gather of the tree's bitsets: ``M[i, j] = (words[i][j // WORD_BITS] >> (j % WORD_BITS)) & 1``, the index
+    arithmetic of lumotree.reference.tree.mask_bit (lumotree.proofs checks that arithmetic with Z3; keep it
+    identical)."""
+    word = tl.load(words_ptr + (b64 * N + rows[:, None]) * W + cols[None, :] // WORD_BITS,
+                   mask=(rows < n_b)[:, None] & (cols < n_b)[None, :], other=0)  # [rows, cols] int32
+    return ((word >> (cols[None, :] % WORD_BITS)) & 1) != 0  # [rows, cols]
 
 
 @triton.jit
@@ -510,10 +534,149 @@ def _gdn_tree_solve_kernel(
 
 
 @triton.jit
+def _gdn_tree_solve_rows_kernel(
+    q_ptr, k_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, words_ptr, depth_ptr, num_nodes_ptr,
+    log_gamma_ptr, k_rnorm_ptr, q_rnorm_ptr, tb_ptr, qkd_ptr, ready_ptr, c_ptr,
+    N, s_qb, s_qn, s_qh, s_kb, s_kn, s_kh, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, W: tl.constexpr,
+    NP: tl.constexpr, LOG_NP: tl.constexpr, BK: tl.constexpr,
+    GATED: tl.constexpr, BETA_TWO: tl.constexpr, L2NORM: tl.constexpr,
+    PRECISION: tl.constexpr, WORD_BITS: tl.constexpr, QK16: tl.constexpr,
+    DOT16: tl.constexpr, PDL: tl.constexpr, HAS_NUM: tl.constexpr, SCRATCH16: tl.constexpr,
+):
+    """The split solve by row halves (``KernelConfig.row_halves``): two programs per (request, value head), one per
+    half of the ``NP`` rows, each writing its rows of the outputs of :func:`_gdn_tree_solve_kernel` (the same
+    ``TB``, ``QKD``, ``log Gamma`` and norms), with ``[NP/2, NP/2]`` tiles.
+
+    With the upper half ``u`` and the lower ``l`` (``A_ul = 0``: ancestors come first), ``T = (I + A)^{-1}`` is
+    ``[[T_uu, 0], [T_ll (-A_lu) T_uu, T_ll]]``, ``T_ii = (I + A_ii)^{-1}`` by doubling with the tree's ``L``
+    (:func:`_inverse_unit_lower_halves`; checked by ``nilpotent/sympy``). The upper program forms ``K_u K_u^T``,
+    ``Q_u K_u^T``, inverts its block, stores ``TB_uu = T_uu diag(beta_u)``, zeros right of it, and sets the pair's
+    ready flag. The lower one forms its rows against both halves (``K_l K_u^T``, ``K_l K_l^T``, the same with Q),
+    inverts ``I + A_ll`` and forms ``C = T_ll (-A_lu)`` while the upper program runs, then waits for the flag and
+    stores ``TB_lu = C TB_uu``. Deadlock-free: the upper program of a pair has the lower one's program id less one,
+    so it has started whenever the lower one runs. ``ready_ptr``: ``[B * HV]`` int32 zeros; ``c_ptr``: ``[B * HV,
+    NP/2, NP/2]`` fp32, the lower programs' ``C``."""
+    allow_dependents(PDL)  # the apply (KernelConfig.apply_pdl) reads none of this kernel's outputs before its wait
+    HALF: tl.constexpr = NP // 2
+    pid = tl.program_id(0)
+    lower = pid % 2  # 0: the upper half of the rows, 1: the lower
+    b = pid // (2 * HV)
+    hv = (pid // 2) % HV
+    h = hv // (HV // H)
+    b64 = b.to(tl.int64)
+    n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
+    upper = tl.arange(0, HALF)  # [HALF] the upper half's nodes
+    r0 = lower * HALF
+    own = r0 + upper  # [HALF] this program's rows
+    own_real = own < n_b
+    # the diagonal block, both programs: K_own K_own^T, Q_own K_own^T
+    q_rows = q_ptr + b64 * s_qb + own[:, None] * s_qn + h * s_qh  # [HALF, 1]
+    k_rows = k_ptr + b64 * s_kb + own[:, None] * s_kn + h * s_kh  # [HALF, 1]
+    kk, qk, k_rn, q_rn = _half_grams(q_rows, k_rows, k_rows, own_real, own_real, K, HALF, BK, L2NORM, PRECISION,
+                                     QK16, DOT16)  # [HALF, HALF] x2, [HALF] x2
+    if L2NORM:
+        kk = kk * k_rn[:, None] * k_rn[None, :]
+        qk = qk * q_rn[:, None] * k_rn[None, :]
+        first = (own * 0 + hv) % (HV // H) == 0  # [HALF] one program of the group writes the q/k scalars
+        tl.store(k_rnorm_ptr + (b64 * N + own) * H + h, k_rn, mask=(own < N) & first)
+        tl.store(q_rnorm_ptr + (b64 * NP + own) * H + h, q_rn, mask=(own < NP) & first)
+    g, beta = _gates(g_ptr + r0 * s_gn, beta_ptr + r0 * s_bn, a_log_ptr, dt_bias_ptr, b64, hv, n_b - r0, s_gb, s_gn,
+                     s_gh, s_bb, s_bn, s_bh, HALF, GATED, BETA_TWO)  # [HALF] each, this program's rows
+    g_up, _ = _gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, s_gb, s_gn, s_gh, s_bb, s_bn, s_bh,
+                     HALF, GATED, BETA_TWO)  # [HALF] the upper half's
+    log_gamma_up = tl.sum(tl.where(_ancestor_block(words_ptr, b64, n_b, N, upper, upper, W, WORD_BITS),
+                                   g_up[None, :], 0.0), axis=1)  # [HALF] log Gamma of the upper half
+    anc_up = _ancestor_block(words_ptr, b64, n_b, N, own, upper, W, WORD_BITS) & (lower == 1)  # [HALF, HALF]
+    anc = _ancestor_block(words_ptr, b64, n_b, N, own, own, W, WORD_BITS)  # [HALF, HALF] M[own, own]
+    log_gamma = (tl.sum(tl.where(anc, g[None, :], 0.0), axis=1)
+                 + tl.sum(tl.where(anc_up, g_up[None, :], 0.0), axis=1))  # [HALF] log Gamma_i over path(i)
+    tl.store(log_gamma_ptr + (b64 * N + own) * HV + hv, log_gamma, mask=own < N)
+    decay = tl.exp(tl.where(anc, log_gamma[:, None] - log_gamma[None, :], float("-inf")))  # [HALF, HALF] D[own, own]
+    _store_scratch(qkd_ptr + _scratch_block(b64, hv, HV, NP, own, own), qk * decay, QKD_SCALE, PRECISION, SCRATCH16)
+    strict = anc & (own[:, None] != own[None, :])  # [HALF, HALF] M°[own, own]
+    neg_a = tl.where(strict, -(beta[:, None] * kk * decay), 0.0)  # [HALF, HALF] -A[own, own]
+    levels = _doubling_levels(depth_ptr, b64, N, n_b, NP, LOG_NP)
+    t_own = _inverse_unit_lower(neg_a, levels, HALF, PRECISION, PRECISION != "ieee")  # [HALF, HALF] T[own, own]
+    _store_scratch(tb_ptr + _scratch_block(b64, hv, HV, NP, own, own), t_own * beta[None, :], TB_SCALE, PRECISION,
+                   SCRATCH16)
+    ready = ready_ptr + b64 * HV + hv
+    if lower == 0:  # the blocks right of the diagonal one: zeros
+        zeros = tl.zeros([HALF, HALF], tl.float32)
+        _store_scratch(qkd_ptr + _scratch_block(b64, hv, HV, NP, upper, HALF + upper), zeros, QKD_SCALE, PRECISION,
+                       SCRATCH16)
+        _store_scratch(tb_ptr + _scratch_block(b64, hv, HV, NP, upper, HALF + upper), zeros, TB_SCALE, PRECISION,
+                       SCRATCH16)
+        tl.debug_barrier()  # every thread's stores are issued before the (one-thread) release below
+        tl.atomic_xchg(ready, 1, sem="release", scope="gpu")
+    else:  # the block left of the diagonal one: K_l K_u^T, Q_l K_u^T (a second pass over q / k, from L2)
+        ku_rows = k_ptr + b64 * s_kb + upper[:, None] * s_kn + h * s_kh  # [HALF, 1]
+        kk_up, qk_up, ku_rn, _ = _half_grams(q_rows, k_rows, ku_rows, own_real, upper < n_b, K, HALF, BK, L2NORM,
+                                             PRECISION, QK16, DOT16)  # [HALF, HALF] x2, [HALF] the upper keys'
+        if L2NORM:
+            kk_up = kk_up * k_rn[:, None] * ku_rn[None, :]
+            qk_up = qk_up * q_rn[:, None] * ku_rn[None, :]
+        decay_up = tl.exp(tl.where(anc_up, log_gamma[:, None] - log_gamma_up[None, :], float("-inf")))  # D[l, u]
+        _store_scratch(qkd_ptr + _scratch_block(b64, hv, HV, NP, own, upper), qk_up * decay_up, QKD_SCALE,
+                       PRECISION, SCRATCH16)
+        neg_a_up = -(beta[:, None] * kk_up * decay_up)  # [HALF, HALF] -A[l, u] (decay_up is 0 off the ancestors)
+        c = tl.dot(_tf32_round(t_own, PRECISION), _tf32_round(neg_a_up, PRECISION),
+                   input_precision=PRECISION)  # [HALF, HALF] T_ll (-A_lu)
+        # C goes through global memory (L2) to the product below: a product whose result feeds another one gets
+        # warps [num_warps, 1] from Triton (3.6), which at 8 warps over-cover the 64 rows, and that form of this
+        # kernel read shared memory out of range on the H200 (compute-sanitizer, twenty-sixth session, run 61)
+        c_tile = c_ptr + (b64 * HV + hv) * (HALF * HALF) + upper[:, None] * HALF + upper[None, :]  # [HALF, HALF]
+        tl.store(c_tile, c)
+        tl.debug_barrier()  # the block's stores of C before its loads of it
+        while tl.atomic_add(ready, 0, sem="acquire", scope="gpu") == 0:
+            pass
+        c = tl.load(c_tile, cache_modifier=".cg")  # [HALF, HALF] T_ll (-A_lu)
+        tb_uu = _scratch_value(tl.load(tb_ptr + _scratch_block(b64, hv, HV, NP, upper, upper), cache_modifier=".cg"),
+                               TB_SCALE, PRECISION, SCRATCH16)  # [HALF, HALF] T_uu diag(beta_u)
+        tb_lu = tl.dot(_tf32_round(c, PRECISION), tb_uu, input_precision=PRECISION)  # [HALF, HALF] T_lu diag(beta_u)
+        _store_scratch(tb_ptr + _scratch_block(b64, hv, HV, NP, own, upper), tb_lu, TB_SCALE, PRECISION, SCRATCH16)
+
+
+@triton.jit
+def _half_grams(q_rows, k_rows, kc_rows, real, col_real, K: tl.constexpr, HALF: tl.constexpr, BK: tl.constexpr,
+                L2NORM: tl.constexpr, PRECISION: tl.constexpr, QK16: tl.constexpr, DOT16: tl.constexpr):
+    """One pass over K for :func:`_gdn_tree_solve_rows_kernel`: ``K K_c^T`` and ``Q K_c^T`` ``[HALF, HALF]`` of
+    the rows at ``q_rows`` / ``k_rows`` against the keys at ``kc_rows`` (``[HALF, 1]`` pointers; ``real`` /
+    ``col_real`` their nodes below the tree's size), unnormalised, and with ``L2NORM`` the reciprocal norms ``[HALF]``
+    of the columns' keys and of the rows' queries (sums of squares of the loaded values, the same in both programs)."""
+    kk = tl.zeros([HALF, HALF], dtype=tl.float32)
+    qk = tl.zeros([HALF, HALF], dtype=tl.float32)
+    kc_sq = tl.zeros([HALF], dtype=tl.float32)
+    q_sq = tl.zeros([HALF], dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        kc = k0 + tl.arange(0, BK)  # [BK]
+        q_raw = tl.load(q_rows + kc[None, :], mask=real[:, None], other=0.0)  # [HALF, BK] input dtype
+        k_raw = tl.load(k_rows + kc[None, :], mask=real[:, None], other=0.0)  # [HALF, BK]
+        kc_raw = tl.load(kc_rows + kc[None, :], mask=col_real[:, None], other=0.0)  # [HALF, BK]
+        q_c = q_raw.to(tl.float32)
+        k_c = k_raw.to(tl.float32)
+        kc_c = kc_raw.to(tl.float32)
+        if L2NORM:
+            kc_sq += tl.sum(kc_c * kc_c, axis=1)
+            q_sq += tl.sum(q_c * q_c, axis=1)
+        kk, qk = _cross_products(q_raw, k_raw, kc_raw, _round_qk(q_c, PRECISION, QK16), _round_qk(k_c, PRECISION, QK16),
+                                 _round_qk(kc_c, PRECISION, QK16), kk, qk, PRECISION, DOT16)
+    kc_rn = tl.where(col_real, 1.0 / tl.sqrt(kc_sq + 1e-6), 0.0)  # [HALF]
+    q_rn = tl.where(real, 1.0 / tl.sqrt(q_sq + 1e-6), 0.0)  # [HALF]
+    return kk, qk, kc_rn, q_rn
+
+
+@triton.jit
 def _scratch_tile(b64, hv, HV: tl.constexpr, NP: tl.constexpr):
     """Offsets ``[NP, NP]`` of (request, value head hv)'s tile in the solve's ``[B * HV, NP, NP]`` scratch."""
     nodes = tl.arange(0, NP)
-    return (b64 * HV + hv) * (NP * NP) + nodes[:, None] * NP + nodes[None, :]
+    return _scratch_block(b64, hv, HV, NP, nodes, nodes)
+
+
+@triton.jit
+def _scratch_block(b64, hv, HV: tl.constexpr, NP: tl.constexpr, rows, cols):
+    """Offsets ``[rows, cols]`` of a block of (request, value head hv)'s ``[NP, NP]`` scratch tile."""
+    return (b64 * HV + hv) * (NP * NP) + rows[:, None] * NP + cols[None, :]
 
 
 @triton.jit
@@ -910,26 +1073,31 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     """Default launch parameters of verify at Qwen3-Next-like shapes on an H200 (each rule the winner of a same-run
     A / B: docs/gdn-kernels-log.md, "Where the defaults come from").
 
-    - ``ieee`` past N = 64, every batch: the split pipeline, 16-column apply at 8 warps, a 16-warp 2-stage solve.
+    - ``ieee`` past N = 64, every batch: the split pipeline, 16-column apply at 8 warps, an 8-warp 2-stage solve
+      by row halves (``row_halves``).
     - Large batches (``B * HV >= 2x`` the SMs): the split pipeline. The solve takes the two value heads of a GVA
-      group (``H`` given, ``HV // H`` even) in one 4-warp program up to N = 64, one at 8 warps past it, 3 stages;
-      the apply 64 columns up to N = 32, 32 at N = 64, 128 at 8 warps past it. In ``tf32`` at N = 64 the scratch
-      is fp16 and the apply runs 3 stages capped at 128 registers; from ``B * HV >= 8x`` the SMs it takes
-      64 columns uncapped and signals its PDL successor only as it exits (``early_signal=False``).
+      group (``H`` given, ``HV // H`` even) in one 4-warp program up to N = 64, one at 8 warps past it, 3 stages
+      (in ``tf32`` past N = 64 by row halves at 4 warps, 2 stages); the apply 64 columns up to N = 32, 32 at
+      N = 64, 128 at 8 warps past it. In ``tf32`` at N = 64 the scratch is fp16 and the apply runs 3 stages capped
+      at 128 registers; from ``B * HV >= 8x`` the SMs it takes 64 columns uncapped and signals its PDL successor
+      only as it exits (``early_signal=False``).
     - Small batches at N = 64 in the tensor-core modes: the split pipeline, one value head per 4-warp solve, a
-      3-stage 32-column apply, fp16 scratch.
-    - Small batches otherwise: the fused kernel, 32 columns, 4 warps, 3 stages up to N = 64 (64 columns, 8 warps,
-      2 stages past it); when its programs fit in one wave at N = 32, 16-row K chunks and 4 stages.
-    - Every split pipeline: the apply a PDL launch behind the solve, the solve's q / k through tensor descriptors;
-      the large-batch apply's tiles too from N = 64 (not ``ieee`` at N = 128); the solve by halves past N = 64.
-      The fused kernel's tiles through descriptors in the tensor-core modes, except at the one-wave N = 32 shape,
-      with fp32 inputs (``dtype``: q / k / v's) and past N = 64 with 16-bit ones.
+      3-stage 32-column apply, fp16 scratch; past N = 64 an 8-warp 2-stage solve by row halves and a 64-column
+      8-warp apply.
+    - Small batches otherwise (N <= 32, ``ieee`` at N = 64): the fused kernel, 32 columns, 4 warps, 3 stages; when
+      its programs fit in one wave at N = 32, 16-row K chunks and 4 stages.
+    - Every split pipeline: the apply a PDL launch behind the solve; the solve's q / k through tensor descriptors
+      (not in the solve by row halves); the apply's tiles too from N = 64 (not ``ieee`` at N = 128); the
+      solve by halves past N = 64. The fused kernel's tiles through descriptors in the tensor-core modes with fp32
+      inputs (``dtype``: q / k / v's), except at the one-wave N = 32 shape.
     """
     NP = _padded_nodes(N)
     if NP > 64 and precision == "ieee":  # every batch: the apply at 16 columns (79 registers, no stack; 128 columns
         # compile to 32 registers and 16 KB of stack), the split pipeline at small batches too (twentieth session,
-        # run 30, verify + commit: B = 64 23252.6 -> 19596.2 us; B = 1 against the fused kernel 4286.4 -> 620.9)
-        return KernelConfig(min(16, V), min(K, 32), 8, 2, True, 16, apply_pdl=True, solve_tma=True, halves=True)
+        # run 30, verify + commit: B = 64 23252.6 -> 19596.2 us; B = 1 against the fused kernel 4286.4 -> 620.9),
+        # the solve by row halves at 8 warps (twenty-fifth session, run 60: B = 64 4978.8 -> 4831.4, B = 1 181.8 ->
+        # 152.4 against one 16-warp program per value head)
+        return KernelConfig(min(16, V), min(K, 32), 8, 2, True, 8, apply_pdl=True, halves=True, row_halves=True)
     if B * HV >= 2 * _num_sms(device):
         block_v, num_warps = (64, 4) if NP <= 32 else (32, 4) if NP <= 64 else (128, 8)
         pair = 2 if NP <= 64 and H is not None and (HV // H) % 2 == 0 else 1
@@ -940,20 +1108,29 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
         # from ~8 programs' worth of (request, value head) pairs per SM: 64-column apply blocks (q / k read half as
         # often; 166 registers, 3 programs per SM) and the commit launched only as the apply exits
         wide = fp16_scratch and B * HV >= 8 * _num_sms(device)
+        # tf32 past N = 64: the solve by row halves, 4 warps, 2 stages (twenty-fifth session, run 60: B = 64
+        # 1021.0 -> 980.5 us against one 8-warp program per value head)
+        rows = NP > 64 and precision == "tf32"
         return KernelConfig(min(64 if wide else block_v, V), min(K, 32), num_warps, 3 if fp16_scratch else 2, True,
-                            4 if NP <= 64 else 8, solve_heads=pair, solve_stages=3, apply_pdl=True,
-                            scratch16=fp16_scratch, max_registers=128 if fp16_scratch and not wide else 0,
-                            early_signal=not wide, tma=NP >= 64, solve_tma=True, halves=NP > 64)
+                            4 if NP <= 64 or rows else 8, solve_heads=pair, solve_stages=2 if rows else 3,
+                            apply_pdl=True, scratch16=fp16_scratch,
+                            max_registers=128 if fp16_scratch and not wide else 0,
+                            early_signal=not wide, tma=NP >= 64, solve_tma=not rows, halves=NP > 64, row_halves=rows)
     if NP == 64 and precision != "ieee":  # small batches: one value head per solve program, fp16 scratch
         return KernelConfig(min(32, V), min(K, 32), 4, 3, True, 4, solve_heads=1, solve_stages=3, apply_pdl=True,
                             scratch16=True, solve_tma=True)
-    block_v, block_k, num_warps, stages = (32, 32, 4, 3) if NP <= 64 else (64, 32, 8, 2)
+    if NP > 64:  # small batches in the tensor-core modes: the split pipeline, an 8-warp solve by row halves, a
+        # 64-column apply through descriptors (twenty-fifth session, run 60, against the fused kernel: tf32 B = 1
+        # 65.8 -> 43.7 us, B = 8 259.4 -> 179.8; tf32x3 B = 1 152.0 -> 85.1)
+        return KernelConfig(min(64, V), min(K, 32), 8, 2, True, 8, solve_stages=2, apply_pdl=True, tma=True,
+                            halves=True, row_halves=True)
+    block_v, block_k, num_warps, stages = 32, 32, 4, 3
     one_wave = NP == 32 and B * HV * triton.cdiv(V, block_v) <= _num_sms(device)  # B = 1 at Qwen3-Next shapes
     if one_wave:  # the model-like sweep (cold states, the model's strided views; bench/NOTES-gdn.md, sixth
         # session): 10.8 against 12.2 us (fp32, state in L2: 15.2 against 17.3)
         block_k, stages = 16, 4
     return KernelConfig(min(block_v, V), min(K, block_k), num_warps, stages, False,
-                        tma=precision != "ieee" and not one_wave and (dtype == torch.float32 or NP > 64))
+                        tma=precision != "ieee" and not one_wave and dtype == torch.float32)
 
 
 def commit_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
@@ -978,8 +1155,10 @@ def _pow2_dim(name: str, value: int) -> None:
 def _check_config(cfg: object) -> None:
     if not isinstance(cfg, KernelConfig):
         raise TypeError(f"config must be a KernelConfig, got {type(cfg).__name__}")
-    if cfg.max_registers and not 16 <= cfg.max_registers <= 255:
-        raise ValueError(f"config.max_registers = {cfg.max_registers}: 0 (the compiler's choice) or 16 to 255")
+    for name in ("max_registers", "solve_max_registers"):
+        cap = getattr(cfg, name)
+        if cap and not 16 <= cap <= 255:
+            raise ValueError(f"config.{name} = {cap}: 0 (the compiler's choice) or 16 to 255")
 
 
 def _check_precision(input_precision: object) -> str:
@@ -1123,6 +1302,9 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
     if cfg.solve_heads < 1 or (HV // H) % cfg.solve_heads != 0:
         raise ValueError(f"config.solve_heads = {cfg.solve_heads} must divide HV // H = {HV // H} "
                          "(value heads per q/k head)")
+    if cfg.row_halves and cfg.solve_heads != 1:
+        raise ValueError(f"config.row_halves takes one value head per solve program, not solve_heads = "
+                         f"{cfg.solve_heads}")
     NP = _padded_nodes(N)
     block_v = min(cfg.block_v, V)
     block_k = min(cfg.block_k, K)
@@ -1148,17 +1330,25 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
         apply_pdl = bool(cfg.apply_pdl) and pdl_supported(device)
         descs = _verify_descriptors(bool(cfg.tma or cfg.solve_tma), state_pool, q, k, v, o, delta, NP, block_k,
                                     block_v, tb=tb, qkd=qkd)
-        _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
-            q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
-            meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd,
-            N, *qk_strides, *gate_strides,
-            H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
-            HEADS=cfg.solve_heads, WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
-            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16,
-            **solve_flags, **flags, q_desc=descs["q_desc"] if cfg.solve_tma else None,
-            k_desc=descs["k_desc"] if cfg.solve_tma else None,
-            TMA=bool(cfg.solve_tma) and descs["q_desc"] is not None, **gram_flags, **sizes,
-        )
+        solve_args = (q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
+                      meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd)
+        solve_consts = dict(H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
+                            WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
+                            num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16,
+                            **flags, **gram_flags, **sizes,
+                            **({"maxnreg": cfg.solve_max_registers} if cfg.solve_max_registers else {}))
+        if cfg.row_halves and NP >= 32:
+            ready = torch.zeros((B * HV,), dtype=torch.int32, device=device)  # [B*HV] the upper halves' flags
+            c_lower = torch.empty((B * HV, NP // 2, NP // 2), dtype=torch.float32, device=device)  # C per value head
+            solve_consts.pop("WORD_VECTORS")
+            _gdn_tree_solve_rows_kernel[(B * HV * 2,)](*solve_args, ready, c_lower, N, *qk_strides, *gate_strides,
+                                                       **solve_consts)
+        else:
+            _gdn_tree_solve_kernel[(B * HV // cfg.solve_heads,)](
+                *solve_args, N, *qk_strides, *gate_strides, HEADS=cfg.solve_heads, **solve_consts, **solve_flags,
+                q_desc=descs["q_desc"] if cfg.solve_tma else None, k_desc=descs["k_desc"] if cfg.solve_tma else None,
+                TMA=bool(cfg.solve_tma) and descs["q_desc"] is not None,
+            )
         _gdn_tree_apply_kernel[(V // block_v, B * HV)](
             q, k, v, state_pool, slots, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd, o, delta, *gate_args,
             scale, N, *qk_strides, v.stride(0), v.stride(1), v.stride(2), *z_strides,

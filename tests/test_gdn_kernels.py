@@ -123,20 +123,23 @@ def check_against_reference(case, o, factors, *, l2norm, gated, neg=False, tol=1
 
 
 # --------------------------------------------------------------------------------------- differential (interpreter)
-VERIFY_PIPELINES = ("split", "split_group", "split_tma", "split_halves", "fused", "fused_vec", "fused_tma",
-                    "fused_halves")
+VERIFY_PIPELINES = ("split", "split_group", "split_tma", "split_halves", "split_rows", "fused", "fused_vec",
+                    "fused_tma", "fused_halves")
 
 
 def verify_pipeline(name: str, group: int) -> G.KernelConfig:
     """Every verify pipeline: split (solve + apply; ``split_group``: one solve program for the ``group`` value heads
-    of a q/k head, 3 stages; ``split_tma``: the solve's and the apply's tiles through tensor descriptors) and fused
+    of a q/k head, 3 stages; ``split_tma``: the solve's and the apply's tiles through tensor descriptors;
+    ``split_rows``: the solve by row halves from 32 padded nodes, two programs per value head, fp16 scratch in
+    tf32 mode) and fused
     per V block (V = 16), the fused one with the ancestor mask read as an [N, N] gather or as word vectors, or its
     tiles through descriptors (``fused_tma``)."""
     grouped = name == "split_group"
     return G.KernelConfig(16, 16, 4, 2, split=name.startswith("split"), solve_warps=4,
                           word_vectors=name == "fused_vec", solve_heads=group if grouped else 1,
                           solve_stages=3 if grouped else 0, tma=name.endswith("_tma"), solve_tma=name == "split_tma",
-                          halves=name.endswith("_halves"))
+                          halves=name.endswith("_halves"), row_halves=name == "split_rows",
+                          scratch16=name == "split_rows")
 
 
 @settings(max_examples=24, deadline=None)
@@ -307,12 +310,13 @@ def test_multiword_trees(kind, n, seed):
 @pytest.mark.parametrize("precision", ["ieee", "tf32"])
 def test_inverse_by_halves_at_every_padded_size(n, precision):
     """``KernelConfig.halves`` (``(I + A)^{-1}`` from its diagonal halves and the block below them) at 32, 64 and
-    128 padded nodes, the split and the fused pipeline: against the reference, deep trees (the doubling's every
-    level) beside a small one."""
+    128 padded nodes, the split and the fused pipeline, and ``row_halves`` (the split solve's two programs per
+    value head, the lower one waiting for the upper one's block): against the reference, deep trees (the
+    doubling's every level) beside a small one."""
     rng = np.random.default_rng(n)
     rows = [build_tree_parents("deep_wide", n, rng), build_tree_parents("chain", n // 2, rng), [-1, 0, 0, 1]]
     case = make_case(rows, H=1, group=2, gated=True, seed=n)
-    for pipeline in ("split_halves", "fused_halves"):
+    for pipeline in ("split_halves", "split_rows", "fused_halves"):
         o, factors = run_verify(case, l2norm=True, gated=True, precision=precision,
                                 config=verify_pipeline(pipeline, 2))
         check_against_reference(case, o, factors, l2norm=True, gated=True, tol=1e-4 if precision == "ieee" else 2e-3)
@@ -624,17 +628,17 @@ def test_gpu_fp16_scratch_and_the_register_caps(B):
 @pytest.mark.gpu
 @pytest.mark.parametrize("B,N", [(64, 64), (1, 64), (1, 32), (1, 128)])
 def test_gpu_tma_tiles_are_bit_exact(B, N):
-    """``KernelConfig.tma`` (the apply's or, at B = 1 and N = 32 / 128, the fused kernel's tiles and the commit's
-    state tile through tensor descriptors): at Qwen3-Next shapes, trees of mixed sizes (padding nodes' inputs NaN),
-    outputs, factors and committed states bit for bit as the per-thread loads give them, with plain and PDL
-    launches."""
+    """``KernelConfig.tma`` (the apply's or, at B = 1 and N = 32, the fused kernel's tiles and the commit's state
+    tile through tensor descriptors; at N = 128 behind the solve by row halves): at Qwen3-Next shapes, trees of
+    mixed sizes (padding nodes' inputs NaN), outputs, factors and committed states bit for bit as the per-thread
+    loads give them, with plain and PDL launches."""
     rng = np.random.default_rng(B + N + 11)
     sizes = rng.integers(1, N + 1, B).tolist()
     sizes[0] = N
     case = make_case([build_tree_parents("random", n, rng) for n in sizes], **QWEN, gated=True, seed=B)
     config = G.verify_config(B, QWEN["H"] * QWEN["group"], N, QWEN["K"], QWEN["V"], torch.device("cuda"),
                              QWEN["H"], "tf32")
-    assert config.split == (N == 64)
+    assert config.split == (N >= 64) and config.row_halves == (N == 128)
     kw = dict(l2norm=True, gated=True, precision="tf32", validate=False)
     accepted = torch.tensor([int(rng.integers(0, n)) for n in sizes], device="cuda")
     commit_cfg = G.commit_config(B, QWEN["H"] * QWEN["group"], N, QWEN["K"], QWEN["V"], torch.device("cuda"))
@@ -816,27 +820,34 @@ def test_gpu_k_split_commit_error_bounds(precision, tol):
 
 
 def test_default_configs_follow_the_measured_rules():
-    """verify_config: the GVA-paired 4-warp solve up to N = 64 when the group is even (and H is known), one value head
-    at 8 warps at N = 128 (ieee there, at every batch size: the 16-warp, 2-stage solve and a 16-column apply); small
-    batches at N = 64 in the tensor-core modes: the split pipeline with one value head per 4-warp solve program, a
-    3-stage apply and fp16 scratch; else the fused kernel, with its one-wave shape at N = 32; no default asks for the
-    fused kernel's PDL launch. fp16 scratch at N = 64 in the tensor-core modes, with the large-batch apply capped at
-    128 registers, and from 8 (request, value head) pairs per SM on in tf32 mode 64 columns uncapped with the commit
-    launched as the apply exits (``early_signal``); the large-batch commit capped at 128. Tensor descriptors: every
-    split solve's q / k; the large-batch apply's tiles from N = 64 on except ieee at N = 128; the fused kernel's in
-    the tensor-core modes except at the one-wave N = 32 shape, with 16-bit inputs past N = 64 only; never the
-    commit's. The inverse by halves in the split solve past N = 64 only."""
+    """verify_config: the GVA-paired 4-warp solve up to N = 64 when the group is even (and H is known); at N = 128
+    the solve by row halves, 4 warps and 2 stages in tf32 (8 warps, 3 stages, one program per value head in
+    tf32x3), ieee at every batch size 8 warps and a 16-column apply; small batches at N = 64 in the tensor-core
+    modes: the split pipeline with one value head per 4-warp solve program, a 3-stage apply and fp16 scratch, at
+    N = 128 an 8-warp solve by row halves and a 64-column apply; else the fused kernel, with its one-wave shape at
+    N = 32; no default asks for the fused kernel's PDL launch. fp16 scratch at N = 64 in the tensor-core modes, with
+    the large-batch apply capped at 128 registers, and from 8 (request, value head) pairs per SM on in tf32 mode 64
+    columns uncapped with the commit launched as the apply exits (``early_signal``); the large-batch commit capped
+    at 128. Tensor descriptors: every split solve's q / k except by row halves; the apply's tiles from N = 64 on
+    except ieee at N = 128; the fused kernel's in the tensor-core modes with fp32 inputs except at the one-wave
+    N = 32 shape; never the commit's. The inverse by halves in the split solve past N = 64 only."""
     cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
     paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
     assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
     assert G.verify_config(64, 32, 64, 128, 128, cpu).solve_heads == 1  # H unknown: no pairing
     assert G.verify_config(64, 48, 64, 128, 128, cpu, H=16).solve_heads == 1  # odd group (3)
     big = G.verify_config(64, 32, 128, 128, 128, cpu, H=16)
-    assert (big.solve_heads, big.solve_warps, big.solve_stages) == (1, 8, 3)
-    for B in (64, 1):  # ieee at N = 128, every batch: split, the 16-warp 2-stage solve, a 16-column 8-warp apply
+    assert (big.solve_heads, big.solve_warps, big.solve_stages, big.row_halves) == (1, 4, 2, True)
+    big_x3 = G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="tf32x3")
+    assert (big_x3.solve_heads, big_x3.solve_warps, big_x3.solve_stages, big_x3.row_halves) == (1, 8, 3, False)
+    for B in (64, 1):  # ieee at N = 128, every batch: split, the 8-warp 2-stage solve by row halves, 16-column apply
         ieee = G.verify_config(B, 32, 128, 128, 128, cpu, H=16, precision="ieee")
-        assert ieee.split and (ieee.solve_warps, ieee.solve_stages or ieee.num_stages) == (16, 2)
+        assert ieee.split and ieee.row_halves and (ieee.solve_warps, ieee.solve_stages or ieee.num_stages) == (8, 2)
         assert (ieee.block_v, ieee.num_warps) == (16, 8)
+    for precision in ("tf32", "tf32x3"):  # small batches at N = 128: the split pipeline, solve by row halves
+        rows = G.verify_config(1, 2, 128, 128, 128, cpu, H=1, precision=precision)
+        assert rows.split and rows.row_halves and rows.apply_pdl and rows.tma and not rows.solve_tma
+        assert (rows.solve_warps, rows.solve_stages, rows.block_v, rows.num_warps, rows.num_stages) == (8, 2, 64, 8, 2)
     for B, precision in ((1, "tf32"), (3, "tf32"), (1, "tf32x3")):
         small = G.verify_config(B, 2, 64, 128, 128, cpu, H=1, precision=precision)
         assert small.split and small.apply_pdl
@@ -867,18 +878,21 @@ def test_default_configs_follow_the_measured_rules():
     assert not any(c.pdl for c in one_wave.values())
     assert not small.pdl and not big.pdl and not ieee_small.pdl
     assert small.early_signal and big.early_signal and ieee_small.early_signal
-    assert all(c.solve_tma for c in (paired, big, small, mid, ieee))
+    assert all(c.solve_tma for c in (paired, small, mid, big_x3)) and not any(c.solve_tma for c in (big, ieee))
     assert paired.tma and big.tma and mid.tma and not small.tma and not ieee.tma
     assert not G.verify_config(64, 32, 32, 128, 128, cpu, H=16).tma  # N = 32: the descriptor apply lost
-    fused = {(N, p): G.verify_config(1, 2, N, 128, 32, cpu, H=1, precision=p) for N in (8, 32, 128)
+    fused = {(N, p): G.verify_config(1, 2, N, 128, 32, cpu, H=1, precision=p) for N in (8, 32)
              for p in ("tf32", "tf32x3")}
     assert not any(c.split for c in fused.values())
     assert all(c.tma == (N != 32) for (N, _), c in fused.items())  # the one-wave N = 32 shape: pointers
     assert not ieee_small.tma and not G.verify_config(1, 2, 32, 128, 128, cpu, H=1, precision="ieee").tma
     bf16 = {N: G.verify_config(1, 2, N, 128, 32, cpu, H=1, dtype=torch.bfloat16) for N in (8, 16, 128)}
-    assert [c.tma for c in bf16.values()] == [False, False, True]  # 16-bit inputs: descriptors past N = 64 only
+    assert [(c.split, c.tma) for c in bf16.values()] == [(False, False), (False, False), (True, True)]  # the fused
+    # kernel with 16-bit inputs through pointers; at N = 128 the split pipeline's apply through descriptors
     assert not any(G.commit_config(B, 32, 64, 128, 128, cpu, p).tma for B in (1, 64) for p in G.PRECISIONS)
     # the inverse by halves: the split solve past N = 64 in every mode (ieee at every batch), never the fused kernel
     assert big.halves and ieee.halves and G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="ieee").halves
     assert G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="tf32x3").halves
-    assert not any(c.halves for c in (paired, small, mid, ieee_small, *fused.values(), *bf16.values()))
+    assert not any(c.halves for c in (paired, small, mid, ieee_small, *fused.values(), bf16[8], bf16[16]))
+    # the solve by row halves: past N = 64 only, never in tf32x3 at large batches
+    assert not any(c.row_halves for c in (paired, small, mid, ieee_small, big_x3, *fused.values(), bf16[8]))

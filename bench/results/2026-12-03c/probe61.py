@@ -34,6 +34,10 @@ FORMS = [("the failing form", True, "mixed", {}),
          ("ungated", False, "mixed", {}),
          ("six full trees, no sizes", True, "full", {})]
 for name, gated, sizes, changes in FORMS:
+    if os.environ.get("PROBE_SCRIPT"):  # only write the failing form's script there (for compute-sanitizer)
+        with open(os.environ["PROBE_SCRIPT"], "w") as f:
+            f.write(CASE.format(gated=gated, sizes=sizes, changes=changes))
+        break
     env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
     r = subprocess.run([sys.executable, "-c", CASE.format(gated=gated, sizes=sizes, changes=changes)], env=env,
                        capture_output=True, text=True, timeout=90)
