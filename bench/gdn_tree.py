@@ -14,7 +14,7 @@ For every (B requests, N nodes, tree kind) it times, with CUDA-graph replay and 
   (shared by all layers of a step, not per layer);
 - ``split_<mode>`` / ``fused_<mode>``: in small batches, verify + commit with the other verify form, and its errors
   (``split_err_*`` / ``fused_err_*``): the split pipeline of large batches where the default is the fused kernel,
-  the fused kernel where the default is the small-batch split pipeline (N = 64);
+  the fused kernel where the default is the small-batch split pipeline (N >= 64);
 - ``ar``: flash-linear-attention's single-token decode step (``fused_recurrent_gated_delta_rule``, T=1);
 - ``branch``: the tree branch by branch: every root-to-leaf path re-run from S0 with fla's fused_recurrent (paths
   batched, padded at the end with g = beta = 0);
@@ -38,8 +38,9 @@ pool in fp32 as before; the float64 references then take the same bf16 values, a
 error of a torch implementation of the same math in bf16 (per-node states, pool and gates cast to bf16) against
 them: the bf16 target is our error within 2x of it.
 
-Run: ``python bench/gdn_tree.py --out results.json`` (``--quick`` for a small subset, ``--sweep`` to time the launch
-configurations at the main shapes first). Needs a CUDA GPU and fla-core 0.6.
+Run: ``python bench/gdn_tree.py --out results.json`` (``--quick`` for a small subset, ``--shapes 64x128 1x128`` for
+chosen (B, N), ``--sweep`` to time the launch configurations at the main shapes first). Needs a CUDA GPU and
+fla-core 0.6.
 """
 
 from __future__ import annotations
@@ -230,14 +231,16 @@ def ours_fns(x, mode: str, config=None):
 
 def other_config(x, mode: str):
     """``(name, config)`` of the other verify form beside a small batch's default: the split pipeline of large
-    batches (``split``) where the default is the fused kernel, the fused kernel (``fused``: 32 V columns, 4 warps,
-    3 stages, its config before the fourteenth session) where it is the small-batch split pipeline (N = 64); None
-    for large batches."""
+    batches (``split``) where the default is the fused kernel, the fused kernel where it is the small-batch split
+    pipeline: at N = 64 32 V columns, 4 warps, 3 stages (its default before the fourteenth session), past N = 64
+    64 columns, 8 warps, 2 stages, tiles through descriptors (before the twenty-sixth); None for large batches."""
     large = -(-2 * G._num_sms(x["q"].device) // x["v"].shape[2])  # the smallest batch of the large-batch split
     if not row_config(x, mode).split:
         return "split", row_config(x, mode, batch=large)
     if x["v"].shape[0] < large:
-        return "fused", G.KernelConfig(32, 32, 4, 3, False)
+        wide = x["v"].shape[1] > 64
+        return "fused", G.KernelConfig(64, 32, 8, 2, False, tma=mode != "ieee") if wide else G.KernelConfig(
+            32, 32, 4, 3, False)
     return None
 
 
@@ -511,10 +514,23 @@ def run_sweep(log) -> list[dict]:
     return out
 
 
+def batch_and_nodes(text: str) -> tuple[int, int]:
+    """``"64x128"`` -> ``(64, 128)`` (``--shapes``)."""
+    try:
+        B, N = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: want BxN, e.g. 64x128") from None
+    if B < 1 or not 1 <= N <= G.MAX_NODES:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: B >= 1 and 1 <= N <= {G.MAX_NODES}")
+    return B, N
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="gdn_tree_results.json")
     parser.add_argument("--quick", action="store_true", help="(B, N) in {(64, 64), (1, 64)} only")
+    parser.add_argument("--shapes", nargs="+", type=batch_and_nodes, default=None, metavar="BxN",
+                        help="these (B, N) shapes in this order (e.g. 64x128 1x128) instead of every one")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="precision modes to time")
     parser.add_argument("--kinds", nargs="+", default=["random", "eagle", "chain", "star"],
                         choices=["random", "eagle", "chain", "star"], help="tree kinds (the first is the headline)")
@@ -554,7 +570,8 @@ def main() -> int:
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=1)
 
-    shapes = [(64, 64), (1, 64)] if args.quick else PRIORITY  # most important first: a budget cut drops the rest
+    # most important first: a budget cut drops the rest
+    shapes = args.shapes or ([(64, 64), (1, 64)] if args.quick else PRIORITY)
     kinds = tuple(args.kinds)
     # phase 0: the fla baselines, in child processes (a fault in a peer must not take this process's CUDA context
     # with it)

@@ -6,7 +6,8 @@ correctly since 2026-12-02b run 7,
 both checked against float64): our verify + commit in tf32, tf32x3 and ieee against the memory floors, fla's
 single-token decode step, branch by branch and per-node states of the same run, and our 2026-11-29 run.
 Right: verify + commit over fla's decode step of the same run for every (B, N), random trees and chains, tf32
-(bench/results/2026-12-03c/gdn_tree_run57.json, the twenty-fifth session's full grid), with the two targets.
+(bench/results/2026-12-03c/gdn_tree_run57.json, the twenty-fifth session's full grid; its N = 128 rows from
+bench/results/2026-12-03d/gdn_tree_run63.json, the twenty-sixth session's solve by row halves), with the two targets.
 
 Run: ``python bench/plot_gdn_tree.py`` (writes docs/img/gdn-tree-h200.png).
 """
@@ -52,7 +53,10 @@ def main() -> int:
     ax.set_ylabel("us per layer (CUDA graph, median)")
     ax.set_title("B=64, N=64 random tree: verify + commit, one GDN layer (H200)", fontsize=10)
 
-    grid = load("2026-12-03c/gdn_tree_run57.json")["rows"]  # every (B, N), random trees and chains
+    # every (B, N), random trees and chains; N = 128 from run 63 (the solve by row halves), each over its own run's
+    # decode step
+    grid = [r for r in load("2026-12-03c/gdn_tree_run57.json")["rows"] if r["N"] != 128]
+    grid += [r for r in load("2026-12-03d/gdn_tree_run63.json")["rows"] if r["N"] == 128]
     shapes = sorted({(r["B"], r["N"]) for r in grid})
     for dx, kind, color in ((-0.2, "random", "C0"), (0.2, "chain", "C2")):
         for j, (B, N) in enumerate(shapes):
@@ -67,7 +71,7 @@ def main() -> int:
                 label="targets: 2x at B=64, 3x at B=1 (N=64)" if B == 64 else None)
     bx.set_xticks(range(len(shapes)), [f"B={B}\nN={N}" for B, N in shapes], fontsize=7.5)
     bx.set_ylabel("verify + commit / fla decode step (same run)")
-    bx.set_title("every (B, N), tf32, fp32 inputs (2026-12-03, run 57)", fontsize=10)
+    bx.set_title("every (B, N), tf32, fp32 inputs (2026-12-03, run 57; N=128 run 63)", fontsize=10)
     bx.set_ylim(0, 1.2 * bx.get_ylim()[1])
     bx.legend(fontsize=7.5, loc="upper left", ncol=3)
     fig.tight_layout()
