@@ -61,8 +61,19 @@ def compile_for_hopper(kernel, constexprs: dict, num_warps: int, num_stages: int
                                        **({"maxnreg": maxnreg} if maxnreg else {})))
 
 
+def overcovered_products(ttgir: str) -> int:
+    """Products whose MMA layout spans more rows than their result has (``warpsPerCTA[0]`` warps of 16 rows each
+    against M): Triton (3.6) lays out a product that feeds another one with all warps along M, and at 8 warps on a
+    64-row tile the second warpgroup's operand reads pass the tile (an out-of-range shared read on the H200, run 61
+    of the twenty-sixth session)."""
+    warps_m = {name: int(m) for name, m in
+               re.findall(r"^(#mma\d*) = #ttg\.nvidia_mma<\{.*?warpsPerCTA = \[(\d+), \d+\]", ttgir, re.M)}
+    rows = re.findall(r"(?:ttng\.warp_group_dot|tt\.dot) .*-> tensor<(\d+)x\d+x\w+, (#mma\d*)>", ttgir)
+    return sum(int(m) < 16 * warps_m[layout] for m, layout in rows)
+
+
 def resources(compiled) -> dict:
-    """REG / STACK / SHARED of the cubin and instruction counts of the PTX."""
+    """REG / STACK / SHARED of the cubin, instruction counts of the PTX and :func:`overcovered_products`."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()
@@ -71,7 +82,8 @@ def resources(compiled) -> dict:
     ptx = compiled.asm["ptx"]
     return dict(regs=int(usage.get("REG", -1)), stack=int(usage.get("STACK", -1)),
                 smem=int(compiled.metadata.shared), wgmma=ptx.count("wgmma.mma_async"),
-                mma=len(re.findall(r"\bmma\.sync", ptx)), cp_async=ptx.count("cp.async"))
+                mma=len(re.findall(r"\bmma\.sync", ptx)), cp_async=ptx.count("cp.async"),
+                overcovered=overcovered_products(compiled.asm["ttgir"]))
 
 
 def tma_types(names: tuple, NP: int, bk: int, bv: int, scratch: str) -> dict:

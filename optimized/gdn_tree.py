@@ -384,7 +384,10 @@ def _inverse_unit_lower(neg_a, levels, NP: tl.constexpr, PRECISION: tl.constexpr
                            input_precision=PRECISION)
     elif levels > 1:
         power = _tf32_round(neg_a, PRECISION)  # [NP, NP] P_0
-        power = tl.dot(power, power, input_precision=PRECISION)  # [NP, NP] P_1
+        if levels >= 2:  # always true here: the product in a region of its own, whose result leaves through the
+            # region's yield, so Triton (3.6) does not see it feed the products below and give it [num_warps, 1]
+            # warps (at 8 warps that over-covers a 64-row tile: bench/results/2026-12-03d, run 61)
+            power = tl.dot(power, power, input_precision=PRECISION)  # [NP, NP] P_1
         for _ in range(2, levels):  # T_2 .. T_(L-1) and P_2 .. P_(L-1)
             power = _tf32_round(power, PRECISION)
             t_next = tl.dot(_tf32_round(t_inv, PRECISION), power, t_inv, input_precision=PRECISION)  # T_(l+1)
@@ -1076,8 +1079,8 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
     - ``ieee`` past N = 64, every batch: the split pipeline, 16-column apply at 8 warps, an 8-warp 2-stage solve
       by row halves (``row_halves``).
     - Large batches (``B * HV >= 2x`` the SMs): the split pipeline. The solve takes the two value heads of a GVA
-      group (``H`` given, ``HV // H`` even) in one 4-warp program up to N = 64, one at 8 warps past it, 3 stages
-      (in ``tf32`` past N = 64 by row halves at 4 warps, 2 stages); the apply 64 columns up to N = 32, 32 at
+      group (``H`` given, ``HV // H`` even) in one 4-warp program up to N = 64, 3 stages (past N = 64 by row halves
+      at 4 warps, 2 stages; ``ieee`` below); the apply 64 columns up to N = 32, 32 at
       N = 64, 128 at 8 warps past it. In ``tf32`` at N = 64 the scratch is fp16 and the apply runs 3 stages capped
       at 128 registers; from ``B * HV >= 8x`` the SMs it takes 64 columns uncapped and signals its PDL successor
       only as it exits (``early_signal=False``).
@@ -1108,12 +1111,12 @@ def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
         # from ~8 programs' worth of (request, value head) pairs per SM: 64-column apply blocks (q / k read half as
         # often; 166 registers, 3 programs per SM) and the commit launched only as the apply exits
         wide = fp16_scratch and B * HV >= 8 * _num_sms(device)
-        # tf32 past N = 64: the solve by row halves, 4 warps, 2 stages (twenty-fifth session, run 60: B = 64
-        # 1021.0 -> 980.5 us against one 8-warp program per value head)
-        rows = NP > 64 and precision == "tf32"
+        # past N = 64 (the tensor-core modes; ieee above): the solve by row halves, 4 warps, 2 stages (against one
+        # 8-warp program per value head: tf32 B = 64 1021.0 -> 980.5 us, twenty-fifth session, run 60; tf32x3
+        # B = 64 / 16 2467.3 / 635.0 -> 1699.2 / 465.6, twenty-sixth session, run 64)
+        rows = NP > 64
         return KernelConfig(min(64 if wide else block_v, V), min(K, 32), num_warps, 3 if fp16_scratch else 2, True,
-                            4 if NP <= 64 or rows else 8, solve_heads=pair, solve_stages=2 if rows else 3,
-                            apply_pdl=True, scratch16=fp16_scratch,
+                            4, solve_heads=pair, solve_stages=2 if rows else 3, apply_pdl=True, scratch16=fp16_scratch,
                             max_registers=128 if fp16_scratch and not wide else 0,
                             early_signal=not wide, tma=NP >= 64, solve_tma=not rows, halves=NP > 64, row_halves=rows)
     if NP == 64 and precision != "ieee":  # small batches: one value head per solve program, fp16 scratch

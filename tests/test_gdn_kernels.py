@@ -821,8 +821,8 @@ def test_gpu_k_split_commit_error_bounds(precision, tol):
 
 def test_default_configs_follow_the_measured_rules():
     """verify_config: the GVA-paired 4-warp solve up to N = 64 when the group is even (and H is known); at N = 128
-    the solve by row halves, 4 warps and 2 stages in tf32 (8 warps, 3 stages, one program per value head in
-    tf32x3), ieee at every batch size 8 warps and a 16-column apply; small batches at N = 64 in the tensor-core
+    the solve by row halves, 4 warps and 2 stages in the tensor-core modes, ieee at every batch size 8 warps and a
+    16-column apply; small batches at N = 64 in the tensor-core
     modes: the split pipeline with one value head per 4-warp solve program, a 3-stage apply and fp16 scratch, at
     N = 128 an 8-warp solve by row halves and a 64-column apply; else the fused kernel, with its one-wave shape at
     N = 32; no default asks for the fused kernel's PDL launch. fp16 scratch at N = 64 in the tensor-core modes, with
@@ -839,7 +839,7 @@ def test_default_configs_follow_the_measured_rules():
     big = G.verify_config(64, 32, 128, 128, 128, cpu, H=16)
     assert (big.solve_heads, big.solve_warps, big.solve_stages, big.row_halves) == (1, 4, 2, True)
     big_x3 = G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="tf32x3")
-    assert (big_x3.solve_heads, big_x3.solve_warps, big_x3.solve_stages, big_x3.row_halves) == (1, 8, 3, False)
+    assert (big_x3.solve_heads, big_x3.solve_warps, big_x3.solve_stages, big_x3.row_halves) == (1, 4, 2, True)
     for B in (64, 1):  # ieee at N = 128, every batch: split, the 8-warp 2-stage solve by row halves, 16-column apply
         ieee = G.verify_config(B, 32, 128, 128, 128, cpu, H=16, precision="ieee")
         assert ieee.split and ieee.row_halves and (ieee.solve_warps, ieee.solve_stages or ieee.num_stages) == (8, 2)
@@ -878,7 +878,7 @@ def test_default_configs_follow_the_measured_rules():
     assert not any(c.pdl for c in one_wave.values())
     assert not small.pdl and not big.pdl and not ieee_small.pdl
     assert small.early_signal and big.early_signal and ieee_small.early_signal
-    assert all(c.solve_tma for c in (paired, small, mid, big_x3)) and not any(c.solve_tma for c in (big, ieee))
+    assert all(c.solve_tma for c in (paired, small, mid)) and not any(c.solve_tma for c in (big, big_x3, ieee))
     assert paired.tma and big.tma and mid.tma and not small.tma and not ieee.tma
     assert not G.verify_config(64, 32, 32, 128, 128, cpu, H=16).tma  # N = 32: the descriptor apply lost
     fused = {(N, p): G.verify_config(1, 2, N, 128, 32, cpu, H=1, precision=p) for N in (8, 32)
@@ -894,5 +894,5 @@ def test_default_configs_follow_the_measured_rules():
     assert big.halves and ieee.halves and G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="ieee").halves
     assert G.verify_config(64, 32, 128, 128, 128, cpu, H=16, precision="tf32x3").halves
     assert not any(c.halves for c in (paired, small, mid, ieee_small, *fused.values(), bf16[8], bf16[16]))
-    # the solve by row halves: past N = 64 only, never in tf32x3 at large batches
-    assert not any(c.row_halves for c in (paired, small, mid, ieee_small, big_x3, *fused.values(), bf16[8]))
+    # the solve by row halves: past N = 64 only
+    assert not any(c.row_halves for c in (paired, small, mid, ieee_small, *fused.values(), bf16[8]))
