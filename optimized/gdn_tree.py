@@ -12,8 +12,8 @@ node's output and the token-level factors from the committed state ``S0`` read o
 ``A`` is nilpotent (``A^(depth + 1) = 0``), so ``L = bit_length(max depth)`` doubling factors, each one or two
 ``[N, N]`` matrix products on the tensor cores (or FMA units in ``ieee`` mode), invert ``I + A`` exactly. Past N = 64
 the split pipeline inverts the two diagonal ``[N/2, N/2]`` blocks so and forms the block below them from both
-(``(I + A)^{-1}_21 = -T_22 A_21 T_11``): a quarter of the doubling's work; ``KernelConfig.row_halves`` (not a
-default yet) does so with two programs per value head, one per half of the rows (:func:`_gdn_tree_solve_rows_kernel`).
+(``(I + A)^{-1}_21 = -T_22 A_21 T_11``): a quarter of the doubling's work; with ``KernelConfig.row_halves`` (the
+default there) two programs per value head do so, one per half of the rows (:func:`_gdn_tree_solve_rows_kernel`).
 
 The commit rebuilds the accepted node's state in place in the pool:
 ``S_a = Gamma_a S0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j delta_j^T``.
