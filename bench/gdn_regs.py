@@ -124,9 +124,8 @@ def variants(N: int, precision: str, gate: bool = False):
             apply_descs = ("pool", "q", "k", "v", "tb", "qkd") + (() if gate else ("o", "delta"))
             solve_part = ("solve", G._gdn_tree_solve_kernel, solve, cfg.solve_warps, 0,
                           tma_types(("q", "k"), NP, bk, bv, scratch) if cfg.solve_tma else {})
-            if cfg.row_halves and NP >= 32:  # the solve by row halves (no heads, word vectors or descriptors)
-                rows = {n: v for n, v in solve.items() if n not in ("HEADS", "TMA", "WORD_VECTORS", "GATES_FIRST",
-                                                                     "HALVES")}
+            if G._row_halves(cfg, NP):  # the solve by row halves: the constexprs it takes (no heads, descriptors)
+                rows = {n: v for n, v in solve.items() if n in G._gdn_tree_solve_rows_kernel.arg_names}
                 solve_part = ("solve rows", G._gdn_tree_solve_rows_kernel, rows, cfg.solve_warps, 0, {})
             parts = [solve_part,
                      ("apply", G._gdn_tree_apply_kernel, apply, cfg.num_warps, cfg.max_registers,

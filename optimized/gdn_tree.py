@@ -1071,6 +1071,12 @@ def _halves(cfg: KernelConfig, NP: int) -> bool:
     return bool(cfg.halves) and NP >= 32
 
 
+def _row_halves(cfg: KernelConfig, NP: int) -> bool:
+    """The split solve by row halves (:func:`_gdn_tree_solve_rows_kernel`): ``cfg.row_halves`` from N = 32, as
+    :func:`_halves`."""
+    return bool(cfg.row_halves) and NP >= 32
+
+
 def verify_config(B: int, HV: int, N: int, K: int, V: int, device: torch.device,
                   H: int | None = None, precision: str = "tf32", dtype: torch.dtype = torch.float32) -> KernelConfig:
     """Default launch parameters of verify at Qwen3-Next-like shapes on an H200 (each rule the winner of a same-run
@@ -1340,7 +1346,7 @@ def _verify(q, k, v, gate_a, gate_b, A_log, dt_bias, state_pool, slots, parents,
                             num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16,
                             **flags, **gram_flags, **sizes,
                             **({"maxnreg": cfg.solve_max_registers} if cfg.solve_max_registers else {}))
-        if cfg.row_halves and NP >= 32:
+        if _row_halves(cfg, NP):
             ready = torch.zeros((B * HV,), dtype=torch.int32, device=device)  # [B*HV] the upper halves' flags
             c_lower = torch.empty((B * HV, NP // 2, NP // 2), dtype=torch.float32, device=device)  # C per value head
             solve_consts.pop("WORD_VECTORS")
