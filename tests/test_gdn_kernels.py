@@ -128,12 +128,11 @@ VERIFY_PIPELINES = ("split", "split_group", "split_tma", "split_halves", "split_
 
 
 def verify_pipeline(name: str, group: int) -> G.KernelConfig:
-    """Every verify pipeline: split (solve + apply; ``split_group``: one solve program for the ``group`` value heads
-    of a q/k head, 3 stages; ``split_tma``: the solve's and the apply's tiles through tensor descriptors;
-    ``split_rows``: the solve by row halves from 32 padded nodes, two programs per value head, fp16 scratch in
-    tf32 mode) and fused
-    per V block (V = 16), the fused one with the ancestor mask read as an [N, N] gather or as word vectors, or its
-    tiles through descriptors (``fused_tma``)."""
+    """Every verify pipeline: split (solve + apply; ``split_group``: one solve program for the ``group`` value heads of
+    a q/k head, 3 stages; ``split_tma``: the solve's and the apply's tiles through tensor descriptors; ``split_rows``:
+    the solve by row halves from 32 padded nodes, two programs per value head, fp16 scratch in tf32 mode) and fused per
+    V block (V = 16), the fused one with the ancestor mask read as an [N, N] gather or as word vectors, or its tiles
+    through descriptors (``fused_tma``)."""
     grouped = name == "split_group"
     return G.KernelConfig(16, 16, 4, 2, split=name.startswith("split"), solve_warps=4,
                           word_vectors=name == "fused_vec", solve_heads=group if grouped else 1,
@@ -820,17 +819,17 @@ def test_gpu_k_split_commit_error_bounds(precision, tol):
 
 
 def test_default_configs_follow_the_measured_rules():
-    """verify_config: the GVA-paired 4-warp solve up to N = 64 when the group is even (and H is known); at N = 128
-    the solve by row halves, 4 warps and 2 stages in the tensor-core modes, ieee at every batch size 8 warps and a
-    16-column apply; small batches at N = 64 in the tensor-core
-    modes: the split pipeline with one value head per 4-warp solve program, a 3-stage apply and fp16 scratch, at
-    N = 128 an 8-warp solve by row halves and a 64-column apply; else the fused kernel, with its one-wave shape at
-    N = 32; no default asks for the fused kernel's PDL launch. fp16 scratch at N = 64 in the tensor-core modes, with
-    the large-batch apply capped at 128 registers, and from 8 (request, value head) pairs per SM on in tf32 mode 64
-    columns uncapped with the commit launched as the apply exits (``early_signal``); the large-batch commit capped
-    at 128. Tensor descriptors: every split solve's q / k except by row halves; the apply's tiles from N = 64 on
-    except ieee at N = 128; the fused kernel's in the tensor-core modes with fp32 inputs except at the one-wave
-    N = 32 shape; never the commit's. The inverse by halves in the split solve past N = 64 only."""
+    """verify_config: the GVA-paired 4-warp solve up to N = 64 when the group is even (and H is known); at N = 128 the
+    solve by row halves, 4 warps and 2 stages in the tensor-core modes, ieee at every batch size 8 warps and a 16-column
+    apply; small batches at N = 64 in the tensor-core modes: the split pipeline with one value head per 4-warp solve
+    program, a 3-stage apply and fp16 scratch, at N = 128 an 8-warp solve by row halves and a 64-column apply; else the
+    fused kernel, with its one-wave shape at N = 32; no default asks for the fused kernel's PDL launch. fp16 scratch at
+    N = 64 in the tensor-core modes, with the large-batch apply capped at 128 registers, and from 8 (request, value
+    head) pairs per SM on in tf32 mode 64 columns uncapped with the commit launched as the apply exits
+    (``early_signal``); the large-batch commit capped at 128. Tensor descriptors: every split solve's q / k except by
+    row halves; the apply's tiles from N = 64 on except ieee at N = 128; the fused kernel's in the tensor-core modes
+    with fp32 inputs except at the one-wave N = 32 shape; never the commit's. The inverse by halves in the split solve
+    past N = 64 only."""
     cpu = torch.device("cpu")  # 4 "SMs" off the GPU: B * HV >= 8 selects the split pipeline
     paired = G.verify_config(64, 32, 64, 128, 128, cpu, H=16)
     assert paired.split and paired.solve_heads == 2 and paired.solve_warps == 4 and paired.solve_stages == 3
