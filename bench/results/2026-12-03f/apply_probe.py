@@ -1,0 +1,221 @@
+"""Twenty-ninth session: how much of the split apply's time is bytes, and how much its products? B = 64, N = 64,
+random trees, tf32, fp32 inputs, one H200.
+
+The default verify's apply (the solve left out, as in ``bench/gdn_profile.py``) and the default commit are set
+beside a ladder of one stand-in kernel with the apply's grid, tiles, descriptors, warps and stages:
+
+- ``bytes``: every tile the apply moves (q / k / S0 chunks, v, fp16 TB / QKD, o and Delta out), consumed by row /
+  column sums instead of products: what this tiling can stream in Triton;
+- ``loop``: the K loop's products ``K S0``, ``Q S0`` on the tensor cores, the epilogue by sums;
+- ``full``: both epilogue products too, ``Delta = TB (V - K S0)``, ``O = Q S0 + QKD Delta`` (without the
+  library's tf32 rounding, decays and norms);
+- ``fold``: ``full`` with the bytes of a verify that folds in the previous step's commit: the state tile written
+  back in place (unchanged: the path terms left out) and no ``Delta`` stored (the accepted path's would be
+  recomputed in the next step).
+
+With the commit's plain read-modify-write of its tiles (``commit_probe._scale_tiles``, run 65: 87 % of the copy
+rate) it bounds what a split pipeline can reach in Triton if the solve were free and hidden: ``bytes`` +
+RMW. fla-core's decode step in the same run gives the 2x allowance. Every kernel's output is checked against a
+float64 torch form of the same math on the same (random, non-zero) data in the run.
+
+Runs 66-68 grew the script (66: the ladder without ``fold``; 67: ``--sweep``; 68: ``fold`` and ``--fold-sweep``);
+after run 68 the per-stage timing moved into ``_stage`` (same kernel, checks and timing), untimed since.
+
+Run: ``PYTHONPATH=$PWD:$PWD/bench:<fla> python bench/results/2026-12-03f/apply_probe.py [--out PATH]``.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "2026-12-03e"))
+import gdn_profile  # noqa: E402
+import gdn_tree as bench_gdn  # noqa: E402
+from commit_probe import _scale_tiles  # noqa: E402  run 65's read-modify-write of the commit's tiles
+
+STAGES = {"bytes": 0, "loop": 1, "full": 2, "fold": 3}
+
+
+@triton.jit
+def _apply_ladder(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, o_desc, delta_desc, slots_ptr,
+                  H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, NP: tl.constexpr, BK: tl.constexpr,
+                  BV: tl.constexpr, STAGE: tl.constexpr):
+    pid_v = tl.program_id(0)  # fastest, as in the apply
+    pid_bh = tl.program_id(1)
+    b = pid_bh // HV
+    hv = pid_bh % HV
+    h = hv // (HV // H)
+    slot = tl.load(slots_ptr + b)
+    state_row = (slot * HV + hv) * K
+    ks = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] K S0 (bytes: sums)
+    qs = tl.zeros([NP, BV], dtype=tl.float32)  # [NP, BV] Q S0 (bytes: sums)
+    for k0 in range(0, K, BK):
+        q_c = q_desc.load([b, 0, h, k0]).reshape(NP, BK)  # [NP, BK]
+        k_c = k_desc.load([b, 0, h, k0]).reshape(NP, BK)  # [NP, BK]
+        s_c = pool_desc.load([state_row + k0, pid_v * BV])  # [BK, BV]
+        if STAGE == 3:  # the state tile written back: a folded commit's write, its path terms left out
+            pool_desc.store([state_row + k0, pid_v * BV], s_c)
+        if STAGE == 0:
+            ks += tl.sum(k_c, 1)[:, None] + tl.sum(s_c, 0)[None, :]
+            qs += tl.sum(q_c, 1)[:, None]
+        else:
+            ks = tl.dot(k_c, s_c, ks, input_precision="tf32")
+            qs = tl.dot(q_c, s_c, qs, input_precision="tf32")
+    v_t = v_desc.load([b, 0, hv, pid_v * BV]).reshape(NP, BV)  # [NP, BV]
+    tb = tb_desc.load([pid_bh * NP, 0]).to(tl.float32)  # [NP, NP]
+    if STAGE >= 2:
+        delta = tl.dot(tb, v_t - ks, input_precision="tf32")  # [NP, BV]
+        qkd = qkd_desc.load([pid_bh * NP, 0]).to(tl.float32)  # [NP, NP]
+        o = qs + tl.dot(qkd, delta, input_precision="tf32")  # [NP, BV]
+    else:
+        delta = v_t - ks + tl.sum(tb, 1)[:, None]
+        qkd = qkd_desc.load([pid_bh * NP, 0]).to(tl.float32)
+        o = qs + tl.sum(qkd, 1)[:, None]
+    o_desc.store([b, 0, hv, pid_v * BV], o.reshape(1, NP, 1, BV))
+    if STAGE != 3:  # a fold recomputes the accepted path's Delta in the next step instead of storing every node's
+        delta_desc.store([b, 0, hv, pid_v * BV], delta.reshape(1, NP, 1, BV))
+
+
+def _want(stage: str, x, tb, qkd):
+    """float64 torch form of what ``_apply_ladder`` stores at ``stage``: (o, delta), each ``[B, N, HV, V]``."""
+    B, N, HV, V = x["v"].shape
+    rep = HV // x["q"].shape[2]
+    q = x["q"].double().repeat_interleave(rep, dim=2)  # [B, N, HV, K]
+    k = x["k"].double().repeat_interleave(rep, dim=2)  # [B, N, HV, K]
+    s0 = x["pool"][x["slots"].long()].double()  # [B, HV, K, V]
+    v = x["v"].double()
+    tb64 = tb.double().view(B, HV, N, N)  # [B, HV, N, N]
+    qkd64 = qkd.double().view(B, HV, N, N)
+    if stage == "bytes":
+        ks = k.sum(-1)[..., None] + s0.sum(2)[:, None]  # [B, N, HV, V]
+        qs = q.sum(-1)[..., None].expand(-1, -1, -1, V)
+    else:
+        ks = torch.einsum("bnhk,bhkv->bnhv", k, s0)
+        qs = torch.einsum("bnhk,bhkv->bnhv", q, s0)
+    if stage in ("full", "fold"):
+        delta = torch.einsum("bhij,bjhv->bihv", tb64, v - ks)
+        return qs + torch.einsum("bhij,bjhv->bihv", qkd64, delta), delta
+    delta = v - ks + tb64.sum(-1).transpose(1, 2)[..., None]
+    return qs + qkd64.sum(-1).transpose(1, 2)[..., None], delta
+
+
+def _stage(x, tb, qkd, stage: str, bv: int, bk: int, warps: int, stages: int) -> tuple[tuple, float]:
+    """One stage of the ladder at one tiling: ((error of o, error of Delta) against float64 on NaN-poisoned
+    outputs, median µs of CUDA-graph replays)."""
+    B, N, H, K = x["q"].shape
+    HV, V = x["v"].shape[2:]
+    o, delta = torch.full_like(x["v"], float("nan")), torch.full_like(x["v"], float("nan"))  # [B, N, HV, V]
+    node = [1, N, 1]
+    descs = (_desc(x["pool"].view(-1, V), [bk, bv]), _desc(x["q"], node + [bk]), _desc(x["k"], node + [bk]),
+             _desc(x["v"], node + [bv]), _desc(tb, [N, N]), _desc(qkd, [N, N]), _desc(o, node + [bv]),
+             _desc(delta, node + [bv]))
+
+    def fn():
+        _apply_ladder[(V // bv, B * HV)](*descs, x["slots"], H, HV, K, N, bk, bv, STAGES[stage],
+                                         num_warps=warps, num_stages=stages)
+    fn()
+    torch.cuda.synchronize()
+    want_o, want_d = _want(stage, x, tb, qkd)
+    check = (_rel(o, want_o), _rel(delta, want_d) if stage != "fold" else 0.0)  # fold stores no Delta
+    return check, bench_gdn.graph_time(fn)[0]
+
+
+def _sweep(x, tb, qkd, rows, checks, wide=True):
+    """The loop and full stages at other (BV, BK, warps, stages): does another tiling stream the apply's bytes
+    faster? ``wide=False`` (run 68): the loop, full and fold stages at the best region of run 67's sweep only."""
+    for bv in (32, 64, 128):
+        for bk in (32, 64) if wide else (32,):
+            for warps, stages in ((4, 2), (4, 3), (4, 4), (8, 2), (8, 3)) if wide else ((4, 2), (4, 3)):
+                for stage in ("loop", "full") if wide else ("loop", "full", "fold"):
+                    name = f"sweep {stage} bv{bv} bk{bk} w{warps} s{stages}"
+                    try:
+                        checks[name], rows[name] = _stage(x, tb, qkd, stage, bv, bk, warps, stages)
+                    except Exception as exc:  # noqa: BLE001 - a tiling that does not compile (shared memory)
+                        print(f"{name}: {type(exc).__name__}: {str(exc)[:120]}")
+
+
+def _desc(t, block):
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), list(block))
+
+
+def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want).norm() / want.norm()) if bool(torch.isfinite(got).all()) else float("inf")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="apply_probe.json")
+    parser.add_argument("--sweep", action="store_true", help="time the ladder's loop and full stages at other tilings")
+    parser.add_argument("--fold-sweep", action="store_true", help="loop, full and fold at run 67's best tilings")
+    args = parser.parse_args()
+    B, N = 64, 64
+    H, HV, K, V = bench_gdn.H, bench_gdn.HV, bench_gdn.K, bench_gdn.V
+    x = bench_gdn.make_inputs(B, N, "random", 0)
+    x["meta"] = bench_gdn.G.tree_meta(x["parents"])
+    cfg = bench_gdn.row_config(x, "tf32")
+    BV, BK, NP = cfg.block_v, cfg.block_k, N
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    tb = (torch.randn(B * HV * NP, NP, device="cuda", generator=gen) * 0.1).half()  # [B HV NP, NP] stand-in scratch
+    qkd = (torch.randn(B * HV * NP, NP, device="cuda", generator=gen) * 0.1).half()
+    rows, checks = {}, {}
+    pool_before = x["pool"].clone()
+    for stage in STAGES:
+        checks[stage], rows[f"ladder {stage}"] = _stage(x, tb, qkd, stage, BV, BK, cfg.num_warps, cfg.num_stages)
+    if args.sweep or args.fold_sweep:
+        _sweep(x, tb, qkd, rows, checks, wide=args.sweep)
+    checks["fold keeps the state"] = (float(torch.equal(x["pool"], pool_before)), 0.0)
+    verify = lambda: gdn_profile._verify(x, "tf32")  # noqa: E731
+    rows["library apply alone (solve left out)"] = bench_gdn.graph_time(
+        gdn_profile._without("_gdn_tree_solve_kernel", verify))[0]
+    rows["library solve alone (apply left out)"] = bench_gdn.graph_time(
+        gdn_profile._without("_gdn_tree_apply_kernel", verify))[0]
+    rows["library verify"] = bench_gdn.graph_time(verify)[0]
+    _, commit, _, _, pool = bench_gdn.ours_fns(x, "tf32")
+    rows["library commit"] = bench_gdn.graph_time(commit)[0]
+    scale = torch.full((HV,), 0.5, device="cuda")
+    rmw = lambda: _scale_tiles[(B * HV, V // 64, 1)](pool, x["slots"], scale, HV, K, V, 128, 64,  # noqa: E731
+                                                     num_warps=4)
+    before = pool.clone()
+    rmw()
+    torch.cuda.synchronize()
+    checks["rmw"] = (float(torch.equal(pool, before * 0.5)), 0.0)
+    scale.fill_(1.0)
+    rows["commit tiles read-modify-write"] = bench_gdn.graph_time(rmw)[0]
+    fla_decode = None
+    try:
+        import fla.ops.gated_delta_rule as fla  # noqa: PLC0415
+        ar = bench_gdn.fla_fns(x, fla)[0]
+        checks["fla decode"] = (bench_gdn.fla_error(x, "ar", ar), 0.0)
+        fla_decode = rows["fla decode step"] = bench_gdn.graph_time(ar)[0]
+    except ImportError as exc:
+        print(f"fla not importable ({exc}): no allowance in this run")
+    copy = bench_gdn.copy_bandwidth()
+    io = 4 * B * HV * K * V + 2 * 4 * B * N * H * K + 3 * 4 * B * N * HV * V + 2 * 2 * B * HV * NP * NP
+    print(f"{torch.cuda.get_device_name()}; copy rate {copy / 1e12:.2f} TB/s; the apply's DRAM bytes (q / k once) "
+          f"{io / 1e6:.0f} MB = {io / copy * 1e6:.1f} us at the copy rate")
+    allowance = 2 * fla_decode if fla_decode else float("nan")
+    for name, us in rows.items():
+        print(f"| {name} | {us:.1f} us | {us / allowance:.2f} of the 2x allowance {allowance:.1f} us |")
+    ceiling = rows["ladder loop"] + rows["commit tiles read-modify-write"]
+    print(f"| ladder loop + commit RMW (a split pipeline: no solve, no epilogue, no path terms) | {ceiling:.1f} us | "
+          f"{ceiling / allowance:.2f} of the allowance |")
+    for name, (a, b) in checks.items():
+        print(f"check {name}: {a:.2e} {b:.2e}")
+    with open(args.out, "w") as fh:
+        json.dump(dict(card=torch.cuda.get_device_name(), copy_tb_s=copy / 1e12, io_bytes=io, config=cfg._asdict(),
+                       us=rows, checks=checks, allowance_us=allowance), fh, indent=1)
+    exact = ("rmw", "fold keeps the state")
+    ok = all(v[0] < 1e-2 for n, v in checks.items() if n not in (*exact, "fla decode"))
+    ok = ok and all(checks[n][0] == 1.0 for n in exact)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
