@@ -11,15 +11,20 @@ beside a ladder of one stand-in kernel with the apply's grid, tiles, descriptors
   library's tf32 rounding, decays and norms);
 - ``fold``: ``full`` with the bytes of a verify that folds in the previous step's commit: the state tile written
   back in place (unchanged: the path terms left out) and no ``Delta`` stored (the accepted path's would be
-  recomputed in the next step).
+  recomputed in the next step);
+- ``commit``: the fold with its arithmetic, on a copy of the pool: each state chunk becomes
+  ``gamma_a S + K_p^T diag(w) Delta_p`` (a random previous path of ``PATH`` nodes) before the products use it and
+  it is written back; ``Delta`` stored.
 
 With the commit's plain read-modify-write of its tiles (``commit_probe._scale_tiles``, run 65: 87 % of the copy
-rate) it bounds what a split pipeline can reach in Triton if the solve were free and hidden: ``bytes`` +
-RMW. fla-core's decode step in the same run gives the 2x allowance. Every kernel's output is checked against a
-float64 torch form of the same math on the same (random, non-zero) data in the run.
+rate), ``loop`` + RMW bounds what a split pipeline can reach in Triton if the solve were free and hidden
+(``bytes`` turned out slower than ``loop``: its sums move every tile into registers). fla-core's decode step in
+the same run gives the 2x allowance. Every kernel's output is checked against a float64 torch form of the same
+math on the same (random, non-zero) data in the run.
 
-Runs 66-68 grew the script (66: the ladder without ``fold``; 67: ``--sweep``; 68: ``fold`` and ``--fold-sweep``);
-after run 68 the per-stage timing moved into ``_stage`` (same kernel, checks and timing), untimed since.
+Runs 66-69 grew the script (66: the ladder without ``fold``; 67: ``--sweep``; 68: ``fold`` and ``--fold-sweep``;
+69: ``commit``, with the per-stage timing in ``_stage``). After run 69 ``_want`` takes the state from its caller
+(the same references, computed once), untimed since.
 
 Run: ``PYTHONPATH=$PWD:$PWD/bench:<fla> python bench/results/2026-12-03f/apply_probe.py [--out PATH]``.
 """
@@ -103,14 +108,13 @@ def _committed(x, path) -> torch.Tensor:
         "bphk,bph,bphv->bhkv", kp64, w.double(), dp.double())
 
 
-def _want(stage: str, x, tb, qkd, path=None):
-    """float64 torch form of what ``_apply_ladder`` stores at ``stage``: (o, delta), each ``[B, N, HV, V]``
-    (``commit``: on the state the previous step's ``path`` commits)."""
+def _want(stage: str, x, tb, qkd, s0: torch.Tensor):
+    """float64 torch form of what ``_apply_ladder`` stores at ``stage`` from the float64 state ``s0: [B, HV, K, V]``
+    (``commit``: the state the previous step's path commits): (o, delta), each ``[B, N, HV, V]``."""
     B, N, HV, V = x["v"].shape
     rep = HV // x["q"].shape[2]
     q = x["q"].double().repeat_interleave(rep, dim=2)  # [B, N, HV, K]
     k = x["k"].double().repeat_interleave(rep, dim=2)  # [B, N, HV, K]
-    s0 = _committed(x, path) if stage == "commit" else x["pool"][x["slots"].long()].double()  # [B, HV, K, V]
     v = x["v"].double()
     tb64 = tb.double().view(B, HV, N, N)  # [B, HV, N, N]
     qkd64 = qkd.double().view(B, HV, N, N)
@@ -152,13 +156,13 @@ def _stage(x, tb, qkd, stage: str, bv: int, bk: int, warps: int, stages: int) ->
     def fn():
         _apply_ladder[(V // bv, B * HV)](*descs, H, HV, K, N, bk, bv, STAGES[stage], PATH,
                                          num_warps=warps, num_stages=stages)
-    want_o, want_d = _want(stage, x, tb, qkd, path)
-    want_s = _committed(x, path) if stage == "commit" else None
+    s0 = _committed(x, path) if stage == "commit" else x["pool"][x["slots"].long()].double()  # [B, HV, K, V]
+    want_o, want_d = _want(stage, x, tb, qkd, s0)
     fn()
     torch.cuda.synchronize()
     check = (_rel(o, want_o), _rel(delta, want_d) if stage != "fold" else 0.0)  # fold stores no Delta
     if stage == "commit":
-        check = (*check, _rel(x["pool"][x["slots"].long()], want_s))
+        check = (*check, _rel(x["pool"][x["slots"].long()], s0))
     return check, bench_gdn.graph_time(fn)[0]
 
 
