@@ -1,0 +1,393 @@
+"""Thirtieth session: does a warp-specialised Gluon kernel stream the split apply's bytes faster than Triton?
+B = 64, N = 64, random data, tf32 products, fp32 inputs, one H200.
+
+Runs 66-69 (``../2026-12-03f/apply_probe.py``) found the Triton apply latency-bound: a stand-in with only the
+apply's arithmetic (``full``: ``Delta = TB (V - K S0)``, ``O = Q S0 + QKD Delta``, no rounding, decays or norms)
+takes 152-154 µs, the same with the state written back in place (``fold``) 160.6-161.3 µs, against 97 µs for its
+bytes at the copy rate. This probe computes exactly those two stages in Gluon (Triton 3.6's
+``triton.experimental.gluon``) with a persistent grid and warp specialisation:
+
+- a 1-warp loader partition streams each (request, value head)'s ``S0`` / q / k chunks (``[BK, V]`` and two
+  ``[N, BK]`` tiles) through a ring of ``STAGES`` shared-memory slots by TMA, and the item's v, ``TB`` and ``QKD``
+  tiles into their own buffers, running ahead of the consumer across items;
+- the consumer (two warpgroups, 8 warps) does every product transposed, because ``wgmma`` takes tf32 operands from
+  shared memory K-major only: ``(K S0)^T = S0^T K^T`` and ``(Q S0)^T`` with ``S0^T`` loaded into registers (the A
+  operand) and ``K^T`` / ``Q^T`` the K-major views of the q / k tiles as stored; then ``Delta^T = X^T TB^T`` with
+  ``X^T = V^T - (K S0)^T`` and ``O^T = (Q S0)^T + Delta^T QKD^T`` (``TB`` / ``QKD`` arrive in fp16 and are widened
+  into fp32 shared tiles). ``Delta`` and ``O`` leave through shared memory by TMA stores;
+- ``fold``: each state chunk is also stored back to the pool from its ring slot (unchanged, as the Triton
+  ``fold`` stage) and ``Delta`` is not stored.
+
+Outputs are checked against float64 torch (``apply_probe._want``) on NaN-poisoned tensors in the same run, beside
+the Triton stand-in's ``full`` / ``fold`` stages and fla-core 0.6.0's decode step (the 2x allowance).
+
+Run: ``PYTHONPATH=$PWD:$PWD/bench:<fla> python bench/results/2026-12-03g/gluon_probe.py [--out PATH]``;
+``--compile-only`` builds the kernel for sm_90 without a GPU and prints its resource use.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                               warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "2026-12-03f"))
+sys.path.insert(0, os.path.join(HERE, "..", "2026-12-03e"))
+
+H, HV, K, V = 16, 32, 128, 128
+PATH = 16  # the previous step's accepted path, padded (as apply_probe.PATH)
+
+
+@gluon.jit
+def _loader(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring, q_ring,
+            k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty, path_ready, path_empty,
+            n_items, H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
+            BK: gl.constexpr, STAGES: gl.constexpr, FOLD: gl.constexpr, P: gl.constexpr):
+    """Streams every item's chunks into the ring, then its epilogue tiles, as far ahead as the barriers allow."""
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    chunk = 0
+    count = 0
+    for item in range(pid, n_items, nprog):
+        b = item // HV
+        hv = item % HV
+        h = hv // (HV // H)
+        state_row = (gl.load(slots_ptr + b) * HV + hv) * K
+        if FOLD == 2:  # the previous step's accepted path: its k and Delta rows
+            mbarrier.wait(path_empty, (count & 1) ^ 1)
+            mbarrier.expect(path_ready, kp_desc.block_type.nbytes + dp_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(kp_desc, [b * P, h * K], path_ready, kp_smem)
+            tma.async_copy_global_to_shared(dp_desc, [b * P, hv * V], path_ready, dp_smem)
+        for k0 in gl.static_range(0, K, BK):
+            s = chunk % STAGES
+            mbarrier.wait(empty.index(s), ((chunk // STAGES) & 1) ^ 1)  # the first pass finds every slot free
+            bar = ready.index(s)
+            mbarrier.expect(bar, pool_desc.block_type.nbytes + 2 * q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(pool_desc, [state_row + k0, 0], bar, s_ring.index(s))
+            tma.async_copy_global_to_shared(q_desc, [b * N, h * K + k0], bar, q_ring.index(s))
+            tma.async_copy_global_to_shared(k_desc, [b * N, h * K + k0], bar, k_ring.index(s))
+            chunk += 1
+        mbarrier.wait(ep_empty, (count & 1) ^ 1)
+        mbarrier.expect(ep_ready, v_desc.block_type.nbytes + 2 * tb_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [b * N, hv * V], ep_ready, v_smem)
+        tma.async_copy_global_to_shared(tb_desc, [item * N, 0], ep_ready, tb16)
+        tma.async_copy_global_to_shared(qkd_desc, [item * N, 0], ep_ready, qkd16)
+        count += 1
+
+
+@gluon.jit
+def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, s_ring, q_ring, k_ring, ready, empty, v_smem,
+              tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem, ep_ready, ep_empty, path_ready,
+              path_empty, n_items, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
+              BK: gl.constexpr, STAGES: gl.constexpr, FOLD: gl.constexpr, WARPS: gl.constexpr, P: gl.constexpr):
+    """The products of every item, transposed: rows are the value columns, columns the tree's nodes.
+    ``FOLD == 2``: each state chunk becomes ``gamma_a S + K_p^T diag(w) Delta_p`` before it is used and written back,
+    computed as ``S^T <- gamma_a S^T + Delta_p^T (diag(w) K_p)``."""
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
+    a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
+    mma_bk: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                     instr_shape=[16, BK, 8])
+    a_bk: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_bk, k_width=1)
+    path_rows: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [WARPS, 1], [1, 0])  # [P, K] path k
+    wide: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])  # [N, N] fp16 -> fp32 widening
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    chunk = 0
+    count = 0
+    for item in range(pid, n_items, nprog):
+        b = item // HV
+        hv = item % HV
+        state_row = (gl.load(slots_ptr + b) * HV + hv) * K
+        ks = gl.zeros([V, N], gl.float32, mma)  # [V, N] (K S0)^T
+        qs = gl.zeros([V, N], gl.float32, mma)  # [V, N] (Q S0)^T
+        if FOLD == 2:
+            mbarrier.wait(path_ready, count & 1)
+            w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)  # [P]
+            kpt_smem.permute((1, 0)).store(kp_smem.load(path_rows) * w[:, None])  # [K, P] (diag(w) K_p)^T
+            dp_t = dp_smem.permute((1, 0)).load(a_bk)  # [V, P] Delta_p^T
+            gamma_a = gl.load(ga_ptr + item)
+            gl.thread_barrier()
+            fence_async_shared()
+            mbarrier.arrive(path_empty)
+        for k0 in gl.static_range(0, K, BK):
+            s = chunk % STAGES
+            mbarrier.wait(ready.index(s), (chunk // STAGES) & 1)
+            s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] S0^T chunk
+            if FOLD == 2:
+                upd = warpgroup_mma(dp_t, kpt_smem.slice(k0, BK).permute((1, 0)),
+                                    gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False)  # [V, BK]
+                s_t = s_t * gamma_a + gl.convert_layout(upd, a_op)
+                gl.thread_barrier()
+                s_ring.index(s).permute((1, 0)).store(s_t)
+                gl.thread_barrier()
+                fence_async_shared()
+            ks = warpgroup_mma(s_t, k_ring.index(s).permute((1, 0)), ks, is_async=True)
+            qs = warpgroup_mma(s_t, q_ring.index(s).permute((1, 0)), qs, is_async=True)
+            if FOLD:  # the state chunk written back in place from its slot
+                tma.async_copy_shared_to_global(pool_desc, [state_row + k0, 0], s_ring.index(s))
+            ks, qs = warpgroup_mma_wait(0, deps=(ks, qs))
+            if FOLD:
+                tma.store_wait(0)
+            mbarrier.arrive(empty.index(s))
+            chunk += 1
+        mbarrier.wait(ep_ready, count & 1)
+        tb32.store(tb16.load(wide).to(gl.float32))
+        qkd32.store(qkd16.load(wide).to(gl.float32))
+        x_t = v_smem.permute((1, 0)).load(mma) - ks  # [V, N] (V - K S0)^T
+        gl.thread_barrier()
+        fence_async_shared()
+        delta_t = warpgroup_mma(gl.convert_layout(x_t, a_op), tb32.permute((1, 0)), ks, use_acc=False,
+                                is_async=True)
+        delta_t = warpgroup_mma_wait(0, deps=(delta_t, ))  # [V, N] Delta^T
+        o_t = warpgroup_mma(gl.convert_layout(delta_t, a_op), qkd32.permute((1, 0)), qs, is_async=True)
+        if FOLD != 1:  # Delta leaves through v's buffer (v is in registers now)
+            gl.thread_barrier()
+            v_smem.permute((1, 0)).store(delta_t)
+            gl.thread_barrier()
+            fence_async_shared()
+            tma.async_copy_shared_to_global(delta_desc, [b * N, hv * V], v_smem)
+        o_t = warpgroup_mma_wait(0, deps=(o_t, ))  # [V, N] O^T
+        tma.store_wait(0 if FOLD == 1 else 1)  # the previous item's O store has read o_smem
+        gl.thread_barrier()
+        o_smem.permute((1, 0)).store(o_t)
+        gl.thread_barrier()
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [b * N, hv * V], o_smem)
+        tma.store_wait(1)  # Delta's store has read v's buffer
+        mbarrier.arrive(ep_empty)
+        count += 1
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_desc, o_desc, kp_desc, dp_desc,
+                 slots_ptr, w_ptr, ga_ptr, n_items,
+                 H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
+                 BK: gl.constexpr, STAGES: gl.constexpr, FOLD: gl.constexpr, WARPS: gl.constexpr, P: gl.constexpr):
+    """``FOLD``: 0 the split apply's ``full`` stage, 1 ``fold`` (state chunks written back unchanged, no Delta
+    stored), 2 ``commit`` (the previous step's path update applied to each chunk before use, written back, Delta
+    stored)."""
+    s_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BK, V], pool_desc.layout)
+    q_ring = gl.allocate_shared_memory(gl.float32, [STAGES, N, BK], q_desc.layout)
+    k_ring = gl.allocate_shared_memory(gl.float32, [STAGES, N, BK], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(gl.float32, [N, V], v_desc.layout)
+    o_smem = gl.allocate_shared_memory(gl.float32, [N, V], o_desc.layout)
+    tb16 = gl.allocate_shared_memory(gl.float16, [N, N], tb_desc.layout)
+    qkd16 = gl.allocate_shared_memory(gl.float16, [N, N], qkd_desc.layout)
+    wide_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+    tb32 = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
+    qkd32 = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ep_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ep_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    kp_smem = gl.allocate_shared_memory(gl.float32, [P, K], kp_desc.layout)
+    dp_smem = gl.allocate_shared_memory(gl.float32, [P, V], dp_desc.layout)
+    kpt_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=2)
+    kpt_smem = gl.allocate_shared_memory(gl.float32, [K, P], kpt_layout)
+    path_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    path_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    mbarrier.init(ep_ready, count=1)
+    mbarrier.init(ep_empty, count=1)
+    mbarrier.init(path_ready, count=1)
+    mbarrier.init(path_empty, count=1)
+    fence_async_shared()
+    gl.warp_specialize([
+        (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, s_ring, q_ring, k_ring, ready, empty,
+                     v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem, ep_ready, ep_empty,
+                     path_ready, path_empty, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P)),
+        (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring, q_ring,
+                   k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty, path_ready,
+                   path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
+    ], [1], [40])
+
+
+def _layout(block, dtype):
+    return gl.NVMMASharedLayout.get_default_for(block, dtype)
+
+
+def make_path(x, path_nodes: int = PATH):
+    """The previous step's accepted path as ``apply_probe._stage`` draws it (same generator and order): k
+    ``[B, P, H, K]`` (unit rows), Delta ``[B, P, HV, V]``, decay ratios ``w [B, P, HV]``, ``gamma_a [B HV]``."""
+    B = x["q"].shape[0]
+    dev = x["v"].device
+    gen = torch.Generator(device=dev).manual_seed(2)
+    kp = torch.randn(B, path_nodes, H, K, device=dev, generator=gen)  # [B, P, H, K]
+    kp = kp / kp.norm(dim=-1, keepdim=True)
+    dp = torch.randn(B, path_nodes, HV, V, device=dev, generator=gen) * 0.1  # [B, P, HV, V]
+    w = torch.rand(B, path_nodes, HV, device=dev, generator=gen)  # [B, P, HV]
+    ga = torch.rand(B * HV, device=dev, generator=gen) * 0.5 + 0.5  # [B HV]
+    return kp, dp, w, ga
+
+
+def descriptors(x, tb, qkd, o, delta, path, bk: int):
+    """Gluon TMA descriptors over 2-D views: the pool ``[P HV K, V]``, q / k ``[B N, H K]``, v / o / Delta
+    ``[B N, HV V]``, the fp16 scratch ``[B HV N, N]``, the path's k ``[B P, H K]`` and Delta ``[B P, HV V]``."""
+    B, N = x["q"].shape[:2]
+    kp, dp = path[:2]
+    nodes = kp.shape[1]
+    pool2 = x["pool"].view(-1, V)  # [P HV K, V]
+    q2, k2 = x["q"].view(B * N, H * K), x["k"].view(B * N, H * K)  # [B N, H K]
+    v2, o2, d2 = (t.view(B * N, HV * V) for t in (x["v"], o, delta))  # [B N, HV V]
+    f32, f16 = gl.float32, gl.float16
+    return (TensorDescriptor.from_tensor(pool2, [bk, V], _layout([bk, V], f32)),
+            TensorDescriptor.from_tensor(q2, [N, bk], _layout([N, bk], f32)),
+            TensorDescriptor.from_tensor(k2, [N, bk], _layout([N, bk], f32)),
+            TensorDescriptor.from_tensor(v2, [N, V], _layout([N, V], f32)),
+            TensorDescriptor.from_tensor(tb, [N, N], _layout([N, N], f16)),
+            TensorDescriptor.from_tensor(qkd, [N, N], _layout([N, N], f16)),
+            TensorDescriptor.from_tensor(d2, [N, V], _layout([N, V], f32)),
+            TensorDescriptor.from_tensor(o2, [N, V], _layout([N, V], f32)),
+            TensorDescriptor.from_tensor(kp.view(B * nodes, H * K), [nodes, K], _layout([nodes, K], f32)),
+            TensorDescriptor.from_tensor(dp.view(B * nodes, HV * V), [nodes, V], _layout([nodes, V], f32)))
+
+
+def launcher(x, tb, qkd, o, delta, path, variant, grid: int):
+    """A no-argument launch of one (BK, STAGES, FOLD, WARPS) variant over ``grid`` persistent programs."""
+    bk, stages, fold, warps = variant
+    B = x["q"].shape[0]
+    args = (*descriptors(x, tb, qkd, o, delta, path, bk), x["slots"], path[2], path[3], B * HV,
+            H, HV, K, V, x["q"].shape[1], bk, stages, fold, warps, path[0].shape[1])
+    return lambda: _gluon_apply[(grid, )](*args, num_warps=warps)
+
+
+def compile_only(variant):
+    """Builds the kernel for sm_90 without a GPU: cuobjdump's resource use and PTX instruction counts."""
+    from triton.backends.compiler import GPUTarget  # noqa: PLC0415
+    from triton.experimental.gluon._runtime import GluonASTSource  # noqa: PLC0415
+    from triton.runtime.jit import mangle_type  # noqa: PLC0415
+    bk, stages, fold, warps = variant
+    B, N, pool_slots = 2, 64, 2
+    x = dict(pool=torch.zeros(pool_slots, HV, K, V), q=torch.zeros(B, N, H, K), k=torch.zeros(B, N, H, K),
+             v=torch.zeros(B, N, HV, V))
+    tb = torch.zeros(B * HV * N, N, dtype=torch.float16)
+    path = (torch.zeros(B, PATH, H, K), torch.zeros(B, PATH, HV, V))
+    descs = descriptors(x, tb, tb, torch.zeros_like(x["v"]), torch.zeros_like(x["v"]), path, bk)
+    names = ["pool_desc", "q_desc", "k_desc", "v_desc", "tb_desc", "qkd_desc", "delta_desc", "o_desc", "kp_desc",
+             "dp_desc"]
+    signature = {n: mangle_type(d) for n, d in zip(names, descs)}
+    signature.update(slots_ptr="*i32", w_ptr="*fp32", ga_ptr="*fp32", n_items="i32")
+    constexprs = dict(H=H, HV=HV, K=K, V=V, N=N, BK=bk, STAGES=stages, FOLD=fold, WARPS=warps, P=PATH)
+    signature.update({n: "constexpr" for n in constexprs})
+    kernel = triton.compile(GluonASTSource(_gluon_apply, signature, constexprs), target=GPUTarget("cuda", 90, 64),
+                            options=dict(num_warps=warps))
+    import re  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        text = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
+    usage = {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", text)}
+    ptx = kernel.asm["ptx"]
+    return dict(usage, dyn_shared=kernel.metadata.shared, wgmma=ptx.count("wgmma.mma_async"),
+                setmaxnreg=ptx.count("setmaxnreg"), tma=ptx.count("cp.async.bulk.tensor"))
+
+
+STAGE_NAMES = ("full", "fold", "commit")  # by FOLD
+# (BK, STAGES, FOLD, WARPS): the first is the smoke test's
+VARIANTS = [(32, 3, 0, 8), (32, 3, 1, 8), (32, 2, 2, 8), (32, 2, 0, 8), (16, 4, 0, 8), (16, 4, 2, 8)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="gluon_probe.json")
+    parser.add_argument("--compile-only", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="one launch of each stage, checked, untimed")
+    args = parser.parse_args()
+    if args.compile_only:
+        for variant in VARIANTS:
+            try:
+                print(variant, compile_only(variant))
+            except Exception as exc:  # noqa: BLE001
+                print(variant, f"{type(exc).__name__}: {str(exc)[:3000]}")
+        return 0
+    return run(args, VARIANTS[:3] if args.smoke else VARIANTS, timed=not args.smoke)
+
+
+def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None):
+    """One variant on NaN-poisoned outputs (``commit``: on a copy of the pool) against float64: (errors of o,
+    Delta and, for ``commit``, the committed state; median µs or None)."""
+    stage = STAGE_NAMES[variant[2]]
+    if stage == "commit":
+        x = dict(x, pool=x["pool"].clone())
+    o, delta = torch.full_like(x["v"], float("nan")), torch.full_like(x["v"], float("nan"))  # [B, N, HV, V]
+    s0 = ladder._committed(x, path) if stage == "commit" else x["pool"][x["slots"].long()].double()  # [B,HV,K,V]
+    want_o, want_d = ladder._want(stage, x, tb, qkd, s0)
+    fn = launcher(x, tb, qkd, o, delta, path, variant, grid)
+    fn()
+    torch.cuda.synchronize()
+    errs = (ladder._rel(o, want_o), 0.0 if stage == "fold" else ladder._rel(delta, want_d))
+    if stage == "commit":
+        errs = (*errs, ladder._rel(x["pool"][x["slots"].long()], s0))
+    return errs, (time_fn(fn) if time_fn else None)
+
+
+def run(args, variants, timed: bool) -> int:
+    import apply_probe as ladder  # noqa: PLC0415  the Triton stand-in and its float64 references
+    import gdn_tree as bench_gdn  # noqa: PLC0415
+    B, N = 64, 64
+    x = bench_gdn.make_inputs(B, N, "random", 0)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    tb = (torch.randn(B * HV * N, N, device="cuda", generator=gen) * 0.1).half()  # [B HV N, N] stand-in scratch
+    qkd = (torch.randn(B * HV * N, N, device="cuda", generator=gen) * 0.1).half()
+    path = make_path(x)
+    nsm = torch.cuda.get_device_properties(0).multi_processor_count
+    rows, checks = {}, {}
+    pool_before = x["pool"].clone()
+    time_fn = (lambda fn: bench_gdn.graph_time(fn)[0]) if timed else None
+    for variant in variants:
+        bk, stages, fold, warps = variant
+        name = f"gluon {STAGE_NAMES[fold]} bk{bk} s{stages} w{warps}"
+        try:
+            checks[name], us = check(x, tb, qkd, path, variant, nsm, ladder, time_fn)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{name}: {type(exc).__name__}: {str(exc)[:2000]}", flush=True)
+            continue
+        if us is not None:
+            rows[name] = us
+        print(name, us, checks[name], flush=True)
+    checks["gluon fold keeps the state"] = (float(torch.equal(x["pool"], pool_before)), 0.0)
+    if not timed:
+        print("checks", checks)
+        return 0 if all(max(v) < 1e-2 for n, v in checks.items() if "keeps" not in n) else 1
+    cfg = bench_gdn.row_config(dict(x, meta=bench_gdn.G.tree_meta(x["parents"])), "tf32")
+    for stage in STAGE_NAMES:
+        checks[f"triton {stage}"], rows[f"triton {stage}"] = ladder._stage(
+            x, tb, qkd, stage, cfg.block_v, cfg.block_k, cfg.num_warps, cfg.num_stages)
+    fla_decode = float("nan")
+    try:
+        import fla.ops.gated_delta_rule as fla  # noqa: PLC0415
+        ar = bench_gdn.fla_fns(x, fla)[0]
+        checks["fla decode"] = (bench_gdn.fla_error(x, "ar", ar), 0.0)
+        fla_decode = rows["fla decode step"] = bench_gdn.graph_time(ar)[0]
+    except ImportError as exc:
+        print(f"fla not importable ({exc}): no allowance in this run")
+    copy = bench_gdn.copy_bandwidth()
+    io = 4 * B * HV * K * V + 2 * 4 * B * N * H * K + 3 * 4 * B * N * HV * V + 2 * 2 * B * HV * N * N
+    print(f"{torch.cuda.get_device_name()}; copy rate {copy / 1e12:.2f} TB/s; the full stage's DRAM bytes "
+          f"{io / 1e6:.0f} MB = {io / copy * 1e6:.1f} us at the copy rate")
+    for name, us in rows.items():
+        print(f"| {name} | {us:.1f} us | {us / (2 * fla_decode):.2f} of the 2x allowance {2 * fla_decode:.1f} us |")
+    for name, errs in checks.items():
+        print(f"check {name}: " + " ".join(f"{e:.2e}" for e in errs))
+    with open(args.out, "w") as fh:
+        json.dump(dict(card=torch.cuda.get_device_name(), copy_tb_s=copy / 1e12, io_bytes=io, us=rows,
+                       checks=checks, allowance_us=2 * fla_decode), fh, indent=1)
+    return 0 if all(max(v) < 1e-2 for n, v in checks.items() if "keeps" not in n and n != "fla decode") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
