@@ -78,7 +78,7 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_de
             tma.async_copy_global_to_shared(k_desc, [b * N, h * K + k0], bar, k_ring.index(s))
             chunk += 1
         mbarrier.wait(ep_empty, (count & 1) ^ 1)
-        if FOLD == 3 or FOLD == 6:  # TB and QKD are solved in the kernel
+        if FOLD == 3 or FOLD >= 6:  # TB and QKD are solved in the kernel
             mbarrier.expect(ep_ready, v_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(v_desc, [b * N, hv * V], ep_ready, v_smem)
         else:
@@ -184,7 +184,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             tb32.store(inv * beta_c[None, :])  # TB = (I + A)^{-1} diag(beta)
             qkd32.store(gl.where(same & (rows[:, None] >= cols[None, :]), qk, 0.0))
             mbarrier.wait(ep_ready, count & 1)
-        elif FOLD == 6:  # TB / QKD from the solver partition, double-buffered
+        elif FOLD >= 6:  # TB / QKD from the solver partition, double-buffered
             mbarrier.wait(ep_ready, count & 1)
             mbarrier.wait(tb_ready.index(count % 2), (count // 2) & 1)
         else:
@@ -194,7 +194,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
         x_t = v_smem.permute((1, 0)).load(mma) - ks  # [V, N] (V - K S0)^T
         gl.thread_barrier()
         fence_async_shared()
-        if FOLD == 6:
+        if FOLD >= 6:
             delta_t = warpgroup_mma(gl.convert_layout(x_t, a_op), tb2.index(count % 2).permute((1, 0)), ks,
                                     use_acc=False, is_async=True)
             delta_t = warpgroup_mma_wait(0, deps=(delta_t, ))  # [V, N] Delta^T
@@ -212,7 +212,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             fence_async_shared()
             tma.async_copy_shared_to_global(delta_desc, [b * N, hv * V], v_smem)
         o_t = warpgroup_mma_wait(0, deps=(o_t, ))  # [V, N] O^T
-        if FOLD == 6:  # O straight from registers (no staging tile: its shared memory holds TB / QKD twice)
+        if FOLD >= 6:  # O straight from registers (no staging tile: its shared memory holds TB / QKD twice)
             mbarrier.arrive(tb_empty.index(count % 2))
             v_rows = gl.arange(0, V, layout=gl.SliceLayout(1, mma))  # [V]
             n_cols = gl.arange(0, N, layout=gl.SliceLayout(0, mma))  # [N]
@@ -280,14 +280,16 @@ def _solver(beta_ptr, q_ring, k_ring, ready, empty, solve_smem, n_items, HV: gl.
 
 
 @gluon.jit
-def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, tb2, qkd2, tb_ready, tb_empty,
-                  n_items, H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr,
-                  L: gl.constexpr, BLOCK: gl.constexpr):
+def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2, tb_ready,
+                  tb_empty, n_items, H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr,
+                  BK: gl.constexpr, L: gl.constexpr, BLOCK: gl.constexpr, SMEM_CHAIN: gl.constexpr):
     """``FOLD == 6``: the fused stage's solve in a 4-warp partition that runs ahead of the consumer. It loads each
     item's q / k chunks itself through a 2-slot ring of its own (the next item's first two chunks issued before
     the current item's doubling), and hands ``TB`` / ``QKD`` over in one of two shared tiles, each guarded by a
     ready / empty barrier pair: the consumer's epilogue of item ``j`` waits only for the solve of ``j``, done while
-    it streamed earlier items."""
+    it streamed earlier items. ``SMEM_CHAIN`` (``FOLD == 7``): every doubling product takes both operands from
+    shared memory (``rows_smem`` row-major, ``solve_smem`` column-major) and the update is ``T <- T + P^2 T`` (the
+    factors commute), so no operand goes through a register layout conversion."""
     mma_nn: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 8])
     a_nn: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_nn, k_width=1)
     CHUNKS: gl.constexpr = K // BK
@@ -337,17 +339,39 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
         beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
         power = gl.where(same & (rows[:, None] > cols[None, :]), -kk * beta_r[:, None], 0.0)  # (-A)
         inv = gl.where(rows[:, None] == cols[None, :], 1.0, 0.0) + power  # I + (-A)
-        for _ in gl.static_range(1, L):  # power <- power^2, inv <- inv (I + power)
-            gl.thread_barrier()
-            solve_smem.permute((1, 0)).store(power)
-            gl.thread_barrier()
-            fence_async_shared()
-            power = warpgroup_mma(gl.convert_layout(power, a_nn), solve_smem.permute((1, 0)), power, use_acc=False)
-            gl.thread_barrier()
-            solve_smem.permute((1, 0)).store(power)
-            gl.thread_barrier()
-            fence_async_shared()
-            inv = warpgroup_mma(gl.convert_layout(inv, a_nn), solve_smem.permute((1, 0)), inv)
+        if SMEM_CHAIN:
+            if L > 1:
+                gl.thread_barrier()
+                rows_smem.store(power)  # A operand: power, row-major
+                solve_smem.permute((1, 0)).store(power)  # B operand: power, column-major
+                gl.thread_barrier()
+                fence_async_shared()
+            for step in gl.static_range(1, L):  # power <- power^2, inv <- inv + power inv
+                power = warpgroup_mma(rows_smem, solve_smem.permute((1, 0)), power, use_acc=False)
+                gl.thread_barrier()
+                rows_smem.store(power)
+                solve_smem.permute((1, 0)).store(inv)
+                gl.thread_barrier()
+                fence_async_shared()
+                inv = warpgroup_mma(rows_smem, solve_smem.permute((1, 0)), inv)
+                if step + 1 < L:
+                    gl.thread_barrier()
+                    solve_smem.permute((1, 0)).store(power)
+                    gl.thread_barrier()
+                    fence_async_shared()
+        else:
+            for _ in gl.static_range(1, L):  # power <- power^2, inv <- inv (I + power)
+                gl.thread_barrier()
+                solve_smem.permute((1, 0)).store(power)
+                gl.thread_barrier()
+                fence_async_shared()
+                power = warpgroup_mma(gl.convert_layout(power, a_nn), solve_smem.permute((1, 0)), power,
+                                      use_acc=False)
+                gl.thread_barrier()
+                solve_smem.permute((1, 0)).store(power)
+                gl.thread_barrier()
+                fence_async_shared()
+                inv = warpgroup_mma(gl.convert_layout(inv, a_nn), solve_smem.permute((1, 0)), inv)
         buf = count % 2
         mbarrier.wait(tb_empty.index(buf), ((count // 2) & 1) ^ 1)  # the consumer is done with item count - 2's
         tb2.index(buf).store(inv * beta_c[None, :])  # TB = (I + A)^{-1} diag(beta)
@@ -407,8 +431,9 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
         mbarrier.init(tb_empty.index(i), count=1)
         mbarrier.init(sready.index(i), count=1)
     fence_async_shared()
-    if FOLD == 6:
+    if FOLD == 6 or FOLD == 7:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
+        rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         sq_ring = gl.allocate_shared_memory(gl.float32, [2, N, BK], q_desc.layout)
         sk_ring = gl.allocate_shared_memory(gl.float32, [2, N, BK], k_desc.layout)
         gl.warp_specialize([
@@ -419,8 +444,8 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
-            (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, tb2, qkd2, tb_ready,
-                             tb_empty, n_items, H, HV, K, N, BK, L, BLOCK)),
+            (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2,
+                             tb_ready, tb_empty, n_items, H, HV, K, N, BK, L, BLOCK, FOLD == 7)),
         ], [1, 4], [40, SOLVER_REGS])
     elif FOLD == 4:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
@@ -532,11 +557,12 @@ def compile_only(variant):
                 setmaxnreg=ptx.count("setmaxnreg"), tma=ptx.count("cp.async.bulk.tensor"))
 
 
-STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead")  # by FOLD
+STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem")  # by FOLD
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L]]): L = 1 leaves the overlap's solver its Gram products only (its
 # doubling steps off: the variant's solver output is then not the inverse, and it is never checked)
-VARIANTS = [(16, 3, 6, 8), (16, 3, 6, 8, 168), (16, 3, 6, 8, 152, 2), (16, 3, 6, 8, 152, 1), (32, 2, 4, 8),
-            (32, 2, 4, 8, 152, 1), (32, 2, 4, 8, 168), (32, 2, 3, 8), (32, 2, 2, 8), (16, 3, 2, 8), (32, 3, 0, 8)]
+VARIANTS = [(16, 3, 7, 8, 168), (16, 3, 6, 8, 168), (16, 3, 7, 8, 152), (16, 3, 7, 8, 184), (16, 3, 6, 8, 184),
+            (16, 3, 7, 8, 200), (16, 3, 7, 8, 168, 1), (16, 3, 6, 8), (32, 2, 4, 8), (32, 2, 3, 8), (32, 2, 2, 8),
+            (16, 3, 2, 8), (32, 3, 0, 8)]
 
 
 def fused_scratch(x, block: int = BLOCK):
@@ -577,15 +603,15 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None):
     """One variant on NaN-poisoned outputs (``commit``: on a copy of the pool) against float64: (errors of o,
     Delta and, for ``commit``, the committed state; median µs or None)."""
     stage = STAGE_NAMES[variant[2]]
-    commits = stage in ("commit", "fused", "overlap", "ahead")
+    commits = stage in ("commit", "fused", "overlap", "ahead", "ahead-smem")
+    solved = stage in ("fused", "ahead", "ahead-smem")  # TB / QKD from the kernel's own stand-in solve
     if commits:
         x = dict(x, pool=x["pool"].clone())
-    if stage in ("fused", "ahead"):  # unit q / k rows keep the stand-in solve's inverse small
+    if solved:  # unit q / k rows keep the stand-in solve's inverse small
         x = dict(x, q=x["q"] / x["q"].norm(dim=-1, keepdim=True), k=x["k"] / x["k"].norm(dim=-1, keepdim=True))
     o, delta = torch.full_like(x["v"], float("nan")), torch.full_like(x["v"], float("nan"))  # [B, N, HV, V]
     s0 = ladder._committed(x, path) if commits else x["pool"][x["slots"].long()].double()  # [B, HV, K, V]
-    want_o, want_d = ladder._want("commit" if commits else stage, x, *(fused_scratch(x) if stage in ("fused", "ahead")
-                                                                       else (tb, qkd)), s0)
+    want_o, want_d = ladder._want("commit" if commits else stage, x, *(fused_scratch(x) if solved else (tb, qkd)), s0)
     fn = launcher(x, tb, qkd, o, delta, path, variant, grid)
     fn()
     torch.cuda.synchronize()
