@@ -1,28 +1,39 @@
-"""Thirtieth session: does a warp-specialised Gluon kernel stream the split apply's bytes faster than Triton?
-B = 64, N = 64, random data, tf32 products, fp32 inputs, one H200.
+"""Thirtieth session: can a warp-specialised Gluon kernel (Triton 3.6's ``triton.experimental.gluon``) stream the
+GDN verify's bytes, fold in the previous step's commit and hide the solve, within issue 5's 2x allowance?
+B = 64, N = 64, random data, tf32 products (hardware truncation, as the Triton stand-in), fp32 inputs, one H200.
 
-Runs 66-69 (``../2026-12-03f/apply_probe.py``) found the Triton apply latency-bound: a stand-in with only the
-apply's arithmetic (``full``: ``Delta = TB (V - K S0)``, ``O = Q S0 + QKD Delta``, no rounding, decays or norms)
-takes 152-154 µs, the same with the state written back in place (``fold``) 160.6-161.3 µs, against 97 µs for its
-bytes at the copy rate. This probe computes exactly those two stages in Gluon (Triton 3.6's
-``triton.experimental.gluon``) with a persistent grid and warp specialisation:
+Runs 66-69 (``../2026-12-03f/apply_probe.py``) found the Triton apply latency-bound: a stand-in with the apply's
+arithmetic (``full``: ``Delta = TB (V - K S0)``, ``O = Q S0 + QKD Delta``, no rounding, decays or norms) takes
+152-154 µs against 102 µs for its bytes at the copy rate. Here the same math runs in one persistent Gluon kernel
+(one program per SM, items = (request, value head)), at seven stages (``FOLD``):
 
-- a 1-warp loader partition streams each (request, value head)'s ``S0`` / q / k chunks (``[BK, V]`` and two
-  ``[N, BK]`` tiles) through a ring of ``STAGES`` shared-memory slots by TMA, and the item's v, ``TB`` and ``QKD``
-  tiles into their own buffers, running ahead of the consumer across items;
-- the consumer (two warpgroups, 8 warps) does every product transposed, because ``wgmma`` takes tf32 operands from
-  shared memory K-major only: ``(K S0)^T = S0^T K^T`` and ``(Q S0)^T`` with ``S0^T`` loaded into registers (the A
-  operand) and ``K^T`` / ``Q^T`` the K-major views of the q / k tiles as stored; then ``Delta^T = X^T TB^T`` with
-  ``X^T = V^T - (K S0)^T`` and ``O^T = (Q S0)^T + Delta^T QKD^T`` (``TB`` / ``QKD`` arrive in fp16 and are widened
-  into fp32 shared tiles). ``Delta`` and ``O`` leave through shared memory by TMA stores;
-- ``fold``: each state chunk is also stored back to the pool from its ring slot (unchanged, as the Triton
-  ``fold`` stage) and ``Delta`` is not stored.
+- ``full`` (0), ``fold`` (1: each state chunk also written back, no Delta stored) and ``commit`` (2: each state
+  chunk becomes ``gamma_a S + K_p^T diag(w) Delta_p`` for a previous accepted path of ``P`` nodes before it is
+  used and written back; Delta stored): the Triton stand-in's stages of the same names, same data, same checks;
+- ``fused`` (3): ``commit`` with a stand-in solve in line, from the same q / k chunks: ``K K^T``, ``Q K^T``,
+  ``A = diag(beta) (K K^T ⊙ M°)``, ``(I + A)^{-1}`` by ``L`` doubling steps, ``TB``, ``QKD`` (mask: chains of
+  ``BLOCK`` nodes; no decays), then the epilogue with them;
+- ``overlap`` (4): ``commit`` with that solve in a 4-warp partition of its own reading the same ring slots, its
+  result not handed over (what running beside the stream costs);
+- ``ahead`` (6) / ``ahead-smem`` (7): the fused data flow: the solve partition loads its own q / k chunks, runs
+  ahead of the stream and hands ``TB`` / ``QKD`` over through two shared tiles (``_solver_ahead``); 7 keeps every
+  doubling operand in shared memory instead of converting register layouts.
 
-Outputs are checked against float64 torch (``apply_probe._want``) on NaN-poisoned tensors in the same run, beside
-the Triton stand-in's ``full`` / ``fold`` stages and fla-core 0.6.0's decode step (the 2x allowance).
+Partitions: a 1-warp loader streams each item's ``S0`` / q / k chunks by TMA through a ring of ``STAGES`` slots
+(and the path rows and epilogue tiles), running ahead across items; the consumer (8 warps) does every product
+transposed, because ``wgmma`` takes tf32 shared-memory operands K-major only: ``(K S0)^T = S0^T K^T`` with
+``S0^T`` loaded into registers (A operand) and ``K^T`` the K-major view of the q / k tiles as stored, then
+``Delta^T = X^T TB^T``, ``O^T = (Q S0)^T + Delta^T QKD^T``.
+
+Every output (o, Delta, and for the committing stages the pool) is checked against float64 torch
+(``apply_probe._want`` / ``_committed``, ``fused_scratch``) on NaN-poisoned tensors in the same run, beside the
+Triton stand-in's ``full`` / ``fold`` / ``commit`` and fla-core 0.6.0's decode step (the 2x allowance). Runs 70-75
+grew the script (70: full, fold, commit; 71: fused; 72: overlap; 73: ahead; 74: ahead-smem; 75: path length,
+register budgets, repeats); ``VARIANTS`` is run 75's list.
 
 Run: ``PYTHONPATH=$PWD:$PWD/bench:<fla> python bench/results/2026-12-03g/gluon_probe.py [--out PATH]``;
-``--compile-only`` builds the kernel for sm_90 without a GPU and prints its resource use.
+``--smoke`` checks the first variant once; ``--compile-only`` builds every variant for sm_90 without a GPU and
+prints cuobjdump's resource use.
 """
 import argparse
 import json
@@ -531,13 +542,14 @@ def compile_only(variant):
     x = dict(pool=torch.zeros(pool_slots, HV, K, V), q=torch.zeros(B, N, H, K), k=torch.zeros(B, N, H, K),
              v=torch.zeros(B, N, HV, V))
     tb = torch.zeros(B * HV * N, N, dtype=torch.float16)
-    path = (torch.zeros(B, PATH, H, K), torch.zeros(B, PATH, HV, V))
+    nodes = variant[6] if len(variant) > 6 else PATH
+    path = (torch.zeros(B, nodes, H, K), torch.zeros(B, nodes, HV, V))
     descs = descriptors(x, tb, tb, torch.zeros_like(x["v"]), torch.zeros_like(x["v"]), path, bk)
     names = ["pool_desc", "q_desc", "k_desc", "v_desc", "tb_desc", "qkd_desc", "delta_desc", "o_desc", "kp_desc",
              "dp_desc"]
     signature = {n: mangle_type(d) for n, d in zip(names, descs)}
     signature.update(slots_ptr="*i32", w_ptr="*fp32", ga_ptr="*fp32", beta_ptr="*fp32", o_ptr="*fp32", n_items="i32")
-    constexprs = dict(H=H, HV=HV, K=K, V=V, N=N, BK=bk, STAGES=stages, FOLD=fold, WARPS=warps, P=PATH,
+    constexprs = dict(H=H, HV=HV, K=K, V=V, N=N, BK=bk, STAGES=stages, FOLD=fold, WARPS=warps, P=nodes,
                       L=variant[5] if len(variant) > 5 else DOUBLINGS, BLOCK=BLOCK,
                       SOLVER_REGS=variant[4] if len(variant) > 4 else SOLVER_REGS)
     signature.update({n: "constexpr" for n in constexprs})
@@ -558,11 +570,12 @@ def compile_only(variant):
 
 
 STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem")  # by FOLD
-# (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L]]): L = 1 leaves the overlap's solver its Gram products only (its
-# doubling steps off: the variant's solver output is then not the inverse, and it is never checked)
-VARIANTS = [(16, 3, 7, 8, 168), (16, 3, 6, 8, 168), (16, 3, 7, 8, 152), (16, 3, 7, 8, 184), (16, 3, 6, 8, 184),
-            (16, 3, 7, 8, 200), (16, 3, 7, 8, 168, 1), (16, 3, 6, 8), (32, 2, 4, 8), (32, 2, 3, 8), (32, 2, 2, 8),
-            (16, 3, 2, 8), (32, 3, 0, 8)]
+# (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
+# (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
+# previous accepted path's padded length (PATH unless given)
+VARIANTS = [(16, 3, 6, 8, 184), (16, 3, 6, 8, 176), (16, 3, 6, 8, 192), (16, 3, 6, 8, 184, 4, 32),
+            (16, 3, 7, 8, 184), (16, 3, 7, 8, 176), (16, 3, 6, 8, 184), (16, 3, 2, 8, 152, 4, 32), (16, 3, 2, 8),
+            (32, 2, 2, 8), (32, 3, 0, 8), (16, 3, 6, 8, 184)]
 
 
 def fused_scratch(x, block: int = BLOCK):
@@ -637,9 +650,12 @@ def run(args, variants, timed: bool) -> int:
     for variant in variants:
         bk, stages, fold, warps = variant[:4]
         name = f"gluon {STAGE_NAMES[fold]} bk{bk} s{stages} w{warps}" + "".join(
-            f" {key}{val}" for key, val in zip(("regs", "L"), variant[4:]))
+            f" {key}{val}" for key, val in zip(("regs", "L", "P"), variant[4:]))
+        while name in rows:  # a repeated variant
+            name += "'"
         try:
-            checks[name], us = check(x, tb, qkd, path, variant, nsm, ladder, time_fn)
+            checks[name], us = check(x, tb, qkd, make_path(x, variant[6]) if len(variant) > 6 else path, variant,
+                                     nsm, ladder, time_fn)
         except Exception as exc:  # noqa: BLE001
             print(f"{name}: {type(exc).__name__}: {str(exc)[:2000]}", flush=True)
             continue
