@@ -574,8 +574,8 @@ STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahea
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
 VARIANTS = [(16, 3, 6, 8, 184), (16, 3, 6, 8, 176), (16, 3, 6, 8, 192), (16, 3, 6, 8, 184, 4, 32),
-            (16, 3, 7, 8, 184), (16, 3, 7, 8, 176), (16, 3, 6, 8, 184), (16, 3, 2, 8, 152, 4, 32), (16, 3, 2, 8),
-            (32, 2, 2, 8), (32, 3, 0, 8), (16, 3, 6, 8, 184)]
+            (16, 3, 6, 8, 184, 5), (16, 3, 6, 8, 184, 6), (16, 3, 7, 8, 184), (16, 3, 7, 8, 176), (16, 3, 6, 8, 184),
+            (16, 3, 2, 8, 152, 4, 32), (16, 3, 2, 8), (32, 2, 2, 8), (32, 3, 0, 8), (16, 3, 6, 8, 184)]
 
 
 def fused_scratch(x, block: int = BLOCK):
@@ -689,7 +689,8 @@ def run(args, variants, timed: bool) -> int:
     with open(args.out, "w") as fh:
         json.dump(dict(card=torch.cuda.get_device_name(), copy_tb_s=copy / 1e12, io_bytes=io, us=rows,
                        checks=checks, allowance_us=2 * fla_decode), fh, indent=1)
-    checked = [n for n in checks if "keeps" not in n and n != "fla decode" and not ("ahead" in n and " L" in n)]
+    checked = [n for n in checks if "keeps" not in n and n != "fla decode"
+               and not ("ahead" in n and any(f" L{cut}" in n for cut in range(1, DOUBLINGS)))]
     return 0 if all(max(checks[n]) < 1e-2 for n in checked) else 1  # an ahead variant with L cut is not an inverse
 
 
