@@ -601,15 +601,18 @@ def main() -> int:
     parser.add_argument("--out", default="gluon_probe.json")
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="one launch of each stage, checked, untimed")
+    parser.add_argument("--variants", help="';'-separated variant tuples instead of VARIANTS, e.g. '16,3,7,8,184,5'")
     args = parser.parse_args()
+    variants = [tuple(int(v) for v in item.split(",")) for item in args.variants.split(";")] if args.variants \
+        else VARIANTS
     if args.compile_only:
-        for variant in VARIANTS:
+        for variant in variants:
             try:
                 print(variant, compile_only(variant))
             except Exception as exc:  # noqa: BLE001
                 print(variant, f"{type(exc).__name__}: {str(exc)[:3000]}")
         return 0
-    return run(args, VARIANTS[:1] if args.smoke else VARIANTS, timed=not args.smoke)
+    return run(args, variants[:1] if args.smoke else variants, timed=not args.smoke)
 
 
 def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None):
