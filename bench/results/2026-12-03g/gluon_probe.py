@@ -42,6 +42,7 @@ import sys
 
 import torch
 import triton
+from lumotree.optimized import gdn_tree_ref as R
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
@@ -103,7 +104,7 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_de
 @gluon.jit
 def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring, ready, empty,
               v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem, power_smem, ep_ready, ep_empty,
-              path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty, o_ptr, n_items,
+              path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty, o_ptr, gam_ptr, scale, n_items,
               HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
               BK: gl.constexpr, STAGES: gl.constexpr, FOLD: gl.constexpr, WARPS: gl.constexpr, P: gl.constexpr,
               L: gl.constexpr, BLOCK: gl.constexpr):
@@ -202,7 +203,12 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             mbarrier.wait(ep_ready, count & 1)
             tb32.store(tb16.load(wide).to(gl.float32))
             qkd32.store(qkd16.load(wide).to(gl.float32))
-        x_t = v_smem.permute((1, 0)).load(mma) - ks  # [V, N] (V - K S0)^T
+        if FOLD == 8:  # the tree's decays: X = V - Gamma K S0, O = scale Gamma Q S0 + QKD Delta
+            gam = gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma)))  # [N] Gamma
+            x_t = v_smem.permute((1, 0)).load(mma) - ks * gam[None, :]  # [V, N] (V - Gamma K S0)^T
+            qs = qs * (gam * scale)[None, :]
+        else:
+            x_t = v_smem.permute((1, 0)).load(mma) - ks  # [V, N] (V - K S0)^T
         gl.thread_barrier()
         fence_async_shared()
         if FOLD >= 6:
@@ -292,15 +298,20 @@ def _solver(beta_ptr, q_ring, k_ring, ready, empty, solve_smem, n_items, HV: gl.
 
 @gluon.jit
 def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2, tb_ready,
-                  tb_empty, n_items, H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr,
-                  BK: gl.constexpr, L: gl.constexpr, BLOCK: gl.constexpr, SMEM_CHAIN: gl.constexpr):
+                  tb_empty, words_ptr, g_ptr, gam_ptr, scale, n_items, H: gl.constexpr, HV: gl.constexpr,
+                  K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, L: gl.constexpr, BLOCK: gl.constexpr,
+                  SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr):
     """``FOLD == 6``: the fused stage's solve in a 4-warp partition that runs ahead of the consumer. It loads each
     item's q / k chunks itself through a 2-slot ring of its own (the next item's first two chunks issued before
     the current item's doubling), and hands ``TB`` / ``QKD`` over in one of two shared tiles, each guarded by a
     ready / empty barrier pair: the consumer's epilogue of item ``j`` waits only for the solve of ``j``, done while
     it streamed earlier items. ``SMEM_CHAIN`` (``FOLD == 7``): every doubling product takes both operands from
     shared memory (``rows_smem`` row-major, ``solve_smem`` column-major) and the update is ``T <- T + P^2 T`` (the
-    factors commute), so no operand goes through a register layout conversion."""
+    factors commute), so no operand goes through a register layout conversion. ``REAL`` (``FOLD == 8``): the
+    tree's own math instead of the stand-in's: the ancestor mask ``M`` from the bitsets ``words [B, N, W]``,
+    ``logGamma = M g``, ``D = M ⊙ exp(logGamma_i - logGamma_j)``, ``A = diag(beta) (K K^T ⊙ D ⊙ M°)``,
+    ``QKD = scale Q K^T ⊙ D``, and ``Gamma`` handed to the consumer through ``gam_ptr [B HV, N]`` (global,
+    written before the ready barrier's arrive)."""
     mma_nn: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 8])
     a_nn: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_nn, k_width=1)
     CHUNKS: gl.constexpr = K // BK
@@ -345,10 +356,22 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                                                     sready.index(c % 2), sk_ring.index(c % 2))
         rows = gl.arange(0, N, layout=gl.SliceLayout(1, mma_nn))  # [N]
         cols = gl.arange(0, N, layout=gl.SliceLayout(0, mma_nn))  # [N]
-        same = (rows[:, None] // BLOCK) == (cols[None, :] // BLOCK)  # [N, N]
         beta_r = gl.load(beta_ptr + ((b * N + rows) * HV + hv))  # [N]
         beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
-        power = gl.where(same & (rows[:, None] > cols[None, :]), -kk * beta_r[:, None], 0.0)  # (-A)
+        if REAL:
+            word = gl.load(words_ptr + ((b * N + rows[:, None]) * W + cols[None, :] // 32))  # [N, N] int32
+            anc = ((word >> (cols[None, :] % 32)) & 1) != 0  # [N, N] M: j ancestor-or-self of i
+            g_c = gl.load(g_ptr + ((b * N + cols) * HV + hv))  # [N]
+            log_gamma = gl.sum(gl.where(anc, g_c[None, :], 0.0), axis=1)  # [N] rows: M g
+            log_gamma_c = gl.convert_layout(log_gamma, gl.SliceLayout(0, mma_nn))  # [N] columns
+            decay = gl.exp(gl.where(anc, log_gamma[:, None] - log_gamma_c[None, :], float("-inf")))  # [N, N] D
+            power = gl.where(anc & (rows[:, None] != cols[None, :]), -kk * decay * beta_r[:, None], 0.0)  # (-A)
+            qk = qk * decay * scale  # QKD
+            gl.store(gam_ptr + item * N + rows, gl.exp(log_gamma))
+        else:
+            same = (rows[:, None] // BLOCK) == (cols[None, :] // BLOCK)  # [N, N]
+            power = gl.where(same & (rows[:, None] > cols[None, :]), -kk * beta_r[:, None], 0.0)  # (-A)
+            qk = gl.where(same & (rows[:, None] >= cols[None, :]), qk, 0.0)  # QKD
         inv = gl.where(rows[:, None] == cols[None, :], 1.0, 0.0) + power  # I + (-A)
         if SMEM_CHAIN:
             if L > 1:
@@ -386,7 +409,7 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
         buf = count % 2
         mbarrier.wait(tb_empty.index(buf), ((count // 2) & 1) ^ 1)  # the consumer is done with item count - 2's
         tb2.index(buf).store(inv * beta_c[None, :])  # TB = (I + A)^{-1} diag(beta)
-        qkd2.index(buf).store(gl.where(same & (rows[:, None] >= cols[None, :]), qk, 0.0))
+        qkd2.index(buf).store(qk)
         gl.thread_barrier()
         fence_async_shared()
         mbarrier.arrive(tb_ready.index(buf))
@@ -395,10 +418,10 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
 
 @gluon.jit
 def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_desc, o_desc, kp_desc, dp_desc,
-                 slots_ptr, w_ptr, ga_ptr, beta_ptr, o_ptr, n_items,
+                 slots_ptr, w_ptr, ga_ptr, beta_ptr, o_ptr, words_ptr, g_ptr, gam_ptr, scale, n_items,
                  H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
                  BK: gl.constexpr, STAGES: gl.constexpr, FOLD: gl.constexpr, WARPS: gl.constexpr, P: gl.constexpr,
-                 L: gl.constexpr, BLOCK: gl.constexpr, SOLVER_REGS: gl.constexpr):
+                 L: gl.constexpr, BLOCK: gl.constexpr, SOLVER_REGS: gl.constexpr, W: gl.constexpr):
     """``FOLD``: 0 the split apply's ``full`` stage, 1 ``fold`` (state chunks written back unchanged, no Delta
     stored), 2 ``commit`` (the previous step's path update applied to each chunk before use, written back, Delta
     stored), 3 ``commit`` with the solve in line (``_consumer``)."""
@@ -442,7 +465,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
         mbarrier.init(tb_empty.index(i), count=1)
         mbarrier.init(sready.index(i), count=1)
     fence_async_shared()
-    if FOLD == 6 or FOLD == 7:
+    if FOLD >= 6:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         sq_ring = gl.allocate_shared_memory(gl.float32, [2, N, BK], q_desc.layout)
@@ -451,12 +474,13 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK)),
+                         o_ptr, gam_ptr, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
             (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2,
-                             tb_ready, tb_empty, n_items, H, HV, K, N, BK, L, BLOCK, FOLD == 7)),
+                             tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, scale, n_items, H, HV, K, N, BK, L,
+                             BLOCK, FOLD >= 7, FOLD == 8, W)),
         ], [1, 4], [40, SOLVER_REGS])
     elif FOLD == 4:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
@@ -464,7 +488,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK)),
+                         o_ptr, gam_ptr, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
@@ -475,7 +499,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK)),
+                         o_ptr, gam_ptr, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
@@ -525,10 +549,13 @@ def descriptors(x, tb, qkd, o, delta, path, bk: int):
 def launcher(x, tb, qkd, o, delta, path, variant, grid: int):
     """A no-argument launch of one (BK, STAGES, FOLD, WARPS) variant over ``grid`` persistent programs."""
     bk, stages, fold, warps = variant[:4]
-    B = x["q"].shape[0]
+    B, N = x["q"].shape[:2]
+    words = x["meta"].words if "meta" in x else torch.zeros(B, N, 1, dtype=torch.int32, device=o.device)  # [B, N, W]
+    gam = torch.empty(B * HV, N, device=o.device)  # [B HV, N] FOLD 8: Gamma from the solver to the consumer
     args = (*descriptors(x, tb, qkd, o, delta, path, bk), x["slots"], path[2], path[3], x["beta"].contiguous(), o,
-            B * HV, H, HV, K, V, x["q"].shape[1], bk, stages, fold, warps, path[0].shape[1],
-            variant[5] if len(variant) > 5 else DOUBLINGS, BLOCK, variant[4] if len(variant) > 4 else SOLVER_REGS)
+            words, x["g"].contiguous(), gam, K**-0.5, B * HV, H, HV, K, V, N, bk, stages, fold, warps,
+            path[0].shape[1], variant[5] if len(variant) > 5 else DOUBLINGS, BLOCK,
+            variant[4] if len(variant) > 4 else SOLVER_REGS, words.shape[2])
     return lambda: _gluon_apply[(grid, )](*args, num_warps=warps)
 
 
@@ -548,10 +575,11 @@ def compile_only(variant):
     names = ["pool_desc", "q_desc", "k_desc", "v_desc", "tb_desc", "qkd_desc", "delta_desc", "o_desc", "kp_desc",
              "dp_desc"]
     signature = {n: mangle_type(d) for n, d in zip(names, descs)}
-    signature.update(slots_ptr="*i32", w_ptr="*fp32", ga_ptr="*fp32", beta_ptr="*fp32", o_ptr="*fp32", n_items="i32")
+    signature.update(slots_ptr="*i32", w_ptr="*fp32", ga_ptr="*fp32", beta_ptr="*fp32", o_ptr="*fp32",
+                     words_ptr="*i32", g_ptr="*fp32", gam_ptr="*fp32", scale="fp32", n_items="i32")
     constexprs = dict(H=H, HV=HV, K=K, V=V, N=N, BK=bk, STAGES=stages, FOLD=fold, WARPS=warps, P=nodes,
                       L=variant[5] if len(variant) > 5 else DOUBLINGS, BLOCK=BLOCK,
-                      SOLVER_REGS=variant[4] if len(variant) > 4 else SOLVER_REGS)
+                      SOLVER_REGS=variant[4] if len(variant) > 4 else SOLVER_REGS, W=(N + 31) // 32)
     signature.update({n: "constexpr" for n in constexprs})
     kernel = triton.compile(GluonASTSource(_gluon_apply, signature, constexprs), target=GPUTarget("cuda", 90, 64),
                             options=dict(num_warps=warps))
@@ -569,7 +597,7 @@ def compile_only(variant):
                 setmaxnreg=ptx.count("setmaxnreg"), tma=ptx.count("cp.async.bulk.tensor"))
 
 
-STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem")  # by FOLD
+STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem", "real")  # by FOLD
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
@@ -619,15 +647,23 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None):
     """One variant on NaN-poisoned outputs (``commit``: on a copy of the pool) against float64: (errors of o,
     Delta and, for ``commit``, the committed state; median µs or None)."""
     stage = STAGE_NAMES[variant[2]]
-    commits = stage in ("commit", "fused", "overlap", "ahead", "ahead-smem")
-    solved = stage in ("fused", "ahead", "ahead-smem")  # TB / QKD from the kernel's own stand-in solve
+    commits = stage in ("commit", "fused", "overlap", "ahead", "ahead-smem", "real")
+    solved = stage in ("fused", "ahead", "ahead-smem", "real")  # TB / QKD from the kernel's own solve
     if commits:
         x = dict(x, pool=x["pool"].clone())
     if solved:  # unit q / k rows keep the stand-in solve's inverse small
         x = dict(x, q=x["q"] / x["q"].norm(dim=-1, keepdim=True), k=x["k"] / x["k"].norm(dim=-1, keepdim=True))
     o, delta = torch.full_like(x["v"], float("nan")), torch.full_like(x["v"], float("nan"))  # [B, N, HV, V]
     s0 = ladder._committed(x, path) if commits else x["pool"][x["slots"].long()].double()  # [B, HV, K, V]
-    want_o, want_d = ladder._want("commit" if commits else stage, x, *(fused_scratch(x) if solved else (tb, qkd)), s0)
+    if stage == "real":  # the library's float64 closed form on the committed state (the bench's random trees)
+        pool64 = x["pool"].double()
+        pool64[x["slots"].long()] = s0
+        want_o, factors = R.gdn_tree_closed_form_ref(*(x[n].double() for n in ("q", "k", "v", "g", "beta")), pool64,
+                                                    x["slots"], x["parents"])
+        want_d = factors.delta
+    else:
+        want_o, want_d = ladder._want("commit" if commits else stage, x, *(fused_scratch(x) if solved else (tb, qkd)),
+                                      s0)
     fn = launcher(x, tb, qkd, o, delta, path, variant, grid)
     fn()
     torch.cuda.synchronize()
@@ -642,6 +678,9 @@ def run(args, variants, timed: bool) -> int:
     import gdn_tree as bench_gdn  # noqa: PLC0415
     B, N = 64, 64
     x = bench_gdn.make_inputs(B, N, "random", 0)
+    x["meta"] = bench_gdn.G.tree_meta(x["parents"])
+    print(f"random trees: max depth {int(x['meta'].depth.max())}, doublings needed "
+          f"{int(x['meta'].depth.max()).bit_length()}", flush=True)
     gen = torch.Generator(device="cuda").manual_seed(1)
     tb = (torch.randn(B * HV * N, N, device="cuda", generator=gen) * 0.1).half()  # [B HV N, N] stand-in scratch
     qkd = (torch.randn(B * HV * N, N, device="cuda", generator=gen) * 0.1).half()
