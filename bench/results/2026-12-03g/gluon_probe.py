@@ -203,7 +203,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             mbarrier.wait(ep_ready, count & 1)
             tb32.store(tb16.load(wide).to(gl.float32))
             qkd32.store(qkd16.load(wide).to(gl.float32))
-        if FOLD == 8:  # the tree's decays: X = V - Gamma K S0, O = scale Gamma Q S0 + QKD Delta
+        if FOLD >= 8:  # the tree's decays: X = V - Gamma K S0, O = scale Gamma Q S0 + QKD Delta
             gam = gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma)))  # [N] Gamma
             x_t = v_smem.permute((1, 0)).load(mma) - ks * gam[None, :]  # [V, N] (V - Gamma K S0)^T
             qs = qs * (gam * scale)[None, :]
@@ -300,7 +300,7 @@ def _solver(beta_ptr, q_ring, k_ring, ready, empty, solve_smem, n_items, HV: gl.
 def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2, tb_ready,
                   tb_empty, words_ptr, g_ptr, gam_ptr, scale, n_items, H: gl.constexpr, HV: gl.constexpr,
                   K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, L: gl.constexpr, BLOCK: gl.constexpr,
-                  SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr):
+                  SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr, ROW_WORDS: gl.constexpr):
     """``FOLD == 6``: the fused stage's solve in a 4-warp partition that runs ahead of the consumer. It loads each
     item's q / k chunks itself through a 2-slot ring of its own (the next item's first two chunks issued before
     the current item's doubling), and hands ``TB`` / ``QKD`` over in one of two shared tiles, each guarded by a
@@ -359,7 +359,13 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
         beta_r = gl.load(beta_ptr + ((b * N + rows) * HV + hv))  # [N]
         beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
         if REAL:
-            word = gl.load(words_ptr + ((b * N + rows[:, None]) * W + cols[None, :] // 32))  # [N, N] int32
+            if ROW_WORDS:  # each row's W words loaded once, the column's word picked in registers
+                word = gl.zeros([N, N], gl.int32, mma_nn)
+                for wi in gl.static_range(W):
+                    row_word = gl.load(words_ptr + ((b * N + rows) * W + wi))  # [N] int32
+                    word = gl.where((cols[None, :] // 32) == wi, row_word[:, None], word)
+            else:
+                word = gl.load(words_ptr + ((b * N + rows[:, None]) * W + cols[None, :] // 32))  # [N, N] int32
             anc = ((word >> (cols[None, :] % 32)) & 1) != 0  # [N, N] M: j ancestor-or-self of i
             g_c = gl.load(g_ptr + ((b * N + cols) * HV + hv))  # [N]
             log_gamma = gl.sum(gl.where(anc, g_c[None, :], 0.0), axis=1)  # [N] rows: M g
@@ -480,7 +486,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
             (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2,
                              tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, scale, n_items, H, HV, K, N, BK, L,
-                             BLOCK, FOLD >= 7, FOLD == 8, W)),
+                             BLOCK, FOLD >= 7, FOLD >= 8, W, FOLD == 9)),
         ], [1, 4], [40, SOLVER_REGS])
     elif FOLD == 4:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
@@ -597,7 +603,7 @@ def compile_only(variant):
                 setmaxnreg=ptx.count("setmaxnreg"), tma=ptx.count("cp.async.bulk.tensor"))
 
 
-STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem", "real")  # by FOLD
+STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem", "real", "real-rows")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
@@ -647,15 +653,15 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None):
     """One variant on NaN-poisoned outputs (``commit``: on a copy of the pool) against float64: (errors of o,
     Delta and, for ``commit``, the committed state; median µs or None)."""
     stage = STAGE_NAMES[variant[2]]
-    commits = stage in ("commit", "fused", "overlap", "ahead", "ahead-smem", "real")
-    solved = stage in ("fused", "ahead", "ahead-smem", "real")  # TB / QKD from the kernel's own solve
+    commits = stage in ("commit", "fused", "overlap", "ahead", "ahead-smem", "real", "real-rows")
+    solved = stage in ("fused", "ahead", "ahead-smem", "real", "real-rows")  # TB / QKD from the kernel's own solve
     if commits:
         x = dict(x, pool=x["pool"].clone())
     if solved:  # unit q / k rows keep the stand-in solve's inverse small
         x = dict(x, q=x["q"] / x["q"].norm(dim=-1, keepdim=True), k=x["k"] / x["k"].norm(dim=-1, keepdim=True))
     o, delta = torch.full_like(x["v"], float("nan")), torch.full_like(x["v"], float("nan"))  # [B, N, HV, V]
     s0 = ladder._committed(x, path) if commits else x["pool"][x["slots"].long()].double()  # [B, HV, K, V]
-    if stage == "real":  # the library's float64 closed form on the committed state (the bench's random trees)
+    if stage.startswith("real"):  # the library's float64 closed form on the committed state (the bench's random trees)
         pool64 = x["pool"].double()
         pool64[x["slots"].long()] = s0
         want_o, factors = R.gdn_tree_closed_form_ref(*(x[n].double() for n in ("q", "k", "v", "g", "beta")), pool64,
