@@ -5,7 +5,7 @@ B = 64, N = 64, random data, tf32 products (hardware truncation, as the Triton s
 Runs 66-69 (``../2026-12-03f/apply_probe.py``) found the Triton apply latency-bound: a stand-in with the apply's
 arithmetic (``full``: ``Delta = TB (V - K S0)``, ``O = Q S0 + QKD Delta``, no rounding, decays or norms) takes
 152-154 µs against 102 µs for its bytes at the copy rate. Here the same math runs in one persistent Gluon kernel
-(one program per SM, items = (request, value head)), at seven stages (``FOLD``):
+(one program per SM, items = (request, value head)), at these stages (``FOLD``):
 
 - ``full`` (0), ``fold`` (1: each state chunk also written back, no Delta stored) and ``commit`` (2: each state
   chunk becomes ``gamma_a S + K_p^T diag(w) Delta_p`` for a previous accepted path of ``P`` nodes before it is
@@ -17,7 +17,11 @@ arithmetic (``full``: ``Delta = TB (V - K S0)``, ``O = Q S0 + QKD Delta``, no ro
   result not handed over (what running beside the stream costs);
 - ``ahead`` (6) / ``ahead-smem`` (7): the fused data flow: the solve partition loads its own q / k chunks, runs
   ahead of the stream and hands ``TB`` / ``QKD`` over through two shared tiles (``_solver_ahead``); 7 keeps every
-  doubling operand in shared memory instead of converting register layouts.
+  doubling operand in shared memory instead of converting register layouts;
+- ``real`` (8) / ``real-rows`` (9): ``ahead-smem`` with the tree's own math in the solve partition (the
+  benchmark's random trees: ancestor bitsets, ``logGamma = M g``, decays, ``beta``, ``QKD``, ``Gamma`` handed to
+  the consumer), checked against the library's float64 closed form; 9 loads each row's bitset words once instead
+  of a word per ``[N, N]`` element (built and compiled, never timed).
 
 Partitions: a 1-warp loader streams each item's ``S0`` / q / k chunks by TMA through a ring of ``STAGES`` slots
 (and the path rows and epilogue tiles), running ahead across items; the consumer (8 warps) does every product
@@ -27,9 +31,9 @@ transposed, because ``wgmma`` takes tf32 shared-memory operands K-major only: ``
 
 Every output (o, Delta, and for the committing stages the pool) is checked against float64 torch
 (``apply_probe._want`` / ``_committed``, ``fused_scratch``) on NaN-poisoned tensors in the same run, beside the
-Triton stand-in's ``full`` / ``fold`` / ``commit`` and fla-core 0.6.0's decode step (the 2x allowance). Runs 70-75
+Triton stand-in's ``full`` / ``fold`` / ``commit`` and fla-core 0.6.0's decode step (the 2x allowance). Runs 70-77
 grew the script (70: full, fold, commit; 71: fused; 72: overlap; 73: ahead; 74: ahead-smem; 75: path length,
-register budgets, repeats); ``VARIANTS`` is run 75's list.
+register budgets, repeats; 76, 77: ``--variants``, 77 with ``real``); ``VARIANTS`` is run 75's list.
 
 Run: ``PYTHONPATH=$PWD:$PWD/bench:<fla> python bench/results/2026-12-03g/gluon_probe.py [--out PATH]``;
 ``--smoke`` checks the first variant once; ``--compile-only`` builds every variant for sm_90 without a GPU and
@@ -57,7 +61,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "2026-12-03e"))
 H, HV, K, V = 16, 32, 128, 128
 PATH = 16  # the previous step's accepted path, padded (as apply_probe.PATH)
 BLOCK, DOUBLINGS = 16, 4  # the fused stage's stand-in tree: chains of 16 nodes, so (I + A)^{-1} takes 4 doublings
-SOLVER_REGS = 152  # FOLD 4: registers of the solver partition (the consumer gets what the loader and it leave)
+SOLVER_REGS = 152  # FOLD >= 4: registers of the solve partition (the consumer gets what the loader and it leave)
 
 
 @gluon.jit
@@ -75,7 +79,7 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_de
         hv = item % HV
         h = hv // (HV // H)
         state_row = (gl.load(slots_ptr + b) * HV + hv) * K
-        if FOLD >= 2:  # the previous step's accepted path: its k and Delta rows (FOLD 3, 4: the commit stage too)
+        if FOLD >= 2:  # the previous step's accepted path: its k and Delta rows (every stage from commit on)
             mbarrier.wait(path_empty, (count & 1) ^ 1)
             mbarrier.expect(path_ready, kp_desc.block_type.nbytes + dp_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(kp_desc, [b * P, h * K], path_ready, kp_smem)
