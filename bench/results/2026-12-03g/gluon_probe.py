@@ -21,7 +21,8 @@ arithmetic (``full``: ``Delta = TB (V - K S0)``, ``O = Q S0 + QKD Delta``, no ro
 - ``real`` (8) / ``real-rows`` (9): ``ahead-smem`` with the tree's own math in the solve partition (the
   benchmark's random trees: ancestor bitsets, ``logGamma = M g``, decays, ``beta``, ``QKD``, ``Gamma`` handed to
   the consumer), checked against the library's float64 closed form; 9 loads each row's bitset words once instead
-  of a word per ``[N, N]`` element (built and compiled, never timed).
+  of a word per ``[N, N]`` element, and loads the item's words, gates and ``beta`` before its Gram products so
+  their latency hides under them (built and compiled, never run: no device time was left).
 
 Partitions: a 1-warp loader streams each item's ``S0`` / q / k chunks by TMA through a ring of ``STAGES`` slots
 (and the path rows and epilogue tiles), running ahead across items; the consumer (8 warps) does every product
@@ -335,6 +336,15 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
         hv = item % HV
         h = hv // (HV // H)
         nxt = item + nprog
+        rows = gl.arange(0, N, layout=gl.SliceLayout(1, mma_nn))  # [N]
+        cols = gl.arange(0, N, layout=gl.SliceLayout(0, mma_nn))  # [N]
+        if ROW_WORDS:  # the item's vectors loaded before the Gram products, so their latency hides under them
+            gl.static_assert(W <= 2, "the probe's row words hold N <= 64")
+            row_word0 = gl.load(words_ptr + ((b * N + rows) * W))  # [N] int32: nodes 0-31
+            row_word1 = gl.load(words_ptr + ((b * N + rows) * W + (W - 1)))  # [N] int32: nodes 32-63 (W = 2)
+            g_c = gl.load(g_ptr + ((b * N + cols) * HV + hv))  # [N]
+            beta_r = gl.load(beta_ptr + ((b * N + rows) * HV + hv))  # [N]
+            beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
         kk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] K K^T
         qk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] Q K^T
         for c in gl.static_range(CHUNKS):
@@ -358,20 +368,16 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                                                     sready.index(c % 2), sq_ring.index(c % 2))
                     tma.async_copy_global_to_shared(k_desc, [(nxt // HV) * N, h_n * K + (c + 2 - CHUNKS) * BK],
                                                     sready.index(c % 2), sk_ring.index(c % 2))
-        rows = gl.arange(0, N, layout=gl.SliceLayout(1, mma_nn))  # [N]
-        cols = gl.arange(0, N, layout=gl.SliceLayout(0, mma_nn))  # [N]
-        beta_r = gl.load(beta_ptr + ((b * N + rows) * HV + hv))  # [N]
-        beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
+        if not ROW_WORDS:
+            beta_r = gl.load(beta_ptr + ((b * N + rows) * HV + hv))  # [N]
+            beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
         if REAL:
-            if ROW_WORDS:  # each row's W words loaded once, the column's word picked in registers
-                word = gl.zeros([N, N], gl.int32, mma_nn)
-                for wi in gl.static_range(W):
-                    row_word = gl.load(words_ptr + ((b * N + rows) * W + wi))  # [N] int32
-                    word = gl.where((cols[None, :] // 32) == wi, row_word[:, None], word)
+            if ROW_WORDS:  # each row's W words (loaded above), the column's word picked in registers
+                word = gl.where(cols[None, :] < 32, row_word0[:, None], row_word1[:, None])  # [N, N] int32
             else:
                 word = gl.load(words_ptr + ((b * N + rows[:, None]) * W + cols[None, :] // 32))  # [N, N] int32
+                g_c = gl.load(g_ptr + ((b * N + cols) * HV + hv))  # [N]
             anc = ((word >> (cols[None, :] % 32)) & 1) != 0  # [N, N] M: j ancestor-or-self of i
-            g_c = gl.load(g_ptr + ((b * N + cols) * HV + hv))  # [N]
             log_gamma = gl.sum(gl.where(anc, g_c[None, :], 0.0), axis=1)  # [N] rows: M g
             log_gamma_c = gl.convert_layout(log_gamma, gl.SliceLayout(0, mma_nn))  # [N] columns
             decay = gl.exp(gl.where(anc, log_gamma[:, None] - log_gamma_c[None, :], float("-inf")))  # [N, N] D
