@@ -24,7 +24,8 @@ math on the same (random, non-zero) data in the run.
 
 Runs 66-69 grew the script (66: the ladder without ``fold``; 67: ``--sweep``; 68: ``fold`` and ``--fold-sweep``;
 69: ``commit``, with the per-stage timing in ``_stage``). After run 69 ``_want`` takes the state from its caller
-(the same references, computed once), untimed since.
+(the same references, computed once); after run 77 fla's step and the copy rate moved into ``fla_allowance``
+(shared with ``../2026-12-03g/gluon_probe.py``). Untimed since.
 
 Run: ``PYTHONPATH=$PWD:$PWD/bench:<fla> python bench/results/2026-12-03f/apply_probe.py [--out PATH]``.
 """
@@ -180,6 +181,28 @@ def _sweep(x, tb, qkd, rows, checks, wide=True):
                         print(f"{name}: {type(exc).__name__}: {str(exc)[:120]}")
 
 
+def fla_allowance(x, rows: dict, checks: dict) -> tuple[float, float, int]:
+    """fla-core's decode step on ``x`` (timed into ``rows``, its float64 error into ``checks``), the copy rate and
+    the split apply's DRAM bytes (q / k read once), printed: (the 2x allowance in µs, NaN without fla; bytes per
+    second; bytes)."""
+    B, N, H, K = x["q"].shape
+    HV, V = x["v"].shape[2:]
+    allowance = float("nan")
+    try:
+        import fla.ops.gated_delta_rule as fla  # noqa: PLC0415
+        ar = bench_gdn.fla_fns(x, fla)[0]
+        checks["fla decode"] = (bench_gdn.fla_error(x, "ar", ar), 0.0)
+        rows["fla decode step"] = bench_gdn.graph_time(ar)[0]
+        allowance = 2 * rows["fla decode step"]
+    except ImportError as exc:
+        print(f"fla not importable ({exc}): no allowance in this run")
+    copy = bench_gdn.copy_bandwidth()
+    io = 4 * B * HV * K * V + 2 * 4 * B * N * H * K + 3 * 4 * B * N * HV * V + 2 * 2 * B * HV * N * N
+    print(f"{torch.cuda.get_device_name()}; copy rate {copy / 1e12:.2f} TB/s; the apply's DRAM bytes (q / k once) "
+          f"{io / 1e6:.0f} MB = {io / copy * 1e6:.1f} us at the copy rate")
+    return allowance, copy, io
+
+
 def _desc(t, block):
     return TensorDescriptor(t, list(t.shape), list(t.stride()), list(block))
 
@@ -195,7 +218,7 @@ def main() -> int:
     parser.add_argument("--fold-sweep", action="store_true", help="loop, full and fold at run 67's best tilings")
     args = parser.parse_args()
     B, N = 64, 64
-    H, HV, K, V = bench_gdn.H, bench_gdn.HV, bench_gdn.K, bench_gdn.V
+    HV, K, V = bench_gdn.HV, bench_gdn.K, bench_gdn.V
     x = bench_gdn.make_inputs(B, N, "random", 0)
     x["meta"] = bench_gdn.G.tree_meta(x["parents"])
     cfg = bench_gdn.row_config(x, "tf32")
@@ -227,19 +250,7 @@ def main() -> int:
     checks["rmw"] = (float(torch.equal(pool, before * 0.5)), 0.0)
     scale.fill_(1.0)
     rows["commit tiles read-modify-write"] = bench_gdn.graph_time(rmw)[0]
-    fla_decode = None
-    try:
-        import fla.ops.gated_delta_rule as fla  # noqa: PLC0415
-        ar = bench_gdn.fla_fns(x, fla)[0]
-        checks["fla decode"] = (bench_gdn.fla_error(x, "ar", ar), 0.0)
-        fla_decode = rows["fla decode step"] = bench_gdn.graph_time(ar)[0]
-    except ImportError as exc:
-        print(f"fla not importable ({exc}): no allowance in this run")
-    copy = bench_gdn.copy_bandwidth()
-    io = 4 * B * HV * K * V + 2 * 4 * B * N * H * K + 3 * 4 * B * N * HV * V + 2 * 2 * B * HV * NP * NP
-    print(f"{torch.cuda.get_device_name()}; copy rate {copy / 1e12:.2f} TB/s; the apply's DRAM bytes (q / k once) "
-          f"{io / 1e6:.0f} MB = {io / copy * 1e6:.1f} us at the copy rate")
-    allowance = 2 * fla_decode if fla_decode else float("nan")
+    allowance, copy, io = fla_allowance(x, rows, checks)
     for name, us in rows.items():
         print(f"| {name} | {us:.1f} us | {us / allowance:.2f} of the 2x allowance {allowance:.1f} us |")
     ceiling = rows["ladder loop"] + rows["commit tiles read-modify-write"]
