@@ -50,6 +50,7 @@ import sys
 
 import torch
 import triton
+import triton.language as tl
 from lumotree.optimized import gdn_tree_ref as R
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -66,6 +67,16 @@ H, HV, K, V = 16, 32, 128, 128
 PATH = 16  # the previous step's accepted path, padded (as apply_probe.PATH)
 BLOCK, DOUBLINGS = 16, 4  # the fused stage's stand-in tree: chains of 16 nodes, so (I + A)^{-1} takes 4 doublings
 SOLVER_REGS = 152  # FOLD >= 4: registers of the solve partition (the consumer gets what the loader and it leave)
+
+
+@gluon.jit
+def _stamp(trace_ptr, role, count, phase, TRACE: gl.constexpr):
+    """``TRACE``: the SM's cycle counter into ``trace [programs, 2, 32, 8]`` at (program, role (0 solver, 1
+    consumer), the program's item count, phase); every thread of the partition writes, the last one stays."""
+    if TRACE:
+        slot = ((gl.program_id(0) * 2 + role) * 32 + count) * 8 + phase
+        gl.store(trace_ptr + slot, gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [slot], dtype=gl.int64,
+                                                             is_pure=False, pack=1))
 
 
 @gluon.jit
@@ -163,15 +174,16 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_de
 @gluon.jit
 def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring, ready, empty,
               v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem, power_smem, ep_ready, ep_empty,
-              path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty, o_ptr, gam_ptr, scale, n_items,
+              path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty, o_ptr, gam_ptr, trace_ptr, scale, n_items,
               HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
               BK: gl.constexpr, STAGES: gl.constexpr, FOLD: gl.constexpr, WARPS: gl.constexpr, P: gl.constexpr,
-              L: gl.constexpr, BLOCK: gl.constexpr):
+              L: gl.constexpr, BLOCK: gl.constexpr, TRACE: gl.constexpr):
     """The products of every item, transposed: rows are the value columns, columns the tree's nodes.
     ``FOLD >= 2``: each state chunk becomes ``gamma_a S + K_p^T diag(w) Delta_p`` before it is used and written back,
     computed as ``S^T <- gamma_a S^T + Delta_p^T (diag(w) K_p)``. ``FOLD == 3``: the solve in line too, from the
     same q / k chunks: ``K K^T``, ``Q K^T``, ``A = diag(beta) (K K^T ⊙ M°)``, ``T = (I + A)^{-1}`` by ``L`` doubling
-    steps, ``TB = T diag(beta)``, ``QKD = Q K^T ⊙ M`` (stand-in mask ``M``: chains of ``BLOCK`` nodes, no decays)."""
+    steps, ``TB = T diag(beta)``, ``QKD = Q K^T ⊙ M`` (stand-in mask ``M``: chains of ``BLOCK`` nodes, no decays).
+    ``FOLD >= 10``: ``Gamma = 2^lg2`` from the prepared ``log2 Gamma`` (``gam_ptr [B HV, N]``), not the solver's."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     mma_bk: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -190,6 +202,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
         b = item // HV
         hv = item % HV
         state_row = (gl.load(slots_ptr + b) * HV + hv) * K
+        _stamp(trace_ptr, 1, count, 0, TRACE)
         ks = gl.zeros([V, N], gl.float32, mma)  # [V, N] (K S0)^T
         qs = gl.zeros([V, N], gl.float32, mma)  # [V, N] (Q S0)^T
         if FOLD == 3:
@@ -204,6 +217,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             gl.thread_barrier()
             fence_async_shared()
             mbarrier.arrive(path_empty)
+        _stamp(trace_ptr, 1, count, 1, TRACE)
         for k0 in gl.static_range(0, K, BK):
             s = chunk % STAGES
             mbarrier.wait(ready.index(s), (chunk // STAGES) & 1)
@@ -231,6 +245,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 tma.store_wait(0)
             mbarrier.arrive(empty.index(s))
             chunk += 1
+        _stamp(trace_ptr, 1, count, 2, TRACE)
+        if FOLD >= 10:  # Gamma from the prepared log2 Gamma, loaded before the waits
+            gam = gl.exp2(gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma))))  # [N]
         if FOLD == 3:
             rows = gl.arange(0, N, layout=gl.SliceLayout(1, mma_nn))  # [N]
             cols = gl.arange(0, N, layout=gl.SliceLayout(0, mma_nn))  # [N]
@@ -249,8 +266,10 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             mbarrier.wait(ep_ready, count & 1)
             tb32.store(tb16.load(wide).to(gl.float32))
             qkd32.store(qkd16.load(wide).to(gl.float32))
+        _stamp(trace_ptr, 1, count, 3, TRACE)
         if FOLD >= 8:  # the tree's decays: X = V - Gamma K S0, O = scale Gamma Q S0 + QKD Delta
-            gam = gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma)))  # [N] Gamma
+            if FOLD < 10:
+                gam = gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma)))  # [N] Gamma
             x_t = v_smem.permute((1, 0)).load(mma) - ks * gam[None, :]  # [V, N] (V - Gamma K S0)^T
             qs = qs * (gam * scale)[None, :]
         else:
@@ -290,6 +309,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             tma.async_copy_shared_to_global(o_desc, [b * N, hv * V], o_smem)
             tma.store_wait(1)  # Delta's store has read v's buffer
         mbarrier.arrive(ep_empty)
+        _stamp(trace_ptr, 1, count, 4, TRACE)
         count += 1
     tma.store_wait(0)
 
@@ -332,9 +352,10 @@ def _solver(beta_ptr, q_ring, k_ring, ready, empty, solve_smem, n_items, HV: gl.
 
 @gluon.jit
 def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2, tb_ready,
-                  tb_empty, words_ptr, g_ptr, gam_ptr, scale, n_items, H: gl.constexpr, HV: gl.constexpr,
+                  tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, scale, n_items, H: gl.constexpr, HV: gl.constexpr,
                   K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, L: gl.constexpr, BLOCK: gl.constexpr,
-                  SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr, ROW_WORDS: gl.constexpr):
+                  SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr, ROW_WORDS: gl.constexpr,
+                  LG: gl.constexpr, TRACE: gl.constexpr):
     """``FOLD == 6``: the fused stage's solve in a 4-warp partition that runs ahead of the consumer. It loads each
     item's q / k chunks itself through a 2-slot ring of its own (the next item's first two chunks issued before
     the current item's doubling), and hands ``TB`` / ``QKD`` over in one of two shared tiles, each guarded by a
@@ -345,7 +366,11 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
     tree's own math instead of the stand-in's: the ancestor mask ``M`` from the bitsets ``words [B, N, W]``,
     ``logGamma = M g``, ``D = M ⊙ exp(logGamma_i - logGamma_j)``, ``A = diag(beta) (K K^T ⊙ D ⊙ M°)``,
     ``QKD = scale Q K^T ⊙ D``, and ``Gamma`` handed to the consumer through ``gam_ptr [B HV, N]`` (global,
-    written before the ready barrier's arrive)."""
+    written before the ready barrier's arrive). ``LG`` (``FOLD >= 10``): ``log2 Gamma`` prepared by
+    ``_log2_gamma_kernel`` (``gam_ptr [B HV, N]``, read here and by the consumer), so the solve loses the masked row
+    sum, its layout conversion and the ``Gamma`` store; ``scale`` rides in the exponent (``d = scale D``, ``QKD = Q
+    K^T ⊙ d``, ``-A = (-beta / scale) K K^T ⊙ d ⊙ M°``); the row vectors load before the Gram products, the column
+    vectors after them (a column vector costs 16 registers a thread across the loop)."""
     mma_nn: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 8])
     a_nn: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_nn, k_width=1)
     CHUNKS: gl.constexpr = K // BK
@@ -367,7 +392,14 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
         nxt = item + nprog
         rows = gl.arange(0, N, layout=gl.SliceLayout(1, mma_nn))  # [N]
         cols = gl.arange(0, N, layout=gl.SliceLayout(0, mma_nn))  # [N]
-        if ROW_WORDS:  # the item's vectors loaded before the Gram products, so their latency hides under them
+        _stamp(trace_ptr, 0, count, 0, TRACE)
+        if LG:  # row vectors (2 registers a thread each) before the Gram products
+            beta_r = gl.load(beta_ptr + ((b * N + rows) * HV + hv))  # [N]
+            lg_r = gl.load(gam_ptr + item * N + rows) + gl.log2(scale)  # [N] log2(scale Gamma_i)
+            if ROW_WORDS:
+                row_word0 = gl.load(words_ptr + ((b * N + rows) * W))  # [N] int32: nodes 0-31
+                row_word1 = gl.load(words_ptr + ((b * N + rows) * W + (W - 1)))  # [N] int32: nodes 32-63 (W = 2)
+        elif ROW_WORDS:  # the item's vectors loaded before the Gram products, so their latency hides under them
             gl.static_assert(W <= 2, "the probe's row words hold N <= 64")
             row_word0 = gl.load(words_ptr + ((b * N + rows) * W))  # [N] int32: nodes 0-31
             row_word1 = gl.load(words_ptr + ((b * N + rows) * W + (W - 1)))  # [N] int32: nodes 32-63 (W = 2)
@@ -397,10 +429,23 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                                                     sready.index(c % 2), sq_ring.index(c % 2))
                     tma.async_copy_global_to_shared(k_desc, [(nxt // HV) * N, h_n * K + (c + 2 - CHUNKS) * BK],
                                                     sready.index(c % 2), sk_ring.index(c % 2))
-        if not ROW_WORDS:
+        _stamp(trace_ptr, 0, count, 1, TRACE)
+        if LG:
+            beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
+            lg_c = gl.load(gam_ptr + item * N + cols)  # [N] log2 Gamma_j
+        elif not ROW_WORDS:
             beta_r = gl.load(beta_ptr + ((b * N + rows) * HV + hv))  # [N]
             beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
-        if REAL:
+        if LG:
+            if ROW_WORDS:
+                word = gl.where(cols[None, :] < 32, row_word0[:, None], row_word1[:, None])  # [N, N] int32
+            else:
+                word = gl.load(words_ptr + ((b * N + rows[:, None]) * W + cols[None, :] // 32))  # [N, N] int32
+            anc = ((word >> (cols[None, :] % 32)) & 1) != 0  # [N, N] M: j ancestor-or-self of i
+            decay = gl.exp2(gl.where(anc, lg_r[:, None] - lg_c[None, :], float("-inf")))  # [N, N] scale D
+            power = gl.where(anc & (rows[:, None] != cols[None, :]), kk * decay * (-beta_r / scale)[:, None], 0.0)
+            qk = qk * decay  # QKD = scale Q K^T ⊙ D
+        elif REAL:
             if ROW_WORDS:  # each row's W words (loaded above), the column's word picked in registers
                 word = gl.where(cols[None, :] < 32, row_word0[:, None], row_word1[:, None])  # [N, N] int32
             else:
@@ -416,23 +461,28 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
         else:
             power, same = _stand_in_minus_a(kk, beta_r, rows, cols, BLOCK)
             qk = gl.where(same & (rows[:, None] >= cols[None, :]), qk, 0.0)  # QKD
+        _stamp(trace_ptr, 0, count, 2, TRACE)
         inv = _unit_lower_inverse(power, rows, cols, solve_smem, rows_smem, a_nn, L, SMEM_CHAIN)
+        _stamp(trace_ptr, 0, count, 3, TRACE)
         buf = count % 2
         mbarrier.wait(tb_empty.index(buf), ((count // 2) & 1) ^ 1)  # the consumer is done with item count - 2's
+        _stamp(trace_ptr, 0, count, 4, TRACE)
         tb2.index(buf).store(inv * beta_c[None, :])  # TB = (I + A)^{-1} diag(beta)
         qkd2.index(buf).store(qk)
         gl.thread_barrier()
         fence_async_shared()
         mbarrier.arrive(tb_ready.index(buf))
+        _stamp(trace_ptr, 0, count, 5, TRACE)
         count += 1
 
 
 @gluon.jit
 def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_desc, o_desc, kp_desc, dp_desc,
-                 slots_ptr, w_ptr, ga_ptr, beta_ptr, o_ptr, words_ptr, g_ptr, gam_ptr, scale, n_items,
+                 slots_ptr, w_ptr, ga_ptr, beta_ptr, o_ptr, words_ptr, g_ptr, gam_ptr, trace_ptr, scale, n_items,
                  H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
                  BK: gl.constexpr, STAGES: gl.constexpr, FOLD: gl.constexpr, WARPS: gl.constexpr, P: gl.constexpr,
-                 L: gl.constexpr, BLOCK: gl.constexpr, SOLVER_REGS: gl.constexpr, W: gl.constexpr):
+                 L: gl.constexpr, BLOCK: gl.constexpr, SOLVER_REGS: gl.constexpr, W: gl.constexpr,
+                 TRACE: gl.constexpr):
     """``FOLD``: 0 the split apply's ``full`` stage, 1 ``fold`` (state chunks written back unchanged, no Delta
     stored), 2 ``commit`` (the previous step's path update applied to each chunk before use, written back, Delta
     stored), 3 ``commit`` with the solve in line (``_consumer``)."""
@@ -485,13 +535,14 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK)),
+                         o_ptr, gam_ptr, trace_ptr, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK,
+                         TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
             (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2,
-                             tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, scale, n_items, H, HV, K, N, BK, L,
-                             BLOCK, FOLD >= 7, FOLD >= 8, W, FOLD == 9)),
+                             tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, scale, n_items, H, HV, K, N,
+                             BK, L, BLOCK, FOLD >= 7, FOLD >= 8, W, FOLD == 9 or FOLD == 11, FOLD >= 10, TRACE)),
         ], [1, 4], [40, SOLVER_REGS])
     elif FOLD == 4:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
@@ -499,7 +550,8 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK)),
+                         o_ptr, gam_ptr, trace_ptr, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK,
+                         TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
@@ -510,11 +562,27 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK)),
+                         o_ptr, gam_ptr, trace_ptr, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK,
+                         TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
         ], [1], [40])
+
+
+@triton.jit
+def _log2_gamma_kernel(words_ptr, g_ptr, lg_ptr, N: tl.constexpr, HV: tl.constexpr, W: tl.constexpr):
+    """``FOLD >= 10``'s preparation, one program per request: ``log2 Gamma = log2(e) M g`` for every value head,
+    ``M [N, N]`` from the bitsets ``words [B, N, W]``, ``g [B, N, HV]``, into ``lg [B, HV, N]`` (an fp32 product
+    of 0 / 1 and g, exact up to the summation order)."""
+    b = tl.program_id(0)
+    nodes = tl.arange(0, N)  # [N]
+    heads = tl.arange(0, HV)  # [HV]
+    word = tl.load(words_ptr + (b * N + nodes[:, None]) * W + nodes[None, :] // 32)  # [N, N] int32
+    anc = ((word >> (nodes[None, :] % 32)) & 1).to(tl.float32)  # [N, N] M
+    g = tl.load(g_ptr + (b * N + nodes[:, None]) * HV + heads[None, :])  # [N, HV]
+    lg = tl.dot(anc, g, input_precision="ieee")  # [N, HV] log Gamma
+    tl.store(lg_ptr + (b * HV + heads[None, :]) * N + nodes[:, None], lg * 1.4426950408889634)
 
 
 def _layout(block, dtype):
@@ -557,17 +625,25 @@ def descriptors(x, tb, qkd, o, delta, path, bk: int):
             TensorDescriptor.from_tensor(dp.view(B * nodes, HV * V), [nodes, V], _layout([nodes, V], f32)))
 
 
-def launcher(x, tb, qkd, o, delta, path, variant, grid: int):
-    """A no-argument launch of one (BK, STAGES, FOLD, WARPS) variant over ``grid`` persistent programs."""
+def launcher(x, tb, qkd, o, delta, path, variant, grid: int, trace=None):
+    """A no-argument launch of one (BK, STAGES, FOLD, WARPS) variant over ``grid`` persistent programs (``FOLD >=
+    10``: after ``_log2_gamma_kernel``); ``trace [grid, 2, 32, 8]`` int64: the traced build (``_stamp``)."""
     bk, stages, fold, warps = variant[:4]
     B, N = x["q"].shape[:2]
     words = x["meta"].words if "meta" in x else torch.zeros(B, N, 1, dtype=torch.int32, device=o.device)  # [B, N, W]
-    gam = torch.empty(B * HV, N, device=o.device)  # [B HV, N] FOLD 8: Gamma from the solver to the consumer
+    gam = torch.empty(B * HV, N, device=o.device)  # [B HV, N] FOLD 8: Gamma from the solver; 10: log2 Gamma
+    g = x["g"].contiguous()  # [B, N, HV]
     args = (*descriptors(x, tb, qkd, o, delta, path, bk), x["slots"], path[2], path[3], x["beta"].contiguous(), o,
-            words, x["g"].contiguous(), gam, K**-0.5, B * HV, H, HV, K, V, N, bk, stages, fold, warps,
+            words, g, gam, gam if trace is None else trace, K**-0.5, B * HV, H, HV, K, V, N, bk, stages, fold, warps,
             path[0].shape[1], variant[5] if len(variant) > 5 else DOUBLINGS, BLOCK,
-            variant[4] if len(variant) > 4 else SOLVER_REGS, words.shape[2])
-    return lambda: _gluon_apply[(grid, )](*args, num_warps=warps)
+            variant[4] if len(variant) > 4 else SOLVER_REGS, words.shape[2], trace is not None)
+    if fold < 10:
+        return lambda: _gluon_apply[(grid, )](*args, num_warps=warps)
+
+    def prepared():
+        _log2_gamma_kernel[(B, )](words, g, gam, N, HV, words.shape[2], num_warps=4)
+        _gluon_apply[(grid, )](*args, num_warps=warps)
+    return prepared
 
 
 def compile_only(variant):
@@ -587,10 +663,11 @@ def compile_only(variant):
              "dp_desc"]
     signature = {n: mangle_type(d) for n, d in zip(names, descs)}
     signature.update(slots_ptr="*i32", w_ptr="*fp32", ga_ptr="*fp32", beta_ptr="*fp32", o_ptr="*fp32",
-                     words_ptr="*i32", g_ptr="*fp32", gam_ptr="*fp32", scale="fp32", n_items="i32")
+                     words_ptr="*i32", g_ptr="*fp32", gam_ptr="*fp32", trace_ptr="*i64", scale="fp32", n_items="i32")
     constexprs = dict(H=H, HV=HV, K=K, V=V, N=N, BK=bk, STAGES=stages, FOLD=fold, WARPS=warps, P=nodes,
                       L=variant[5] if len(variant) > 5 else DOUBLINGS, BLOCK=BLOCK,
-                      SOLVER_REGS=variant[4] if len(variant) > 4 else SOLVER_REGS, W=(N + 31) // 32)
+                      SOLVER_REGS=variant[4] if len(variant) > 4 else SOLVER_REGS, W=(N + 31) // 32,
+                      TRACE=bool(variant[7]) if len(variant) > 7 else False)
     signature.update({n: "constexpr" for n in constexprs})
     kernel = triton.compile(GluonASTSource(_gluon_apply, signature, constexprs), target=GPUTarget("cuda", 90, 64),
                             options=dict(num_warps=warps))
@@ -608,7 +685,8 @@ def compile_only(variant):
                 setmaxnreg=ptx.count("setmaxnreg"), tma=ptx.count("cp.async.bulk.tensor"))
 
 
-STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem", "real", "real-rows")
+STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem", "real", "real-rows", "real-lg",
+               "real-lg-rows")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
@@ -640,6 +718,8 @@ def main() -> int:
     parser.add_argument("--out", default="gluon_probe.json")
     parser.add_argument("--compile-only", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="one launch of each stage, checked, untimed")
+    parser.add_argument("--trace", action="store_true",
+                        help="after each timed variant (FOLD >= 6), one traced launch: mean cycles of each phase")
     parser.add_argument("--variants", help="';'-separated variant tuples instead of VARIANTS, e.g. '16,3,7,8,184,5'")
     args = parser.parse_args()
     variants = [tuple(int(v) for v in item.split(",")) for item in args.variants.split(";")] if args.variants \
@@ -654,12 +734,38 @@ def main() -> int:
     return run(args, variants[:1] if args.smoke else variants, timed=not args.smoke)
 
 
-def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None):
+SOLVER_PHASES = ("gram", "math", "doubling", "waits-consumer", "hand-over", "to-next-item")
+CONSUMER_PHASES = ("path-wait", "chunks", "to-epilogue-waits", "waits-solver+v", "epilogue", "to-next-item")
+
+
+def trace_summary(trace, n_items: int):
+    """Mean cycles of each phase per item from ``trace [grid, 2, 32, 8]`` (``_stamp``), the first item of every
+    program left out (its start-up), and the mean item period of each partition."""
+    grid = trace.shape[0]
+    counts = [len(range(p, n_items, grid)) for p in range(grid)]
+    out = {}
+    for role, phases, names in ((0, 6, SOLVER_PHASES), (1, 5, CONSUMER_PHASES)):
+        per = {n: [] for n in names}
+        period = []
+        for p in range(grid):
+            t = trace[p, role, :counts[p], :phases].double()  # [items, phases]
+            for c in range(1, counts[p]):
+                for i, n in enumerate(names[:phases - 1]):
+                    per[n].append(float(t[c, i + 1] - t[c, i]))
+                if c + 1 < counts[p]:
+                    per[names[-1]].append(float(t[c + 1, 0] - t[c, phases - 1]))
+                    period.append(float(t[c + 1, 0] - t[c, 0]))
+        out["solver" if role == 0 else "consumer"] = dict({n: sum(v) / max(len(v), 1) for n, v in per.items()},
+                                                          period=sum(period) / max(len(period), 1))
+    return out
+
+
+def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bool = False):
     """One variant on NaN-poisoned outputs (``commit``: on a copy of the pool) against float64: (errors of o,
     Delta and, for ``commit``, the committed state; median µs or None)."""
     stage = STAGE_NAMES[variant[2]]
-    commits = stage in ("commit", "fused", "overlap", "ahead", "ahead-smem", "real", "real-rows")
-    solved = stage in ("fused", "ahead", "ahead-smem", "real", "real-rows")  # TB / QKD from the kernel's own solve
+    commits = stage in ("commit", "fused", "overlap", "ahead", "ahead-smem") or stage.startswith("real")
+    solved = stage in ("fused", "ahead", "ahead-smem") or stage.startswith("real")  # TB / QKD from the kernel's own solve
     if commits:
         x = dict(x, pool=x["pool"].clone())
     if solved:  # unit q / k rows keep the stand-in solve's inverse small
@@ -681,7 +787,14 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None):
     errs = (ladder._rel(o, want_o), 0.0 if stage == "fold" else ladder._rel(delta, want_d))
     if commits:
         errs = (*errs, ladder._rel(x["pool"][x["slots"].long()], s0))
-    return errs, (time_fn(fn) if time_fn else None)
+    us = time_fn(fn) if time_fn else None
+    if traced and variant[2] >= 6:  # one traced launch after the timing (its stores never timed)
+        trace = torch.zeros(grid, 2, 32, 8, dtype=torch.int64, device=o.device)
+        assert len(range(0, x["v"].shape[0] * HV, grid)) <= 32, "the trace holds 32 items a program"
+        launcher(x, tb, qkd, o, delta, path, variant, grid, trace)()
+        torch.cuda.synchronize()
+        return errs, us, trace_summary(trace.cpu(), x["v"].shape[0] * HV)
+    return errs, us, None
 
 
 def run(args, variants, timed: bool) -> int:
@@ -697,7 +810,7 @@ def run(args, variants, timed: bool) -> int:
     qkd = (torch.randn(B * HV * N, N, device="cuda", generator=gen) * 0.1).half()
     path = make_path(x)
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
-    rows, checks = {}, {}
+    rows, checks, traces = {}, {}, {}
     pool_before = x["pool"].clone()
     time_fn = (lambda fn: bench_gdn.graph_time(fn)[0]) if timed else None
     for variant in variants:
@@ -707,14 +820,17 @@ def run(args, variants, timed: bool) -> int:
         while name in rows:  # a repeated variant
             name += "'"
         try:
-            checks[name], us = check(x, tb, qkd, make_path(x, variant[6]) if len(variant) > 6 else path, variant,
-                                     nsm, ladder, time_fn)
+            checks[name], us, traces[name] = check(x, tb, qkd, make_path(x, variant[6]) if len(variant) > 6 else path,
+                                                   variant, nsm, ladder, time_fn, args.trace)
         except Exception as exc:  # noqa: BLE001
             print(f"{name}: {type(exc).__name__}: {str(exc)[:2000]}", flush=True)
             continue
         if us is not None:
             rows[name] = us
         print(name, us, checks[name], flush=True)
+        if traces[name]:
+            for role, phases in traces[name].items():
+                print(f"trace {name} {role}: " + ", ".join(f"{k} {v:.0f}" for k, v in phases.items()), flush=True)
     checks["gluon fold keeps the state"] = (float(torch.equal(x["pool"], pool_before)), 0.0)
     if not timed:
         print("checks", checks)
@@ -730,7 +846,8 @@ def run(args, variants, timed: bool) -> int:
         print(f"check {name}: " + " ".join(f"{e:.2e}" for e in errs))
     with open(args.out, "w") as fh:
         json.dump(dict(card=torch.cuda.get_device_name(), copy_tb_s=copy / 1e12, io_bytes=io, us=rows,
-                       checks=checks, allowance_us=allowance), fh, indent=1)
+                       checks=checks, allowance_us=allowance, trace_cycles={k: v for k, v in traces.items() if v}),
+                  fh, indent=1)
     checked = [n for n in checks if "keeps" not in n and n != "fla decode"
                and not ("ahead" in n and any(f" L{cut}" in n for cut in range(1, DOUBLINGS)))]
     return 0 if all(max(checks[n]) < 1e-2 for n in checked) else 1  # an ahead variant with L cut is not an inverse
