@@ -174,7 +174,7 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_de
 @gluon.jit
 def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring, ready, empty,
               v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem, power_smem, ep_ready, ep_empty,
-              path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty, o_ptr, gam_ptr, trace_ptr, scale, n_items,
+              path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty, o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items,
               HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
               BK: gl.constexpr, STAGES: gl.constexpr, FOLD: gl.constexpr, WARPS: gl.constexpr, P: gl.constexpr,
               L: gl.constexpr, BLOCK: gl.constexpr, TRACE: gl.constexpr):
@@ -270,8 +270,13 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
         if FOLD >= 8:  # the tree's decays: X = V - Gamma K S0, O = scale Gamma Q S0 + QKD Delta
             if FOLD < 10:
                 gam = gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma)))  # [N] Gamma
-            x_t = v_smem.permute((1, 0)).load(mma) - ks * gam[None, :]  # [V, N] (V - Gamma K S0)^T
-            qs = qs * (gam * scale)[None, :]
+            if FOLD == 12:  # q / k normalised in the kernel: the solver's rk, rq
+                x_t = v_smem.permute((1, 0)).load(mma) - ks * (gam * vec2.index(2 * (count % 2)).load(
+                    gl.SliceLayout(0, mma)))[None, :]  # [V, N] (V - Gamma K^ S0)^T
+                qs = qs * (gam * scale * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma)))[None, :]
+            else:
+                x_t = v_smem.permute((1, 0)).load(mma) - ks * gam[None, :]  # [V, N] (V - Gamma K S0)^T
+                qs = qs * (gam * scale)[None, :]
         else:
             x_t = v_smem.permute((1, 0)).load(mma) - ks  # [V, N] (V - K S0)^T
         gl.thread_barrier()
@@ -352,10 +357,10 @@ def _solver(beta_ptr, q_ring, k_ring, ready, empty, solve_smem, n_items, HV: gl.
 
 @gluon.jit
 def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2, tb_ready,
-                  tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, scale, n_items, H: gl.constexpr, HV: gl.constexpr,
-                  K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, L: gl.constexpr, BLOCK: gl.constexpr,
-                  SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr, ROW_WORDS: gl.constexpr,
-                  LG: gl.constexpr, TRACE: gl.constexpr):
+                  tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H: gl.constexpr,
+                  HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, L: gl.constexpr,
+                  BLOCK: gl.constexpr, SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr,
+                  ROW_WORDS: gl.constexpr, LG: gl.constexpr, NORM: gl.constexpr, TRACE: gl.constexpr):
     """``FOLD == 6``: the fused stage's solve in a 4-warp partition that runs ahead of the consumer. It loads each
     item's q / k chunks itself through a 2-slot ring of its own (the next item's first two chunks issued before
     the current item's doubling), and hands ``TB`` / ``QKD`` over in one of two shared tiles, each guarded by a
@@ -370,10 +375,15 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
     ``_log2_gamma_kernel`` (``gam_ptr [B HV, N]``, read here and by the consumer), so the solve loses the masked row
     sum, its layout conversion and the ``Gamma`` store; ``scale`` rides in the exponent (``d = scale D``, ``QKD = Q
     K^T ⊙ d``, ``-A = (-beta / scale) K K^T ⊙ d ⊙ M°``); the row vectors load before the Gram products, the column
-    vectors after them (a column vector costs 16 registers a thread across the loop)."""
+    vectors after them (a column vector costs 16 registers a thread across the loop). ``NORM`` (``FOLD == 12``):
+    q and k L2-normalised in the kernel: ``|q_i|^2``, ``|k_i|^2`` summed in fp32 from the ring's chunks, ``rk =
+    rsqrt(|k|^2 + 1e-6)``; the column factor ``rk_j`` rides in the exponent (``d = scale D diag(rk)``), the row
+    factors multiply (``QKD = diag(rq) Q K^T ⊙ d``, ``-A = diag(-beta rk / scale) K K^T ⊙ d ⊙ M°``), and ``rk``,
+    ``rq`` go to the consumer in ``vec2 [4, N]`` beside ``TB``."""
     mma_nn: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 8])
     a_nn: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_nn, k_width=1)
     CHUNKS: gl.constexpr = K // BK
+    sq_rows: gl.constexpr = gl.BlockedLayout([1, BK // 2], [16, 2], [4, 1], [1, 0])  # [N, BK] chunk, for |x|^2
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     if pid < n_items:  # the first item's first two chunks
@@ -408,11 +418,19 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
             beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
         kk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] K K^T
         qk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] Q K^T
+        if NORM:
+            k_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, sq_rows))  # [N] |k_i|^2
+            q_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, sq_rows))  # [N] |q_i|^2
         for c in gl.static_range(CHUNKS):
             mbarrier.wait(sready.index(c % 2), (c // 2) & 1)  # each slot completes CHUNKS / 2 times per item
             k_t = sk_ring.index(c % 2).permute((1, 0))  # [BK, N] K^T chunk, K-major
             kk = warpgroup_mma(sk_ring.index(c % 2), k_t, kk, is_async=True)
             qk = warpgroup_mma(sq_ring.index(c % 2), k_t, qk, is_async=True)
+            if NORM:  # fp32 squares from the same chunks while the products run
+                k_c = sk_ring.index(c % 2).load(sq_rows)  # [N, BK]
+                q_c = sq_ring.index(c % 2).load(sq_rows)  # [N, BK]
+                k_sq += gl.sum(k_c * k_c, axis=1)
+                q_sq += gl.sum(q_c * q_c, axis=1)
             kk, qk = warpgroup_mma_wait(0, deps=(kk, qk))
             gl.thread_barrier()
             if c + 2 < CHUNKS:  # this item's chunk c + 2 into the freed slot
@@ -442,9 +460,18 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
             else:
                 word = gl.load(words_ptr + ((b * N + rows[:, None]) * W + cols[None, :] // 32))  # [N, N] int32
             anc = ((word >> (cols[None, :] % 32)) & 1) != 0  # [N, N] M: j ancestor-or-self of i
-            decay = gl.exp2(gl.where(anc, lg_r[:, None] - lg_c[None, :], float("-inf")))  # [N, N] scale D
-            power = gl.where(anc & (rows[:, None] != cols[None, :]), kk * decay * (-beta_r / scale)[:, None], 0.0)
-            qk = qk * decay  # QKD = scale Q K^T ⊙ D
+            row_a = -beta_r / scale  # [N] -A's row factor
+            if NORM:
+                rk_r = gl.rsqrt(gl.convert_layout(k_sq, gl.SliceLayout(1, mma_nn)) + 1e-6)  # [N] rows
+                rk_c = gl.rsqrt(gl.convert_layout(k_sq, gl.SliceLayout(0, mma_nn)) + 1e-6)  # [N] columns
+                rq_r = gl.rsqrt(gl.convert_layout(q_sq, gl.SliceLayout(1, mma_nn)) + 1e-6)  # [N] rows
+                lg_c = lg_c - gl.log2(rk_c)  # the column factor in the exponent
+                row_a = row_a * rk_r
+            decay = gl.exp2(gl.where(anc, lg_r[:, None] - lg_c[None, :], float("-inf")))  # [N, N] scale D (diag(rk))
+            power = gl.where(anc & (rows[:, None] != cols[None, :]), kk * decay * row_a[:, None], 0.0)  # -A
+            qk = qk * decay  # QKD = scale Q K^T ⊙ D (NORM: before diag(rq))
+            if NORM:
+                qk = qk * rq_r[:, None]
         elif REAL:
             if ROW_WORDS:  # each row's W words (loaded above), the column's word picked in registers
                 word = gl.where(cols[None, :] < 32, row_word0[:, None], row_word1[:, None])  # [N, N] int32
@@ -469,6 +496,9 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
         _stamp(trace_ptr, 0, count, 4, TRACE)
         tb2.index(buf).store(inv * beta_c[None, :])  # TB = (I + A)^{-1} diag(beta)
         qkd2.index(buf).store(qk)
+        if NORM:
+            vec2.index(2 * buf).store(rk_c)
+            vec2.index(2 * buf + 1).store(gl.convert_layout(rq_r, gl.SliceLayout(0, mma_nn)))
         gl.thread_barrier()
         fence_async_shared()
         mbarrier.arrive(tb_ready.index(buf))
@@ -521,6 +551,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
     tb_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     tb_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     sready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    vec2 = gl.allocate_shared_memory(gl.float32, [4, N], gl.SwizzledSharedLayout(1, 1, 1, [0]))  # FOLD 12
     for i in gl.static_range(2):
         mbarrier.init(tb_ready.index(i), count=1)
         mbarrier.init(tb_empty.index(i), count=1)
@@ -535,14 +566,15 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, trace_ptr, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK,
-                         TRACE)),
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
+                         BLOCK, TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
             (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2,
-                             tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, scale, n_items, H, HV, K, N,
-                             BK, L, BLOCK, FOLD >= 7, FOLD >= 8, W, FOLD == 9 or FOLD == 11, FOLD >= 10, TRACE)),
+                             tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H, HV,
+                             K, N, BK, L, BLOCK, FOLD >= 7, FOLD >= 8, W, FOLD == 9 or FOLD == 11, FOLD >= 10,
+                             FOLD == 12, TRACE)),
         ], [1, 4], [40, SOLVER_REGS])
     elif FOLD == 4:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
@@ -550,8 +582,8 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, trace_ptr, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK,
-                         TRACE)),
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
+                         BLOCK, TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
@@ -562,8 +594,8 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, trace_ptr, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L, BLOCK,
-                         TRACE)),
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
+                         BLOCK, TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
@@ -686,7 +718,7 @@ def compile_only(variant):
 
 
 STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem", "real", "real-rows", "real-lg",
-               "real-lg-rows")
+               "real-lg-rows", "real-norm")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
@@ -768,8 +800,9 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
     solved = stage in ("fused", "ahead", "ahead-smem") or stage.startswith("real")  # TB / QKD from the kernel's own solve
     if commits:
         x = dict(x, pool=x["pool"].clone())
-    if solved:  # unit q / k rows keep the stand-in solve's inverse small
+    if solved:  # unit q / k rows keep the stand-in solve's inverse small (real-norm: normalised in the kernel)
         x = dict(x, q=x["q"] / x["q"].norm(dim=-1, keepdim=True), k=x["k"] / x["k"].norm(dim=-1, keepdim=True))
+    raw = dict(x, q=x["q"] * 3.0, k=x["k"] * 0.5) if stage == "real-norm" else x  # what the kernel is given
     o, delta = torch.full_like(x["v"], float("nan")), torch.full_like(x["v"], float("nan"))  # [B, N, HV, V]
     s0 = ladder._committed(x, path) if commits else x["pool"][x["slots"].long()].double()  # [B, HV, K, V]
     if stage.startswith("real"):  # the library's float64 closed form on the committed state (the bench's random trees)
@@ -781,7 +814,7 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
     else:
         want_o, want_d = ladder._want("commit" if commits else stage, x, *(fused_scratch(x) if solved else (tb, qkd)),
                                       s0)
-    fn = launcher(x, tb, qkd, o, delta, path, variant, grid)
+    fn = launcher(raw, tb, qkd, o, delta, path, variant, grid)
     fn()
     torch.cuda.synchronize()
     errs = (ladder._rel(o, want_o), 0.0 if stage == "fold" else ladder._rel(delta, want_d))
@@ -791,7 +824,7 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
     if traced and variant[2] >= 6:  # one traced launch after the timing (its stores never timed)
         trace = torch.zeros(grid, 2, 32, 8, dtype=torch.int64, device=o.device)
         assert len(range(0, x["v"].shape[0] * HV, grid)) <= 32, "the trace holds 32 items a program"
-        launcher(x, tb, qkd, o, delta, path, variant, grid, trace)()
+        launcher(raw, tb, qkd, o, delta, path, variant, grid, trace)()
         torch.cuda.synchronize()
         return errs, us, trace_summary(trace.cpu(), x["v"].shape[0] * HV)
     return errs, us, None
