@@ -248,6 +248,8 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
         _stamp(trace_ptr, 1, count, 2, TRACE)
         if FOLD >= 10:  # Gamma from the prepared log2 Gamma, loaded before the waits
             gam = gl.exp2(gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma))))  # [N]
+        if FOLD >= 13:  # diag(beta) applied to X's columns here (the solver hands over T, not T diag(beta))
+            beta_col = gl.load(beta_ptr + ((b * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma))) * HV + hv))
         if FOLD == 3:
             rows = gl.arange(0, N, layout=gl.SliceLayout(1, mma_nn))  # [N]
             cols = gl.arange(0, N, layout=gl.SliceLayout(0, mma_nn))  # [N]
@@ -270,7 +272,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
         if FOLD >= 8:  # the tree's decays: X = V - Gamma K S0, O = scale Gamma Q S0 + QKD Delta
             if FOLD < 10:
                 gam = gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma)))  # [N] Gamma
-            if FOLD == 12:  # q / k normalised in the kernel: the solver's rk, rq
+            if FOLD == 12 or FOLD == 14:  # q / k normalised in the kernel: the solver's rk, rq
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * (gam * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma)))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * (gam * scale * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma)))[None, :]
@@ -279,6 +281,8 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 qs = qs * (gam * scale)[None, :]
         else:
             x_t = v_smem.permute((1, 0)).load(mma) - ks  # [V, N] (V - K S0)^T
+        if FOLD >= 13:
+            x_t = x_t * beta_col[None, :]  # (X^T diag(beta))
         gl.thread_barrier()
         fence_async_shared()
         if FOLD >= 6:
@@ -360,7 +364,8 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                   tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H: gl.constexpr,
                   HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, L: gl.constexpr,
                   BLOCK: gl.constexpr, SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr,
-                  ROW_WORDS: gl.constexpr, LG: gl.constexpr, NORM: gl.constexpr, TRACE: gl.constexpr):
+                  ROW_WORDS: gl.constexpr, LG: gl.constexpr, NORM: gl.constexpr, LEAN: gl.constexpr,
+                  TRACE: gl.constexpr):
     """``FOLD == 6``: the fused stage's solve in a 4-warp partition that runs ahead of the consumer. It loads each
     item's q / k chunks itself through a 2-slot ring of its own (the next item's first two chunks issued before
     the current item's doubling), and hands ``TB`` / ``QKD`` over in one of two shared tiles, each guarded by a
@@ -379,7 +384,10 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
     q and k L2-normalised in the kernel: ``|q_i|^2``, ``|k_i|^2`` summed in fp32 from the ring's chunks, ``rk =
     rsqrt(|k|^2 + 1e-6)``; the column factor ``rk_j`` rides in the exponent (``d = scale D diag(rk)``), the row
     factors multiply (``QKD = diag(rq) Q K^T ⊙ d``, ``-A = diag(-beta rk / scale) K K^T ⊙ d ⊙ M°``), and ``rk``,
-    ``rq`` go to the consumer in ``vec2 [4, N]`` beside ``TB``."""
+    ``rq`` go to the consumer in ``vec2 [4, N]`` beside ``TB``. ``LEAN`` (``FOLD >= 13``): fewer live ``[N, N]``
+    tiles (the solve spilled at 184 registers): the mask lives only in ``d`` (0 off the paths), ``QKD`` is stored
+    as soon as it is formed (the hand-over slot awaited first), and ``diag(beta)`` moves to the consumer (``TB =
+    T``, ``Delta^T = (X^T diag(beta)) T^T``), so no column vector of ``beta`` lives across the doubling."""
     mma_nn: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 8])
     a_nn: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_nn, k_width=1)
     CHUNKS: gl.constexpr = K // BK
@@ -449,7 +457,8 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                                                     sready.index(c % 2), sk_ring.index(c % 2))
         _stamp(trace_ptr, 0, count, 1, TRACE)
         if LG:
-            beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
+            if not LEAN:
+                beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
             lg_c = gl.load(gam_ptr + item * N + cols)  # [N] log2 Gamma_j
         elif not ROW_WORDS:
             beta_r = gl.load(beta_ptr + ((b * N + rows) * HV + hv))  # [N]
@@ -468,10 +477,18 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                 lg_c = lg_c - gl.log2(rk_c)  # the column factor in the exponent
                 row_a = row_a * rk_r
             decay = gl.exp2(gl.where(anc, lg_r[:, None] - lg_c[None, :], float("-inf")))  # [N, N] scale D (diag(rk))
-            power = gl.where(anc & (rows[:, None] != cols[None, :]), kk * decay * row_a[:, None], 0.0)  # -A
-            qk = qk * decay  # QKD = scale Q K^T ⊙ D (NORM: before diag(rq))
-            if NORM:
-                qk = qk * rq_r[:, None]
+            if LEAN:
+                mbarrier.wait(tb_empty.index(count % 2), ((count // 2) & 1) ^ 1)  # item count - 2's slot is free
+                if NORM:
+                    qkd2.index(count % 2).store(qk * decay * rq_r[:, None])  # QKD = diag(rq) scale Q K^T ⊙ D
+                else:
+                    qkd2.index(count % 2).store(qk * decay)  # QKD = scale Q K^T ⊙ D
+                power = gl.where(rows[:, None] != cols[None, :], kk * decay * row_a[:, None], 0.0)  # -A
+            else:
+                power = gl.where(anc & (rows[:, None] != cols[None, :]), kk * decay * row_a[:, None], 0.0)  # -A
+                qk = qk * decay  # QKD = scale Q K^T ⊙ D (NORM: before diag(rq))
+                if NORM:
+                    qk = qk * rq_r[:, None]
         elif REAL:
             if ROW_WORDS:  # each row's W words (loaded above), the column's word picked in registers
                 word = gl.where(cols[None, :] < 32, row_word0[:, None], row_word1[:, None])  # [N, N] int32
@@ -492,10 +509,14 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
         inv = _unit_lower_inverse(power, rows, cols, solve_smem, rows_smem, a_nn, L, SMEM_CHAIN)
         _stamp(trace_ptr, 0, count, 3, TRACE)
         buf = count % 2
-        mbarrier.wait(tb_empty.index(buf), ((count // 2) & 1) ^ 1)  # the consumer is done with item count - 2's
+        if not LEAN:
+            mbarrier.wait(tb_empty.index(buf), ((count // 2) & 1) ^ 1)  # the consumer is done with item count - 2's
         _stamp(trace_ptr, 0, count, 4, TRACE)
-        tb2.index(buf).store(inv * beta_c[None, :])  # TB = (I + A)^{-1} diag(beta)
-        qkd2.index(buf).store(qk)
+        if LEAN:
+            tb2.index(buf).store(inv)  # T = (I + A)^{-1} (diag(beta) in the consumer)
+        else:
+            tb2.index(buf).store(inv * beta_c[None, :])  # TB = (I + A)^{-1} diag(beta)
+            qkd2.index(buf).store(qk)
         if NORM:
             vec2.index(2 * buf).store(rk_c)
             vec2.index(2 * buf + 1).store(gl.convert_layout(rq_r, gl.SliceLayout(0, mma_nn)))
@@ -574,7 +595,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2,
                              tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H, HV,
                              K, N, BK, L, BLOCK, FOLD >= 7, FOLD >= 8, W, FOLD == 9 or FOLD == 11, FOLD >= 10,
-                             FOLD == 12, TRACE)),
+                             FOLD == 12 or FOLD == 14, FOLD >= 13, TRACE)),
         ], [1, 4], [40, SOLVER_REGS])
     elif FOLD == 4:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
@@ -718,7 +739,7 @@ def compile_only(variant):
 
 
 STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem", "real", "real-rows", "real-lg",
-               "real-lg-rows", "real-norm")
+               "real-lg-rows", "real-norm", "real-lean", "real-lean-norm")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
@@ -802,7 +823,7 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
         x = dict(x, pool=x["pool"].clone())
     if solved:  # unit q / k rows keep the stand-in solve's inverse small (real-norm: normalised in the kernel)
         x = dict(x, q=x["q"] / x["q"].norm(dim=-1, keepdim=True), k=x["k"] / x["k"].norm(dim=-1, keepdim=True))
-    raw = dict(x, q=x["q"] * 3.0, k=x["k"] * 0.5) if stage == "real-norm" else x  # what the kernel is given
+    raw = dict(x, q=x["q"] * 3.0, k=x["k"] * 0.5) if stage.endswith("norm") else x  # what the kernel is given
     o, delta = torch.full_like(x["v"], float("nan")), torch.full_like(x["v"], float("nan"))  # [B, N, HV, V]
     s0 = ladder._committed(x, path) if commits else x["pool"][x["slots"].long()].double()  # [B, HV, K, V]
     if stage.startswith("real"):  # the library's float64 closed form on the committed state (the bench's random trees)
