@@ -71,12 +71,23 @@ SOLVER_REGS = 152  # FOLD >= 4: registers of the solve partition (the consumer g
 
 @gluon.jit
 def _stamp(trace_ptr, role, count, phase, TRACE: gl.constexpr):
-    """``TRACE``: the SM's cycle counter into ``trace [programs, 2, 32, 8]`` at (program, role (0 solver, 1
+    """``TRACE``: the SM's cycle counter into ``trace [programs, 2, 32, 16]`` at (program, role (0 solver, 1
     consumer), the program's item count, phase); every thread of the partition writes, the last one stays."""
     if TRACE:
-        slot = ((gl.program_id(0) * 2 + role) * 32 + count) * 8 + phase
-        gl.store(trace_ptr + slot, gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [slot], dtype=gl.int64,
-                                                             is_pure=False, pack=1))
+        _put(trace_ptr, role, count, phase, _clock(phase), TRACE)
+
+
+@gluon.jit
+def _clock(dep):
+    """The SM's cycle counter (``dep``: any scalar, orders the read)."""
+    return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [dep], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _put(trace_ptr, role, count, phase, value, TRACE: gl.constexpr):
+    """``value`` into ``trace [programs, 2, 32, 16]`` at (program, role, item count, phase)."""
+    if TRACE:
+        gl.store(trace_ptr + ((gl.program_id(0) * 2 + role) * 32 + count) * 16 + phase, value)
 
 
 @gluon.jit
@@ -186,6 +197,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
     ``FOLD >= 10``: ``Gamma = 2^lg2`` from the prepared ``log2 Gamma`` (``gam_ptr [B HV, N]``), not the solver's."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
+    mma16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                    instr_shape=[16, N, 16])  # FOLD 15: fp16 products
+    a16: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma16, k_width=2)
     mma_bk: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                      instr_shape=[16, BK, 8])
     a_bk: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_bk, k_width=1)
@@ -218,9 +232,18 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             fence_async_shared()
             mbarrier.arrive(path_empty)
         _stamp(trace_ptr, 1, count, 1, TRACE)
+        if TRACE:
+            t_wait = _clock(count) * 0  # cycles in the chunk loop: ready waits, path update, products + store
+            t_update = t_wait
+            t_products = t_wait
         for k0 in gl.static_range(0, K, BK):
             s = chunk % STAGES
+            if TRACE:
+                t0 = _clock(chunk)
             mbarrier.wait(ready.index(s), (chunk // STAGES) & 1)
+            if TRACE:
+                t1 = _clock(chunk)
+                t_wait += t1 - t0
             s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] S0^T chunk
             if FOLD >= 2:
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(k0, BK).permute((1, 0)),
@@ -230,6 +253,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 s_ring.index(s).permute((1, 0)).store(s_t)
                 gl.thread_barrier()
                 fence_async_shared()
+            if TRACE:
+                t2 = _clock(chunk)
+                t_update += t2 - t1
             ks = warpgroup_mma(s_t, k_ring.index(s).permute((1, 0)), ks, is_async=True)
             qs = warpgroup_mma(s_t, q_ring.index(s).permute((1, 0)), qs, is_async=True)
             if FOLD:  # the state chunk written back in place from its slot
@@ -243,12 +269,18 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 ks, qs = warpgroup_mma_wait(0, deps=(ks, qs))
             if FOLD:
                 tma.store_wait(0)
+            if TRACE:
+                t_products += _clock(chunk) - t2
             mbarrier.arrive(empty.index(s))
             chunk += 1
         _stamp(trace_ptr, 1, count, 2, TRACE)
+        if TRACE:
+            _put(trace_ptr, 1, count, 8, t_wait, TRACE)
+            _put(trace_ptr, 1, count, 9, t_update, TRACE)
+            _put(trace_ptr, 1, count, 10, t_products, TRACE)
         if FOLD >= 10:  # Gamma from the prepared log2 Gamma, loaded before the waits
             gam = gl.exp2(gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma))))  # [N]
-        if FOLD >= 13:  # diag(beta) applied to X's columns here (the solver hands over T, not T diag(beta))
+        if FOLD == 13 or FOLD == 14:  # diag(beta) applied to X's columns here (the solver hands over T)
             beta_col = gl.load(beta_ptr + ((b * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma))) * HV + hv))
         if FOLD == 3:
             rows = gl.arange(0, N, layout=gl.SliceLayout(1, mma_nn))  # [N]
@@ -281,14 +313,23 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 qs = qs * (gam * scale)[None, :]
         else:
             x_t = v_smem.permute((1, 0)).load(mma) - ks  # [V, N] (V - K S0)^T
-        if FOLD >= 13:
+        if FOLD == 13 or FOLD == 14:
             x_t = x_t * beta_col[None, :]  # (X^T diag(beta))
         gl.thread_barrier()
         fence_async_shared()
-        if FOLD >= 6:
+        if FOLD >= 15:  # fp16 TB / QKD (fp16 operands, fp32 accumulation: the 11-bit significand of tf32, rounded)
+            delta_t = warpgroup_mma(gl.convert_layout(x_t.to(gl.float16), a16), tb2.index(count % 2).permute((1, 0)),
+                                    gl.convert_layout(ks, mma16), use_acc=False, is_async=True)
+            delta_t = warpgroup_mma_wait(0, deps=(delta_t, ))  # [V, N] Delta^T
+            _stamp(trace_ptr, 1, count, 4, TRACE)
+            o_t = warpgroup_mma(gl.convert_layout(delta_t.to(gl.float16), a16),
+                                qkd2.index(count % 2).permute((1, 0)), gl.convert_layout(qs, mma16), is_async=True)
+            delta_t = gl.convert_layout(delta_t, mma)  # (the same registers: only the instruction's K differs)
+        elif FOLD >= 6:
             delta_t = warpgroup_mma(gl.convert_layout(x_t, a_op), tb2.index(count % 2).permute((1, 0)), ks,
                                     use_acc=False, is_async=True)
             delta_t = warpgroup_mma_wait(0, deps=(delta_t, ))  # [V, N] Delta^T
+            _stamp(trace_ptr, 1, count, 4, TRACE)
             o_t = warpgroup_mma(gl.convert_layout(delta_t, a_op), qkd2.index(count % 2).permute((1, 0)), qs,
                                 is_async=True)
         else:
@@ -303,7 +344,12 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             fence_async_shared()
             tma.async_copy_shared_to_global(delta_desc, [b * N, hv * V], v_smem)
         o_t = warpgroup_mma_wait(0, deps=(o_t, ))  # [V, N] O^T
-        if FOLD >= 6:  # O straight from registers (no staging tile: its shared memory holds TB / QKD twice)
+        if FOLD >= 15:
+            o_t = gl.convert_layout(o_t, mma)
+        _stamp(trace_ptr, 1, count, 5, TRACE)
+        if FOLD >= 15:
+            mbarrier.arrive(tb_empty.index(count % 2))
+        if FOLD >= 6 and FOLD < 15:  # O straight from registers (no staging tile: its smem holds TB / QKD twice)
             mbarrier.arrive(tb_empty.index(count % 2))
             v_rows = gl.arange(0, V, layout=gl.SliceLayout(1, mma))  # [V]
             n_cols = gl.arange(0, N, layout=gl.SliceLayout(0, mma))  # [N]
@@ -317,8 +363,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             fence_async_shared()
             tma.async_copy_shared_to_global(o_desc, [b * N, hv * V], o_smem)
             tma.store_wait(1)  # Delta's store has read v's buffer
+        _stamp(trace_ptr, 1, count, 6, TRACE)
         mbarrier.arrive(ep_empty)
-        _stamp(trace_ptr, 1, count, 4, TRACE)
+        _stamp(trace_ptr, 1, count, 7, TRACE)
         count += 1
     tma.store_wait(0)
 
@@ -365,7 +412,7 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                   HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, L: gl.constexpr,
                   BLOCK: gl.constexpr, SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr,
                   ROW_WORDS: gl.constexpr, LG: gl.constexpr, NORM: gl.constexpr, LEAN: gl.constexpr,
-                  TRACE: gl.constexpr):
+                  SLOTS: gl.constexpr, TRACE: gl.constexpr):
     """``FOLD == 6``: the fused stage's solve in a 4-warp partition that runs ahead of the consumer. It loads each
     item's q / k chunks itself through a 2-slot ring of its own (the next item's first two chunks issued before
     the current item's doubling), and hands ``TB`` / ``QKD`` over in one of two shared tiles, each guarded by a
@@ -387,7 +434,9 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
     ``rq`` go to the consumer in ``vec2 [4, N]`` beside ``TB``. ``LEAN`` (``FOLD >= 13``): fewer live ``[N, N]``
     tiles (the solve spilled at 184 registers): the mask lives only in ``d`` (0 off the paths), ``QKD`` is stored
     as soon as it is formed (the hand-over slot awaited first), and ``diag(beta)`` moves to the consumer (``TB =
-    T``, ``Delta^T = (X^T diag(beta)) T^T``), so no column vector of ``beta`` lives across the doubling."""
+    T``, ``Delta^T = (X^T diag(beta)) T^T``), so no column vector of ``beta`` lives across the doubling.
+    ``SLOTS``: the solver's own q / k ring (2; 3 for ``FOLD == 16``; 4 for ``FOLD == 17``, whose doubling converts
+    registers instead of keeping both operands in shared memory, to make room)."""
     mma_nn: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 8])
     a_nn: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_nn, k_width=1)
     CHUNKS: gl.constexpr = K // BK
@@ -396,13 +445,14 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
     nprog = gl.num_programs(0)
     if pid < n_items:  # the first item's first two chunks
         h0 = (pid % HV) // (HV // H)
-        for c in gl.static_range(2):
+        for c in gl.static_range(SLOTS):
             mbarrier.expect(sready.index(c), 2 * q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [(pid // HV) * N, h0 * K + c * BK], sready.index(c),
                                             sq_ring.index(c))
             tma.async_copy_global_to_shared(k_desc, [(pid // HV) * N, h0 * K + c * BK], sready.index(c),
                                             sk_ring.index(c))
     count = 0
+    sc = 0
     for item in range(pid, n_items, nprog):
         b = item // HV
         hv = item % HV
@@ -430,31 +480,33 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
             k_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, sq_rows))  # [N] |k_i|^2
             q_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, sq_rows))  # [N] |q_i|^2
         for c in gl.static_range(CHUNKS):
-            mbarrier.wait(sready.index(c % 2), (c // 2) & 1)  # each slot completes CHUNKS / 2 times per item
-            k_t = sk_ring.index(c % 2).permute((1, 0))  # [BK, N] K^T chunk, K-major
-            kk = warpgroup_mma(sk_ring.index(c % 2), k_t, kk, is_async=True)
-            qk = warpgroup_mma(sq_ring.index(c % 2), k_t, qk, is_async=True)
+            slot = (sc + c) % SLOTS  # the ring runs across items: sc counts the chunks consumed before this item
+            mbarrier.wait(sready.index(slot), ((sc + c) // SLOTS) & 1)
+            k_t = sk_ring.index(slot).permute((1, 0))  # [BK, N] K^T chunk, K-major
+            kk = warpgroup_mma(sk_ring.index(slot), k_t, kk, is_async=True)
+            qk = warpgroup_mma(sq_ring.index(slot), k_t, qk, is_async=True)
             if NORM:  # fp32 squares from the same chunks while the products run
-                k_c = sk_ring.index(c % 2).load(sq_rows)  # [N, BK]
-                q_c = sq_ring.index(c % 2).load(sq_rows)  # [N, BK]
+                k_c = sk_ring.index(slot).load(sq_rows)  # [N, BK]
+                q_c = sq_ring.index(slot).load(sq_rows)  # [N, BK]
                 k_sq += gl.sum(k_c * k_c, axis=1)
                 q_sq += gl.sum(q_c * q_c, axis=1)
             kk, qk = warpgroup_mma_wait(0, deps=(kk, qk))
             gl.thread_barrier()
-            if c + 2 < CHUNKS:  # this item's chunk c + 2 into the freed slot
-                mbarrier.expect(sready.index(c % 2), 2 * q_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(q_desc, [b * N, h * K + (c + 2) * BK], sready.index(c % 2),
-                                                sq_ring.index(c % 2))
-                tma.async_copy_global_to_shared(k_desc, [b * N, h * K + (c + 2) * BK], sready.index(c % 2),
-                                                sk_ring.index(c % 2))
-            else:  # the next item's chunk c + 2 - CHUNKS, loaded while this item's doubling runs
+            if c + SLOTS < CHUNKS:  # this item's chunk c + SLOTS into the freed slot
+                mbarrier.expect(sready.index(slot), 2 * q_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(q_desc, [b * N, h * K + (c + SLOTS) * BK], sready.index(slot),
+                                                sq_ring.index(slot))
+                tma.async_copy_global_to_shared(k_desc, [b * N, h * K + (c + SLOTS) * BK], sready.index(slot),
+                                                sk_ring.index(slot))
+            else:  # the next item's chunk c + SLOTS - CHUNKS, loaded while this item's doubling runs
                 if nxt < n_items:
                     h_n = (nxt % HV) // (HV // H)
-                    mbarrier.expect(sready.index(c % 2), 2 * q_desc.block_type.nbytes)
-                    tma.async_copy_global_to_shared(q_desc, [(nxt // HV) * N, h_n * K + (c + 2 - CHUNKS) * BK],
-                                                    sready.index(c % 2), sq_ring.index(c % 2))
-                    tma.async_copy_global_to_shared(k_desc, [(nxt // HV) * N, h_n * K + (c + 2 - CHUNKS) * BK],
-                                                    sready.index(c % 2), sk_ring.index(c % 2))
+                    mbarrier.expect(sready.index(slot), 2 * q_desc.block_type.nbytes)
+                    tma.async_copy_global_to_shared(q_desc, [(nxt // HV) * N, h_n * K + (c + SLOTS - CHUNKS) * BK],
+                                                    sready.index(slot), sq_ring.index(slot))
+                    tma.async_copy_global_to_shared(k_desc, [(nxt // HV) * N, h_n * K + (c + SLOTS - CHUNKS) * BK],
+                                                    sready.index(slot), sk_ring.index(slot))
+        sc += CHUNKS
         _stamp(trace_ptr, 0, count, 1, TRACE)
         if LG:
             if not LEAN:
@@ -480,9 +532,9 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
             if LEAN:
                 mbarrier.wait(tb_empty.index(count % 2), ((count // 2) & 1) ^ 1)  # item count - 2's slot is free
                 if NORM:
-                    qkd2.index(count % 2).store(qk * decay * rq_r[:, None])  # QKD = diag(rq) scale Q K^T ⊙ D
+                    qkd2.index(count % 2).store((qk * decay * rq_r[:, None]).to(qkd2.dtype))  # diag(rq) scale QK^T ⊙ D
                 else:
-                    qkd2.index(count % 2).store(qk * decay)  # QKD = scale Q K^T ⊙ D
+                    qkd2.index(count % 2).store((qk * decay).to(qkd2.dtype))  # QKD = scale Q K^T ⊙ D
                 power = gl.where(rows[:, None] != cols[None, :], kk * decay * row_a[:, None], 0.0)  # -A
             else:
                 power = gl.where(anc & (rows[:, None] != cols[None, :]), kk * decay * row_a[:, None], 0.0)  # -A
@@ -513,10 +565,10 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
             mbarrier.wait(tb_empty.index(buf), ((count // 2) & 1) ^ 1)  # the consumer is done with item count - 2's
         _stamp(trace_ptr, 0, count, 4, TRACE)
         if LEAN:
-            tb2.index(buf).store(inv)  # T = (I + A)^{-1} (diag(beta) in the consumer)
+            tb2.index(buf).store(inv.to(tb2.dtype))  # T = (I + A)^{-1} (diag(beta) in the consumer)
         else:
-            tb2.index(buf).store(inv * beta_c[None, :])  # TB = (I + A)^{-1} diag(beta)
-            qkd2.index(buf).store(qk)
+            tb2.index(buf).store((inv * beta_c[None, :]).to(tb2.dtype))  # TB = (I + A)^{-1} diag(beta)
+            qkd2.index(buf).store(qk.to(qkd2.dtype))
         if NORM:
             vec2.index(2 * buf).store(rk_c)
             vec2.index(2 * buf + 1).store(gl.convert_layout(rq_r, gl.SliceLayout(0, mma_nn)))
@@ -567,22 +619,29 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
     mbarrier.init(path_empty, count=1)
     fence_async_shared()
     # (constexpr arguments must be written in the call: a tuple variable would turn them into tensors)
-    tb2 = gl.allocate_shared_memory(gl.float32, [2, N, N], wide_layout)  # FOLD 6: the solver's hand-off
-    qkd2 = gl.allocate_shared_memory(gl.float32, [2, N, N], wide_layout)
+    SOLVER_SLOTS: gl.constexpr = 3 if FOLD == 16 else (4 if FOLD == 17 else 2)  # the solver's q / k ring
+    if FOLD >= 15:  # fp16 hand-off, and O leaves through a staging tile by TMA
+        half_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        tb2 = gl.allocate_shared_memory(gl.float16, [2, N, N], half_layout)
+        qkd2 = gl.allocate_shared_memory(gl.float16, [2, N, N], half_layout)
+    else:
+        tb2 = gl.allocate_shared_memory(gl.float32, [2, N, N], wide_layout)  # FOLD 6: the solver's hand-off
+        qkd2 = gl.allocate_shared_memory(gl.float32, [2, N, N], wide_layout)
     tb_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     tb_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    sready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    sready = gl.allocate_shared_memory(gl.int64, [SOLVER_SLOTS, 1], mbarrier.MBarrierLayout())
     vec2 = gl.allocate_shared_memory(gl.float32, [4, N], gl.SwizzledSharedLayout(1, 1, 1, [0]))  # FOLD 12
     for i in gl.static_range(2):
         mbarrier.init(tb_ready.index(i), count=1)
         mbarrier.init(tb_empty.index(i), count=1)
+    for i in gl.static_range(SOLVER_SLOTS):
         mbarrier.init(sready.index(i), count=1)
     fence_async_shared()
     if FOLD >= 6:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
-        sq_ring = gl.allocate_shared_memory(gl.float32, [2, N, BK], q_desc.layout)
-        sk_ring = gl.allocate_shared_memory(gl.float32, [2, N, BK], k_desc.layout)
+        sq_ring = gl.allocate_shared_memory(gl.float32, [SOLVER_SLOTS, N, BK], q_desc.layout)
+        sk_ring = gl.allocate_shared_memory(gl.float32, [SOLVER_SLOTS, N, BK], k_desc.layout)
         gl.warp_specialize([
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
@@ -594,8 +653,9 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
             (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2,
                              tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H, HV,
-                             K, N, BK, L, BLOCK, FOLD >= 7, FOLD >= 8, W, FOLD == 9 or FOLD == 11, FOLD >= 10,
-                             FOLD == 12 or FOLD == 14, FOLD >= 13, TRACE)),
+                             K, N, BK, L, BLOCK, FOLD >= 7 and FOLD != 17, FOLD >= 8, W, FOLD == 9 or FOLD == 11,
+                             FOLD >= 10, FOLD == 12 or FOLD == 14, FOLD == 13 or FOLD == 14, SOLVER_SLOTS,
+                             TRACE)),
         ], [1, 4], [40, SOLVER_REGS])
     elif FOLD == 4:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
@@ -680,7 +740,7 @@ def descriptors(x, tb, qkd, o, delta, path, bk: int):
 
 def launcher(x, tb, qkd, o, delta, path, variant, grid: int, trace=None):
     """A no-argument launch of one (BK, STAGES, FOLD, WARPS) variant over ``grid`` persistent programs (``FOLD >=
-    10``: after ``_log2_gamma_kernel``); ``trace [grid, 2, 32, 8]`` int64: the traced build (``_stamp``)."""
+    10``: after ``_log2_gamma_kernel``); ``trace [grid, 2, 32, 16]`` int64: the traced build (``_stamp``)."""
     bk, stages, fold, warps = variant[:4]
     B, N = x["q"].shape[:2]
     words = x["meta"].words if "meta" in x else torch.zeros(B, N, 1, dtype=torch.int32, device=o.device)  # [B, N, W]
@@ -739,7 +799,8 @@ def compile_only(variant):
 
 
 STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem", "real", "real-rows", "real-lg",
-               "real-lg-rows", "real-norm", "real-lean", "real-lean-norm")
+               "real-lg-rows", "real-norm", "real-lean", "real-lean-norm",
+               "real-lg-half", "real-lg-half-3", "real-lg-half-4")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
@@ -788,16 +849,18 @@ def main() -> int:
 
 
 SOLVER_PHASES = ("gram", "math", "doubling", "waits-consumer", "hand-over", "to-next-item")
-CONSUMER_PHASES = ("path-wait", "chunks", "to-epilogue-waits", "waits-solver+v", "epilogue", "to-next-item")
+CONSUMER_PHASES = ("path-wait", "chunks", "waits-solver+v", "x+delta-mma", "o-mma", "stores", "arrive",
+                   "to-next-item")
+CONSUMER_SUMS = ("chunk-ready-waits", "chunk-path-updates", "chunk-products+store")  # phases 8-10: sums
 
 
 def trace_summary(trace, n_items: int):
-    """Mean cycles of each phase per item from ``trace [grid, 2, 32, 8]`` (``_stamp``), the first item of every
-    program left out (its start-up), and the mean item period of each partition."""
+    """Mean cycles of each phase per item from ``trace [grid, 2, 32, 16]`` (``_stamp``), the first item of every
+    program left out (its start-up), the mean item period of each partition, and the consumer's chunk-loop sums."""
     grid = trace.shape[0]
     counts = [len(range(p, n_items, grid)) for p in range(grid)]
     out = {}
-    for role, phases, names in ((0, 6, SOLVER_PHASES), (1, 5, CONSUMER_PHASES)):
+    for role, phases, names in ((0, 6, SOLVER_PHASES), (1, 8, CONSUMER_PHASES)):
         per = {n: [] for n in names}
         period = []
         for p in range(grid):
@@ -810,6 +873,8 @@ def trace_summary(trace, n_items: int):
                     period.append(float(t[c + 1, 0] - t[c, 0]))
         out["solver" if role == 0 else "consumer"] = dict({n: sum(v) / max(len(v), 1) for n, v in per.items()},
                                                           period=sum(period) / max(len(period), 1))
+    sums = [trace[p, 1, 1:counts[p], 8:11].double() for p in range(grid)]  # [items, 3] each
+    out["consumer"].update(zip(CONSUMER_SUMS, torch.cat(sums).mean(0).tolist()))
     return out
 
 
@@ -843,7 +908,7 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
         errs = (*errs, ladder._rel(x["pool"][x["slots"].long()], s0))
     us = time_fn(fn) if time_fn else None
     if traced and variant[2] >= 6:  # one traced launch after the timing (its stores never timed)
-        trace = torch.zeros(grid, 2, 32, 8, dtype=torch.int64, device=o.device)
+        trace = torch.zeros(grid, 2, 32, 16, dtype=torch.int64, device=o.device)
         assert len(range(0, x["v"].shape[0] * HV, grid)) <= 32, "the trace holds 32 items a program"
         launcher(raw, tb, qkd, o, delta, path, variant, grid, trace)()
         torch.cuda.synchronize()
