@@ -22,7 +22,13 @@ arithmetic (``full``: ``Delta = TB (V - K S0)``, ``O = Q S0 + QKD Delta``, no ro
   benchmark's random trees: ancestor bitsets, ``logGamma = M g``, decays, ``beta``, ``QKD``, ``Gamma`` handed to
   the consumer), checked against the library's float64 closed form; 9 loads each row's bitset words once instead
   of a word per ``[N, N]`` element, and loads the item's words, gates and ``beta`` before its Gram products so
-  their latency hides under them (built and compiled, never run: no device time was left).
+  their latency hides under them (built and compiled, never run: no device time was left);
+- thirty-first session: ``real-lg`` (10) takes ``log2 Gamma`` from ``_log2_gamma_kernel`` (one program per
+  request, timed with the kernel) instead of the solve's masked row sum; 11 with 9's row words; ``real-norm`` (12)
+  L2-normalises q / k in the kernel; ``real-lean`` (13) / ``real-lean-norm`` (14) keep fewer tiles live in the
+  solve; ``real-lg-half`` (15) hands ``TB`` / ``QKD`` over in fp16 (fp16 epilogue products, fp32 accumulation)
+  and stores O by TMA from the freed shared memory; 16 / 17 give the solver a q / k ring of 3 / 4 slots.
+  ``--trace`` adds one launch of each variant that records the SM's cycle counter per phase (``_stamp``).
 
 Partitions: a 1-warp loader streams each item's ``S0`` / q / k chunks by TMA through a ring of ``STAGES`` slots
 (and the path rows and epilogue tiles), running ahead across items; the consumer (8 warps) does every product
@@ -883,7 +889,7 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
     Delta and, for ``commit``, the committed state; median µs or None)."""
     stage = STAGE_NAMES[variant[2]]
     commits = stage in ("commit", "fused", "overlap", "ahead", "ahead-smem") or stage.startswith("real")
-    solved = stage in ("fused", "ahead", "ahead-smem") or stage.startswith("real")  # TB / QKD from the kernel's own solve
+    solved = stage in ("fused", "ahead", "ahead-smem") or stage.startswith("real")  # TB / QKD: the kernel's solve
     if commits:
         x = dict(x, pool=x["pool"].clone())
     if solved:  # unit q / k rows keep the stand-in solve's inverse small (real-norm: normalised in the kernel)
