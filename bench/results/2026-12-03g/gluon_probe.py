@@ -200,7 +200,10 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
     computed as ``S^T <- gamma_a S^T + Delta_p^T (diag(w) K_p)``. ``FOLD == 3``: the solve in line too, from the
     same q / k chunks: ``K K^T``, ``Q K^T``, ``A = diag(beta) (K K^T ⊙ M°)``, ``T = (I + A)^{-1}`` by ``L`` doubling
     steps, ``TB = T diag(beta)``, ``QKD = Q K^T ⊙ M`` (stand-in mask ``M``: chains of ``BLOCK`` nodes, no decays).
-    ``FOLD >= 10``: ``Gamma = 2^lg2`` from the prepared ``log2 Gamma`` (``gam_ptr [B HV, N]``), not the solver's."""
+    ``FOLD >= 10``: ``Gamma = 2^lg2`` from the prepared ``log2 Gamma`` (``gam_ptr [B HV, N]``), not the solver's.
+    ``FOLD == 18``: each chunk's path update is issued beside the previous chunk's products and added in its
+    accumulator layout (the A operand reloaded from the rewritten slot instead of converting the update), and a slot
+    is released one chunk late (its write-back awaited with one store left in flight instead of none)."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     mma16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -237,6 +240,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             gl.thread_barrier()
             fence_async_shared()
             mbarrier.arrive(path_empty)
+            if FOLD == 18:  # chunk 0's update; each later one is issued beside the previous chunk's products
+                upd = warpgroup_mma(dp_t, kpt_smem.slice(0, BK).permute((1, 0)), gl.zeros([V, BK], gl.float32, mma_bk),
+                                    use_acc=False)  # [V, BK]
         _stamp(trace_ptr, 1, count, 1, TRACE)
         if TRACE:
             t_wait = _clock(count) * 0  # cycles in the chunk loop: ready waits, path update, products + store
@@ -250,8 +256,15 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             if TRACE:
                 t1 = _clock(chunk)
                 t_wait += t1 - t0
-            s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] S0^T chunk
-            if FOLD >= 2:
+            if FOLD == 18:  # the update (issued during the previous chunk) added in its accumulator layout
+                s_new = s_ring.index(s).permute((1, 0)).load(mma_bk) * gamma_a + upd  # [V, BK] S^T updated
+                s_ring.index(s).permute((1, 0)).store(s_new)  # (each thread rewrites the elements it read)
+                gl.thread_barrier()
+                fence_async_shared()
+                s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] the A operand, reloaded
+            else:
+                s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] S0^T chunk
+            if FOLD >= 2 and FOLD != 18:
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(k0, BK).permute((1, 0)),
                                     gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False)  # [V, BK]
                 s_t = s_t * gamma_a + gl.convert_layout(upd, a_op)
@@ -271,13 +284,25 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 kk = warpgroup_mma(k_ring.index(s), k_t, kk, is_async=True)
                 qk = warpgroup_mma(q_ring.index(s), k_t, qk, is_async=True)
                 ks, qs, kk, qk = warpgroup_mma_wait(0, deps=(ks, qs, kk, qk))
+            elif FOLD == 18 and k0 + BK < K:  # the next chunk's update beside this chunk's products
+                upd = warpgroup_mma(dp_t, kpt_smem.slice(k0 + BK, BK).permute((1, 0)),
+                                    gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False, is_async=True)
+                ks, qs, upd = warpgroup_mma_wait(0, deps=(ks, qs, upd))
             else:
                 ks, qs = warpgroup_mma_wait(0, deps=(ks, qs))
-            if FOLD:
-                tma.store_wait(0)
+            if FOLD == 18:  # a slot is freed one chunk late, once its write-back has read it
+                if k0 > 0:
+                    tma.store_wait(1)
+                    mbarrier.arrive(empty.index((chunk + STAGES - 1) % STAGES))
+                if k0 + BK == K:
+                    tma.store_wait(0)
+                    mbarrier.arrive(empty.index(s))
+            else:
+                if FOLD:
+                    tma.store_wait(0)
+                mbarrier.arrive(empty.index(s))
             if TRACE:
                 t_products += _clock(chunk) - t2
-            mbarrier.arrive(empty.index(s))
             chunk += 1
         _stamp(trace_ptr, 1, count, 2, TRACE)
         if TRACE:
@@ -806,7 +831,8 @@ def compile_only(variant):
 
 STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem", "real", "real-rows", "real-lg",
                "real-lg-rows", "real-norm", "real-lean", "real-lean-norm",
-               "real-lg-half", "real-lg-half-3", "real-lg-half-4")
+               "real-lg-half", "real-lg-half-3", "real-lg-half-4",
+               "real-lg-half-pipe")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
