@@ -203,7 +203,8 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
     ``FOLD >= 10``: ``Gamma = 2^lg2`` from the prepared ``log2 Gamma`` (``gam_ptr [B HV, N]``), not the solver's.
     ``FOLD == 18``: each chunk's path update is issued beside the previous chunk's products and added in its
     accumulator layout (the A operand reloaded from the rewritten slot instead of converting the update), and a slot
-    is released one chunk late (its write-back awaited with one store left in flight instead of none)."""
+    is released one chunk late (its write-back awaited with one store left in flight instead of none); ``FOLD ==
+    19``: the same without the late release. ``FOLD == 20``: ``real-lg-half`` with q / k normalised in the kernel."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     mma16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -240,7 +241,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             gl.thread_barrier()
             fence_async_shared()
             mbarrier.arrive(path_empty)
-            if FOLD == 18:  # chunk 0's update; each later one is issued beside the previous chunk's products
+            if FOLD >= 18:  # chunk 0's update; each later one is issued beside the previous chunk's products
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(0, BK).permute((1, 0)), gl.zeros([V, BK], gl.float32, mma_bk),
                                     use_acc=False)  # [V, BK]
         _stamp(trace_ptr, 1, count, 1, TRACE)
@@ -256,7 +257,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             if TRACE:
                 t1 = _clock(chunk)
                 t_wait += t1 - t0
-            if FOLD == 18:  # the update (issued during the previous chunk) added in its accumulator layout
+            if FOLD >= 18:  # the update (issued during the previous chunk) added in its accumulator layout
                 s_new = s_ring.index(s).permute((1, 0)).load(mma_bk) * gamma_a + upd  # [V, BK] S^T updated
                 s_ring.index(s).permute((1, 0)).store(s_new)  # (each thread rewrites the elements it read)
                 gl.thread_barrier()
@@ -264,7 +265,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] the A operand, reloaded
             else:
                 s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] S0^T chunk
-            if FOLD >= 2 and FOLD != 18:
+            if FOLD >= 2 and FOLD < 18:
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(k0, BK).permute((1, 0)),
                                     gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False)  # [V, BK]
                 s_t = s_t * gamma_a + gl.convert_layout(upd, a_op)
@@ -284,7 +285,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 kk = warpgroup_mma(k_ring.index(s), k_t, kk, is_async=True)
                 qk = warpgroup_mma(q_ring.index(s), k_t, qk, is_async=True)
                 ks, qs, kk, qk = warpgroup_mma_wait(0, deps=(ks, qs, kk, qk))
-            elif FOLD == 18 and k0 + BK < K:  # the next chunk's update beside this chunk's products
+            elif FOLD >= 18 and k0 + BK < K:  # the next chunk's update beside this chunk's products
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(k0 + BK, BK).permute((1, 0)),
                                     gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False, is_async=True)
                 ks, qs, upd = warpgroup_mma_wait(0, deps=(ks, qs, upd))
@@ -335,7 +336,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
         if FOLD >= 8:  # the tree's decays: X = V - Gamma K S0, O = scale Gamma Q S0 + QKD Delta
             if FOLD < 10:
                 gam = gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma)))  # [N] Gamma
-            if FOLD == 12 or FOLD == 14:  # q / k normalised in the kernel: the solver's rk, rq
+            if FOLD == 12 or FOLD == 14 or FOLD == 20:  # q / k normalised in the kernel: the solver's rk, rq
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * (gam * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma)))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * (gam * scale * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma)))[None, :]
@@ -685,7 +686,8 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2,
                              tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H, HV,
                              K, N, BK, L, BLOCK, FOLD >= 7 and FOLD != 17, FOLD >= 8, W, FOLD == 9 or FOLD == 11,
-                             FOLD >= 10, FOLD == 12 or FOLD == 14, FOLD == 13 or FOLD == 14, SOLVER_SLOTS,
+                             FOLD >= 10, FOLD == 12 or FOLD == 14 or FOLD == 20, FOLD == 13 or FOLD == 14,
+                             SOLVER_SLOTS,
                              TRACE)),
         ], [1, 4], [40, SOLVER_REGS])
     elif FOLD == 4:
@@ -832,7 +834,8 @@ def compile_only(variant):
 STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahead-smem", "real", "real-rows", "real-lg",
                "real-lg-rows", "real-norm", "real-lean", "real-lean-norm",
                "real-lg-half", "real-lg-half-3", "real-lg-half-4",
-               "real-lg-half-pipe")
+               "real-lg-half-pipe", "real-lg-half-ahead",
+               "real-lg-half-norm")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
