@@ -204,7 +204,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
     ``FOLD == 18``: each chunk's path update is issued beside the previous chunk's products and added in its
     accumulator layout (the A operand reloaded from the rewritten slot instead of converting the update), and a slot
     is released one chunk late (its write-back awaited with one store left in flight instead of none); ``FOLD ==
-    19``: the same without the late release. ``FOLD == 20``: ``real-lg-half`` with q / k normalised in the kernel."""
+    19``: the same without the late release. ``FOLD == 20``: ``real-lg-half`` with q / k normalised in the kernel.
+    ``FOLD == 21``: ``real-lg-half`` with the item's path weights loaded before the path wait and the next item's
+    state row during this item (two global round trips an item off the stream's critical path)."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     mma16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -222,10 +224,15 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
     nprog = gl.num_programs(0)
     chunk = 0
     count = 0
+    if FOLD == 21:  # the first item's state row; each later one is loaded during the previous item
+        state_row_next = (gl.load(slots_ptr + pid // HV, mask=pid < n_items, other=0) * HV + pid % HV) * K
     for item in range(pid, n_items, nprog):
         b = item // HV
         hv = item % HV
-        state_row = (gl.load(slots_ptr + b) * HV + hv) * K
+        if FOLD == 21:
+            state_row = state_row_next
+        else:
+            state_row = (gl.load(slots_ptr + b) * HV + hv) * K
         _stamp(trace_ptr, 1, count, 0, TRACE)
         ks = gl.zeros([V, N], gl.float32, mma)  # [V, N] (K S0)^T
         qs = gl.zeros([V, N], gl.float32, mma)  # [V, N] (Q S0)^T
@@ -233,15 +240,20 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             kk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] K K^T
             qk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] Q K^T
         if FOLD >= 2:
+            if FOLD == 21:  # the path's weights loaded before the wait, their latency under it
+                w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)  # [P]
+                gamma_a = gl.load(ga_ptr + item)
             mbarrier.wait(path_ready, count & 1)
-            w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)  # [P]
+            if FOLD != 21:
+                w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)  # [P]
             kpt_smem.permute((1, 0)).store(kp_smem.load(path_rows) * w[:, None])  # [K, P] (diag(w) K_p)^T
             dp_t = dp_smem.permute((1, 0)).load(a_bk)  # [V, P] Delta_p^T
-            gamma_a = gl.load(ga_ptr + item)
+            if FOLD != 21:
+                gamma_a = gl.load(ga_ptr + item)
             gl.thread_barrier()
             fence_async_shared()
             mbarrier.arrive(path_empty)
-            if FOLD >= 18:  # chunk 0's update; each later one is issued beside the previous chunk's products
+            if FOLD == 18 or FOLD == 19:  # chunk 0's update; each later one beside the previous chunk's products
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(0, BK).permute((1, 0)), gl.zeros([V, BK], gl.float32, mma_bk),
                                     use_acc=False)  # [V, BK]
         _stamp(trace_ptr, 1, count, 1, TRACE)
@@ -257,7 +269,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             if TRACE:
                 t1 = _clock(chunk)
                 t_wait += t1 - t0
-            if FOLD >= 18:  # the update (issued during the previous chunk) added in its accumulator layout
+            if FOLD == 18 or FOLD == 19:  # the update (issued during the previous chunk), in its accumulator layout
                 s_new = s_ring.index(s).permute((1, 0)).load(mma_bk) * gamma_a + upd  # [V, BK] S^T updated
                 s_ring.index(s).permute((1, 0)).store(s_new)  # (each thread rewrites the elements it read)
                 gl.thread_barrier()
@@ -265,7 +277,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] the A operand, reloaded
             else:
                 s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] S0^T chunk
-            if FOLD >= 2 and FOLD < 18:
+            if FOLD >= 2 and not (FOLD == 18 or FOLD == 19):
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(k0, BK).permute((1, 0)),
                                     gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False)  # [V, BK]
                 s_t = s_t * gamma_a + gl.convert_layout(upd, a_op)
@@ -285,7 +297,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 kk = warpgroup_mma(k_ring.index(s), k_t, kk, is_async=True)
                 qk = warpgroup_mma(q_ring.index(s), k_t, qk, is_async=True)
                 ks, qs, kk, qk = warpgroup_mma_wait(0, deps=(ks, qs, kk, qk))
-            elif FOLD >= 18 and k0 + BK < K:  # the next chunk's update beside this chunk's products
+            elif (FOLD == 18 or FOLD == 19) and k0 + BK < K:  # the next chunk's update beside these products
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(k0 + BK, BK).permute((1, 0)),
                                     gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False, is_async=True)
                 ks, qs, upd = warpgroup_mma_wait(0, deps=(ks, qs, upd))
@@ -306,6 +318,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 t_products += _clock(chunk) - t2
             chunk += 1
         _stamp(trace_ptr, 1, count, 2, TRACE)
+        if FOLD == 21:  # the next item's state row, its latency under this item's epilogue
+            nxt = item + nprog
+            state_row_next = (gl.load(slots_ptr + nxt // HV, mask=nxt < n_items, other=0) * HV + nxt % HV) * K
         if TRACE:
             _put(trace_ptr, 1, count, 8, t_wait, TRACE)
             _put(trace_ptr, 1, count, 9, t_update, TRACE)
@@ -835,7 +850,7 @@ STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahea
                "real-lg-rows", "real-norm", "real-lean", "real-lean-norm",
                "real-lg-half", "real-lg-half-3", "real-lg-half-4",
                "real-lg-half-pipe", "real-lg-half-ahead",
-               "real-lg-half-norm")
+               "real-lg-half-norm", "real-lg-half-prefetch")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
