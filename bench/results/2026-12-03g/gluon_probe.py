@@ -206,7 +206,10 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
     is released one chunk late (its write-back awaited with one store left in flight instead of none); ``FOLD ==
     19``: the same without the late release. ``FOLD == 20``: ``real-lg-half`` with q / k normalised in the kernel.
     ``FOLD == 21``: ``real-lg-half`` with the item's path weights loaded before the path wait and the next item's
-    state row during this item (two global round trips an item off the stream's critical path)."""
+    state row during this item (two global round trips an item off the stream's critical path). ``FOLD == 22``:
+    21 with q / k normalised in the kernel, ``|k|^2`` from ``K K^T``'s diagonal (q / k given on the tf32 grid, as
+    the short convolution that writes them could round them), ``|q|^2`` from fp32 squares. ``FOLD == 23``: 21
+    with 20's norms (fp32 squares of both)."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     mma16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -224,12 +227,12 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
     nprog = gl.num_programs(0)
     chunk = 0
     count = 0
-    if FOLD == 21:  # the first item's state row; each later one is loaded during the previous item
+    if FOLD >= 21:  # the first item's state row; each later one is loaded during the previous item
         state_row_next = (gl.load(slots_ptr + pid // HV, mask=pid < n_items, other=0) * HV + pid % HV) * K
     for item in range(pid, n_items, nprog):
         b = item // HV
         hv = item % HV
-        if FOLD == 21:
+        if FOLD >= 21:
             state_row = state_row_next
         else:
             state_row = (gl.load(slots_ptr + b) * HV + hv) * K
@@ -240,15 +243,15 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             kk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] K K^T
             qk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] Q K^T
         if FOLD >= 2:
-            if FOLD == 21:  # the path's weights loaded before the wait, their latency under it
+            if FOLD >= 21:  # the path's weights loaded before the wait, their latency under it
                 w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)  # [P]
                 gamma_a = gl.load(ga_ptr + item)
             mbarrier.wait(path_ready, count & 1)
-            if FOLD != 21:
+            if FOLD < 21:
                 w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)  # [P]
             kpt_smem.permute((1, 0)).store(kp_smem.load(path_rows) * w[:, None])  # [K, P] (diag(w) K_p)^T
             dp_t = dp_smem.permute((1, 0)).load(a_bk)  # [V, P] Delta_p^T
-            if FOLD != 21:
+            if FOLD < 21:
                 gamma_a = gl.load(ga_ptr + item)
             gl.thread_barrier()
             fence_async_shared()
@@ -318,7 +321,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 t_products += _clock(chunk) - t2
             chunk += 1
         _stamp(trace_ptr, 1, count, 2, TRACE)
-        if FOLD == 21:  # the next item's state row, its latency under this item's epilogue
+        if FOLD >= 21:  # the next item's state row, its latency under this item's epilogue
             nxt = item + nprog
             state_row_next = (gl.load(slots_ptr + nxt // HV, mask=nxt < n_items, other=0) * HV + nxt % HV) * K
         if TRACE:
@@ -351,7 +354,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
         if FOLD >= 8:  # the tree's decays: X = V - Gamma K S0, O = scale Gamma Q S0 + QKD Delta
             if FOLD < 10:
                 gam = gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma)))  # [N] Gamma
-            if FOLD == 12 or FOLD == 14 or FOLD == 20:  # q / k normalised in the kernel: the solver's rk, rq
+            if FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD >= 22:  # q / k normalised in the kernel: rk, rq
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * (gam * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma)))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * (gam * scale * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma)))[None, :]
@@ -459,7 +462,7 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                   HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, L: gl.constexpr,
                   BLOCK: gl.constexpr, SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr,
                   ROW_WORDS: gl.constexpr, LG: gl.constexpr, NORM: gl.constexpr, LEAN: gl.constexpr,
-                  SLOTS: gl.constexpr, TRACE: gl.constexpr):
+                  SLOTS: gl.constexpr, GNORM: gl.constexpr, TRACE: gl.constexpr):
     """``FOLD == 6``: the fused stage's solve in a 4-warp partition that runs ahead of the consumer. It loads each
     item's q / k chunks itself through a 2-slot ring of its own (the next item's first two chunks issued before
     the current item's doubling), and hands ``TB`` / ``QKD`` over in one of two shared tiles, each guarded by a
@@ -533,9 +536,10 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
             kk = warpgroup_mma(sk_ring.index(slot), k_t, kk, is_async=True)
             qk = warpgroup_mma(sq_ring.index(slot), k_t, qk, is_async=True)
             if NORM:  # fp32 squares from the same chunks while the products run
-                k_c = sk_ring.index(slot).load(sq_rows)  # [N, BK]
+                if not GNORM:  # (GNORM: |k|^2 is K K^T's diagonal)
+                    k_c = sk_ring.index(slot).load(sq_rows)  # [N, BK]
+                    k_sq += gl.sum(k_c * k_c, axis=1)
                 q_c = sq_ring.index(slot).load(sq_rows)  # [N, BK]
-                k_sq += gl.sum(k_c * k_c, axis=1)
                 q_sq += gl.sum(q_c * q_c, axis=1)
             kk, qk = warpgroup_mma_wait(0, deps=(kk, qk))
             gl.thread_barrier()
@@ -570,8 +574,13 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
             anc = ((word >> (cols[None, :] % 32)) & 1) != 0  # [N, N] M: j ancestor-or-self of i
             row_a = -beta_r / scale  # [N] -A's row factor
             if NORM:
-                rk_r = gl.rsqrt(gl.convert_layout(k_sq, gl.SliceLayout(1, mma_nn)) + 1e-6)  # [N] rows
-                rk_c = gl.rsqrt(gl.convert_layout(k_sq, gl.SliceLayout(0, mma_nn)) + 1e-6)  # [N] columns
+                if GNORM:  # K K^T's diagonal: exact for q / k already on the tf32 grid (tf32 x tf32 is exact in fp32)
+                    on_diag = rows[:, None] == cols[None, :]  # [N, N]
+                    rk_r = gl.rsqrt(gl.sum(gl.where(on_diag, kk, 0.0), axis=1) + 1e-6)  # [N] rows
+                    rk_c = gl.rsqrt(gl.sum(gl.where(on_diag, kk, 0.0), axis=0) + 1e-6)  # [N] columns
+                else:
+                    rk_r = gl.rsqrt(gl.convert_layout(k_sq, gl.SliceLayout(1, mma_nn)) + 1e-6)  # [N] rows
+                    rk_c = gl.rsqrt(gl.convert_layout(k_sq, gl.SliceLayout(0, mma_nn)) + 1e-6)  # [N] columns
                 rq_r = gl.rsqrt(gl.convert_layout(q_sq, gl.SliceLayout(1, mma_nn)) + 1e-6)  # [N] rows
                 lg_c = lg_c - gl.log2(rk_c)  # the column factor in the exponent
                 row_a = row_a * rk_r
@@ -701,8 +710,8 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2,
                              tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H, HV,
                              K, N, BK, L, BLOCK, FOLD >= 7 and FOLD != 17, FOLD >= 8, W, FOLD == 9 or FOLD == 11,
-                             FOLD >= 10, FOLD == 12 or FOLD == 14 or FOLD == 20, FOLD == 13 or FOLD == 14,
-                             SOLVER_SLOTS,
+                             FOLD >= 10, FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD >= 22, FOLD == 13 or FOLD == 14,
+                             SOLVER_SLOTS, FOLD == 22,
                              TRACE)),
         ], [1, 4], [40, SOLVER_REGS])
     elif FOLD == 4:
@@ -850,7 +859,8 @@ STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahea
                "real-lg-rows", "real-norm", "real-lean", "real-lean-norm",
                "real-lg-half", "real-lg-half-3", "real-lg-half-4",
                "real-lg-half-pipe", "real-lg-half-ahead",
-               "real-lg-half-norm", "real-lg-half-prefetch")
+               "real-lg-half-norm", "real-lg-half-prefetch", "real-lg-half-gnorm",
+               "real-lg-half-prefetch-norm")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
@@ -928,6 +938,12 @@ def trace_summary(trace, n_items: int):
     return out
 
 
+def _tf32(x):
+    """fp32 ``x`` rounded to the nearest tf32 value (ties to even): the low 13 bits of the significand cleared."""
+    bits = x.contiguous().view(torch.int32)
+    return ((bits + 0xFFF + ((bits >> 13) & 1)) & ~0x1FFF).view(torch.float32)
+
+
 def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bool = False):
     """One variant on NaN-poisoned outputs (``commit``: on a copy of the pool) against float64: (errors of o,
     Delta and, for ``commit``, the committed state; median µs or None)."""
@@ -939,6 +955,9 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
     if solved:  # unit q / k rows keep the stand-in solve's inverse small (real-norm: normalised in the kernel)
         x = dict(x, q=x["q"] / x["q"].norm(dim=-1, keepdim=True), k=x["k"] / x["k"].norm(dim=-1, keepdim=True))
     raw = dict(x, q=x["q"] * 3.0, k=x["k"] * 0.5) if stage.endswith("norm") else x  # what the kernel is given
+    if stage.endswith("gnorm"):  # given on the tf32 grid (round to nearest even); the reference normalises those
+        raw = dict(raw, q=_tf32(raw["q"]), k=_tf32(raw["k"]))
+        x = dict(x, q=raw["q"] / raw["q"].norm(dim=-1, keepdim=True), k=raw["k"] / raw["k"].norm(dim=-1, keepdim=True))
     o, delta = torch.full_like(x["v"], float("nan")), torch.full_like(x["v"], float("nan"))  # [B, N, HV, V]
     s0 = ladder._committed(x, path) if commits else x["pool"][x["slots"].long()].double()  # [B, HV, K, V]
     if stage.startswith("real"):  # the library's float64 closed form on the committed state (the bench's random trees)
