@@ -209,7 +209,8 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
     state row during this item (two global round trips an item off the stream's critical path). ``FOLD == 22``:
     21 with q / k normalised in the kernel, ``|k|^2`` from ``K K^T``'s diagonal (q / k given on the tf32 grid, as
     the short convolution that writes them could round them), ``|q|^2`` from fp32 squares. ``FOLD == 23``: 21
-    with 20's norms (fp32 squares of both)."""
+    with 20's norms (fp32 squares of both). ``FOLD == 24``: 23 with the consumer's column factors handed over
+    whole (``Gamma rk``, ``scale Gamma rq``: no ``log2 Gamma`` load and no extra multiplies in the consumer)."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     mma16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -328,7 +329,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             _put(trace_ptr, 1, count, 8, t_wait, TRACE)
             _put(trace_ptr, 1, count, 9, t_update, TRACE)
             _put(trace_ptr, 1, count, 10, t_products, TRACE)
-        if FOLD >= 10:  # Gamma from the prepared log2 Gamma, loaded before the waits
+        if FOLD >= 10 and FOLD != 24:  # Gamma from the prepared log2 Gamma, loaded before the waits
             gam = gl.exp2(gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma))))  # [N]
         if FOLD == 13 or FOLD == 14:  # diag(beta) applied to X's columns here (the solver hands over T)
             beta_col = gl.load(beta_ptr + ((b * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma))) * HV + hv))
@@ -354,7 +355,11 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
         if FOLD >= 8:  # the tree's decays: X = V - Gamma K S0, O = scale Gamma Q S0 + QKD Delta
             if FOLD < 10:
                 gam = gl.load(gam_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma)))  # [N] Gamma
-            if FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD >= 22:  # q / k normalised in the kernel: rk, rq
+            if FOLD == 24:  # the solver's column factors, whole
+                x_t = v_smem.permute((1, 0)).load(mma) - ks * vec2.index(2 * (count % 2)).load(
+                    gl.SliceLayout(0, mma))[None, :]  # [V, N] (V - Gamma K^ S0)^T
+                qs = qs * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma))[None, :]
+            elif FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD >= 22:  # q / k normalised in the kernel: rk, rq
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * (gam * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma)))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * (gam * scale * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma)))[None, :]
@@ -462,7 +467,7 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                   HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, L: gl.constexpr,
                   BLOCK: gl.constexpr, SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr,
                   ROW_WORDS: gl.constexpr, LG: gl.constexpr, NORM: gl.constexpr, LEAN: gl.constexpr,
-                  SLOTS: gl.constexpr, GNORM: gl.constexpr, TRACE: gl.constexpr):
+                  SLOTS: gl.constexpr, GNORM: gl.constexpr, FOLDED: gl.constexpr, TRACE: gl.constexpr):
     """``FOLD == 6``: the fused stage's solve in a 4-warp partition that runs ahead of the consumer. It loads each
     item's q / k chunks itself through a 2-slot ring of its own (the next item's first two chunks issued before
     the current item's doubling), and hands ``TB`` / ``QKD`` over in one of two shared tiles, each guarded by a
@@ -577,11 +582,18 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                 if GNORM:  # K K^T's diagonal: exact for q / k already on the tf32 grid (tf32 x tf32 is exact in fp32)
                     on_diag = rows[:, None] == cols[None, :]  # [N, N]
                     rk_r = gl.rsqrt(gl.sum(gl.where(on_diag, kk, 0.0), axis=1) + 1e-6)  # [N] rows
-                    rk_c = gl.rsqrt(gl.sum(gl.where(on_diag, kk, 0.0), axis=0) + 1e-6)  # [N] columns
+                    if FOLDED:  # the column copy by a layout conversion (the column sum spilled)
+                        rk_c = gl.convert_layout(rk_r, gl.SliceLayout(0, mma_nn))  # [N] columns
+                    else:
+                        rk_c = gl.rsqrt(gl.sum(gl.where(on_diag, kk, 0.0), axis=0) + 1e-6)  # [N] columns
                 else:
                     rk_r = gl.rsqrt(gl.convert_layout(k_sq, gl.SliceLayout(1, mma_nn)) + 1e-6)  # [N] rows
                     rk_c = gl.rsqrt(gl.convert_layout(k_sq, gl.SliceLayout(0, mma_nn)) + 1e-6)  # [N] columns
                 rq_r = gl.rsqrt(gl.convert_layout(q_sq, gl.SliceLayout(1, mma_nn)) + 1e-6)  # [N] rows
+                if FOLDED:  # the consumer's column factors, parked in private rows of vec2 across the doubling
+                    gam_c = gl.exp2(lg_c)  # [N] Gamma_j
+                    vec2.index(4).store(gam_c * rk_c)  # Gamma rk
+                    vec2.index(5).store(gam_c * scale * gl.convert_layout(rq_r, gl.SliceLayout(0, mma_nn)))
                 lg_c = lg_c - gl.log2(rk_c)  # the column factor in the exponent
                 row_a = row_a * rk_r
             decay = gl.exp2(gl.where(anc, lg_r[:, None] - lg_c[None, :], float("-inf")))  # [N, N] scale D (diag(rk))
@@ -625,7 +637,10 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
         else:
             tb2.index(buf).store((inv * beta_c[None, :]).to(tb2.dtype))  # TB = (I + A)^{-1} diag(beta)
             qkd2.index(buf).store(qk.to(qkd2.dtype))
-        if NORM:
+        if FOLDED:  # the consumer's column factors whole: Gamma rk for K S0, scale Gamma rq for Q S0
+            vec2.index(2 * buf).store(vec2.index(4).load(gl.SliceLayout(0, mma_nn)))
+            vec2.index(2 * buf + 1).store(vec2.index(5).load(gl.SliceLayout(0, mma_nn)))
+        elif NORM:
             vec2.index(2 * buf).store(rk_c)
             vec2.index(2 * buf + 1).store(gl.convert_layout(rq_r, gl.SliceLayout(0, mma_nn)))
         gl.thread_barrier()
@@ -686,7 +701,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
     tb_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     tb_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     sready = gl.allocate_shared_memory(gl.int64, [SOLVER_SLOTS, 1], mbarrier.MBarrierLayout())
-    vec2 = gl.allocate_shared_memory(gl.float32, [4, N], gl.SwizzledSharedLayout(1, 1, 1, [0]))  # FOLD 12
+    vec2 = gl.allocate_shared_memory(gl.float32, [6, N], gl.SwizzledSharedLayout(1, 1, 1, [0]))  # FOLD 12, 24
     for i in gl.static_range(2):
         mbarrier.init(tb_ready.index(i), count=1)
         mbarrier.init(tb_empty.index(i), count=1)
@@ -711,7 +726,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
                              tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H, HV,
                              K, N, BK, L, BLOCK, FOLD >= 7 and FOLD != 17, FOLD >= 8, W, FOLD == 9 or FOLD == 11,
                              FOLD >= 10, FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD >= 22, FOLD == 13 or FOLD == 14,
-                             SOLVER_SLOTS, FOLD == 22,
+                             SOLVER_SLOTS, FOLD == 22, FOLD == 24,
                              TRACE)),
         ], [1, 4], [40, SOLVER_REGS])
     elif FOLD == 4:
@@ -860,7 +875,7 @@ STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahea
                "real-lg-half", "real-lg-half-3", "real-lg-half-4",
                "real-lg-half-pipe", "real-lg-half-ahead",
                "real-lg-half-norm", "real-lg-half-prefetch", "real-lg-half-gnorm",
-               "real-lg-half-prefetch-norm")
+               "real-lg-half-prefetch-norm", "real-lg-half-prefetch-fnorm")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
