@@ -210,7 +210,8 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
     21 with q / k normalised in the kernel, ``|k|^2`` from ``K K^T``'s diagonal (q / k given on the tf32 grid, as
     the short convolution that writes them could round them), ``|q|^2`` from fp32 squares. ``FOLD == 23``: 21
     with 20's norms (fp32 squares of both). ``FOLD == 24``: 23 with the consumer's column factors handed over
-    whole (``Gamma rk``, ``scale Gamma rq``: no ``log2 Gamma`` load and no extra multiplies in the consumer)."""
+    whole (``Gamma rk``, ``scale Gamma rq``: no ``log2 Gamma`` load and no extra multiplies in the consumer).
+    ``FOLD == 25``: 21 with the norms summed by a 1-warp partition of their own (``_norm_warp``)."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     mma16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -462,12 +463,55 @@ def _solver(beta_ptr, q_ring, k_ring, ready, empty, solve_smem, n_items, HV: gl.
 
 
 @gluon.jit
+def _norm_warp(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, n_items, N: gl.constexpr,
+               K: gl.constexpr, BK: gl.constexpr, SLOTS: gl.constexpr):
+    """``FOLD == 25``: one warp that reads every q / k chunk of the solve's ring beside it (each slot freed to the
+    solve's refill by ``sfree``), sums fp32 squares and leaves ``rsqrt(|k|^2 + 1e-6)``, ``rsqrt(|q|^2 + 1e-6)`` in
+    ``nvec [2 items, 2, N]`` for the solve (``norm_ready`` / ``norm_empty``), so the norms leave the solve."""
+    rows1: gl.constexpr = gl.BlockedLayout([1, BK], [32, 1], [1, 1], [1, 0])  # [32, BK]: a row a thread
+    CHUNKS: gl.constexpr = K // BK
+    gl.static_assert(N == 64, "the norm warp sums two 32-row halves")
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    sc = 0
+    count = 0
+    for item in range(pid, n_items, nprog):
+        par = count % 2
+        mbarrier.wait(norm_empty.index(par), ((count // 2) & 1) ^ 1)  # the solve has read item count - 2's
+        k_lo = gl.zeros([32], gl.float32, gl.SliceLayout(1, rows1))  # [32] |k_i|^2, rows 0-31
+        k_hi = gl.zeros([32], gl.float32, gl.SliceLayout(1, rows1))  # [32] rows 32-63
+        q_lo = gl.zeros([32], gl.float32, gl.SliceLayout(1, rows1))
+        q_hi = gl.zeros([32], gl.float32, gl.SliceLayout(1, rows1))
+        for c in gl.static_range(CHUNKS):
+            slot = (sc + c) % SLOTS
+            mbarrier.wait(sready.index(slot), ((sc + c) // SLOTS) & 1)
+            k_c = sk_ring.index(slot).slice(0, 32).load(rows1)  # [32, BK]
+            q_c = sq_ring.index(slot).slice(0, 32).load(rows1)  # [32, BK]
+            k_lo += gl.sum(k_c * k_c, axis=1)
+            q_lo += gl.sum(q_c * q_c, axis=1)
+            k_c = sk_ring.index(slot).slice(32, 32).load(rows1)  # [32, BK]
+            q_c = sq_ring.index(slot).slice(32, 32).load(rows1)  # [32, BK]
+            k_hi += gl.sum(k_c * k_c, axis=1)
+            q_hi += gl.sum(q_c * q_c, axis=1)
+            mbarrier.arrive(sfree.index(slot))  # (the sums used the loaded values: the slot has been read)
+        sc += CHUNKS
+        nvec.index(2 * par).slice(0, 32).store(gl.rsqrt(k_lo + 1e-6))
+        nvec.index(2 * par).slice(32, 32).store(gl.rsqrt(k_hi + 1e-6))
+        nvec.index(2 * par + 1).slice(0, 32).store(gl.rsqrt(q_lo + 1e-6))
+        nvec.index(2 * par + 1).slice(32, 32).store(gl.rsqrt(q_hi + 1e-6))
+        gl.thread_barrier()
+        mbarrier.arrive(norm_ready.index(par))
+        count += 1
+
+
+@gluon.jit
 def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2, tb_ready,
                   tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H: gl.constexpr,
                   HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, L: gl.constexpr,
                   BLOCK: gl.constexpr, SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr,
                   ROW_WORDS: gl.constexpr, LG: gl.constexpr, NORM: gl.constexpr, LEAN: gl.constexpr,
-                  SLOTS: gl.constexpr, GNORM: gl.constexpr, FOLDED: gl.constexpr, TRACE: gl.constexpr):
+                  SLOTS: gl.constexpr, GNORM: gl.constexpr, FOLDED: gl.constexpr, TRACE: gl.constexpr,
+                  sfree=None, nvec=None, norm_ready=None, norm_empty=None, NORMW: gl.constexpr = False):
     """``FOLD == 6``: the fused stage's solve in a 4-warp partition that runs ahead of the consumer. It loads each
     item's q / k chunks itself through a 2-slot ring of its own (the next item's first two chunks issued before
     the current item's doubling), and hands ``TB`` / ``QKD`` over in one of two shared tiles, each guarded by a
@@ -531,7 +575,7 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
             beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
         kk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] K K^T
         qk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] Q K^T
-        if NORM:
+        if NORM and not NORMW:
             k_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, sq_rows))  # [N] |k_i|^2
             q_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, sq_rows))  # [N] |q_i|^2
         for c in gl.static_range(CHUNKS):
@@ -540,7 +584,7 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
             k_t = sk_ring.index(slot).permute((1, 0))  # [BK, N] K^T chunk, K-major
             kk = warpgroup_mma(sk_ring.index(slot), k_t, kk, is_async=True)
             qk = warpgroup_mma(sq_ring.index(slot), k_t, qk, is_async=True)
-            if NORM:  # fp32 squares from the same chunks while the products run
+            if NORM and not NORMW:  # fp32 squares from the same chunks while the products run
                 if not GNORM:  # (GNORM: |k|^2 is K K^T's diagonal)
                     k_c = sk_ring.index(slot).load(sq_rows)  # [N, BK]
                     k_sq += gl.sum(k_c * k_c, axis=1)
@@ -548,6 +592,8 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                 q_sq += gl.sum(q_c * q_c, axis=1)
             kk, qk = warpgroup_mma_wait(0, deps=(kk, qk))
             gl.thread_barrier()
+            if NORMW:  # the norm warp has read the slot too
+                mbarrier.wait(sfree.index(slot), ((sc + c) // SLOTS) & 1)
             if c + SLOTS < CHUNKS:  # this item's chunk c + SLOTS into the freed slot
                 mbarrier.expect(sready.index(slot), 2 * q_desc.block_type.nbytes)
                 tma.async_copy_global_to_shared(q_desc, [b * N, h * K + (c + SLOTS) * BK], sready.index(slot),
@@ -578,7 +624,14 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                 word = gl.load(words_ptr + ((b * N + rows[:, None]) * W + cols[None, :] // 32))  # [N, N] int32
             anc = ((word >> (cols[None, :] % 32)) & 1) != 0  # [N, N] M: j ancestor-or-self of i
             row_a = -beta_r / scale  # [N] -A's row factor
-            if NORM:
+            if NORMW:  # the norm warp's factors, loaded in both layouts (no conversion)
+                mbarrier.wait(norm_ready.index(count % 2), (count // 2) & 1)
+                rk_r = nvec.index(2 * (count % 2)).load(gl.SliceLayout(1, mma_nn))  # [N] rows
+                rk_c = nvec.index(2 * (count % 2)).load(gl.SliceLayout(0, mma_nn))  # [N] columns
+                rq_r = nvec.index(2 * (count % 2) + 1).load(gl.SliceLayout(1, mma_nn))  # [N] rows
+                lg_c = lg_c - gl.log2(rk_c)  # the column factor in the exponent
+                row_a = row_a * rk_r
+            elif NORM:
                 if GNORM:  # K K^T's diagonal: exact for q / k already on the tf32 grid (tf32 x tf32 is exact in fp32)
                     on_diag = rows[:, None] == cols[None, :]  # [N, N]
                     rk_r = gl.rsqrt(gl.sum(gl.where(on_diag, kk, 0.0), axis=1) + 1e-6)  # [N] rows
@@ -640,12 +693,17 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
         if FOLDED:  # the consumer's column factors whole: Gamma rk for K S0, scale Gamma rq for Q S0
             vec2.index(2 * buf).store(vec2.index(4).load(gl.SliceLayout(0, mma_nn)))
             vec2.index(2 * buf + 1).store(vec2.index(5).load(gl.SliceLayout(0, mma_nn)))
+        elif NORMW:  # reloaded here rather than kept live across the doubling
+            vec2.index(2 * buf).store(nvec.index(2 * buf).load(gl.SliceLayout(0, mma_nn)))
+            vec2.index(2 * buf + 1).store(nvec.index(2 * buf + 1).load(gl.SliceLayout(0, mma_nn)))
         elif NORM:
             vec2.index(2 * buf).store(rk_c)
             vec2.index(2 * buf + 1).store(gl.convert_layout(rq_r, gl.SliceLayout(0, mma_nn)))
         gl.thread_barrier()
         fence_async_shared()
         mbarrier.arrive(tb_ready.index(buf))
+        if NORMW:
+            mbarrier.arrive(norm_empty.index(buf))
         _stamp(trace_ptr, 0, count, 5, TRACE)
         count += 1
 
@@ -708,7 +766,38 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
     for i in gl.static_range(SOLVER_SLOTS):
         mbarrier.init(sready.index(i), count=1)
     fence_async_shared()
-    if FOLD >= 6:
+    sfree = gl.allocate_shared_memory(gl.int64, [SOLVER_SLOTS, 1], mbarrier.MBarrierLayout())  # FOLD 25
+    norm_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    norm_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    nvec = gl.allocate_shared_memory(gl.float32, [4, N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    for i in gl.static_range(SOLVER_SLOTS):
+        mbarrier.init(sfree.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(norm_ready.index(i), count=1)
+        mbarrier.init(norm_empty.index(i), count=1)
+    fence_async_shared()
+    if FOLD == 25:
+        solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
+        rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
+        sq_ring = gl.allocate_shared_memory(gl.float32, [SOLVER_SLOTS, N, BK], q_desc.layout)
+        sk_ring = gl.allocate_shared_memory(gl.float32, [SOLVER_SLOTS, N, BK], k_desc.layout)
+        gl.warp_specialize([
+            (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
+                         ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
+                         power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
+                         BLOCK, TRACE)),
+            (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
+                       q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
+                       path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
+            (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2,
+                             tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H, HV,
+                             K, N, BK, L, BLOCK, True, True, W, False, True, True, False, SOLVER_SLOTS, False, False,
+                             TRACE, sfree, nvec, norm_ready, norm_empty, True)),
+            (_norm_warp, (sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, n_items, N, K, BK,
+                          SOLVER_SLOTS)),
+        ], [1, 4, 1], [40, SOLVER_REGS, 48])
+    elif FOLD >= 6:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         sq_ring = gl.allocate_shared_memory(gl.float32, [SOLVER_SLOTS, N, BK], q_desc.layout)
@@ -875,7 +964,8 @@ STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahea
                "real-lg-half", "real-lg-half-3", "real-lg-half-4",
                "real-lg-half-pipe", "real-lg-half-ahead",
                "real-lg-half-norm", "real-lg-half-prefetch", "real-lg-half-gnorm",
-               "real-lg-half-prefetch-norm", "real-lg-half-prefetch-fnorm")
+               "real-lg-half-prefetch-norm", "real-lg-half-prefetch-fnorm",
+               "real-lg-half-prefetch-wnorm")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
