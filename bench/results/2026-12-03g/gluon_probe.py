@@ -162,12 +162,19 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_de
         hv = item % HV
         h = hv // (HV // H)
         state_row = (gl.load(slots_ptr + b) * HV + hv) * K
-        if FOLD >= 2:  # the previous step's accepted path: its k and Delta rows (every stage from commit on)
+        if FOLD >= 2 and FOLD != 26:  # the previous step's accepted path: its k and Delta rows (from commit on)
             mbarrier.wait(path_empty, (count & 1) ^ 1)
             mbarrier.expect(path_ready, kp_desc.block_type.nbytes + dp_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(kp_desc, [b * P, h * K], path_ready, kp_smem)
             tma.async_copy_global_to_shared(dp_desc, [b * P, hv * V], path_ready, dp_smem)
         for k0 in gl.static_range(0, K, BK):
+            if FOLD == 26 and k0 == STAGES * BK:  # the path tile is freed when the previous item's chunk loop ends,
+                # after the slots that this item's first STAGES chunks took: so it is loaded here (earlier would wait
+                # on the consumer, later would deadlock: the consumer needs it before its first chunk)
+                mbarrier.wait(path_empty, (count & 1) ^ 1)
+                mbarrier.expect(path_ready, kp_desc.block_type.nbytes + dp_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(kp_desc, [item * K, 0], path_ready, kp_smem)  # (diag(w) K_p)^T
+                tma.async_copy_global_to_shared(dp_desc, [b * P, hv * V], path_ready, dp_smem)
             s = chunk % STAGES
             mbarrier.wait(empty.index(s), ((chunk // STAGES) & 1) ^ 1)  # the first pass finds every slot free
             bar = ready.index(s)
@@ -211,7 +218,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
     the short convolution that writes them could round them), ``|q|^2`` from fp32 squares. ``FOLD == 23``: 21
     with 20's norms (fp32 squares of both). ``FOLD == 24``: 23 with the consumer's column factors handed over
     whole (``Gamma rk``, ``scale Gamma rq``: no ``log2 Gamma`` load and no extra multiplies in the consumer).
-    ``FOLD == 25``: 21 with the norms summed by a 1-warp partition of their own (``_norm_warp``)."""
+    ``FOLD == 25``: 21 with the norms summed by a 1-warp partition of their own (``_norm_warp``). ``FOLD == 26``:
+    21 with the path's ``(diag(w) K_p)^T`` prepared per item (as the commit's record step could write it) and
+    loaded by TMA straight into the tile the updates read, instead of built from the path's k rows per item."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     mma16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -246,18 +255,21 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             qk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] Q K^T
         if FOLD >= 2:
             if FOLD >= 21:  # the path's weights loaded before the wait, their latency under it
-                w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)  # [P]
+                if FOLD != 26:
+                    w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)
                 gamma_a = gl.load(ga_ptr + item)
             mbarrier.wait(path_ready, count & 1)
             if FOLD < 21:
                 w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)  # [P]
-            kpt_smem.permute((1, 0)).store(kp_smem.load(path_rows) * w[:, None])  # [K, P] (diag(w) K_p)^T
+            if FOLD != 26:  # (FOLD 26: the tile arrives built, kpt_smem is the loaded one)
+                kpt_smem.permute((1, 0)).store(kp_smem.load(path_rows) * w[:, None])  # [K, P] (diag(w) K_p)^T
             dp_t = dp_smem.permute((1, 0)).load(a_bk)  # [V, P] Delta_p^T
             if FOLD < 21:
                 gamma_a = gl.load(ga_ptr + item)
-            gl.thread_barrier()
-            fence_async_shared()
-            mbarrier.arrive(path_empty)
+            if FOLD != 26:
+                gl.thread_barrier()
+                fence_async_shared()
+                mbarrier.arrive(path_empty)
             if FOLD == 18 or FOLD == 19:  # chunk 0's update; each later one beside the previous chunk's products
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(0, BK).permute((1, 0)), gl.zeros([V, BK], gl.float32, mma_bk),
                                     use_acc=False)  # [V, BK]
@@ -323,6 +335,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 t_products += _clock(chunk) - t2
             chunk += 1
         _stamp(trace_ptr, 1, count, 2, TRACE)
+        if FOLD == 26:  # the loaded (diag(w) K_p)^T has served its last chunk (Delta_p^T is in registers)
+            gl.thread_barrier()
+            mbarrier.arrive(path_empty)
         if FOLD >= 21:  # the next item's state row, its latency under this item's epilogue
             nxt = item + nprog
             state_row_next = (gl.load(slots_ptr + nxt // HV, mask=nxt < n_items, other=0) * HV + nxt % HV) * K
@@ -360,7 +375,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma))[None, :]
-            elif FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD >= 22:  # q / k normalised in the kernel: rk, rq
+            elif FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD == 22 or FOLD == 23 or FOLD == 25:  # rk, rq
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * (gam * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma)))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * (gam * scale * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma)))[None, :]
@@ -732,10 +747,16 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     ep_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ep_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    kp_smem = gl.allocate_shared_memory(gl.float32, [P, K], kp_desc.layout)
+    if FOLD == 26:  # the path tile arrives as (diag(w) K_p)^T: one tile serves as both
+        kp_smem = gl.allocate_shared_memory(gl.float32, [K, P], kp_desc.layout)
+    else:
+        kp_smem = gl.allocate_shared_memory(gl.float32, [P, K], kp_desc.layout)
     dp_smem = gl.allocate_shared_memory(gl.float32, [P, V], dp_desc.layout)
     kpt_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=2)
-    kpt_smem = gl.allocate_shared_memory(gl.float32, [K, P], kpt_layout)
+    if FOLD == 26:
+        kpt_smem = kp_smem
+    else:
+        kpt_smem = gl.allocate_shared_memory(gl.float32, [K, P], kpt_layout)
     path_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     path_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     power_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
@@ -814,7 +835,8 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2,
                              tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H, HV,
                              K, N, BK, L, BLOCK, FOLD >= 7 and FOLD != 17, FOLD >= 8, W, FOLD == 9 or FOLD == 11,
-                             FOLD >= 10, FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD >= 22, FOLD == 13 or FOLD == 14,
+                             FOLD >= 10, FOLD == 12 or FOLD == 14 or (FOLD >= 20 and FOLD <= 24 and FOLD != 21),
+                             FOLD == 13 or FOLD == 14,
                              SOLVER_SLOTS, FOLD == 22, FOLD == 24,
                              TRACE)),
         ], [1, 4], [40, SOLVER_REGS])
@@ -895,8 +917,17 @@ def descriptors(x, tb, qkd, o, delta, path, bk: int):
             TensorDescriptor.from_tensor(qkd, [N, N], _layout([N, N], f16)),
             TensorDescriptor.from_tensor(d2, [N, V], _layout([N, V], f32)),
             TensorDescriptor.from_tensor(o2, [N, V], _layout([N, V], f32)),
-            TensorDescriptor.from_tensor(kp.view(B * nodes, H * K), [nodes, K], _layout([nodes, K], f32)),
+            (TensorDescriptor.from_tensor(kp.view(B * nodes, H * K), [nodes, K], _layout([nodes, K], f32))
+             if len(path) < 5 else TensorDescriptor.from_tensor(path[4], [K, nodes], gl.NVMMASharedLayout(64, 32, 2))),
             TensorDescriptor.from_tensor(dp.view(B * nodes, HV * V), [nodes, V], _layout([nodes, V], f32)))
+
+
+def prepared_kpt(path):
+    """``FOLD == 26``'s path operand: ``(diag(w) K_p)^T`` per (request, value head), ``[B HV K, P]``."""
+    kp, _, w, _ = path[:4]
+    B, nodes = kp.shape[:2]
+    kp_v = kp.repeat_interleave(HV // H, dim=2)  # [B, P, HV, K]
+    return (kp_v * w[..., None]).permute(0, 2, 3, 1).reshape(B * HV * K, nodes).contiguous()  # [B HV K, P]
 
 
 def launcher(x, tb, qkd, o, delta, path, variant, grid: int, trace=None):
@@ -932,6 +963,8 @@ def compile_only(variant):
     tb = torch.zeros(B * HV * N, N, dtype=torch.float16)
     nodes = variant[6] if len(variant) > 6 else PATH
     path = (torch.zeros(B, nodes, H, K), torch.zeros(B, nodes, HV, V))
+    if fold == 26:
+        path = (*path, None, None, torch.zeros(B * HV * K, nodes))
     descs = descriptors(x, tb, tb, torch.zeros_like(x["v"]), torch.zeros_like(x["v"]), path, bk)
     names = ["pool_desc", "q_desc", "k_desc", "v_desc", "tb_desc", "qkd_desc", "delta_desc", "o_desc", "kp_desc",
              "dp_desc"]
@@ -965,7 +998,7 @@ STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahea
                "real-lg-half-pipe", "real-lg-half-ahead",
                "real-lg-half-norm", "real-lg-half-prefetch", "real-lg-half-gnorm",
                "real-lg-half-prefetch-norm", "real-lg-half-prefetch-fnorm",
-               "real-lg-half-prefetch-wnorm")
+               "real-lg-half-prefetch-wnorm", "real-lg-half-prefetch-kpt")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
@@ -1053,6 +1086,8 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
     """One variant on NaN-poisoned outputs (``commit``: on a copy of the pool) against float64: (errors of o,
     Delta and, for ``commit``, the committed state; median µs or None)."""
     stage = STAGE_NAMES[variant[2]]
+    if variant[2] == 26:
+        path = (*path[:4], prepared_kpt(path))
     commits = stage in ("commit", "fused", "overlap", "ahead", "ahead-smem") or stage.startswith("real")
     solved = stage in ("fused", "ahead", "ahead-smem") or stage.startswith("real")  # TB / QKD: the kernel's solve
     if commits:
