@@ -26,6 +26,22 @@ if not hasattr(transformers, "Qwen3NextForCausalLM"):
     pytest.skip("transformers has no Qwen3NextForCausalLM (needs >= 4.57.1)", allow_module_level=True)
 
 
+def _closure(fn) -> dict:
+    """The free variables a plain function closes over, by name."""
+    return dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
+
+
+def _plain_function(fn):
+    """The function behind transformers' hub-kernel wrapper: from 5.25 (with ``kernels`` installed) each kernel
+    function is an ``nn.Module`` whose ``forward`` closes over it as ``func``; before, the function itself."""
+    while not hasattr(fn, "__code__"):
+        inner = _closure(type(fn).forward).get("func")
+        if inner is None:
+            raise TypeError(f"cannot see through transformers' wrapper {type(fn).__name__} of a kernel function")
+        fn = inner
+    return fn
+
+
 def external_kernels() -> list[str]:
     """The Qwen3-Next kernel functions transformers bound to an external package (flash-linear-attention,
     causal-conv1d) instead of its pure-torch fallback: it decides once, at import, and keeps the flag in a closure."""
@@ -34,8 +50,7 @@ def external_kernels() -> list[str]:
     bound = []
     for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
                  "causal_conv1d_update"):
-        fn = getattr(hf_module, name)
-        cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
+        cells = _closure(_plain_function(getattr(hf_module, name)))
         flag = cells.get("is_new_implementation")
         if flag is None:  # another transformers layout: fall back to asking for the distributions
             flag = any(importlib.util.find_spec(pkg) is not None for pkg in ("fla.ops", "causal_conv1d"))

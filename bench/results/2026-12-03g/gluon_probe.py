@@ -72,6 +72,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "2026-12-03e"))
 H, HV, K, V = 16, 32, 128, 128
 PATH = 16  # the previous step's accepted path, padded (as apply_probe.PATH)
 BLOCK, DOUBLINGS = 16, 4  # the fused stage's stand-in tree: chains of 16 nodes, so (I + A)^{-1} takes 4 doublings
+# Triton 3.6 (the GPU machine) and 3.9 (this machine) name three Gluon builtins differently
+_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 SOLVER_REGS = 152  # FOLD >= 4: registers of the solve partition (the consumer gets what the loader and it leave)
 
 
@@ -114,34 +118,34 @@ def _unit_lower_inverse(power, rows, cols, cols_smem, rows_smem, a_nn: gl.conste
     inv = gl.where(rows[:, None] == cols[None, :], 1.0, 0.0) + power  # I + (-A)
     if SMEM_CHAIN:
         if L > 1:
-            gl.thread_barrier()
+            _barrier()
             rows_smem.store(power)  # A operand: power, row-major
             cols_smem.permute((1, 0)).store(power)  # B operand: power, column-major
-            gl.thread_barrier()
+            _barrier()
             fence_async_shared()
         for step in gl.static_range(1, L):
             power = warpgroup_mma(rows_smem, cols_smem.permute((1, 0)), power, use_acc=False)
-            gl.thread_barrier()
+            _barrier()
             rows_smem.store(power)
             cols_smem.permute((1, 0)).store(inv)
-            gl.thread_barrier()
+            _barrier()
             fence_async_shared()
             inv = warpgroup_mma(rows_smem, cols_smem.permute((1, 0)), inv)
             if step + 1 < L:
-                gl.thread_barrier()
+                _barrier()
                 cols_smem.permute((1, 0)).store(power)
-                gl.thread_barrier()
+                _barrier()
                 fence_async_shared()
     else:
         for _ in gl.static_range(1, L):
-            gl.thread_barrier()
+            _barrier()
             cols_smem.permute((1, 0)).store(power)  # B operands read power^T's rows: power, K-major
-            gl.thread_barrier()
+            _barrier()
             fence_async_shared()
             power = warpgroup_mma(gl.convert_layout(power, a_nn), cols_smem.permute((1, 0)), power, use_acc=False)
-            gl.thread_barrier()
+            _barrier()
             cols_smem.permute((1, 0)).store(power)
-            gl.thread_barrier()
+            _barrier()
             fence_async_shared()
             inv = warpgroup_mma(gl.convert_layout(inv, a_nn), cols_smem.permute((1, 0)), inv)
     return inv
@@ -165,33 +169,33 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_de
         if FOLD >= 2 and FOLD != 26:  # the previous step's accepted path: its k and Delta rows (from commit on)
             mbarrier.wait(path_empty, (count & 1) ^ 1)
             mbarrier.expect(path_ready, kp_desc.block_type.nbytes + dp_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(kp_desc, [b * P, h * K], path_ready, kp_smem)
-            tma.async_copy_global_to_shared(dp_desc, [b * P, hv * V], path_ready, dp_smem)
+            _tma_load(kp_desc, [b * P, h * K], path_ready, kp_smem)
+            _tma_load(dp_desc, [b * P, hv * V], path_ready, dp_smem)
         for k0 in gl.static_range(0, K, BK):
             if FOLD == 26 and k0 == STAGES * BK:  # the path tile is freed when the previous item's chunk loop ends,
                 # after the slots that this item's first STAGES chunks took: so it is loaded here (earlier would wait
                 # on the consumer, later would deadlock: the consumer needs it before its first chunk)
                 mbarrier.wait(path_empty, (count & 1) ^ 1)
                 mbarrier.expect(path_ready, kp_desc.block_type.nbytes + dp_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(kp_desc, [item * K, 0], path_ready, kp_smem)  # (diag(w) K_p)^T
-                tma.async_copy_global_to_shared(dp_desc, [b * P, hv * V], path_ready, dp_smem)
+                _tma_load(kp_desc, [item * K, 0], path_ready, kp_smem)  # (diag(w) K_p)^T
+                _tma_load(dp_desc, [b * P, hv * V], path_ready, dp_smem)
             s = chunk % STAGES
             mbarrier.wait(empty.index(s), ((chunk // STAGES) & 1) ^ 1)  # the first pass finds every slot free
             bar = ready.index(s)
             mbarrier.expect(bar, pool_desc.block_type.nbytes + 2 * q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(pool_desc, [state_row + k0, 0], bar, s_ring.index(s))
-            tma.async_copy_global_to_shared(q_desc, [b * N, h * K + k0], bar, q_ring.index(s))
-            tma.async_copy_global_to_shared(k_desc, [b * N, h * K + k0], bar, k_ring.index(s))
+            _tma_load(pool_desc, [state_row + k0, 0], bar, s_ring.index(s))
+            _tma_load(q_desc, [b * N, h * K + k0], bar, q_ring.index(s))
+            _tma_load(k_desc, [b * N, h * K + k0], bar, k_ring.index(s))
             chunk += 1
         mbarrier.wait(ep_empty, (count & 1) ^ 1)
         if FOLD == 3 or FOLD >= 6:  # TB and QKD are solved in the kernel
             mbarrier.expect(ep_ready, v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [b * N, hv * V], ep_ready, v_smem)
+            _tma_load(v_desc, [b * N, hv * V], ep_ready, v_smem)
         else:
             mbarrier.expect(ep_ready, v_desc.block_type.nbytes + 2 * tb_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [b * N, hv * V], ep_ready, v_smem)
-            tma.async_copy_global_to_shared(tb_desc, [item * N, 0], ep_ready, tb16)
-            tma.async_copy_global_to_shared(qkd_desc, [item * N, 0], ep_ready, qkd16)
+            _tma_load(v_desc, [b * N, hv * V], ep_ready, v_smem)
+            _tma_load(tb_desc, [item * N, 0], ep_ready, tb16)
+            _tma_load(qkd_desc, [item * N, 0], ep_ready, qkd16)
         count += 1
 
 
@@ -267,7 +271,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             if FOLD < 21:
                 gamma_a = gl.load(ga_ptr + item)
             if FOLD != 26:
-                gl.thread_barrier()
+                _barrier()
                 fence_async_shared()
                 mbarrier.arrive(path_empty)
             if FOLD == 18 or FOLD == 19:  # chunk 0's update; each later one beside the previous chunk's products
@@ -289,7 +293,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             if FOLD == 18 or FOLD == 19:  # the update (issued during the previous chunk), in its accumulator layout
                 s_new = s_ring.index(s).permute((1, 0)).load(mma_bk) * gamma_a + upd  # [V, BK] S^T updated
                 s_ring.index(s).permute((1, 0)).store(s_new)  # (each thread rewrites the elements it read)
-                gl.thread_barrier()
+                _barrier()
                 fence_async_shared()
                 s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] the A operand, reloaded
             else:
@@ -298,9 +302,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(k0, BK).permute((1, 0)),
                                     gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False)  # [V, BK]
                 s_t = s_t * gamma_a + gl.convert_layout(upd, a_op)
-                gl.thread_barrier()
+                _barrier()
                 s_ring.index(s).permute((1, 0)).store(s_t)
-                gl.thread_barrier()
+                _barrier()
                 fence_async_shared()
             if TRACE:
                 t2 = _clock(chunk)
@@ -308,7 +312,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             ks = warpgroup_mma(s_t, k_ring.index(s).permute((1, 0)), ks, is_async=True)
             qs = warpgroup_mma(s_t, q_ring.index(s).permute((1, 0)), qs, is_async=True)
             if FOLD:  # the state chunk written back in place from its slot
-                tma.async_copy_shared_to_global(pool_desc, [state_row + k0, 0], s_ring.index(s))
+                _tma_store(pool_desc, [state_row + k0, 0], s_ring.index(s))
             if FOLD == 3:
                 k_t = k_ring.index(s).permute((1, 0))  # [BK, N] K^T chunk, K-major
                 kk = warpgroup_mma(k_ring.index(s), k_t, kk, is_async=True)
@@ -336,7 +340,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             chunk += 1
         _stamp(trace_ptr, 1, count, 2, TRACE)
         if FOLD == 26:  # the loaded (diag(w) K_p)^T has served its last chunk (Delta_p^T is in registers)
-            gl.thread_barrier()
+            _barrier()
             mbarrier.arrive(path_empty)
         if FOLD >= 21:  # the next item's state row, its latency under this item's epilogue
             nxt = item + nprog
@@ -356,7 +360,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
             power, same = _stand_in_minus_a(kk, beta_r, rows, cols, BLOCK)
             inv = _unit_lower_inverse(power, rows, cols, power_smem, power_smem, a_nn, L, False)
-            gl.thread_barrier()
+            _barrier()
             tb32.store(inv * beta_c[None, :])  # TB = (I + A)^{-1} diag(beta)
             qkd32.store(gl.where(same & (rows[:, None] >= cols[None, :]), qk, 0.0))
             mbarrier.wait(ep_ready, count & 1)
@@ -386,7 +390,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             x_t = v_smem.permute((1, 0)).load(mma) - ks  # [V, N] (V - K S0)^T
         if FOLD == 13 or FOLD == 14:
             x_t = x_t * beta_col[None, :]  # (X^T diag(beta))
-        gl.thread_barrier()
+        _barrier()
         fence_async_shared()
         if FOLD >= 15:  # fp16 TB / QKD (fp16 operands, fp32 accumulation: the 11-bit significand of tf32, rounded)
             delta_t = warpgroup_mma(gl.convert_layout(x_t.to(gl.float16), a16), tb2.index(count % 2).permute((1, 0)),
@@ -409,11 +413,11 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             delta_t = warpgroup_mma_wait(0, deps=(delta_t, ))  # [V, N] Delta^T
             o_t = warpgroup_mma(gl.convert_layout(delta_t, a_op), qkd32.permute((1, 0)), qs, is_async=True)
         if FOLD != 1:  # Delta leaves through v's buffer (v is in registers now)
-            gl.thread_barrier()
+            _barrier()
             v_smem.permute((1, 0)).store(delta_t)
-            gl.thread_barrier()
+            _barrier()
             fence_async_shared()
-            tma.async_copy_shared_to_global(delta_desc, [b * N, hv * V], v_smem)
+            _tma_store(delta_desc, [b * N, hv * V], v_smem)
         o_t = warpgroup_mma_wait(0, deps=(o_t, ))  # [V, N] O^T
         if FOLD >= 15:
             o_t = gl.convert_layout(o_t, mma)
@@ -428,11 +432,11 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             tma.store_wait(0)  # Delta's store has read v's buffer
         else:
             tma.store_wait(0 if FOLD == 1 else 1)  # the previous item's O store has read o_smem
-            gl.thread_barrier()
+            _barrier()
             o_smem.permute((1, 0)).store(o_t)
-            gl.thread_barrier()
+            _barrier()
             fence_async_shared()
-            tma.async_copy_shared_to_global(o_desc, [b * N, hv * V], o_smem)
+            _tma_store(o_desc, [b * N, hv * V], o_smem)
             tma.store_wait(1)  # Delta's store has read v's buffer
         _stamp(trace_ptr, 1, count, 6, TRACE)
         mbarrier.arrive(ep_empty)
@@ -473,7 +477,7 @@ def _solver(beta_ptr, q_ring, k_ring, ready, empty, solve_smem, n_items, HV: gl.
         beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
         power, same = _stand_in_minus_a(kk, beta_r, rows, cols, BLOCK)
         inv = _unit_lower_inverse(power, rows, cols, solve_smem, solve_smem, a_nn, L, False)
-        gl.thread_barrier()
+        _barrier()
         solve_smem.store(inv * beta_c[None, :] + gl.where(same & (rows[:, None] >= cols[None, :]), qk, 0.0))
 
 
@@ -514,7 +518,7 @@ def _norm_warp(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, n_
         nvec.index(2 * par).slice(32, 32).store(gl.rsqrt(k_hi + 1e-6))
         nvec.index(2 * par + 1).slice(0, 32).store(gl.rsqrt(q_lo + 1e-6))
         nvec.index(2 * par + 1).slice(32, 32).store(gl.rsqrt(q_hi + 1e-6))
-        gl.thread_barrier()
+        _barrier()
         mbarrier.arrive(norm_ready.index(par))
         count += 1
 
@@ -561,9 +565,9 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
         h0 = (pid % HV) // (HV // H)
         for c in gl.static_range(SLOTS):
             mbarrier.expect(sready.index(c), 2 * q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [(pid // HV) * N, h0 * K + c * BK], sready.index(c),
+            _tma_load(q_desc, [(pid // HV) * N, h0 * K + c * BK], sready.index(c),
                                             sq_ring.index(c))
-            tma.async_copy_global_to_shared(k_desc, [(pid // HV) * N, h0 * K + c * BK], sready.index(c),
+            _tma_load(k_desc, [(pid // HV) * N, h0 * K + c * BK], sready.index(c),
                                             sk_ring.index(c))
     count = 0
     sc = 0
@@ -606,22 +610,22 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                 q_c = sq_ring.index(slot).load(sq_rows)  # [N, BK]
                 q_sq += gl.sum(q_c * q_c, axis=1)
             kk, qk = warpgroup_mma_wait(0, deps=(kk, qk))
-            gl.thread_barrier()
+            _barrier()
             if NORMW:  # the norm warp has read the slot too
                 mbarrier.wait(sfree.index(slot), ((sc + c) // SLOTS) & 1)
             if c + SLOTS < CHUNKS:  # this item's chunk c + SLOTS into the freed slot
                 mbarrier.expect(sready.index(slot), 2 * q_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(q_desc, [b * N, h * K + (c + SLOTS) * BK], sready.index(slot),
+                _tma_load(q_desc, [b * N, h * K + (c + SLOTS) * BK], sready.index(slot),
                                                 sq_ring.index(slot))
-                tma.async_copy_global_to_shared(k_desc, [b * N, h * K + (c + SLOTS) * BK], sready.index(slot),
+                _tma_load(k_desc, [b * N, h * K + (c + SLOTS) * BK], sready.index(slot),
                                                 sk_ring.index(slot))
             else:  # the next item's chunk c + SLOTS - CHUNKS, loaded while this item's doubling runs
                 if nxt < n_items:
                     h_n = (nxt % HV) // (HV // H)
                     mbarrier.expect(sready.index(slot), 2 * q_desc.block_type.nbytes)
-                    tma.async_copy_global_to_shared(q_desc, [(nxt // HV) * N, h_n * K + (c + SLOTS - CHUNKS) * BK],
+                    _tma_load(q_desc, [(nxt // HV) * N, h_n * K + (c + SLOTS - CHUNKS) * BK],
                                                     sready.index(slot), sq_ring.index(slot))
-                    tma.async_copy_global_to_shared(k_desc, [(nxt // HV) * N, h_n * K + (c + SLOTS - CHUNKS) * BK],
+                    _tma_load(k_desc, [(nxt // HV) * N, h_n * K + (c + SLOTS - CHUNKS) * BK],
                                                     sready.index(slot), sk_ring.index(slot))
         sc += CHUNKS
         _stamp(trace_ptr, 0, count, 1, TRACE)
@@ -714,7 +718,7 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
         elif NORM:
             vec2.index(2 * buf).store(rk_c)
             vec2.index(2 * buf + 1).store(gl.convert_layout(rq_r, gl.SliceLayout(0, mma_nn)))
-        gl.thread_barrier()
+        _barrier()
         fence_async_shared()
         mbarrier.arrive(tb_ready.index(buf))
         if NORMW:
