@@ -27,8 +27,11 @@ arithmetic (``full``: ``Delta = TB (V - K S0)``, ``O = Q S0 + QKD Delta``, no ro
   request, timed with the kernel) instead of the solve's masked row sum; 11 with 9's row words; ``real-norm`` (12)
   L2-normalises q / k in the kernel; ``real-lean`` (13) / ``real-lean-norm`` (14) keep fewer tiles live in the
   solve; ``real-lg-half`` (15) hands ``TB`` / ``QKD`` over in fp16 (fp16 epilogue products, fp32 accumulation)
-  and stores O by TMA from the freed shared memory; 16 / 17 give the solver a q / k ring of 3 / 4 slots.
-  ``--trace`` adds one launch of each variant that records the SM's cycle counter per phase (``_stamp``).
+  and stores O by TMA from the freed shared memory; 16 / 17 give the solver a q / k ring of 3 / 4 slots; 18 / 19
+  issue each path update one chunk ahead; 20 / 22-25 normalise q / k in the kernel (25 in a 1-warp partition of
+  its own, ``_norm_warp``: built, never run); 21 prefetches two per-item loads (the best form: 181.8-182.9 µs);
+  26 takes the path operand ``(diag(w) K_p)^T`` prepared per item (built, never run). ``--trace`` adds one launch
+  of each variant that records the SM's cycle counter per phase (``_stamp``). Runs 78-84; ``run85.sh`` prepared.
 
 Partitions: a 1-warp loader streams each item's ``S0`` / q / k chunks by TMA through a ring of ``STAGES`` slots
 (and the path rows and epilogue tiles), running ahead across items; the consumer (8 warps) does every product
@@ -47,7 +50,8 @@ compiled for sm_90 is instruction for instruction the same as before, debug info
 
 Run: ``PYTHONPATH=$PWD:$PWD/bench:<fla> python bench/results/2026-12-03g/gluon_probe.py [--out PATH]``;
 ``--smoke`` checks the first variant once; ``--compile-only`` builds every variant for sm_90 without a GPU and
-prints cuobjdump's resource use.
+prints cuobjdump's resource use (under Triton 3.6 or 3.9: ``_barrier``, ``_tma_load``, ``_tma_store`` alias the
+builtins 3.9 renamed; the resources are 3.6's only under 3.6).
 """
 import argparse
 import json
