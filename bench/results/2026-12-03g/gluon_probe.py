@@ -1085,9 +1085,9 @@ def trace_summary(trace, n_items: int):
 
 
 def _tf32(x):
-    """fp32 ``x`` rounded to the nearest tf32 value (ties to even): the low 13 bits of the significand cleared."""
-    bits = x.contiguous().view(torch.int32)
-    return ((bits + 0xFFF + ((bits >> 13) & 1)) & ~0x1FFF).view(torch.float32)
+    """fp32 ``x`` on the tf32 grid by the library's rule (``gdn_tree._tf32_round``: half an ulp of tf32 added to
+    the magnitude, the low 13 bits cleared), so the probe's inputs are what the library's rounding would give."""
+    return ((x.contiguous().view(torch.int32) + 0x1000) & -8192).view(torch.float32)
 
 
 def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bool = False):
@@ -1103,7 +1103,7 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
     if solved:  # unit q / k rows keep the stand-in solve's inverse small (real-norm: normalised in the kernel)
         x = dict(x, q=x["q"] / x["q"].norm(dim=-1, keepdim=True), k=x["k"] / x["k"].norm(dim=-1, keepdim=True))
     raw = dict(x, q=x["q"] * 3.0, k=x["k"] * 0.5) if stage.endswith("norm") else x  # what the kernel is given
-    if stage.endswith("gnorm"):  # given on the tf32 grid (round to nearest even); the reference normalises those
+    if stage.endswith("gnorm"):  # given on the tf32 grid (the library's rounding); the reference normalises those
         raw = dict(raw, q=_tf32(raw["q"]), k=_tf32(raw["k"]))
         x = dict(x, q=raw["q"] / raw["q"].norm(dim=-1, keepdim=True), k=raw["k"] / raw["k"].norm(dim=-1, keepdim=True))
     o, delta = torch.full_like(x["v"], float("nan")), torch.full_like(x["v"], float("nan"))  # [B, N, HV, V]
