@@ -170,15 +170,16 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_de
         hv = item % HV
         h = hv // (HV // H)
         state_row = (gl.load(slots_ptr + b) * HV + hv) * K
-        if FOLD >= 2 and FOLD != 26:  # the previous step's accepted path: its k and Delta rows (from commit on)
+        if FOLD >= 2 and FOLD != 26 and FOLD != 28:  # the previous accepted path: its k and Delta rows (commit on)
             mbarrier.wait(path_empty, (count & 1) ^ 1)
             mbarrier.expect(path_ready, kp_desc.block_type.nbytes + dp_desc.block_type.nbytes)
             _tma_load(kp_desc, [b * P, h * K], path_ready, kp_smem)
             _tma_load(dp_desc, [b * P, hv * V], path_ready, dp_smem)
         for k0 in gl.static_range(0, K, BK):
-            if FOLD == 26 and k0 == STAGES * BK:  # the path tile is freed when the previous item's chunk loop ends,
-                # after the slots that this item's first STAGES chunks took: so it is loaded here (earlier would wait
-                # on the consumer, later would deadlock: the consumer needs it before its first chunk)
+            if (FOLD == 26 or FOLD == 28) and k0 == STAGES * BK:  # the path tile is freed when the previous item's
+                # chunk loop ends, after the slots that this item's first STAGES chunks took: so it is loaded here
+                # (earlier would wait on the consumer, later would deadlock: the consumer needs it before its first
+                # chunk)
                 mbarrier.wait(path_empty, (count & 1) ^ 1)
                 mbarrier.expect(path_ready, kp_desc.block_type.nbytes + dp_desc.block_type.nbytes)
                 _tma_load(kp_desc, [item * K, 0], path_ready, kp_smem)  # (diag(w) K_p)^T
@@ -263,18 +264,18 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             qk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] Q K^T
         if FOLD >= 2:
             if FOLD >= 21:  # the path's weights loaded before the wait, their latency under it
-                if FOLD != 26:
+                if FOLD != 26 and FOLD != 28:
                     w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)
                 gamma_a = gl.load(ga_ptr + item)
             mbarrier.wait(path_ready, count & 1)
             if FOLD < 21:
                 w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)  # [P]
-            if FOLD != 26:  # (FOLD 26: the tile arrives built, kpt_smem is the loaded one)
+            if FOLD != 26 and FOLD != 28:  # (26, 28: the tile arrives built, kpt_smem is the loaded one)
                 kpt_smem.permute((1, 0)).store(kp_smem.load(path_rows) * w[:, None])  # [K, P] (diag(w) K_p)^T
             dp_t = dp_smem.permute((1, 0)).load(a_bk)  # [V, P] Delta_p^T
             if FOLD < 21:
                 gamma_a = gl.load(ga_ptr + item)
-            if FOLD != 26:
+            if FOLD != 26 and FOLD != 28:
                 _barrier()
                 fence_async_shared()
                 mbarrier.arrive(path_empty)
@@ -343,7 +344,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 t_products += _clock(chunk) - t2
             chunk += 1
         _stamp(trace_ptr, 1, count, 2, TRACE)
-        if FOLD == 26:  # the loaded (diag(w) K_p)^T has served its last chunk (Delta_p^T is in registers)
+        if FOLD == 26 or FOLD == 28:  # the loaded (diag(w) K_p)^T has served its last chunk (Delta_p^T in registers)
             _barrier()
             mbarrier.arrive(path_empty)
         if FOLD >= 21:  # the next item's state row, its latency under this item's epilogue
@@ -383,7 +384,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma))[None, :]
-            elif FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD == 22 or FOLD == 23 or FOLD == 25:  # rk, rq
+            elif FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD == 22 or FOLD == 23 or FOLD == 25 or FOLD >= 27:
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * (gam * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma)))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * (gam * scale * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma)))[None, :]
@@ -487,13 +488,13 @@ def _solver(beta_ptr, q_ring, k_ring, ready, empty, solve_smem, n_items, HV: gl.
 
 @gluon.jit
 def _norm_warp(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, n_items, N: gl.constexpr,
-               K: gl.constexpr, BK: gl.constexpr, SLOTS: gl.constexpr):
-    """``FOLD == 25``: one warp that reads every q / k chunk of the solve's ring beside it (each slot freed to the
-    solve's refill by ``sfree``), sums fp32 squares and leaves ``rsqrt(|k|^2 + 1e-6)``, ``rsqrt(|q|^2 + 1e-6)`` in
-    ``nvec [2 items, 2, N]`` for the solve (``norm_ready`` / ``norm_empty``), so the norms leave the solve."""
-    rows1: gl.constexpr = gl.BlockedLayout([1, BK], [32, 1], [1, 1], [1, 0])  # [32, BK]: a row a thread
+               K: gl.constexpr, BK: gl.constexpr, SLOTS: gl.constexpr, NW: gl.constexpr):
+    """``FOLD == 25`` (``NW = 1`` warp), ``27`` / ``28`` (``NW = 2``): a partition that reads every q / k chunk of
+    the solve's ring beside it (each slot freed to the solve's refill by ``sfree``), sums fp32 squares and leaves
+    ``rsqrt(|k|^2 + 1e-6)``, ``rsqrt(|q|^2 + 1e-6)`` in ``nvec [2 items, 2, N]`` for the solve (``norm_ready`` /
+    ``norm_empty``), so the norms leave the solve."""
+    rows_l: gl.constexpr = gl.BlockedLayout([1, BK], [32, 1], [NW, 1], [1, 0])  # [N, BK]: whole rows a thread
     CHUNKS: gl.constexpr = K // BK
-    gl.static_assert(N == 64, "the norm warp sums two 32-row halves")
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     sc = 0
@@ -501,27 +502,20 @@ def _norm_warp(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, n_
     for item in range(pid, n_items, nprog):
         par = count % 2
         mbarrier.wait(norm_empty.index(par), ((count // 2) & 1) ^ 1)  # the solve has read item count - 2's
-        k_lo = gl.zeros([32], gl.float32, gl.SliceLayout(1, rows1))  # [32] |k_i|^2, rows 0-31
-        k_hi = gl.zeros([32], gl.float32, gl.SliceLayout(1, rows1))  # [32] rows 32-63
-        q_lo = gl.zeros([32], gl.float32, gl.SliceLayout(1, rows1))
-        q_hi = gl.zeros([32], gl.float32, gl.SliceLayout(1, rows1))
+        k_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, rows_l))  # [N] |k_i|^2
+        q_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, rows_l))  # [N] |q_i|^2
         for c in gl.static_range(CHUNKS):
             slot = (sc + c) % SLOTS
             mbarrier.wait(sready.index(slot), ((sc + c) // SLOTS) & 1)
-            k_c = sk_ring.index(slot).slice(0, 32).load(rows1)  # [32, BK]
-            q_c = sq_ring.index(slot).slice(0, 32).load(rows1)  # [32, BK]
-            k_lo += gl.sum(k_c * k_c, axis=1)
-            q_lo += gl.sum(q_c * q_c, axis=1)
-            k_c = sk_ring.index(slot).slice(32, 32).load(rows1)  # [32, BK]
-            q_c = sq_ring.index(slot).slice(32, 32).load(rows1)  # [32, BK]
-            k_hi += gl.sum(k_c * k_c, axis=1)
-            q_hi += gl.sum(q_c * q_c, axis=1)
-            mbarrier.arrive(sfree.index(slot))  # (the sums used the loaded values: the slot has been read)
+            k_c = sk_ring.index(slot).load(rows_l)  # [N, BK] both loads before the sums
+            q_c = sq_ring.index(slot).load(rows_l)  # [N, BK]
+            k_sq += gl.sum(k_c * k_c, axis=1)
+            q_sq += gl.sum(q_c * q_c, axis=1)
+            _barrier()  # every lane's loads done before the one-thread arrive
+            mbarrier.arrive(sfree.index(slot))
         sc += CHUNKS
-        nvec.index(2 * par).slice(0, 32).store(gl.rsqrt(k_lo + 1e-6))
-        nvec.index(2 * par).slice(32, 32).store(gl.rsqrt(k_hi + 1e-6))
-        nvec.index(2 * par + 1).slice(0, 32).store(gl.rsqrt(q_lo + 1e-6))
-        nvec.index(2 * par + 1).slice(32, 32).store(gl.rsqrt(q_hi + 1e-6))
+        nvec.index(2 * par).store(gl.rsqrt(k_sq + 1e-6))
+        nvec.index(2 * par + 1).store(gl.rsqrt(q_sq + 1e-6))
         _barrier()
         mbarrier.arrive(norm_ready.index(par))
         count += 1
@@ -755,13 +749,13 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     ep_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ep_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    if FOLD == 26:  # the path tile arrives as (diag(w) K_p)^T: one tile serves as both
+    if FOLD == 26 or FOLD == 28:  # the path tile arrives as (diag(w) K_p)^T: one tile serves as both
         kp_smem = gl.allocate_shared_memory(gl.float32, [K, P], kp_desc.layout)
     else:
         kp_smem = gl.allocate_shared_memory(gl.float32, [P, K], kp_desc.layout)
     dp_smem = gl.allocate_shared_memory(gl.float32, [P, V], dp_desc.layout)
     kpt_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=2)
-    if FOLD == 26:
+    if FOLD == 26 or FOLD == 28:
         kpt_smem = kp_smem
     else:
         kpt_smem = gl.allocate_shared_memory(gl.float32, [K, P], kpt_layout)
@@ -805,7 +799,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
         mbarrier.init(norm_ready.index(i), count=1)
         mbarrier.init(norm_empty.index(i), count=1)
     fence_async_shared()
-    if FOLD == 25:
+    if FOLD == 25 or FOLD >= 27:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         sq_ring = gl.allocate_shared_memory(gl.float32, [SOLVER_SLOTS, N, BK], q_desc.layout)
@@ -824,8 +818,8 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
                              K, N, BK, L, BLOCK, True, True, W, False, True, True, False, SOLVER_SLOTS, False, False,
                              TRACE, sfree, nvec, norm_ready, norm_empty, True)),
             (_norm_warp, (sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, n_items, N, K, BK,
-                          SOLVER_SLOTS)),
-        ], [1, 4, 1], [40, SOLVER_REGS, 48])
+                          SOLVER_SLOTS, 1 if FOLD == 25 else 2)),
+        ], [1, 4, 1 if FOLD == 25 else 2], [40, SOLVER_REGS, 48])
     elif FOLD >= 6:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
@@ -971,7 +965,7 @@ def compile_only(variant):
     tb = torch.zeros(B * HV * N, N, dtype=torch.float16)
     nodes = variant[6] if len(variant) > 6 else PATH
     path = (torch.zeros(B, nodes, H, K), torch.zeros(B, nodes, HV, V))
-    if fold == 26:
+    if fold == 26 or fold == 28:
         path = (*path, None, None, torch.zeros(B * HV * K, nodes))
     descs = descriptors(x, tb, tb, torch.zeros_like(x["v"]), torch.zeros_like(x["v"]), path, bk)
     names = ["pool_desc", "q_desc", "k_desc", "v_desc", "tb_desc", "qkd_desc", "delta_desc", "o_desc", "kp_desc",
@@ -1006,7 +1000,8 @@ STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahea
                "real-lg-half-pipe", "real-lg-half-ahead",
                "real-lg-half-norm", "real-lg-half-prefetch", "real-lg-half-gnorm",
                "real-lg-half-prefetch-norm", "real-lg-half-prefetch-fnorm",
-               "real-lg-half-prefetch-wnorm", "real-lg-half-prefetch-kpt")
+               "real-lg-half-prefetch-wnorm", "real-lg-half-prefetch-kpt",
+               "real-lg-half-prefetch-wnorm2", "real-lg-half-prefetch-kpt-wnorm2")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
@@ -1094,7 +1089,7 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
     """One variant on NaN-poisoned outputs (``commit``: on a copy of the pool) against float64: (errors of o,
     Delta and, for ``commit``, the committed state; median µs or None)."""
     stage = STAGE_NAMES[variant[2]]
-    if variant[2] == 26:
+    if variant[2] == 26 or variant[2] == 28:
         path = (*path[:4], prepared_kpt(path))
     commits = stage in ("commit", "fused", "overlap", "ahead", "ahead-smem") or stage.startswith("real")
     solved = stage in ("fused", "ahead", "ahead-smem") or stage.startswith("real")  # TB / QKD: the kernel's solve
@@ -1102,12 +1097,18 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
         x = dict(x, pool=x["pool"].clone())
     if solved:  # unit q / k rows keep the stand-in solve's inverse small (real-norm: normalised in the kernel)
         x = dict(x, q=x["q"] / x["q"].norm(dim=-1, keepdim=True), k=x["k"] / x["k"].norm(dim=-1, keepdim=True))
-    raw = dict(x, q=x["q"] * 3.0, k=x["k"] * 0.5) if stage.endswith("norm") else x  # what the kernel is given
+    if "norm" in stage:  # what the kernel is given: rows of random norms (q in [1, 4], k in [0.25, 1]), so a norm
+        gen = torch.Generator(device=x["q"].device).manual_seed(7)  # that lands on another row shows in the errors
+        scale_q = 1.0 + 3.0 * torch.rand(x["q"].shape[:3] + (1, ), generator=gen, device=x["q"].device)  # [B, N, H, 1]
+        scale_k = 0.25 + 0.75 * torch.rand(x["k"].shape[:3] + (1, ), generator=gen, device=x["k"].device)
+        raw = dict(x, q=x["q"] * scale_q, k=x["k"] * scale_k)
+    else:
+        raw = x
     if stage.endswith("gnorm"):  # given on the tf32 grid (the library's rounding); the reference normalises those
         raw = dict(raw, q=_tf32(raw["q"]), k=_tf32(raw["k"]))
         x = dict(x, q=raw["q"] / raw["q"].norm(dim=-1, keepdim=True), k=raw["k"] / raw["k"].norm(dim=-1, keepdim=True))
     o, delta = torch.full_like(x["v"], float("nan")), torch.full_like(x["v"], float("nan"))  # [B, N, HV, V]
-    s0 = ladder._committed(x, path) if commits else x["pool"][x["slots"].long()].double()  # [B, HV, K, V]
+    s0 = ladder._committed(x, path[:4]) if commits else x["pool"][x["slots"].long()].double()  # [B, HV, K, V]
     if stage.startswith("real"):  # the library's float64 closed form on the committed state (the bench's random trees)
         pool64 = x["pool"].double()
         pool64[x["slots"].long()] = s0
