@@ -1035,6 +1035,7 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="one launch of each stage, checked, untimed")
     parser.add_argument("--trace", action="store_true",
                         help="after each timed variant (FOLD >= 6), one traced launch: mean cycles of each phase")
+    parser.add_argument("--rows", action="store_true", help="per-row report of o's misses (which rows, what scale)")
     parser.add_argument("--variants", help="';'-separated variant tuples instead of VARIANTS, e.g. '16,3,7,8,184,5'")
     args = parser.parse_args()
     variants = [tuple(int(v) for v in item.split(",")) for item in args.variants.split(";")] if args.variants \
@@ -1085,7 +1086,22 @@ def _tf32(x):
     return ((x.contiguous().view(torch.int32) + 0x1000) & -8192).view(torch.float32)
 
 
-def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bool = False):
+def row_report(label: str, o: torch.Tensor, want_o: torch.Tensor) -> None:
+    """Prints which rows ``(b, n, hv)`` of ``o [B, N, HV, V]`` miss the float64 ``want_o`` by more than 1e-2: their
+    count, items, best-fit scale onto ``want_o`` (a wrong norm scales a row) and the residual after that scale."""
+    got = o.double()  # [B, N, HV, V]
+    err = (got - want_o).norm(dim=-1) / want_o.norm(dim=-1)  # [B, N, HV]
+    fit = (got * want_o).sum(-1) / (want_o * want_o).sum(-1)  # [B, N, HV]
+    resid = (got - fit[..., None] * want_o).norm(dim=-1) / want_o.norm(dim=-1)  # [B, N, HV]
+    bad = (err > 1e-2).nonzero().tolist()
+    items = sorted({(b, hv) for b, _, hv in bad})
+    print(f"rows {label}: {len(bad)} of {err.numel()} rows off by > 1e-2 in {len(items)} items {items[:12]}; "
+          f"max row error {float(err.max()):.2e}; " + "; ".join(
+              f"(b {b}, n {n}, hv {hv}) err {float(err[b, n, hv]):.2e} scale {float(fit[b, n, hv]):.4f} "
+              f"resid {float(resid[b, n, hv]):.2e}" for b, n, hv in bad[:10]), flush=True)
+
+
+def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bool = False, rows: bool = False):
     """One variant on NaN-poisoned outputs (``commit``: on a copy of the pool) against float64: (errors of o,
     Delta and, for ``commit``, the committed state; median µs or None)."""
     stage = STAGE_NAMES[variant[2]]
@@ -1121,10 +1137,14 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
     fn = launcher(raw, tb, qkd, o, delta, path, variant, grid)
     fn()
     torch.cuda.synchronize()
+    if rows:
+        row_report(f"{stage} first launch", o, want_o)
     errs = (ladder._rel(o, want_o), 0.0 if stage == "fold" else ladder._rel(delta, want_d))
     if commits:
         errs = (*errs, ladder._rel(x["pool"][x["slots"].long()], s0))
     us = time_fn(fn) if time_fn else None
+    if rows and time_fn:
+        row_report(f"{stage} after timing", o, want_o)
     if traced and variant[2] >= 6:  # one traced launch after the timing (its stores never timed)
         trace = torch.zeros(grid, 2, 32, 16, dtype=torch.int64, device=o.device)
         assert len(range(0, x["v"].shape[0] * HV, grid)) <= 32, "the trace holds 32 items a program"
@@ -1158,7 +1178,7 @@ def run(args, variants, timed: bool) -> int:
             name += "'"
         try:
             checks[name], us, traces[name] = check(x, tb, qkd, make_path(x, variant[6]) if len(variant) > 6 else path,
-                                                   variant, nsm, ladder, time_fn, args.trace)
+                                                   variant, nsm, ladder, time_fn, args.trace, args.rows)
         except Exception as exc:  # noqa: BLE001
             print(f"{name}: {type(exc).__name__}: {str(exc)[:2000]}", flush=True)
             continue
