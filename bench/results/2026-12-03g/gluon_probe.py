@@ -170,13 +170,13 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_de
         hv = item % HV
         h = hv // (HV // H)
         state_row = (gl.load(slots_ptr + b) * HV + hv) * K
-        if FOLD >= 2 and FOLD != 26 and FOLD != 28:  # the previous accepted path: its k and Delta rows (commit on)
+        if FOLD >= 2 and FOLD != 26 and FOLD < 28:  # the previous accepted path: its k and Delta rows (commit on)
             mbarrier.wait(path_empty, (count & 1) ^ 1)
             mbarrier.expect(path_ready, kp_desc.block_type.nbytes + dp_desc.block_type.nbytes)
             _tma_load(kp_desc, [b * P, h * K], path_ready, kp_smem)
             _tma_load(dp_desc, [b * P, hv * V], path_ready, dp_smem)
         for k0 in gl.static_range(0, K, BK):
-            if (FOLD == 26 or FOLD == 28) and k0 == STAGES * BK:  # the path tile is freed when the previous item's
+            if (FOLD == 26 or FOLD >= 28) and k0 == STAGES * BK:  # the path tile is freed when the previous item's
                 # chunk loop ends, after the slots that this item's first STAGES chunks took: so it is loaded here
                 # (earlier would wait on the consumer, later would deadlock: the consumer needs it before its first
                 # chunk)
@@ -229,7 +229,10 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
     whole (``Gamma rk``, ``scale Gamma rq``: no ``log2 Gamma`` load and no extra multiplies in the consumer).
     ``FOLD == 25``: 21 with the norms summed by a 1-warp partition of their own (``_norm_warp``). ``FOLD == 26``:
     21 with the path's ``(diag(w) K_p)^T`` prepared per item (as the commit's record step could write it) and
-    loaded by TMA straight into the tile the updates read, instead of built from the path's k rows per item."""
+    loaded by TMA straight into the tile the updates read, instead of built from the path's k rows per item.
+    ``FOLD == 27``: 25 with a 2-warp norm partition; ``28``: 27 with 26's prepared path operand; ``29``: 28 with
+    each chunk's products issued from the updated chunk in registers before its write-back (barriers, store,
+    fence), so they overlap it."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     mma16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -264,18 +267,18 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             qk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] Q K^T
         if FOLD >= 2:
             if FOLD >= 21:  # the path's weights loaded before the wait, their latency under it
-                if FOLD != 26 and FOLD != 28:
+                if FOLD != 26 and FOLD < 28:
                     w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)
                 gamma_a = gl.load(ga_ptr + item)
             mbarrier.wait(path_ready, count & 1)
             if FOLD < 21:
                 w = gl.load(w_ptr + (b * P + gl.arange(0, P, layout=gl.SliceLayout(1, path_rows))) * HV + hv)  # [P]
-            if FOLD != 26 and FOLD != 28:  # (26, 28: the tile arrives built, kpt_smem is the loaded one)
+            if FOLD != 26 and FOLD < 28:  # (26, 28: the tile arrives built, kpt_smem is the loaded one)
                 kpt_smem.permute((1, 0)).store(kp_smem.load(path_rows) * w[:, None])  # [K, P] (diag(w) K_p)^T
             dp_t = dp_smem.permute((1, 0)).load(a_bk)  # [V, P] Delta_p^T
             if FOLD < 21:
                 gamma_a = gl.load(ga_ptr + item)
-            if FOLD != 26 and FOLD != 28:
+            if FOLD != 26 and FOLD < 28:
                 _barrier()
                 fence_async_shared()
                 mbarrier.arrive(path_empty)
@@ -307,6 +310,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(k0, BK).permute((1, 0)),
                                     gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False)  # [V, BK]
                 s_t = s_t * gamma_a + gl.convert_layout(upd, a_op)
+                if FOLD == 29:  # the products from the updated chunk in registers, issued before its write-back
+                    ks = warpgroup_mma(s_t, k_ring.index(s).permute((1, 0)), ks, is_async=True)
+                    qs = warpgroup_mma(s_t, q_ring.index(s).permute((1, 0)), qs, is_async=True)
                 _barrier()
                 s_ring.index(s).permute((1, 0)).store(s_t)
                 _barrier()
@@ -314,8 +320,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             if TRACE:
                 t2 = _clock(chunk)
                 t_update += t2 - t1
-            ks = warpgroup_mma(s_t, k_ring.index(s).permute((1, 0)), ks, is_async=True)
-            qs = warpgroup_mma(s_t, q_ring.index(s).permute((1, 0)), qs, is_async=True)
+            if FOLD != 29:
+                ks = warpgroup_mma(s_t, k_ring.index(s).permute((1, 0)), ks, is_async=True)
+                qs = warpgroup_mma(s_t, q_ring.index(s).permute((1, 0)), qs, is_async=True)
             if FOLD:  # the state chunk written back in place from its slot
                 _tma_store(pool_desc, [state_row + k0, 0], s_ring.index(s))
             if FOLD == 3:
@@ -344,7 +351,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 t_products += _clock(chunk) - t2
             chunk += 1
         _stamp(trace_ptr, 1, count, 2, TRACE)
-        if FOLD == 26 or FOLD == 28:  # the loaded (diag(w) K_p)^T has served its last chunk (Delta_p^T in registers)
+        if FOLD == 26 or FOLD >= 28:  # the loaded (diag(w) K_p)^T has served its last chunk (Delta_p^T in registers)
             _barrier()
             mbarrier.arrive(path_empty)
         if FOLD >= 21:  # the next item's state row, its latency under this item's epilogue
@@ -511,8 +518,9 @@ def _norm_warp(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, n_
             q_c = sq_ring.index(slot).load(rows_l)  # [N, BK]
             k_sq += gl.sum(k_c * k_c, axis=1)
             q_sq += gl.sum(q_c * q_c, axis=1)
-            _barrier()  # every lane's loads done before the one-thread arrive
-            mbarrier.arrive(sfree.index(slot))
+            _barrier()  # every lane's loads done before the one-thread arrive,
+            fence_async_shared()  # and ordered before the refill's TMA write (another proxy): without this fence
+            mbarrier.arrive(sfree.index(slot))  # the q loads issued last could read the refill (runs 85-87)
         sc += CHUNKS
         nvec.index(2 * par).store(gl.rsqrt(k_sq + 1e-6))
         nvec.index(2 * par + 1).store(gl.rsqrt(q_sq + 1e-6))
@@ -749,13 +757,13 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     ep_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ep_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    if FOLD == 26 or FOLD == 28:  # the path tile arrives as (diag(w) K_p)^T: one tile serves as both
+    if FOLD == 26 or FOLD >= 28:  # the path tile arrives as (diag(w) K_p)^T: one tile serves as both
         kp_smem = gl.allocate_shared_memory(gl.float32, [K, P], kp_desc.layout)
     else:
         kp_smem = gl.allocate_shared_memory(gl.float32, [P, K], kp_desc.layout)
     dp_smem = gl.allocate_shared_memory(gl.float32, [P, V], dp_desc.layout)
     kpt_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=2)
-    if FOLD == 26 or FOLD == 28:
+    if FOLD == 26 or FOLD >= 28:
         kpt_smem = kp_smem
     else:
         kpt_smem = gl.allocate_shared_memory(gl.float32, [K, P], kpt_layout)
@@ -965,7 +973,7 @@ def compile_only(variant):
     tb = torch.zeros(B * HV * N, N, dtype=torch.float16)
     nodes = variant[6] if len(variant) > 6 else PATH
     path = (torch.zeros(B, nodes, H, K), torch.zeros(B, nodes, HV, V))
-    if fold == 26 or fold == 28:
+    if fold == 26 or fold >= 28:
         path = (*path, None, None, torch.zeros(B * HV * K, nodes))
     descs = descriptors(x, tb, tb, torch.zeros_like(x["v"]), torch.zeros_like(x["v"]), path, bk)
     names = ["pool_desc", "q_desc", "k_desc", "v_desc", "tb_desc", "qkd_desc", "delta_desc", "o_desc", "kp_desc",
@@ -1001,7 +1009,8 @@ STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahea
                "real-lg-half-norm", "real-lg-half-prefetch", "real-lg-half-gnorm",
                "real-lg-half-prefetch-norm", "real-lg-half-prefetch-fnorm",
                "real-lg-half-prefetch-wnorm", "real-lg-half-prefetch-kpt",
-               "real-lg-half-prefetch-wnorm2", "real-lg-half-prefetch-kpt-wnorm2")
+               "real-lg-half-prefetch-wnorm2", "real-lg-half-prefetch-kpt-wnorm2",
+               "real-lg-half-prefetch-kpt-wnorm2-early")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
@@ -1105,7 +1114,7 @@ def check(x, tb, qkd, path, variant, grid: int, ladder, time_fn=None, traced: bo
     """One variant on NaN-poisoned outputs (``commit``: on a copy of the pool) against float64: (errors of o,
     Delta and, for ``commit``, the committed state; median µs or None)."""
     stage = STAGE_NAMES[variant[2]]
-    if variant[2] == 26 or variant[2] == 28:
+    if variant[2] == 26 or variant[2] >= 28:
         path = (*path[:4], prepared_kpt(path))
     commits = stage in ("commit", "fused", "overlap", "ahead", "ahead-smem") or stage.startswith("real")
     solved = stage in ("fused", "ahead", "ahead-smem") or stage.startswith("real")  # TB / QKD: the kernel's solve
