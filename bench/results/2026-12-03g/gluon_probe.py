@@ -208,7 +208,7 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_de
 def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring, ready, empty,
               v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem, power_smem, ep_ready, ep_empty,
               path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty, o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items,
-              HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
+              pool_ptr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
               BK: gl.constexpr, STAGES: gl.constexpr, FOLD: gl.constexpr, WARPS: gl.constexpr, P: gl.constexpr,
               L: gl.constexpr, BLOCK: gl.constexpr, TRACE: gl.constexpr):
     """The products of every item, transposed: rows are the value columns, columns the tree's nodes.
@@ -232,7 +232,8 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
     loaded by TMA straight into the tile the updates read, instead of built from the path's k rows per item.
     ``FOLD == 27``: 25 with a 2-warp norm partition; ``28``: 27 with 26's prepared path operand; ``29``: 28 with
     each chunk's products issued from the updated chunk in registers before its write-back (barriers, store,
-    fence), so they overlap it."""
+    fence), so they overlap it. ``30``: 28 with each updated chunk written back from registers by plain stores
+    (no staging store, barriers, fence or TMA store; the slot freed once read and fenced); ``31``: 26 with that."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     mma16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -304,9 +305,19 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 _barrier()
                 fence_async_shared()
                 s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] the A operand, reloaded
-            else:
+            elif FOLD < 30:
                 s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] S0^T chunk
-            if FOLD >= 2 and not (FOLD == 18 or FOLD == 19):
+            if FOLD >= 30:  # the update in its accumulator layout, written back from registers (no staging)
+                upd = warpgroup_mma(dp_t, kpt_smem.slice(k0, BK).permute((1, 0)),
+                                    gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False)  # [V, BK]
+                s_acc = s_ring.index(s).permute((1, 0)).load(mma_bk) * gamma_a + upd  # [V, BK] S^T updated
+                s_t = gl.convert_layout(s_acc, a_op)
+                ks = warpgroup_mma(s_t, k_ring.index(s).permute((1, 0)), ks, is_async=True)
+                qs = warpgroup_mma(s_t, q_ring.index(s).permute((1, 0)), qs, is_async=True)
+                v_idx = gl.arange(0, V, layout=gl.SliceLayout(1, mma_bk))  # [V]
+                k_idx = gl.arange(0, BK, layout=gl.SliceLayout(0, mma_bk))  # [BK]
+                gl.store(pool_ptr + (state_row + k0 + k_idx[None, :]) * V + v_idx[:, None], s_acc)
+            elif FOLD >= 2 and not (FOLD == 18 or FOLD == 19):
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(k0, BK).permute((1, 0)),
                                     gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False)  # [V, BK]
                 s_t = s_t * gamma_a + gl.convert_layout(upd, a_op)
@@ -320,10 +331,10 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             if TRACE:
                 t2 = _clock(chunk)
                 t_update += t2 - t1
-            if FOLD != 29:
+            if FOLD < 29:
                 ks = warpgroup_mma(s_t, k_ring.index(s).permute((1, 0)), ks, is_async=True)
                 qs = warpgroup_mma(s_t, q_ring.index(s).permute((1, 0)), qs, is_async=True)
-            if FOLD:  # the state chunk written back in place from its slot
+            if FOLD and FOLD < 30:  # the state chunk written back in place from its slot
                 _tma_store(pool_desc, [state_row + k0, 0], s_ring.index(s))
             if FOLD == 3:
                 k_t = k_ring.index(s).permute((1, 0))  # [BK, N] K^T chunk, K-major
@@ -344,7 +355,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                     tma.store_wait(0)
                     mbarrier.arrive(empty.index(s))
             else:
-                if FOLD:
+                if FOLD >= 30:  # the slot was read by loads (generic proxy): ordered before the refill's TMA write
+                    fence_async_shared()
+                elif FOLD:
                     tma.store_wait(0)
                 mbarrier.arrive(empty.index(s))
             if TRACE:
@@ -391,7 +404,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma))[None, :]
-            elif FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD == 22 or FOLD == 23 or FOLD == 25 or FOLD >= 27:
+            elif FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD == 22 or FOLD == 23 or FOLD == 25 or (FOLD >= 27 and FOLD <= 30):
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * (gam * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma)))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * (gam * scale * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma)))[None, :]
@@ -735,7 +748,7 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
 
 @gluon.jit
 def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_desc, o_desc, kp_desc, dp_desc,
-                 slots_ptr, w_ptr, ga_ptr, beta_ptr, o_ptr, words_ptr, g_ptr, gam_ptr, trace_ptr, scale, n_items,
+                 slots_ptr, w_ptr, ga_ptr, beta_ptr, o_ptr, words_ptr, g_ptr, gam_ptr, trace_ptr, scale, n_items, pool_ptr,
                  H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
                  BK: gl.constexpr, STAGES: gl.constexpr, FOLD: gl.constexpr, WARPS: gl.constexpr, P: gl.constexpr,
                  L: gl.constexpr, BLOCK: gl.constexpr, SOLVER_REGS: gl.constexpr, W: gl.constexpr,
@@ -807,7 +820,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
         mbarrier.init(norm_ready.index(i), count=1)
         mbarrier.init(norm_empty.index(i), count=1)
     fence_async_shared()
-    if FOLD == 25 or FOLD >= 27:
+    if FOLD == 25 or (FOLD >= 27 and FOLD <= 30):
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         sq_ring = gl.allocate_shared_memory(gl.float32, [SOLVER_SLOTS, N, BK], q_desc.layout)
@@ -816,7 +829,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
                          BLOCK, TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
@@ -837,7 +850,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
                          BLOCK, TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
@@ -856,7 +869,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
                          BLOCK, TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
@@ -868,7 +881,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
                          BLOCK, TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
@@ -949,7 +962,8 @@ def launcher(x, tb, qkd, o, delta, path, variant, grid: int, trace=None):
     gam = torch.empty(B * HV, N, device=o.device)  # [B HV, N] FOLD 8: Gamma from the solver; 10: log2 Gamma
     g = x["g"].contiguous()  # [B, N, HV]
     args = (*descriptors(x, tb, qkd, o, delta, path, bk), x["slots"], path[2], path[3], x["beta"].contiguous(), o,
-            words, g, gam, gam if trace is None else trace, K**-0.5, B * HV, H, HV, K, V, N, bk, stages, fold, warps,
+            words, g, gam, gam if trace is None else trace, K**-0.5, B * HV, x["pool"], H, HV, K, V, N, bk, stages,
+            fold, warps,
             path[0].shape[1], variant[5] if len(variant) > 5 else DOUBLINGS, BLOCK,
             variant[4] if len(variant) > 4 else SOLVER_REGS, words.shape[2], trace is not None)
     if fold < 10:
@@ -980,7 +994,8 @@ def compile_only(variant):
              "dp_desc"]
     signature = {n: mangle_type(d) for n, d in zip(names, descs)}
     signature.update(slots_ptr="*i32", w_ptr="*fp32", ga_ptr="*fp32", beta_ptr="*fp32", o_ptr="*fp32",
-                     words_ptr="*i32", g_ptr="*fp32", gam_ptr="*fp32", trace_ptr="*i64", scale="fp32", n_items="i32")
+                     words_ptr="*i32", g_ptr="*fp32", gam_ptr="*fp32", trace_ptr="*i64", scale="fp32", n_items="i32",
+                     pool_ptr="*fp32")
     constexprs = dict(H=H, HV=HV, K=K, V=V, N=N, BK=bk, STAGES=stages, FOLD=fold, WARPS=warps, P=nodes,
                       L=variant[5] if len(variant) > 5 else DOUBLINGS, BLOCK=BLOCK,
                       SOLVER_REGS=variant[4] if len(variant) > 4 else SOLVER_REGS, W=(N + 31) // 32,
@@ -1010,7 +1025,8 @@ STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahea
                "real-lg-half-prefetch-norm", "real-lg-half-prefetch-fnorm",
                "real-lg-half-prefetch-wnorm", "real-lg-half-prefetch-kpt",
                "real-lg-half-prefetch-wnorm2", "real-lg-half-prefetch-kpt-wnorm2",
-               "real-lg-half-prefetch-kpt-wnorm2-early")
+               "real-lg-half-prefetch-kpt-wnorm2-early", "real-lg-half-prefetch-kpt-wnorm2-gwb",
+               "real-lg-half-prefetch-kpt-gwb")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
