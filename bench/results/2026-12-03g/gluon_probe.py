@@ -30,8 +30,16 @@ arithmetic (``full``: ``Delta = TB (V - K S0)``, ``O = Q S0 + QKD Delta``, no ro
   and stores O by TMA from the freed shared memory; 16 / 17 give the solver a q / k ring of 3 / 4 slots; 18 / 19
   issue each path update one chunk ahead; 20 / 22-25 normalise q / k in the kernel (25 in a 1-warp partition of
   its own, ``_norm_warp``: built, never run); 21 prefetches two per-item loads (the best form: 181.8-182.9 µs);
-  26 takes the path operand ``(diag(w) K_p)^T`` prepared per item (built, never run). ``--trace`` adds one launch
-  of each variant that records the SM's cycle counter per phase (``_stamp``). Runs 78-84; ``run85.sh`` prepared.
+  26 takes the path operand ``(diag(w) K_p)^T`` prepared per item. ``--trace`` adds one launch of each variant
+  that records the SM's cycle counter per phase (``_stamp``). Runs 78-84;
+- thirty-second session (runs 85-89): 25 ran (203.4 µs) with o off by 1.4-1.7e-3; 27 gives the norm partition 2
+  warps reading whole ``[N, BK]`` chunks, 28 adds 26's prepared path operand (the best normalising form: 189.8-192.2
+  µs, errors as without norms); ``--rows`` (run 87) showed 25 / 27's misses as rows of o scaled by 1-4 %: a q norm
+  summed over a chunk read after its refill had landed, because the last q loads were still in flight at the slot's
+  free and nothing ordered those generic-proxy reads before the refill's TMA write (the fix: ``fence_async_shared``
+  before the free; run 88); 29 issues each chunk's products before its write-back (191.8 µs), 30 / 31 write the
+  updated chunks back from registers by plain stores (196.0 / 184.4 µs): both dropped. The normalising stages'
+  inputs have rows of random norms since run 86 (a norm read from the wrong row shows).
 
 Partitions: a 1-warp loader streams each item's ``S0`` / q / k chunks by TMA through a ring of ``STAGES`` slots
 (and the path rows and epilogue tiles), running ahead across items; the consumer (8 warps) does every product
