@@ -313,9 +313,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 _barrier()
                 fence_async_shared()
                 s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] the A operand, reloaded
-            elif FOLD < 30:
+            elif FOLD < 30 or FOLD >= 32:
                 s_t = s_ring.index(s).permute((1, 0)).load(a_op)  # [V, BK] S0^T chunk
-            if FOLD >= 30:  # the update in its accumulator layout, written back from registers (no staging)
+            if FOLD == 30 or FOLD == 31:  # the update in its accumulator layout, written back from registers
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(k0, BK).permute((1, 0)),
                                     gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False)  # [V, BK]
                 s_acc = s_ring.index(s).permute((1, 0)).load(mma_bk) * gamma_a + upd  # [V, BK] S^T updated
@@ -339,10 +339,10 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             if TRACE:
                 t2 = _clock(chunk)
                 t_update += t2 - t1
-            if FOLD < 29:
+            if FOLD < 29 or FOLD >= 32:
                 ks = warpgroup_mma(s_t, k_ring.index(s).permute((1, 0)), ks, is_async=True)
                 qs = warpgroup_mma(s_t, q_ring.index(s).permute((1, 0)), qs, is_async=True)
-            if FOLD and FOLD < 30:  # the state chunk written back in place from its slot
+            if FOLD and not (FOLD == 30 or FOLD == 31):  # the state chunk written back in place from its slot
                 _tma_store(pool_desc, [state_row + k0, 0], s_ring.index(s))
             if FOLD == 3:
                 k_t = k_ring.index(s).permute((1, 0))  # [BK, N] K^T chunk, K-major
@@ -363,7 +363,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                     tma.store_wait(0)
                     mbarrier.arrive(empty.index(s))
             else:
-                if FOLD >= 30:  # the slot was read by loads (generic proxy): ordered before the refill's TMA write
+                if FOLD == 30 or FOLD == 31:  # the slot was read by plain loads: fenced before the refill's TMA
                     fence_async_shared()
                 elif FOLD:
                     tma.store_wait(0)
@@ -412,7 +412,8 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma))[None, :]
-            elif FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD == 22 or FOLD == 23 or FOLD == 25 or (FOLD >= 27 and FOLD <= 30):
+            elif (FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD == 22 or FOLD == 23 or FOLD == 25
+                  or (FOLD >= 27 and FOLD <= 30) or FOLD == 32):  # rk, rq
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * (gam * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma)))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * (gam * scale * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma)))[None, :]
@@ -551,13 +552,47 @@ def _norm_warp(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, n_
 
 
 @gluon.jit
+def _norm_global(q_ptr, k_ptr, nvec, norm_ready, norm_empty, n_items, H: gl.constexpr, HV: gl.constexpr,
+                 N: gl.constexpr, K: gl.constexpr, BK: gl.constexpr, NW: gl.constexpr):
+    """``FOLD == 32``: ``_norm_warp``'s sums from q / k in global memory (``[B, N, H, K]`` contiguous) by plain
+    loads, a whole ``BK``-column row piece a thread, instead of from the solve's ring: the partition runs ahead of
+    the solve (bounded by ``nvec``'s two buffers) and no ring slot waits for it."""
+    rows_l: gl.constexpr = gl.BlockedLayout([1, BK], [32, 1], [NW, 1], [1, 0])  # [N, BK]
+    CHUNKS: gl.constexpr = K // BK
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    rows = gl.arange(0, N, layout=gl.SliceLayout(1, rows_l))  # [N]
+    cols = gl.arange(0, BK, layout=gl.SliceLayout(0, rows_l))  # [BK]
+    count = 0
+    for item in range(pid, n_items, nprog):
+        par = count % 2
+        b = item // HV
+        h = (item % HV) // (HV // H)
+        base = ((b * N + rows) * (H * K) + h * K)[:, None] + cols[None, :]  # [N, BK] chunk 0's offsets
+        mbarrier.wait(norm_empty.index(par), ((count // 2) & 1) ^ 1)  # the solve has read item count - 2's
+        k_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, rows_l))  # [N] |k_i|^2
+        q_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, rows_l))  # [N] |q_i|^2
+        for c in gl.static_range(CHUNKS):
+            k_c = gl.load(k_ptr + base + c * BK)  # [N, BK]
+            q_c = gl.load(q_ptr + base + c * BK)  # [N, BK]
+            k_sq += gl.sum(k_c * k_c, axis=1)
+            q_sq += gl.sum(q_c * q_c, axis=1)
+        nvec.index(2 * par).store(gl.rsqrt(k_sq + 1e-6))
+        nvec.index(2 * par + 1).store(gl.rsqrt(q_sq + 1e-6))
+        _barrier()
+        mbarrier.arrive(norm_ready.index(par))
+        count += 1
+
+
+@gluon.jit
 def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2, tb_ready,
                   tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H: gl.constexpr,
                   HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, L: gl.constexpr,
                   BLOCK: gl.constexpr, SMEM_CHAIN: gl.constexpr, REAL: gl.constexpr, W: gl.constexpr,
                   ROW_WORDS: gl.constexpr, LG: gl.constexpr, NORM: gl.constexpr, LEAN: gl.constexpr,
                   SLOTS: gl.constexpr, GNORM: gl.constexpr, FOLDED: gl.constexpr, TRACE: gl.constexpr,
-                  sfree=None, nvec=None, norm_ready=None, norm_empty=None, NORMW: gl.constexpr = False):
+                  sfree=None, nvec=None, norm_ready=None, norm_empty=None, NORMW: gl.constexpr = False,
+                  RING_FREE: gl.constexpr = True):
     """``FOLD == 6``: the fused stage's solve in a 4-warp partition that runs ahead of the consumer. It loads each
     item's q / k chunks itself through a 2-slot ring of its own (the next item's first two chunks issued before
     the current item's doubling), and hands ``TB`` / ``QKD`` over in one of two shared tiles, each guarded by a
@@ -638,7 +673,7 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
                 q_sq += gl.sum(q_c * q_c, axis=1)
             kk, qk = warpgroup_mma_wait(0, deps=(kk, qk))
             _barrier()
-            if NORMW:  # the norm warp has read the slot too
+            if NORMW and RING_FREE:  # the norm warp has read the slot too
                 mbarrier.wait(sfree.index(slot), ((sc + c) // SLOTS) & 1)
             if c + SLOTS < CHUNKS:  # this item's chunk c + SLOTS into the freed slot
                 mbarrier.expect(sready.index(slot), 2 * q_desc.block_type.nbytes)
@@ -756,7 +791,8 @@ def _solver_ahead(q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem
 
 @gluon.jit
 def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_desc, o_desc, kp_desc, dp_desc,
-                 slots_ptr, w_ptr, ga_ptr, beta_ptr, o_ptr, words_ptr, g_ptr, gam_ptr, trace_ptr, scale, n_items, pool_ptr,
+                 slots_ptr, w_ptr, ga_ptr, beta_ptr, o_ptr, words_ptr, g_ptr, gam_ptr, trace_ptr, scale, n_items,
+                 pool_ptr, q_ptr, k_ptr,
                  H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
                  BK: gl.constexpr, STAGES: gl.constexpr, FOLD: gl.constexpr, WARPS: gl.constexpr, P: gl.constexpr,
                  L: gl.constexpr, BLOCK: gl.constexpr, SOLVER_REGS: gl.constexpr, W: gl.constexpr,
@@ -837,8 +873,8 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
-                         BLOCK, TRACE)),
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD,
+                         WARPS, P, L, BLOCK, TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
@@ -849,6 +885,26 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_norm_warp, (sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, n_items, N, K, BK,
                           SOLVER_SLOTS, 1 if FOLD == 25 else 2)),
         ], [1, 4, 1 if FOLD == 25 else 2], [40, SOLVER_REGS, 48])
+    elif FOLD == 32:
+        solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
+        rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
+        sq_ring = gl.allocate_shared_memory(gl.float32, [SOLVER_SLOTS, N, BK], q_desc.layout)
+        sk_ring = gl.allocate_shared_memory(gl.float32, [SOLVER_SLOTS, N, BK], k_desc.layout)
+        gl.warp_specialize([
+            (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
+                         ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
+                         power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD,
+                         WARPS, P, L, BLOCK, TRACE)),
+            (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
+                       q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
+                       path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
+            (_solver_ahead, (q_desc, k_desc, beta_ptr, sq_ring, sk_ring, sready, solve_smem, rows_smem, tb2, qkd2,
+                             tb_ready, tb_empty, words_ptr, g_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, H, HV,
+                             K, N, BK, L, BLOCK, True, True, W, False, True, True, False, SOLVER_SLOTS, False, False,
+                             TRACE, sfree, nvec, norm_ready, norm_empty, True, False)),
+            (_norm_global, (q_ptr, k_ptr, nvec, norm_ready, norm_empty, n_items, H, HV, N, K, BK, 2)),
+        ], [1, 4, 2], [40, SOLVER_REGS, 48])
     elif FOLD >= 6:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
@@ -858,8 +914,8 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
-                         BLOCK, TRACE)),
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD,
+                         WARPS, P, L, BLOCK, TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
@@ -877,8 +933,8 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
-                         BLOCK, TRACE)),
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD,
+                         WARPS, P, L, BLOCK, TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
@@ -889,8 +945,8 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
             (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr, s_ring, q_ring, k_ring,
                          ready, empty, v_smem, tb16, qkd16, tb32, qkd32, o_smem, kp_smem, dp_smem, kpt_smem,
                          power_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty,
-                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD, WARPS, P, L,
-                         BLOCK, TRACE)),
+                         o_ptr, gam_ptr, trace_ptr, vec2, scale, n_items, pool_ptr, HV, K, V, N, BK, STAGES, FOLD,
+                         WARPS, P, L, BLOCK, TRACE)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, kp_desc, dp_desc, slots_ptr, s_ring,
                        q_ring, k_ring, ready, empty, v_smem, tb16, qkd16, kp_smem, dp_smem, ep_ready, ep_empty,
                        path_ready, path_empty, n_items, H, HV, K, V, N, BK, STAGES, FOLD, P)),
@@ -970,7 +1026,8 @@ def launcher(x, tb, qkd, o, delta, path, variant, grid: int, trace=None):
     gam = torch.empty(B * HV, N, device=o.device)  # [B HV, N] FOLD 8: Gamma from the solver; 10: log2 Gamma
     g = x["g"].contiguous()  # [B, N, HV]
     args = (*descriptors(x, tb, qkd, o, delta, path, bk), x["slots"], path[2], path[3], x["beta"].contiguous(), o,
-            words, g, gam, gam if trace is None else trace, K**-0.5, B * HV, x["pool"], H, HV, K, V, N, bk, stages,
+            words, g, gam, gam if trace is None else trace, K**-0.5, B * HV, x["pool"], x["q"], x["k"], H, HV, K, V, N,
+            bk, stages,
             fold, warps,
             path[0].shape[1], variant[5] if len(variant) > 5 else DOUBLINGS, BLOCK,
             variant[4] if len(variant) > 4 else SOLVER_REGS, words.shape[2], trace is not None)
@@ -1003,7 +1060,7 @@ def compile_only(variant):
     signature = {n: mangle_type(d) for n, d in zip(names, descs)}
     signature.update(slots_ptr="*i32", w_ptr="*fp32", ga_ptr="*fp32", beta_ptr="*fp32", o_ptr="*fp32",
                      words_ptr="*i32", g_ptr="*fp32", gam_ptr="*fp32", trace_ptr="*i64", scale="fp32", n_items="i32",
-                     pool_ptr="*fp32")
+                     pool_ptr="*fp32", q_ptr="*fp32", k_ptr="*fp32")
     constexprs = dict(H=H, HV=HV, K=K, V=V, N=N, BK=bk, STAGES=stages, FOLD=fold, WARPS=warps, P=nodes,
                       L=variant[5] if len(variant) > 5 else DOUBLINGS, BLOCK=BLOCK,
                       SOLVER_REGS=variant[4] if len(variant) > 4 else SOLVER_REGS, W=(N + 31) // 32,
@@ -1034,7 +1091,7 @@ STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahea
                "real-lg-half-prefetch-wnorm", "real-lg-half-prefetch-kpt",
                "real-lg-half-prefetch-wnorm2", "real-lg-half-prefetch-kpt-wnorm2",
                "real-lg-half-prefetch-kpt-wnorm2-early", "real-lg-half-prefetch-kpt-wnorm2-gwb",
-               "real-lg-half-prefetch-kpt-gwb")
+               "real-lg-half-prefetch-kpt-gwb", "real-lg-half-prefetch-kpt-gnorm2")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
