@@ -413,7 +413,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                     gl.SliceLayout(0, mma))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma))[None, :]
             elif (FOLD == 12 or FOLD == 14 or FOLD == 20 or FOLD == 22 or FOLD == 23 or FOLD == 25
-                  or (FOLD >= 27 and FOLD <= 30) or FOLD == 32):  # rk, rq
+                  or (FOLD >= 27 and FOLD <= 30) or FOLD >= 32):  # rk, rq
                 x_t = v_smem.permute((1, 0)).load(mma) - ks * (gam * vec2.index(2 * (count % 2)).load(
                     gl.SliceLayout(0, mma)))[None, :]  # [V, N] (V - Gamma K^ S0)^T
                 qs = qs * (gam * scale * vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma)))[None, :]
@@ -864,7 +864,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
         mbarrier.init(norm_ready.index(i), count=1)
         mbarrier.init(norm_empty.index(i), count=1)
     fence_async_shared()
-    if FOLD == 25 or (FOLD >= 27 and FOLD <= 30):
+    if FOLD == 25 or (FOLD >= 27 and FOLD <= 30) or FOLD == 33:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         sq_ring = gl.allocate_shared_memory(gl.float32, [SOLVER_SLOTS, N, BK], q_desc.layout)
@@ -884,7 +884,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
                              TRACE, sfree, nvec, norm_ready, norm_empty, True)),
             (_norm_warp, (sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, n_items, N, K, BK,
                           SOLVER_SLOTS, 1 if FOLD == 25 else 2)),
-        ], [1, 4, 1 if FOLD == 25 else 2], [40, SOLVER_REGS, 48])
+        ], [1, 4, 1 if FOLD == 25 else 2], [40 if FOLD != 33 else 32, SOLVER_REGS, 48 if FOLD != 33 else 40])
     elif FOLD == 32:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
@@ -1091,7 +1091,8 @@ STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahea
                "real-lg-half-prefetch-wnorm", "real-lg-half-prefetch-kpt",
                "real-lg-half-prefetch-wnorm2", "real-lg-half-prefetch-kpt-wnorm2",
                "real-lg-half-prefetch-kpt-wnorm2-early", "real-lg-half-prefetch-kpt-wnorm2-gwb",
-               "real-lg-half-prefetch-kpt-gwb", "real-lg-half-prefetch-kpt-gnorm2")
+               "real-lg-half-prefetch-kpt-gwb", "real-lg-half-prefetch-kpt-gnorm2",
+               "real-lg-half-prefetch-kpt-wnorm2-regs")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
