@@ -88,6 +88,9 @@ BLOCK, DOUBLINGS = 16, 4  # the fused stage's stand-in tree: chains of 16 nodes,
 _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+
+_NEW_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))  # 3.9; 3.6: _reinterpret
 SOLVER_REGS = 152  # FOLD >= 4: registers of the solve partition (the consumer gets what the loader and it leave)
 
 
@@ -329,20 +332,31 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
                 upd = warpgroup_mma(dp_t, kpt_smem.slice(k0, BK).permute((1, 0)),
                                     gl.zeros([V, BK], gl.float32, mma_bk), use_acc=False)  # [V, BK]
                 s_t = s_t * gamma_a + gl.convert_layout(upd, a_op)
-                if FOLD == 29:  # the products from the updated chunk in registers, issued before its write-back
+                if FOLD == 29 or FOLD == 34:  # the products from the updated chunk in registers, issued first
                     ks = warpgroup_mma(s_t, k_ring.index(s).permute((1, 0)), ks, is_async=True)
                     qs = warpgroup_mma(s_t, q_ring.index(s).permute((1, 0)), qs, is_async=True)
+                if FOLD == 34:  # staged in a tile of its own (tb16's 8 KiB, unused since FOLD 6), whose previous
+                    tma.store_wait(0)  # store (issued a chunk ago) is awaited only now
+                    _barrier()
+                    if _NEW_REINTERPRET:
+                        stage = tb16.reinterpret(gl.float32, [BK, V], pool_desc.layout)
+                    else:
+                        stage = tb16._reinterpret(gl.float32, [BK, V], pool_desc.layout)
+                    stage.permute((1, 0)).store(s_t)
+                else:
+                    _barrier()
+                    s_ring.index(s).permute((1, 0)).store(s_t)
                 _barrier()
-                s_ring.index(s).permute((1, 0)).store(s_t)
-                _barrier()
-                fence_async_shared()
+                fence_async_shared()  # (also orders this thread's plain loads of the slot before its refill)
             if TRACE:
                 t2 = _clock(chunk)
                 t_update += t2 - t1
-            if FOLD < 29 or FOLD >= 32:
+            if FOLD < 29 or (FOLD >= 32 and FOLD != 34):
                 ks = warpgroup_mma(s_t, k_ring.index(s).permute((1, 0)), ks, is_async=True)
                 qs = warpgroup_mma(s_t, q_ring.index(s).permute((1, 0)), qs, is_async=True)
-            if FOLD and not (FOLD == 30 or FOLD == 31):  # the state chunk written back in place from its slot
+            if FOLD == 34:
+                _tma_store(pool_desc, [state_row + k0, 0], stage)
+            elif FOLD and not (FOLD == 30 or FOLD == 31):  # the state chunk written back in place from its slot
                 _tma_store(pool_desc, [state_row + k0, 0], s_ring.index(s))
             if FOLD == 3:
                 k_t = k_ring.index(s).permute((1, 0))  # [BK, N] K^T chunk, K-major
@@ -365,7 +379,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, w_ptr, ga_ptr, beta_ptr,
             else:
                 if FOLD == 30 or FOLD == 31:  # the slot was read by plain loads: fenced before the refill's TMA
                     fence_async_shared()
-                elif FOLD:
+                elif FOLD and FOLD != 34:
                     tma.store_wait(0)
                 mbarrier.arrive(empty.index(s))
             if TRACE:
@@ -864,7 +878,7 @@ def _gluon_apply(pool_desc, q_desc, k_desc, v_desc, tb_desc, qkd_desc, delta_des
         mbarrier.init(norm_ready.index(i), count=1)
         mbarrier.init(norm_empty.index(i), count=1)
     fence_async_shared()
-    if FOLD == 25 or (FOLD >= 27 and FOLD <= 30) or FOLD == 33:
+    if FOLD == 25 or (FOLD >= 27 and FOLD <= 30) or FOLD >= 33:
         solve_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         rows_smem = gl.allocate_shared_memory(gl.float32, [N, N], wide_layout)
         sq_ring = gl.allocate_shared_memory(gl.float32, [SOLVER_SLOTS, N, BK], q_desc.layout)
@@ -1092,7 +1106,8 @@ STAGE_NAMES = ("full", "fold", "commit", "fused", "overlap", "-", "ahead", "ahea
                "real-lg-half-prefetch-wnorm2", "real-lg-half-prefetch-kpt-wnorm2",
                "real-lg-half-prefetch-kpt-wnorm2-early", "real-lg-half-prefetch-kpt-wnorm2-gwb",
                "real-lg-half-prefetch-kpt-gwb", "real-lg-half-prefetch-kpt-gnorm2",
-               "real-lg-half-prefetch-kpt-wnorm2-regs")
+               "real-lg-half-prefetch-kpt-wnorm2-regs",
+               "real-lg-half-prefetch-kpt-wnorm2-stage")
 # (BK, STAGES, FOLD, WARPS[, SOLVER_REGS[, L[, P]]]): L = 1 leaves the overlap's solver its Gram products only
 # (its doubling steps off: the variant's solver output is then not the inverse, and it is never checked); P: the
 # previous accepted path's padded length (PATH unless given)
