@@ -39,7 +39,10 @@ arithmetic (``full``: ``Delta = TB (V - K S0)``, ``O = Q S0 + QKD Delta``, no ro
   free and nothing ordered those generic-proxy reads before the refill's TMA write (the fix: ``fence_async_shared``
   before the free; run 88); 29 issues each chunk's products before its write-back (191.8 µs), 30 / 31 write the
   updated chunks back from registers by plain stores (196.0 / 184.4 µs): both dropped. The normalising stages'
-  inputs have rows of random norms since run 86 (a norm read from the wrong row shows).
+  inputs have rows of random norms since run 86 (a norm read from the wrong row shows). 32 sums the norms from
+  global memory (207.0-209.2 µs), 33 moves registers from the loader / norm partition to the solve (191.6-192.3);
+  34 stages each updated chunk in a tile of its own (tb16's bytes), its TMA store awaited a chunk later, the
+  products issued first (built; ``run92.sh`` prepared, not run: the session's device time was spent).
 
 Partitions: a 1-warp loader streams each item's ``S0`` / q / k chunks by TMA through a ring of ``STAGES`` slots
 (and the path rows and epilogue tiles), running ahead across items; the consumer (8 warps) does every product
