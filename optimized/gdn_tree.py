@@ -1468,6 +1468,47 @@ def gdn_tree_verify_gated(
                    config=config, pdl=pdl, gate=gate, launch_dependents=launch_dependents)
 
 
+def check_factors(factors: object, lead: tuple[int, ...], HV: int, K: int, V: int,
+                  device: torch.device) -> tuple:
+    """A verify's :class:`TreeFactors` for a pool of ``HV`` value heads of ``[K, V]`` states (``lead``: leading
+    layer dimensions): ``(delta, log_gamma, k, k_rnorm, B, N, H)``."""
+    if not isinstance(factors, TreeFactors):
+        raise TypeError(f"factors must be the TreeFactors returned by gdn_tree_verify, got {type(factors).__name__}")
+    delta, log_gamma, k, k_rnorm = factors
+    named = "G, " * len(lead)
+    check_tensor("factors.delta", delta, (*lead, None, None, HV, V), named + "B, N, HV, V", (torch.float32,), device)
+    B, N = delta.shape[-4:-2]
+    check_tensor("factors.log_gamma", log_gamma, (*lead, B, N, HV), named + "B, N, HV", (torch.float32,), device)
+    check_tensor("factors.k", k, (*lead, B, N, None, K), named + "B, N, H, K", FLOAT_DTYPES, device)
+    H = k.shape[-2]
+    if HV % H != 0:
+        raise ValueError(f"state_pool has HV = {HV} value heads, not a multiple of H = {H} (factors.k)")
+    if k_rnorm is not None:
+        check_tensor("factors.k_rnorm", k_rnorm, (*lead, B, N, H), named + "B, N, H", (torch.float32,), device)
+    return delta, log_gamma, k, k_rnorm, B, N, H
+
+
+def check_commit_tree(parents: object, slots: object, num_nodes: object, accepted: object, meta: object, B: int,
+                      N: int, P: int, device: torch.device, validate: bool) -> tuple:
+    """A commit's trees (``parents [B, N]``), distinct ``slots`` into a pool of ``P``, sizes, accepted nodes and
+    metadata (built when None): ``(slots, num_nodes, accepted, meta, has_num)``; ``has_num``: sizes were given
+    (else every tree has N nodes and the kernels read no sizes)."""
+    check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
+    if N > MAX_NODES:
+        raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
+    slots = check_slots(slots, B, P, device, validate, distinct=True)
+    has_num = num_nodes is not None
+    num_nodes = check_sizes(num_nodes, B, N, device, validate)
+    accepted = check_node_index("accepted", accepted, B, num_nodes, device, validate)
+    if meta is not None:
+        meta = _check_meta(meta, B, N, device)
+    if validate:
+        check_tree_rows(parents, num_nodes)
+    if meta is None:
+        meta = tree_meta(parents, num_nodes if has_num else None, validate=False)
+    return slots, num_nodes, accepted, meta, has_num
+
+
 def gdn_tree_commit(
     state_pool: torch.Tensor,
     slots: torch.Tensor,
@@ -1498,24 +1539,12 @@ def gdn_tree_commit(
     ``gdn_tree_verify(launch_dependents=True)`` the commit launches under the verify's tail). Returns
     ``state_pool``.
     """
-    if not isinstance(factors, TreeFactors):
-        raise TypeError(f"factors must be the TreeFactors returned by gdn_tree_verify, got {type(factors).__name__}")
-    delta, log_gamma, k, k_rnorm = factors
     device = state_pool.device if isinstance(state_pool, torch.Tensor) else torch.device("cpu")
     layered = isinstance(state_pool, torch.Tensor) and state_pool.ndim == 5
     check_tensor("state_pool", state_pool, (None,) * (5 if layered else 4),
                  "G, P, HV, K, V" if layered else "P, HV, K, V", (torch.float32,), device, contiguous=True)
     P, HV, K, V = state_pool.shape[-4:]
-    lead, named = ((state_pool.shape[0],), "G, ") if layered else ((), "")
-    check_tensor("factors.delta", delta, (*lead, None, None, HV, V), named + "B, N, HV, V", (torch.float32,), device)
-    B, N = delta.shape[-4:-2]
-    check_tensor("factors.log_gamma", log_gamma, (*lead, B, N, HV), named + "B, N, HV", (torch.float32,), device)
-    check_tensor("factors.k", k, (*lead, B, N, None, K), named + "B, N, H, K", FLOAT_DTYPES, device)
-    H = k.shape[-2]
-    if HV % H != 0:
-        raise ValueError(f"state_pool has HV = {HV} value heads, not a multiple of H = {H} (factors.k)")
-    if k_rnorm is not None:
-        check_tensor("factors.k_rnorm", k_rnorm, (*lead, B, N, H), named + "B, N, H", (torch.float32,), device)
+    delta, log_gamma, k, k_rnorm, B, N, H = check_factors(factors, state_pool.shape[:-4], HV, K, V, device)
     if not layered:  # one layer: a stack of one
         state_pool, delta, log_gamma, k = state_pool[None], delta[None], log_gamma[None], k[None]
         k_rnorm = k_rnorm[None] if k_rnorm is not None else None
@@ -1524,20 +1553,9 @@ def gdn_tree_commit(
             raise ValueError(f"{name} must be contiguous within each layer (strides {tuple(t.stride())})")
     _pow2_dim("K", K)
     _pow2_dim("V", V)
-    check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
-    if N > MAX_NODES:
-        raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
-    slots = check_slots(slots, B, P, device, validate, distinct=True)
-    has_num = num_nodes is not None  # else every tree has N nodes: the kernel reads no sizes
-    num_nodes = check_sizes(num_nodes, B, N, device, validate)
-    accepted = check_node_index("accepted", accepted, B, num_nodes, device, validate)
+    slots, num_nodes, accepted, meta, has_num = check_commit_tree(parents, slots, num_nodes, accepted, meta, B, N, P,
+                                                                  device, validate)
     precision = _check_precision(input_precision)
-    if meta is not None:
-        meta = _check_meta(meta, B, N, device)
-    if validate:
-        check_tree_rows(parents, num_nodes)
-    if meta is None:
-        meta = tree_meta(parents, num_nodes if has_num else None, validate=False)
     cfg = config or commit_config(state_pool.shape[0] * B, HV, N, K, V, device, precision)  # the layers' programs
     pdl = bool(pdl) and pdl_supported(device)
     _check_config(cfg)

@@ -1,0 +1,229 @@
+r"""Deferred GDN tree commits: the accepted path recorded per pool slot, applied to the state later.
+
+:func:`~lumotree.optimized.gdn_tree.gdn_tree_commit` rebuilds the accepted node's state in place:
+``S_a = Gamma_a S0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j delta_j^T``, one read and one write of every state.
+A verify that streams the state anyway can apply that update to each chunk as it reads it, and write it back, so
+the commit's own pass over the state goes (issue 5's fused design, ``bench/NOTES-gdn.md``). Between the two, the
+update is held here, per pool slot and value head, in the form that verify reads::
+
+    S_true = gamma_a S + kpt dp        kpt = (diag(w) K^_p)^T  [K, PATH],  dp = Delta_p  [PATH, V]
+
+with ``K^_p`` the path's keys as the verify used them (``k * k_rnorm`` when it normalised), ``w_j = Gamma_a /
+Gamma_j`` and ``gamma_a = Gamma_a``. ``kpt`` is written whole (zero columns past the path), so a reader needs no
+path length; ``dp``'s rows past the path are never read into a nonzero product. The pool and a
+:class:`PendingCommits` together hold the state: ``S_true = S`` where ``active`` is 0.
+
+:func:`gdn_tree_record` records (a path longer than ``PATH`` nodes, or a slot whose previous record is still
+pending, is applied to the pool at once), :func:`gdn_tree_flush` applies what is pending. Any other reader of
+the pool (the unfused verify, a copy, an eviction) must flush first.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from ._checks import check_slots, check_tensor
+from .gdn_tree import WORD_BITS, TreeFactors, TreeMeta, _pow2_dim, check_commit_tree, check_factors
+from .tree_attention import accepted_path, path_chunk, tree_size
+
+__all__ = ["PATH_NODES", "PendingCommits", "pending_commits", "gdn_tree_record", "gdn_tree_flush"]
+
+PATH_NODES = 16  # the longest path a record holds (the fused verify's path tile: 16 nodes, 8 KiB at K = 128)
+
+
+class PendingCommits(NamedTuple):
+    """Per pool slot and value head, the update its state still lacks: ``S_true = gamma_a S + kpt dp``.
+
+    ``kpt: [P, HV, K, PATH]`` fp32 ``(diag(w) K^_p)^T`` (zero columns past the path), ``dp: [P, PATH, HV, V]`` fp32
+    the path's Delta rows, ``gamma_a: [P, HV]`` fp32, ``active: [P, HV]`` int32 (1: pending). Made by
+    :func:`pending_commits`; written by :func:`gdn_tree_record`, cleared by :func:`gdn_tree_flush`."""
+
+    kpt: torch.Tensor
+    dp: torch.Tensor
+    gamma_a: torch.Tensor
+    active: torch.Tensor
+
+
+def pending_commits(state_pool: torch.Tensor, path: int = PATH_NODES) -> PendingCommits:
+    """Empty :class:`PendingCommits` for ``state_pool: [P, HV, K, V]`` (nothing pending), ``path`` nodes a record."""
+    check_tensor("state_pool", state_pool, (None, None, None, None), "P, HV, K, V", (torch.float32,),
+                 state_pool.device if isinstance(state_pool, torch.Tensor) else torch.device("cpu"), contiguous=True)
+    if not isinstance(path, int) or path < 16 or path & (path - 1):
+        raise ValueError(f"path must be a power of two >= 16 (the products' smallest tile), got {path!r}")
+    P, HV, K, V = state_pool.shape
+    dev = state_pool.device
+    return PendingCommits(kpt=torch.zeros(P, HV, K, path, device=dev), dp=torch.zeros(P, path, HV, V, device=dev),
+                          gamma_a=torch.ones(P, HV, device=dev), active=torch.zeros(P, HV, dtype=torch.int32,
+                                                                                    device=dev))
+
+
+@triton.jit
+def _apply_pending(pool_ptr, kpt_ptr, dp_ptr, item, slot, hv, gamma, HV: tl.constexpr, K: tl.constexpr,
+                   V: tl.constexpr, PATH: tl.constexpr, BV: tl.constexpr):
+    """``S <- gamma S + kpt dp`` for pool item ``slot * HV + hv``, ``BV`` columns at a time (fp32 products)."""
+    krows = tl.arange(0, K)  # [K]
+    lanes = tl.arange(0, PATH)  # [PATH]
+    kpt = tl.load(kpt_ptr + (item * K + krows[:, None]) * PATH + lanes[None, :])  # [K, PATH]
+    for v0 in range(0, V, BV):
+        vcols = v0 + tl.arange(0, BV)  # [BV]
+        ptrs = pool_ptr + item * (K * V) + krows[:, None] * V + vcols[None, :]  # [K, BV]
+        dp = tl.load(dp_ptr + ((slot * PATH + lanes[:, None]) * HV + hv) * V + vcols[None, :])  # [PATH, BV]
+        tl.store(ptrs, tl.dot(kpt, dp, tl.load(ptrs) * gamma, input_precision="ieee"))
+
+
+@triton.jit
+def _record_kernel(
+    pool_ptr, kpt_ptr, dp_ptr, gamma_ptr, active_ptr, slots_ptr, words_ptr, num_nodes_ptr, accepted_ptr,
+    delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr, N, s_kb, s_kn, s_kh,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr, NP: tl.constexpr,
+    PATH: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, HAS_NUM: tl.constexpr, WORD_BITS: tl.constexpr,
+):  # fmt: skip
+    """One program per (request, value head): a slot still pending is applied first; then the path root..a
+    (``a = accepted[b]``) is recorded (``kpt``, its ``dp`` rows, ``gamma_a``, ``active = 1``), or, past ``PATH``
+    nodes, applied to the pool at once (``S <- Gamma_a S + sum_j (Gamma_a / Gamma_j) k^_j delta_j^T``,
+    ``PATH`` nodes a product, ``active = 0``)."""
+    pid = tl.program_id(0)
+    b = pid // HV
+    hv = pid % HV
+    h = hv // (HV // H)
+    b64 = b.to(tl.int64)
+    slot = tl.load(slots_ptr + b).to(tl.int64)
+    item = slot * HV + hv
+    if tl.load(active_ptr + item) != 0:  # the previous record was never applied: apply it now
+        _apply_pending(pool_ptr, kpt_ptr, dp_ptr, item, slot, hv, tl.load(gamma_ptr + item), HV, K, V, PATH, BV)
+    n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
+    node = tl.load(accepted_ptr + b)
+    on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)
+    lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
+    krows = tl.arange(0, K)  # [K]
+    vcols = tl.arange(0, V)  # [V]
+    lanes = tl.arange(0, PATH)  # [PATH]
+    if path_len <= PATH:
+        idx = path_chunk(on_path, rank, 0, NP, PATH)  # [PATH] node of each path entry (0 past the end)
+        live = lanes < path_len  # [PATH]
+        lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PATH]
+        weight = tl.where(live, tl.exp(lg_a - lg), 0.0)  # [PATH] Gamma_a / Gamma_j (0 past the path)
+        if L2NORM:
+            weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
+        k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + krows[None, :], mask=live[:, None],
+                      other=0.0).to(tl.float32)  # [PATH, K]
+        tl.store(kpt_ptr + (item * K + krows[:, None]) * PATH + lanes[None, :], tl.trans(k_p * weight[:, None]))
+        d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :], mask=live[:, None])
+        tl.store(dp_ptr + ((slot * PATH + lanes[:, None]) * HV + hv) * V + vcols[None, :], d, mask=live[:, None])
+        tl.store(gamma_ptr + item, tl.exp(lg_a))
+        tl.store(active_ptr + item, 1)
+    else:  # too long to hold: the commit itself, PATH path entries a product
+        for v0 in range(0, V, BV):
+            cols = v0 + tl.arange(0, BV)  # [BV]
+            ptrs = pool_ptr + item * (K * V) + krows[:, None] * V + cols[None, :]  # [K, BV]
+            s = tl.load(ptrs) * tl.exp(lg_a)  # [K, BV] Gamma_a S0
+            for p0 in range(0, path_len, PATH):
+                idx = path_chunk(on_path, rank, p0, NP, PATH)  # [PATH]
+                live = p0 + lanes < path_len  # [PATH]
+                lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PATH]
+                weight = tl.where(live, tl.exp(lg_a - lg), 0.0)  # [PATH]
+                if L2NORM:
+                    weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
+                k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + krows[None, :],
+                              mask=live[:, None], other=0.0).to(tl.float32)  # [PATH, K]
+                d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + cols[None, :],
+                            mask=live[:, None], other=0.0)  # [PATH, BV]
+                s = tl.dot(tl.trans(k_p * weight[:, None]), d, s, input_precision="ieee")  # [K, BV]
+            tl.store(ptrs, s)
+        tl.store(active_ptr + item, 0)
+
+
+@triton.jit
+def _flush_kernel(pool_ptr, kpt_ptr, dp_ptr, gamma_ptr, active_ptr, slots_ptr, HV: tl.constexpr, K: tl.constexpr,
+                  V: tl.constexpr, PATH: tl.constexpr, BV: tl.constexpr):
+    """One program per (listed slot, value head): ``S <- gamma_a S + kpt dp`` where pending, then ``active = 0``."""
+    pid = tl.program_id(0)
+    slot = tl.load(slots_ptr + pid // HV).to(tl.int64)
+    hv = pid % HV
+    item = slot * HV + hv
+    if tl.load(active_ptr + item) != 0:
+        _apply_pending(pool_ptr, kpt_ptr, dp_ptr, item, slot, hv, tl.load(gamma_ptr + item), HV, K, V, PATH, BV)
+        tl.store(active_ptr + item, 0)
+
+
+def _check_pool_and_pending(state_pool: object, pending: object) -> tuple[int, int, int, int, int]:
+    """``state_pool: [P, HV, K, V]`` fp32 and a :class:`PendingCommits` that matches it: ``(P, HV, K, V, PATH)``."""
+    device = state_pool.device if isinstance(state_pool, torch.Tensor) else torch.device("cpu")
+    check_tensor("state_pool", state_pool, (None,) * 4, "P, HV, K, V", (torch.float32,), device, contiguous=True)
+    P, HV, K, V = state_pool.shape
+    _pow2_dim("K", K)
+    _pow2_dim("V", V)
+    if not isinstance(pending, PendingCommits):
+        raise TypeError(f"pending must be the PendingCommits of pending_commits(), got {type(pending).__name__}")
+    check_tensor("pending.kpt", pending.kpt, (P, HV, K, None), "P, HV, K, PATH", (torch.float32,), device,
+                 contiguous=True)
+    path = pending.kpt.shape[3]
+    check_tensor("pending.dp", pending.dp, (P, path, HV, V), "P, PATH, HV, V", (torch.float32,), device,
+                 contiguous=True)
+    check_tensor("pending.gamma_a", pending.gamma_a, (P, HV), "P, HV", (torch.float32,), device, contiguous=True)
+    check_tensor("pending.active", pending.active, (P, HV), "P, HV", (torch.int32,), device, contiguous=True)
+    return P, HV, K, V, path
+
+
+def _block_v(V: int) -> int:
+    return min(V, 32)
+
+
+def gdn_tree_record(
+    pending: PendingCommits,
+    state_pool: torch.Tensor,
+    slots: torch.Tensor,
+    factors: TreeFactors,
+    parents: torch.Tensor,
+    accepted: torch.Tensor,
+    *,
+    num_nodes: torch.Tensor | None = None,
+    meta: TreeMeta | None = None,
+    validate: bool = True,
+) -> PendingCommits:
+    """Record each request's accepted path in ``pending`` instead of committing it to the pool.
+
+    Arguments as :func:`~lumotree.optimized.gdn_tree.gdn_tree_commit` for one layer (``state_pool: [P, HV, K, V]``
+    fp32, ``factors`` from the verify of the same trees, slots distinct). Per (request, value head): a slot whose
+    previous record is still pending has it applied first; a path of at most ``PATH`` nodes is recorded
+    (``kpt``, ``dp``, ``gamma_a``, ``active = 1``); a longer one is committed to the pool at once. Afterwards
+    ``gamma_a S + kpt dp`` (or ``S``, where nothing is pending) is exactly what ``gdn_tree_commit`` would have left
+    in the pool, up to fp32 rounding. Returns ``pending``."""
+    P, HV, K, V, path = _check_pool_and_pending(state_pool, pending)
+    device = state_pool.device
+    delta, log_gamma, k, k_rnorm, B, N, H = check_factors(factors, (), HV, K, V, device)
+    for name, t in (("factors.delta", delta), ("factors.log_gamma", log_gamma), ("factors.k_rnorm", k_rnorm)):
+        if t is not None and not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (strides {tuple(t.stride())})")
+    slots, num_nodes, accepted, meta, has_num = check_commit_tree(parents, slots, num_nodes, accepted, meta, B, N, P,
+                                                                  device, validate)
+    kr = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when k was not normalised
+    _record_kernel[(B * HV, )](
+        state_pool, pending.kpt, pending.dp, pending.gamma_a, pending.active, slots, meta.words,
+        num_nodes if has_num else slots, accepted, delta, log_gamma, k, kr, N, k.stride(0), k.stride(1), k.stride(2),
+        H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=triton.next_power_of_2(N), PATH=path, BV=_block_v(V),
+        L2NORM=k_rnorm is not None, HAS_NUM=has_num, WORD_BITS=WORD_BITS, num_warps=4,
+    )
+    return pending
+
+
+def gdn_tree_flush(pending: PendingCommits, state_pool: torch.Tensor, slots: torch.Tensor | None = None, *,
+                   validate: bool = True) -> torch.Tensor:
+    """Apply what is pending for ``slots: [S]`` (every slot when None) to ``state_pool`` in place: ``S <- gamma_a S
+    + kpt dp`` where ``active``, which is then cleared. Slots must be distinct (``validate=False`` skips the
+    host-side range and distinctness check, e.g. inside CUDA-graph capture). Returns ``state_pool``."""
+    P, HV, K, V, path = _check_pool_and_pending(state_pool, pending)
+    device = state_pool.device
+    if slots is None:
+        slots = torch.arange(P, dtype=torch.int32, device=device)
+    else:
+        check_tensor("slots", slots, (None, ), "S", (torch.int32, torch.int64), device)
+        slots = check_slots(slots, slots.shape[0], P, device, validate, distinct=True)
+    if slots.shape[0]:
+        _flush_kernel[(slots.shape[0] * HV, )](state_pool, pending.kpt, pending.dp, pending.gamma_a, pending.active,
+                                               slots, HV=HV, K=K, V=V, PATH=path, BV=_block_v(V), num_warps=4)
+    return state_pool

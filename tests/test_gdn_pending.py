@@ -1,0 +1,130 @@
+"""Deferred GDN tree commits (lumotree.optimized.gdn_tree_pending): record + flush against the reference commit.
+
+CPU: the Triton interpreter on tiny fp32 shapes; the factors come from the torch closed form
+(``gdn_tree_closed_form_ref``), the expected states from ``gdn_tree_commit_ref`` in float64. Unused pool slots
+are NaN: never read, never written.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from strategies import build_tree_parents, trees
+from test_gdn_kernels import make_case, rel_err
+
+from lumotree.optimized import gdn_tree_pending as PD
+from lumotree.optimized import gdn_tree_ref as R
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def factors_of(case, l2norm: bool):
+    """fp32 factors of the case's trees from the torch closed form (the verify's function). The decays are mild
+    (``g`` scaled by 1/20: ``Gamma`` >= 0.2 over 20 nodes), so ``Gamma_a S0`` is not lost beside the path's terms
+    in the paths past ``PATH`` nodes."""
+    case["a"] = case["a"] / 20
+    return R.gdn_tree_closed_form_ref(case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"],
+                                      case["slots"], case["parents"], num_nodes=case["num_nodes"],
+                                      use_qk_l2norm=l2norm)[1]
+
+
+def true_states(pool, pending, slots):
+    """``gamma_a S + kpt dp`` where pending, else ``S``, at ``slots`` (float64): what pool + pending hold."""
+    s = pool[slots].double()  # [B, HV, K, V]
+    upd = torch.einsum("bhkp,bphv->bhkv", pending.kpt[slots].double(), pending.dp[slots].double())
+    held = pending.gamma_a[slots].double()[..., None, None] * s + upd
+    return torch.where(pending.active[slots].bool()[..., None, None], held, s)
+
+
+def accepted_nodes(rows, picks):
+    return torch.tensor([int(p * len(r)) % len(r) for r, p in zip(rows, picks)], dtype=torch.int32, device=DEVICE)
+
+
+@settings(max_examples=8, deadline=None)
+@given(rows=st.lists(trees(max_nodes=22), min_size=1, max_size=3), group=st.sampled_from([1, 2]),
+       l2norm=st.booleans(), picks=st.lists(st.floats(0, 0.999), min_size=3, max_size=3), seed=st.integers(0, 2**16))
+@example(rows=[[-1]], group=1, l2norm=False, picks=[0.0] * 3, seed=0)  # a single node
+@example(rows=[build_tree_parents("chain", 20, None)], group=2, l2norm=True, picks=[0.999] * 3, seed=1)  # past PATH
+@example(rows=[build_tree_parents("chain", 16, None), [-1] + [0] * 9], group=1, l2norm=True, picks=[0.999] * 3,
+         seed=2)  # exactly PATH nodes; a star
+def test_record_then_flush_is_the_commit(rows, group, l2norm, picks, seed):
+    """After a record the pool plus what is pending equals the reference commit (paths past PATH nodes are
+    committed at once, the rest pending); the flush leaves exactly that in the pool and nothing pending."""
+    case = make_case(rows, H=2, group=group, pad=1, seed=seed)
+    factors = factors_of(case, l2norm)
+    accepted = accepted_nodes(rows, picks)
+    want = R.gdn_tree_commit_ref(case["pool"].double(), case["slots"], factors, case["parents"], accepted,
+                                 num_nodes=case["num_nodes"])  # [B, HV, K, V]
+    pool = case["pool"]
+    pending = PD.pending_commits(pool)
+    PD.gdn_tree_record(pending, pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"])
+    slots = case["slots"]
+    assert rel_err(true_states(pool, pending, slots), want) < 1e-5
+    long_path = torch.tensor([len(gdn_path(r, int(a))) > PD.PATH_NODES for r, a in zip(rows, accepted)])
+    assert torch.equal(pending.active[slots].bool().cpu(), ~long_path[:, None].expand(-1, pending.active.shape[1]))
+    PD.gdn_tree_flush(pending, pool, slots)
+    assert rel_err(pool[slots], want) < 1e-5
+    assert not bool(pending.active.any())
+    others = torch.ones(pool.shape[0], dtype=torch.bool, device=pool.device)
+    others[slots] = False
+    assert torch.isnan(pool[others]).all()
+
+
+def gdn_path(parents, node):
+    path = [node]
+    while parents[path[-1]] >= 0:
+        path.append(parents[path[-1]])
+    return path
+
+
+def test_a_second_record_applies_the_first():
+    """Two steps with no flush between: the second record applies the first before it records (its factors come
+    from the true state after step 1), so the flush leaves the commit of both."""
+    rows = [build_tree_parents("deep_wide", 9, __import__("numpy").random.default_rng(3)), [-1, 0, 1, 1, 0]]
+    case = make_case(rows, H=1, group=2, seed=4)
+    pool = case["pool"]
+    pending = PD.pending_commits(pool)
+    first = torch.tensor([6, 3], dtype=torch.int32, device=DEVICE)
+    f1 = factors_of(case, True)
+    PD.gdn_tree_record(pending, pool, case["slots"], f1, case["parents"], first, num_nodes=case["num_nodes"])
+    s1 = R.gdn_tree_commit_ref(case["pool"].double(), case["slots"], f1, case["parents"], first,
+                               num_nodes=case["num_nodes"])  # [B, HV, K, V] the true state after step 1
+    case2 = make_case(rows, H=1, group=2, seed=5)  # step 2's tokens, verified from the true state
+    case2["slots"] = case["slots"]
+    true_pool = torch.full_like(pool, float("nan"))
+    true_pool[case["slots"]] = s1.float()
+    case2["pool"] = true_pool
+    f2 = factors_of(case2, True)
+    second = torch.tensor([8, 4], dtype=torch.int32, device=DEVICE)
+    want = R.gdn_tree_commit_ref(s1.new_zeros(pool.shape, dtype=torch.float64).index_copy(
+        0, case["slots"].long(), s1), case["slots"], f2, case["parents"], second, num_nodes=case["num_nodes"])
+    PD.gdn_tree_record(pending, pool, case["slots"], f2, case["parents"], second, num_nodes=case["num_nodes"])
+    assert rel_err(true_states(pool, pending, case["slots"]), want) < 1e-5
+    PD.gdn_tree_flush(pending, pool)  # every slot: only the pending ones are touched
+    assert rel_err(pool[case["slots"]], want) < 1e-5
+
+
+def test_bad_input_names_the_argument():
+    case = make_case([[-1, 0, 1]], seed=6)
+    pool = case["pool"]
+    factors = factors_of(case, False)
+    accepted = torch.tensor([2], dtype=torch.int32, device=DEVICE)
+    args = (pool, case["slots"], factors, case["parents"], accepted)
+    with pytest.raises(TypeError, match="pending"):
+        PD.gdn_tree_record((1, 2, 3, 4), *args)
+    pending = PD.pending_commits(pool)
+    with pytest.raises(ValueError, match="pending.kpt"):
+        PD.gdn_tree_record(pending._replace(kpt=pending.kpt[:, :, :8]), *args)
+    with pytest.raises(TypeError, match="pending.active"):
+        PD.gdn_tree_flush(pending._replace(active=pending.active.float()), pool)
+    with pytest.raises(ValueError, match="path"):
+        PD.pending_commits(pool, path=8)
+    with pytest.raises(ValueError, match="accepted"):
+        PD.gdn_tree_record(pending, pool, case["slots"], factors, case["parents"],
+                           torch.tensor([3], dtype=torch.int32, device=DEVICE))
+    with pytest.raises(ValueError, match="slots"):
+        PD.gdn_tree_flush(pending, pool, torch.tensor([0, 0], dtype=torch.int32, device=DEVICE))
+    with pytest.raises(TypeError, match="factors"):
+        PD.gdn_tree_record(pending, pool, case["slots"], factors[:3], case["parents"], accepted)
