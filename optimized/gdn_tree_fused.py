@@ -1,0 +1,124 @@
+r"""The fused GDN tree verify (Hopper): the previous step's pending commit applied while the state is streamed.
+
+One step of tree decoding on a GDN layer reads every request's state twice with the split kernels: the verify
+reads ``S0``, the commit reads it again and writes the accepted node's state. :func:`gdn_tree_verify_fused` reads
+and writes it once: each state chunk becomes ``gamma_a S + kpt dp`` (the previous step's accepted path, recorded
+by :func:`~lumotree.optimized.gdn_tree_pending.gdn_tree_record`), is written back, and is used for this step's
+tree in the same pass (the closed form of :mod:`~lumotree.optimized.gdn_tree`). The step is then::
+
+    o, factors = gdn_tree_verify_fused(q, k, v, g, beta, pool, slots, parents, pending)   # applies, clears
+    accepted = ...                                                                         # sampling
+    gdn_tree_record(pending, pool, slots, factors, parents, accepted)                      # records
+
+The kernel (``_gdn_fused_gluon``) is a persistent warp-specialised Gluon kernel for sm_90: a TMA loader, an
+8-warp state stream, a 4-warp solve running one item ahead, and with ``use_qk_l2norm_in_kernel`` a 2-warp norm
+partition. Products are tf32 (the state stream, the Gram products, the doubling) and fp16 x fp16 with fp32
+accumulation (the epilogue's ``TB`` / ``QKD`` products), so its error bound is the ``"tf32"`` mode's.
+
+Scope (checked, each with an error that names the argument): an sm_90 GPU; fp32 ``q, k, v, g, beta``, contiguous;
+``K = V = 128``; trees of exactly ``N = 64`` nodes (no padding); ``HV`` a multiple of ``H``; distinct slots. The
+pool is modified (the pending commits applied); nothing else is.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from ._checks import check_scalar, check_tensor
+from .gdn_tree import TreeFactors, TreeMeta, check_commit_tree
+from .gdn_tree_pending import PATH_NODES, PendingCommits, _check_pool_and_pending
+
+__all__ = ["gdn_tree_verify_fused", "fused_verify_supported"]
+
+_NUM_SMS: dict[int, int] = {}
+
+
+def fused_verify_supported(device: torch.device | str) -> bool:
+    """Whether :func:`gdn_tree_verify_fused` runs on ``device``: a CUDA device of compute capability 9.0 with a
+    Triton that has Gluon."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        return False
+    try:
+        return importlib.util.find_spec("triton.experimental.gluon") is not None
+    except ImportError:  # no triton.experimental
+        return False
+
+
+def gdn_tree_verify_fused(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state_pool: torch.Tensor,
+    slots: torch.Tensor,
+    parents: torch.Tensor,
+    pending: PendingCommits,
+    *,
+    scale: float | None = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    meta: TreeMeta | None = None,
+    validate: bool = True,
+) -> tuple[torch.Tensor, TreeFactors]:
+    """Apply each slot's pending commit to its state, write it back, and verify this step's trees from it.
+
+    ``q, k: [B, 64, H, 128]``, ``v: [B, 64, HV, 128]``, ``g`` (log decay) and ``beta``: ``[B, 64, HV]``, all fp32
+    and contiguous; ``state_pool: [P, HV, 128, 128]`` fp32 at ``slots: [B]`` (distinct); ``parents: [B, 64]``
+    (every tree has 64 nodes); ``pending`` from :func:`~lumotree.optimized.gdn_tree_pending.pending_commits` on the
+    same pool. Per (request, value head): ``S0 = gamma_a S + kpt dp`` where pending (else ``S``) is written to the
+    pool and the entry cleared; then ``o`` and the factors as :func:`~lumotree.optimized.gdn_tree.gdn_tree_verify`
+    with ``input_precision="tf32"`` computes them from ``S0``. ``meta``: this step's :func:`tree_meta`.
+    ``validate=False`` skips the checks that read data back to the host. Returns ``(o, factors)``."""
+    device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
+    if not fused_verify_supported(device):
+        raise RuntimeError(f"gdn_tree_verify_fused needs an sm_90 (Hopper) CUDA device and Triton with Gluon; q is "
+                           f"on {device}: use gdn_tree_verify + gdn_tree_commit there")
+    P, HV, K, V, path = _check_pool_and_pending(state_pool, pending)
+    if (K, V) != (128, 128):
+        raise ValueError(f"state_pool's states are [{K}, {V}]; the fused verify is built for [128, 128]")
+    if path != PATH_NODES:
+        raise ValueError(f"pending holds paths of {path} nodes; the fused verify reads {PATH_NODES}")
+    f32 = (torch.float32, )
+    check_tensor("q", q, (None, None, None, K), "B, N, H, K", f32, device, contiguous=True)
+    B, N, H = q.shape[:3]
+    from . import _gdn_fused_gluon as F  # noqa: PLC0415  (Gluon: imported only where it runs)
+    if N != F.NODES:
+        raise ValueError(f"q has N = {N} nodes per request; the fused verify takes trees of exactly {F.NODES}")
+    check_tensor("k", k, (B, N, H, K), "B, N, H, K", f32, device, contiguous=True)
+    check_tensor("v", v, (B, N, HV, V), "B, N, HV, V", f32, device, contiguous=True)
+    check_tensor("g", g, (B, N, HV), "B, N, HV", f32, device, contiguous=True)
+    check_tensor("beta", beta, (B, N, HV), "B, N, HV", f32, device, contiguous=True)
+    if HV % H != 0:
+        raise ValueError(f"v has HV = {HV} value heads, not a multiple of H = {H} (q)")
+    scale = K**-0.5 if scale is None else check_scalar("scale", scale)
+    if validate:
+        for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"{name} holds NaN or inf")
+    accepted = torch.zeros(B, dtype=torch.int32, device=device)  # (check_commit_tree's node check: the root)
+    slots, _, _, meta, _ = check_commit_tree(parents, slots, None, accepted, meta, B, N, P, device, validate)
+    o = torch.empty(B, N, HV, V, device=device)
+    delta = torch.empty(B, N, HV, V, device=device)
+    log_gamma = torch.empty(B, N, HV, device=device)
+    k_rnorm = torch.empty(B, N, H, device=device) if use_qk_l2norm_in_kernel else None
+    lg2 = torch.empty(B * HV, N, device=device)  # [B HV, N] log2 Gamma
+    levels = torch.empty(B, dtype=torch.int32, device=device)
+    W = meta.words.shape[2]
+    F._prepare_kernel[(B, )](meta.words, meta.depth, g, lg2, log_gamma, levels, N=N, HV=HV,
+                             HVP=max(16, 1 << (HV - 1).bit_length()), W=W, num_warps=4)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _NUM_SMS:
+        _NUM_SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    descs = F.descriptors(state_pool, q, k, v, o, delta, pending.kpt, pending.dp)
+    F._fused_verify_kernel[(min(_NUM_SMS[index], B * HV), )](
+        *descs, slots.to(torch.int32), pending.gamma_a, pending.active, beta, meta.words, lg2, levels,
+        k_rnorm if k_rnorm is not None else lg2, float(scale), B * HV,
+        H=H, HV=HV, K=K, V=V, N=N, PATH=path, W=W, NORM=bool(use_qk_l2norm_in_kernel), BK=F.BK, STAGES=F.STAGES,
+        SLOTS=F.SOLVER_SLOTS, WARPS=F.CONSUMER_WARPS, SOLVER_REGS=F.SOLVER_REGS, num_warps=F.CONSUMER_WARPS,
+    )
+    return o, TreeFactors(delta, log_gamma, k, k_rnorm)

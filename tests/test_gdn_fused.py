@@ -1,0 +1,124 @@
+"""The fused GDN tree verify (lumotree.optimized.gdn_tree_fused, Gluon, sm_90).
+
+CPU: the kernel is built for sm_90 without a GPU (Triton compiles it; ``TRITON_INTERPRET`` cannot run Gluon), and
+calls off Hopper raise. GPU (``pytest -m gpu``, an H100 / H200): two decoding steps, the second verified by the
+fused kernel from the first step's recorded commit, against float64 torch (the closed form on the exact commit of
+the first step's factors).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from strategies import build_tree_parents
+from test_gdn_kernels import make_case, rel_err
+
+from lumotree.optimized import gdn_tree as G
+from lumotree.optimized import gdn_tree_fused as FV
+from lumotree.optimized import gdn_tree_pending as PD
+from lumotree.optimized import gdn_tree_ref as R
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+SMEM_LIMIT = 227 * 1024  # bytes of shared memory a block may take on sm_90
+
+
+def test_kernel_builds_for_sm90():
+    """Both forms compile for sm_90 (on any machine): warp-specialised (register reallocation between the
+    partitions), on the tensor cores, TMA in and out, within a block's shared memory; and the norm partition
+    fences each chunk's slot against the async proxy before freeing it (its 8 chunks: 8 more fences)."""
+    pytest.importorskip("triton.experimental.gluon")
+    from lumotree.optimized import _gdn_fused_gluon as F
+
+    ptx = {}
+    for norm in (True, False):
+        kernel = F.build_for_sm90(norm=norm)
+        ptx[norm] = kernel.asm["ptx"]
+        assert kernel.metadata.shared <= SMEM_LIMIT
+        assert ptx[norm].count("setmaxnreg") >= 3 and ptx[norm].count("wgmma.mma_async") > 0
+        assert ptx[norm].count("cp.async.bulk.tensor") > 0
+    chunks = 128 // F.BK
+    assert ptx[True].count("fence.proxy.async") - ptx[False].count("fence.proxy.async") == chunks
+
+
+def test_off_hopper_the_call_raises_naming_the_device():
+    q = torch.zeros(2, 64, 1, 128)
+    if FV.fused_verify_supported(q.device):
+        pytest.skip("this machine runs the fused verify")
+    with pytest.raises(RuntimeError, match="sm_90"):
+        FV.gdn_tree_verify_fused(q, q, q, q, q, q, q, q, None)
+
+
+def _steps(kind: str, norm: bool, seed: int, B: int = 6, group: int = 2):
+    """``B`` trees of 64 nodes and Qwen3-Next-sized inputs; q / k rows of norm 1 (``norm`` False: as the model
+    gives them) or of random norms in [0.25, 4] (``norm``: the kernel normalises, and a norm taken from the wrong
+    row shows)."""
+    rng = np.random.default_rng(seed)
+    rows = [build_tree_parents(kind, 64, rng) for _ in range(B)]
+    case = make_case(rows, H=2, group=group, K=128, V=128, seed=seed, device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    for name in ("q", "k"):
+        x = case[name] / case[name].norm(dim=-1, keepdim=True)
+        if norm:
+            x = x * (0.25 + 3.75 * torch.rand(x.shape[:3] + (1, ), device="cuda", generator=gen))
+        case[name] = x.contiguous()
+    return rows, case
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the fused verify runs on sm_90 only")
+@pytest.mark.parametrize("kind", ["random", "chain", "deep_wide"])
+@pytest.mark.parametrize("norm", [True, False])
+def test_gpu_fused_step_matches_float64(kind, norm):
+    """Step 1 verified and recorded; step 2 by the fused kernel from the pool + the record: the pool it writes is
+    the exact commit of step 1's factors, its outputs the closed form from that state (tf32 bounds), and after
+    step 2's record and a flush the pool is the exact commit of step 2's factors."""
+    rows, case = _steps(kind, norm, seed=11)
+    pool, slots, parents = case["pool"], case["slots"], case["parents"]
+    start = pool.clone()
+    args = (case["q"], case["k"], case["v"], case["a"], case["b"])
+    _, f1 = G.gdn_tree_verify(*args, pool, slots, parents, use_qk_l2norm_in_kernel=norm, input_precision="tf32")
+    acc1 = torch.tensor([len(r) // 2 for r in rows], dtype=torch.int32, device="cuda")
+    pending = PD.pending_commits(pool)
+    PD.gdn_tree_record(pending, pool, slots, f1, parents, acc1)
+    s1 = R.gdn_tree_commit_ref(start.double(), slots, f1, parents, acc1)  # [B, HV, K, V] exact step-1 state
+    _, case2 = _steps(kind, norm, seed=12)  # step 2's tokens on the same trees
+    args2 = tuple(case2[n] for n in ("q", "k", "v", "a", "b"))
+    o2, f2 = FV.gdn_tree_verify_fused(*args2, pool, slots, parents, pending, use_qk_l2norm_in_kernel=norm)
+    torch.cuda.synchronize()
+    assert rel_err(pool[slots], s1) < 2e-4
+    assert not bool(pending.active.any())
+    pool64 = torch.zeros(pool.shape, dtype=torch.float64, device="cuda")
+    pool64[slots.long()] = s1
+    want_o, want_f = R.gdn_tree_closed_form_ref(*(t.double() for t in args2), pool64, slots, parents,
+                                                use_qk_l2norm=norm)
+    assert rel_err(o2, want_o) < 3e-3
+    assert rel_err(f2.delta, want_f.delta) < 2e-3
+    assert rel_err(f2.log_gamma, want_f.log_gamma) < 1e-5
+    if norm:
+        assert rel_err(f2.k_rnorm, want_f.k_rnorm) < 1e-5
+    acc2 = torch.tensor([len(r) - 1 for r in rows], dtype=torch.int32, device="cuda")
+    PD.gdn_tree_record(pending, pool, slots, f2, parents, acc2)
+    PD.gdn_tree_flush(pending, pool, slots)
+    s2 = R.gdn_tree_commit_ref(pool64, slots, f2, parents, acc2)
+    assert rel_err(pool[slots], s2) < 2e-4
+    others = torch.ones(pool.shape[0], dtype=torch.bool, device="cuda")
+    others[slots.long()] = False
+    assert torch.isnan(pool[others]).all()  # slots outside the batch untouched
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HOPPER, reason="the fused verify runs on sm_90 only")
+def test_gpu_bad_input_names_the_argument():
+    rows, case = _steps("random", True, seed=13, B=2)
+    pool, slots, parents = case["pool"], case["slots"], case["parents"]
+    pending = PD.pending_commits(pool)
+    args = [case[n] for n in ("q", "k", "v", "a", "b")]
+    with pytest.raises(TypeError, match="q"):
+        FV.gdn_tree_verify_fused(args[0].half(), *args[1:], pool, slots, parents, pending)
+    with pytest.raises(ValueError, match="N = 32"):
+        FV.gdn_tree_verify_fused(*(t[:, :32].contiguous() for t in args), pool, slots, parents[:, :32], pending)
+    with pytest.raises(ValueError, match="slots"):
+        FV.gdn_tree_verify_fused(*args, pool, slots[[0, 0]], parents, pending)
+    with pytest.raises(ValueError, match="NaN"):
+        FV.gdn_tree_verify_fused(args[0] * float("nan"), *args[1:], pool, slots, parents, pending)
