@@ -38,6 +38,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from .tree_attention import tree_size
+
 # Triton 3.6 and 3.9 name three Gluon builtins differently
 _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -53,24 +55,38 @@ WORD_BITS = 32
 
 
 @triton.jit
-def _prepare_kernel(words_ptr, depth_ptr, g_ptr, lg2_ptr, log_gamma_ptr, levels_ptr, N: tl.constexpr,
-                    HV: tl.constexpr, HVP: tl.constexpr, W: tl.constexpr):
+def _prepare_kernel(words_ptr, depth_ptr, g_ptr, num_nodes_ptr, lg2_ptr, log_gamma_ptr, levels_ptr, N: tl.constexpr,
+                    HV: tl.constexpr, HVP: tl.constexpr, W: tl.constexpr, HAS_NUM: tl.constexpr):
     """One program per request: ``log Gamma = M g`` (``M [N, N]`` the inclusive ancestor mask from ``words [B, N,
     W]``, ``g [B, N, HV]``) into ``log_gamma [B, N, HV]`` and, times ``log2(e)``, ``lg2 [B HV, N]`` for the fused
-    kernel; ``levels [B]``: the doubling steps the request's tree needs, ``bit_length(max depth)``."""
+    kernel; ``levels [B]``: the doubling steps the request's tree needs, ``bit_length(max depth)``. Nodes past the
+    request's ``num_nodes`` (``HAS_NUM``) are padding: their ``g`` is not read and their rows are 0."""
     b = tl.program_id(0)
     nodes = tl.arange(0, N)  # [N]
     heads = tl.arange(0, HVP)  # [HVP]
+    n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
+    real = nodes < n_b  # [N]
     word = tl.load(words_ptr + (b * N + nodes[:, None]) * W + nodes[None, :] // 32)  # [N, N] int32
     anc = ((word >> (nodes[None, :] % 32)) & 1).to(tl.float32)  # [N, N] M
-    g = tl.load(g_ptr + (b * N + nodes[:, None]) * HV + heads[None, :], mask=heads[None, :] < HV, other=0.0)
-    lg = tl.dot(anc, g, input_precision="ieee")  # [N, HVP] log Gamma
+    g = tl.load(g_ptr + (b * N + nodes[:, None]) * HV + heads[None, :], mask=real[:, None] & (heads[None, :] < HV),
+                other=0.0)  # [N, HVP]
+    lg = tl.where(real[:, None], tl.dot(anc, g, input_precision="ieee"), 0.0)  # [N, HVP] log Gamma (0: padding)
     tl.store(log_gamma_ptr + (b * N + nodes[:, None]) * HV + heads[None, :], lg, mask=heads[None, :] < HV)
     tl.store(lg2_ptr + (b * HV + heads[None, :]) * N + nodes[:, None], lg * 1.4426950408889634,
              mask=heads[None, :] < HV)
-    depth = tl.max(tl.load(depth_ptr + b * N + nodes), axis=0)
+    depth = tl.max(tl.where(real, tl.load(depth_ptr + b * N + nodes), 0), axis=0)
     steps = tl.arange(0, 8)  # [8]
     tl.store(levels_ptr + b, tl.sum((depth >= (1 << steps)).to(tl.int32), axis=0))
+
+
+@gluon.jit
+def _nodes_of(num_nodes_ptr, b, N: gl.constexpr, HAS_NUM: gl.constexpr):
+    """Request ``b``'s node count (``N`` without sizes)."""
+    if HAS_NUM:
+        n_b = gl.load(num_nodes_ptr + b)
+    else:
+        n_b = N
+    return n_b
 
 
 @gluon.jit
@@ -140,11 +156,14 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, kpt_desc, dp_desc, slots_ptr, s_r
 
 
 @gluon.jit
-def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_ptr, s_ring, q_ring, k_ring, ready,
-              empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2,
-              tb_ready, tb_empty, vec2, scale, n_items, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-              N: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr, NORM: gl.constexpr):
-    """The state stream and the epilogue of every item, transposed (rows: value columns, columns: nodes)."""
+def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_ptr, num_nodes_ptr, s_ring, q_ring,
+              k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready, path_empty,
+              tb2, qkd2, tb_ready, tb_empty, vec2, scale, n_items, HV: gl.constexpr, K: gl.constexpr,
+              V: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
+              NORM: gl.constexpr, HAS_NUM: gl.constexpr):
+    """The state stream and the epilogue of every item, transposed (rows: value columns, columns: nodes). Padding
+    nodes' columns of ``X`` are zeroed before any product (their inputs may be NaN), and of ``Delta`` / ``O``
+    before the stores."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, N, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=1)
     mma16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -191,7 +210,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_
         gl.store(active_ptr + pend, 0)  # applied: this item owns its entry
         nxt = item + nprog
         pend_next = gl.load(slots_ptr + nxt // HV, mask=nxt < n_items, other=0) * HV + nxt % HV
-        gam = gl.exp2(gl.load(lg2_ptr + item * N + gl.arange(0, N, layout=gl.SliceLayout(0, mma))))  # [N] Gamma
+        nodes = gl.arange(0, N, layout=gl.SliceLayout(0, mma))  # [N]
+        real = nodes < _nodes_of(num_nodes_ptr, b, N, HAS_NUM)  # [N]
+        gam = gl.exp2(gl.load(lg2_ptr + item * N + nodes))  # [N] Gamma
         mbarrier.wait(ep_ready, count & 1)
         mbarrier.wait(tb_ready.index(count % 2), (count // 2) & 1)
         if NORM:  # the keys' and queries' row factors rk, rq from the solve's hand-over
@@ -202,6 +223,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_
         else:
             x_t = v_smem.permute((1, 0)).load(mma) - ks * gam[None, :]  # [V, N] (V - Gamma K S0)^T
             qs = qs * (gam * scale)[None, :]
+        x_t = gl.where(real[None, :], x_t, 0.0)
         _barrier()
         fence_async_shared()
         delta_t = warpgroup_mma(gl.convert_layout(x_t.to(gl.float16), a16), tb2.index(count % 2).permute((1, 0)),
@@ -209,14 +231,14 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_
         delta_t = warpgroup_mma_wait(0, deps=(delta_t, ))  # [V, N] Delta^T = X^T TB^T
         o_t = warpgroup_mma(gl.convert_layout(delta_t.to(gl.float16), a16), qkd2.index(count % 2).permute((1, 0)),
                             gl.convert_layout(qs, mma16), is_async=True)  # [V, N] O^T
-        delta_t = gl.convert_layout(delta_t, mma)
+        delta_t = gl.where(real[None, :], gl.convert_layout(delta_t, mma), 0.0)
         _barrier()
         v_smem.permute((1, 0)).store(delta_t)  # Delta leaves through v's buffer (v is in registers)
         _barrier()
         fence_async_shared()
         _tma_store(delta_desc, [b * N, hv * V], v_smem)
         o_t = warpgroup_mma_wait(0, deps=(o_t, ))
-        o_t = gl.convert_layout(o_t, mma)
+        o_t = gl.where(real[None, :], gl.convert_layout(o_t, mma), 0.0)
         mbarrier.arrive(tb_empty.index(count % 2))
         tma.store_wait(1)  # the previous item's O store has read o_smem
         _barrier()
@@ -231,14 +253,16 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_
 
 
 @gluon.jit
-def _solver(q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, sq_ring, sk_ring, sready, sfree, solve_smem,
-            rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, norm_ready, norm_empty, scale, n_items,
+def _solver(q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, num_nodes_ptr, sq_ring, sk_ring, sready, sfree,
+            solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, norm_ready, norm_empty, scale, n_items,
             H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr,
-            W: gl.constexpr, SLOTS: gl.constexpr, NORM: gl.constexpr):
+            W: gl.constexpr, SLOTS: gl.constexpr, NORM: gl.constexpr, HAS_NUM: gl.constexpr):
     """Each item's ``TB`` / ``QKD`` one item ahead of the consumer, from its own q / k ring (the next item's first
     chunks loaded during this item's doubling). ``scale`` rides in the exponent: ``d = scale D``, ``QKD = Q K^T ⊙
     d``, ``-A = (-beta / scale) K K^T ⊙ d ⊙ M°``; with ``NORM`` the column factor ``rk_j`` too (``d = scale D
-    diag(rk)``), the row factors multiply (``diag(rq)`` on ``QKD``, ``diag(rk)`` on ``-A``)."""
+    diag(rk)``), the row factors multiply (``diag(rq)`` on ``QKD``, ``diag(rk)`` on ``-A``). Padding nodes (past
+    the request's ``num_nodes``) are masked out of ``-A``, ``QKD`` and ``diag(beta)`` by selection (their inputs may
+    be NaN), so their rows of ``T`` are the identity's and their columns 0."""
     mma_nn: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 8])
     CHUNKS: gl.constexpr = K // BK
     pid = gl.program_id(0)
@@ -287,7 +311,9 @@ def _solver(q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, sq_ring, s
         beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
         lg_c = gl.load(lg2_ptr + item * N + cols)  # [N] log2 Gamma_j
         word = gl.load(words_ptr + ((b * N + rows[:, None]) * W + cols[None, :] // 32))  # [N, N] int32
-        anc = ((word >> (cols[None, :] % 32)) & 1) != 0  # [N, N] M: j ancestor-or-self of i
+        n_b = _nodes_of(num_nodes_ptr, b, N, HAS_NUM)
+        anc = (((word >> (cols[None, :] % 32)) & 1) != 0) & (rows[:, None] < n_b) & (cols[None, :] < n_b)  # [N, N] M
+        beta_c = gl.where(cols < n_b, beta_c, 0.0)  # [N]
         row_a = -beta_r / scale  # [N] -A's row factor
         if NORM:  # the norm partition's factors, loaded in both layouts (no conversion)
             mbarrier.wait(norm_ready.index(count % 2), (count // 2) & 1)
@@ -298,9 +324,10 @@ def _solver(q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, sq_ring, s
             row_a = row_a * rk_r
         decay = gl.exp2(gl.where(anc, lg_r[:, None] - lg_c[None, :], float("-inf")))  # [N, N] d (0 off the paths)
         power = gl.where(anc & (rows[:, None] != cols[None, :]), kk * decay * row_a[:, None], 0.0)  # -A
-        qk = qk * decay  # QKD = scale Q K^T ⊙ D (NORM: before diag(rq))
         if NORM:
-            qk = qk * rq_r[:, None]
+            qk = gl.where(anc, qk * decay * rq_r[:, None], 0.0)  # QKD = diag(rq) scale Q K^T ⊙ D
+        else:
+            qk = gl.where(anc, qk * decay, 0.0)  # QKD = scale Q K^T ⊙ D
         levels = gl.load(levels_ptr + b)
         inv = _unit_lower_inverse(power, rows, cols, solve_smem, rows_smem, levels)
         buf = count % 2
@@ -319,9 +346,9 @@ def _solver(q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, sq_ring, s
 
 
 @gluon.jit
-def _norms(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, k_rnorm_ptr, n_items, H: gl.constexpr,
-           HV: gl.constexpr, N: gl.constexpr, K: gl.constexpr, BK: gl.constexpr, SLOTS: gl.constexpr,
-           NW: gl.constexpr):
+def _norms(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, k_rnorm_ptr, num_nodes_ptr, n_items,
+           H: gl.constexpr, HV: gl.constexpr, N: gl.constexpr, K: gl.constexpr, BK: gl.constexpr,
+           SLOTS: gl.constexpr, NW: gl.constexpr, HAS_NUM: gl.constexpr):
     """Every q / k chunk of the solve's ring beside it (each slot freed to the solve's refill by ``sfree``, after
     a proxy fence): fp32 sums of squares, ``rsqrt(|x|^2 + 1e-6)`` into ``nvec [2 items, 2, N]`` for the solve
     (``norm_ready`` / ``norm_empty``); ``k_rnorm [B, N, H]`` written by the first value head of each group."""
@@ -354,17 +381,20 @@ def _norms(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, k_rnor
         _barrier()
         mbarrier.arrive(norm_ready.index(par))
         hv = item % HV
-        if hv % (HV // H) == 0:
-            gl.store(k_rnorm_ptr + ((item // HV) * N + nodes) * H + hv // (HV // H), rk)
+        if hv % (HV // H) == 0:  # (0 on padding nodes)
+            n_b = _nodes_of(num_nodes_ptr, item // HV, N, HAS_NUM)
+            gl.store(k_rnorm_ptr + ((item // HV) * N + nodes) * H + hv // (HV // H), gl.where(nodes < n_b, rk, 0.0))
         count += 1
 
 
 @gluon.jit
 def _fused_verify_kernel(pool_desc, q_desc, k_desc, v_desc, delta_desc, o_desc, kpt_desc, dp_desc, slots_ptr, ga_ptr,
-                         active_ptr, beta_ptr, words_ptr, lg2_ptr, levels_ptr, k_rnorm_ptr, scale, n_items,
+                         active_ptr, beta_ptr, words_ptr, lg2_ptr, levels_ptr, k_rnorm_ptr, num_nodes_ptr, scale,
+                         n_items,
                          H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
                          PATH: gl.constexpr, W: gl.constexpr, NORM: gl.constexpr, BK: gl.constexpr,
-                         STAGES: gl.constexpr, SLOTS: gl.constexpr, WARPS: gl.constexpr, SOLVER_REGS: gl.constexpr):
+                         STAGES: gl.constexpr, SLOTS: gl.constexpr, WARPS: gl.constexpr, SOLVER_REGS: gl.constexpr,
+                         HAS_NUM: gl.constexpr):
     """The fused verify: shared buffers, barriers and the partitions (module docstring)."""
     s_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BK, V], pool_desc.layout)
     q_ring = gl.allocate_shared_memory(gl.float32, [STAGES, N, BK], q_desc.layout)
@@ -416,31 +446,31 @@ def _fused_verify_kernel(pool_desc, q_desc, k_desc, v_desc, delta_desc, o_desc, 
     # (the partitions' arguments are written in the calls: a tuple variable would turn constexprs into tensors)
     if NORM:
         gl.warp_specialize([
-            (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_ptr, s_ring, q_ring,
-                         k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready,
-                         path_empty, tb2, qkd2, tb_ready, tb_empty, vec2, scale, n_items, HV, K, V, N, BK, STAGES,
-                         WARPS, NORM)),
+            (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_ptr, num_nodes_ptr,
+                         s_ring, q_ring, k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty,
+                         path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty, vec2, scale, n_items, HV, K, V, N,
+                         BK, STAGES, WARPS, NORM, HAS_NUM)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, kpt_desc, dp_desc, slots_ptr, s_ring, q_ring, k_ring,
                        ready, empty, v_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready, path_empty, n_items,
                        H, HV, K, V, N, BK, STAGES, PATH)),
-            (_solver, (q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, sq_ring, sk_ring, sready, sfree,
-                       solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, norm_ready, norm_empty,
-                       scale, n_items, H, HV, K, N, BK, W, SLOTS, NORM)),
-            (_norms, (sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, k_rnorm_ptr, n_items, H, HV, N,
-                      K, BK, SLOTS, 2)),
+            (_solver, (q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, num_nodes_ptr, sq_ring, sk_ring,
+                       sready, sfree, solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, norm_ready,
+                       norm_empty, scale, n_items, H, HV, K, N, BK, W, SLOTS, NORM, HAS_NUM)),
+            (_norms, (sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, k_rnorm_ptr, num_nodes_ptr,
+                      n_items, H, HV, N, K, BK, SLOTS, 2, HAS_NUM)),
         ], [1, 4, 2], [40, SOLVER_REGS, 48])
     else:
         gl.warp_specialize([
-            (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_ptr, s_ring, q_ring,
-                         k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready,
-                         path_empty, tb2, qkd2, tb_ready, tb_empty, vec2, scale, n_items, HV, K, V, N, BK, STAGES,
-                         WARPS, NORM)),
+            (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_ptr, num_nodes_ptr,
+                         s_ring, q_ring, k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty,
+                         path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty, vec2, scale, n_items, HV, K, V, N,
+                         BK, STAGES, WARPS, NORM, HAS_NUM)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, kpt_desc, dp_desc, slots_ptr, s_ring, q_ring, k_ring,
                        ready, empty, v_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready, path_empty, n_items,
                        H, HV, K, V, N, BK, STAGES, PATH)),
-            (_solver, (q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, sq_ring, sk_ring, sready, sfree,
-                       solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, norm_ready, norm_empty,
-                       scale, n_items, H, HV, K, N, BK, W, SLOTS, NORM)),
+            (_solver, (q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, num_nodes_ptr, sq_ring, sk_ring,
+                       sready, sfree, solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, norm_ready,
+                       norm_empty, scale, n_items, H, HV, K, N, BK, W, SLOTS, NORM, HAS_NUM)),
         ], [1, 4], [40, SOLVER_REGS])
 
 
@@ -468,8 +498,8 @@ def descriptors(state_pool, q, k, v, o, delta, kpt, dp) -> tuple:
             TensorDescriptor.from_tensor(dp.view(-1, HV * V), [path, V], _layout([path, V], f32)))
 
 
-def build_for_sm90(*, H: int = 16, HV: int = 32, K: int = 128, V: int = 128, norm: bool = True, pool_slots: int = 2,
-                   requests: int = 2):
+def build_for_sm90(*, H: int = 16, HV: int = 32, K: int = 128, V: int = 128, norm: bool = True, sizes: bool = True,
+                   pool_slots: int = 2, requests: int = 2):
     """Compiles the fused kernel for sm_90 without a GPU (the tests' check that it builds where CI has none):
     returns Triton's compiled kernel (``.asm``, ``.metadata``)."""
     import torch  # noqa: PLC0415
@@ -487,9 +517,11 @@ def build_for_sm90(*, H: int = 16, HV: int = 32, K: int = 128, V: int = 128, nor
     names = ("pool_desc", "q_desc", "k_desc", "v_desc", "delta_desc", "o_desc", "kpt_desc", "dp_desc")
     signature = {n: mangle_type(d) for n, d in zip(names, descs)}
     signature.update(slots_ptr="*i32", ga_ptr="*fp32", active_ptr="*i32", beta_ptr="*fp32", words_ptr="*i32",
-                     lg2_ptr="*fp32", levels_ptr="*i32", k_rnorm_ptr="*fp32", scale="fp32", n_items="i32")
+                     lg2_ptr="*fp32", levels_ptr="*i32", k_rnorm_ptr="*fp32", num_nodes_ptr="*i32", scale="fp32",
+                     n_items="i32")
     constexprs = dict(H=H, HV=HV, K=K, V=V, N=N, PATH=PATH_NODES, W=(N + WORD_BITS - 1) // WORD_BITS, NORM=norm,
-                      BK=BK, STAGES=STAGES, SLOTS=SOLVER_SLOTS, WARPS=CONSUMER_WARPS, SOLVER_REGS=SOLVER_REGS)
+                      BK=BK, STAGES=STAGES, SLOTS=SOLVER_SLOTS, WARPS=CONSUMER_WARPS, SOLVER_REGS=SOLVER_REGS,
+                      HAS_NUM=sizes)
     signature.update({n: "constexpr" for n in constexprs})
     return triton.compile(GluonASTSource(_fused_verify_kernel, signature, constexprs),
                           target=GPUTarget("cuda", 90, 64), options=dict(num_warps=CONSUMER_WARPS))

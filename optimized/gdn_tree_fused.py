@@ -16,7 +16,7 @@ partition. Products are tf32 (the state stream, the Gram products, the doubling)
 accumulation (the epilogue's ``TB`` / ``QKD`` products), so its error bound is the ``"tf32"`` mode's.
 
 Scope (checked, each with an error that names the argument): an sm_90 GPU; fp32 ``q, k, v, g, beta``, contiguous;
-``K = V = 128``; trees of exactly ``N = 64`` nodes (no padding); ``HV`` a multiple of ``H``; distinct slots. The
+``K = V = 128``; ``N = 64`` (smaller trees padded, with ``num_nodes``); ``HV`` a multiple of ``H``; distinct slots. The
 pool is modified (the pending commits applied); nothing else is.
 """
 
@@ -26,7 +26,7 @@ import importlib.util
 
 import torch
 
-from ._checks import check_scalar, check_tensor
+from ._checks import check_finite_nodes, check_range_nodes, check_scalar, check_tensor, node_mask
 from .gdn_tree import TreeFactors, TreeMeta, check_commit_tree
 from .gdn_tree_pending import PATH_NODES, PendingCommits, _check_pool_and_pending
 
@@ -61,6 +61,7 @@ def gdn_tree_verify_fused(
     pending: PendingCommits,
     *,
     scale: float | None = None,
+    num_nodes: torch.Tensor | None = None,
     use_qk_l2norm_in_kernel: bool = False,
     meta: TreeMeta | None = None,
     validate: bool = True,
@@ -68,9 +69,9 @@ def gdn_tree_verify_fused(
     """Apply each slot's pending commit to its state, write it back, and verify this step's trees from it.
 
     ``q, k: [B, 64, H, 128]``, ``v: [B, 64, HV, 128]``, ``g`` (log decay) and ``beta``: ``[B, 64, HV]``, all fp32
-    and contiguous; ``state_pool: [P, HV, 128, 128]`` fp32 at ``slots: [B]`` (distinct); ``parents: [B, 64]``
-    (every tree has 64 nodes); ``pending`` from :func:`~lumotree.optimized.gdn_tree_pending.pending_commits` on the
-    same pool. Per (request, value head): ``S0 = gamma_a S + kpt dp`` where pending (else ``S``) is written to the
+    and contiguous; ``state_pool: [P, HV, 128, 128]`` fp32 at ``slots: [B]`` (distinct); ``parents: [B, 64]``;
+    ``num_nodes: [B]`` for trees smaller than 64 (padding ignored, outputs there zero); ``pending`` from
+    :func:`~lumotree.optimized.gdn_tree_pending.pending_commits` on the same pool. Per (request, value head): ``S0 = gamma_a S + kpt dp`` where pending (else ``S``) is written to the
     pool and the entry cleared; then ``o`` and the factors as :func:`~lumotree.optimized.gdn_tree.gdn_tree_verify`
     with ``input_precision="tf32"`` computes them from ``S0``. ``meta``: this step's :func:`tree_meta`.
     ``validate=False`` skips the checks that read data back to the host. Returns ``(o, factors)``."""
@@ -96,12 +97,17 @@ def gdn_tree_verify_fused(
     if HV % H != 0:
         raise ValueError(f"v has HV = {HV} value heads, not a multiple of H = {H} (q)")
     scale = K**-0.5 if scale is None else check_scalar("scale", scale)
-    if validate:
-        for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
-            if not bool(torch.isfinite(t).all()):
-                raise ValueError(f"{name} holds NaN or inf")
     accepted = torch.zeros(B, dtype=torch.int32, device=device)  # (check_commit_tree's node check: the root)
-    slots, _, _, meta, _ = check_commit_tree(parents, slots, None, accepted, meta, B, N, P, device, validate)
+    slots, num_nodes, _, meta, has_num = check_commit_tree(parents, slots, num_nodes, accepted, meta, B, N, P,
+                                                           device, validate)
+    if validate:
+        real = node_mask(num_nodes, N)  # [B, N]
+        for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
+            check_finite_nodes(name, t, real)
+        check_range_nodes("g", g, float("-inf"), 0.0, real)
+        check_range_nodes("beta", beta, 0.0, 2.0, real)
+        check_finite_nodes("state_pool[slots]", state_pool[slots.long()][None], None)
+    sizes = num_nodes if has_num else slots  # an unused int pointer without sizes
     o = torch.empty(B, N, HV, V, device=device)
     delta = torch.empty(B, N, HV, V, device=device)
     log_gamma = torch.empty(B, N, HV, device=device)
@@ -109,16 +115,17 @@ def gdn_tree_verify_fused(
     lg2 = torch.empty(B * HV, N, device=device)  # [B HV, N] log2 Gamma
     levels = torch.empty(B, dtype=torch.int32, device=device)
     W = meta.words.shape[2]
-    F._prepare_kernel[(B, )](meta.words, meta.depth, g, lg2, log_gamma, levels, N=N, HV=HV,
-                             HVP=max(16, 1 << (HV - 1).bit_length()), W=W, num_warps=4)
+    F._prepare_kernel[(B, )](meta.words, meta.depth, g, sizes, lg2, log_gamma, levels, N=N, HV=HV,
+                             HVP=max(16, 1 << (HV - 1).bit_length()), W=W, HAS_NUM=has_num, num_warps=4)
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _NUM_SMS:
         _NUM_SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
     descs = F.descriptors(state_pool, q, k, v, o, delta, pending.kpt, pending.dp)
     F._fused_verify_kernel[(min(_NUM_SMS[index], B * HV), )](
         *descs, slots.to(torch.int32), pending.gamma_a, pending.active, beta, meta.words, lg2, levels,
-        k_rnorm if k_rnorm is not None else lg2, float(scale), B * HV,
+        k_rnorm if k_rnorm is not None else lg2, sizes, float(scale), B * HV,
         H=H, HV=HV, K=K, V=V, N=N, PATH=path, W=W, NORM=bool(use_qk_l2norm_in_kernel), BK=F.BK, STAGES=F.STAGES,
-        SLOTS=F.SOLVER_SLOTS, WARPS=F.CONSUMER_WARPS, SOLVER_REGS=F.SOLVER_REGS, num_warps=F.CONSUMER_WARPS,
+        SLOTS=F.SOLVER_SLOTS, WARPS=F.CONSUMER_WARPS, SOLVER_REGS=F.SOLVER_REGS, HAS_NUM=has_num,
+        num_warps=F.CONSUMER_WARPS,
     )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)

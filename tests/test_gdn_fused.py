@@ -49,58 +49,71 @@ def test_off_hopper_the_call_raises_naming_the_device():
         FV.gdn_tree_verify_fused(q, q, q, q, q, q, q, q, None)
 
 
-def _steps(kind: str, norm: bool, seed: int, B: int = 6, group: int = 2):
-    """``B`` trees of 64 nodes and Qwen3-Next-sized inputs; q / k rows of norm 1 (``norm`` False: as the model
-    gives them) or of random norms in [0.25, 4] (``norm``: the kernel normalises, and a norm taken from the wrong
-    row shows)."""
+def _rows(kind: str, seed: int, B: int = 6, sized: bool = False) -> list[list[int]]:
+    """``B`` trees of 64 nodes (``sized``: of 16-64 nodes)."""
     rng = np.random.default_rng(seed)
-    rows = [build_tree_parents(kind, 64, rng) for _ in range(B)]
-    case = make_case(rows, H=2, group=group, K=128, V=128, seed=seed, device="cuda")
+    return [build_tree_parents(kind, int(rng.integers(16, 65)) if sized else 64, rng) for _ in range(B)]
+
+
+def _case(rows, norm: bool, seed: int, group: int = 2):
+    """Qwen3-Next-sized inputs for ``rows`` padded to 64 nodes (NaN inputs in the padding); q / k rows of norm 1
+    (``norm`` False: as the model gives them) or of random norms in [0.25, 4] (``norm``: the kernel normalises,
+    and a norm taken from the wrong row shows)."""
+    case = make_case(rows, H=2, group=group, K=128, V=128, pad=64 - max(len(r) for r in rows), seed=seed,
+                     device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(seed)
     for name in ("q", "k"):
         x = case[name] / case[name].norm(dim=-1, keepdim=True)
         if norm:
             x = x * (0.25 + 3.75 * torch.rand(x.shape[:3] + (1, ), device="cuda", generator=gen))
         case[name] = x.contiguous()
-    return rows, case
+    return case
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the fused verify runs on sm_90 only")
-@pytest.mark.parametrize("kind", ["random", "chain", "deep_wide"])
+@pytest.mark.parametrize("kind, sized", [("random", False), ("chain", False), ("deep_wide", False), ("random", True),
+                                         ("star", True)])
 @pytest.mark.parametrize("norm", [True, False])
-def test_gpu_fused_step_matches_float64(kind, norm):
+def test_gpu_fused_step_matches_float64(kind, sized, norm):
     """Step 1 verified and recorded; step 2 by the fused kernel from the pool + the record: the pool it writes is
-    the exact commit of step 1's factors, its outputs the closed form from that state (tf32 bounds), and after
-    step 2's record and a flush the pool is the exact commit of step 2's factors."""
-    rows, case = _steps(kind, norm, seed=11)
+    the exact commit of step 1's factors, its outputs the closed form from that state (tf32 bounds), padding
+    nodes' outputs zero, and after step 2's record and a flush the pool is the exact commit of step 2's
+    factors."""
+    rows = _rows(kind, seed=11, sized=sized)
+    case = _case(rows, norm, seed=11)
     pool, slots, parents = case["pool"], case["slots"], case["parents"]
+    sizes = dict(num_nodes=case["num_nodes"]) if sized else {}
     start = pool.clone()
     args = (case["q"], case["k"], case["v"], case["a"], case["b"])
-    _, f1 = G.gdn_tree_verify(*args, pool, slots, parents, use_qk_l2norm_in_kernel=norm, input_precision="tf32")
+    _, f1 = G.gdn_tree_verify(*args, pool, slots, parents, use_qk_l2norm_in_kernel=norm, input_precision="tf32",
+                              **sizes)
     acc1 = torch.tensor([len(r) // 2 for r in rows], dtype=torch.int32, device="cuda")
     pending = PD.pending_commits(pool)
-    PD.gdn_tree_record(pending, pool, slots, f1, parents, acc1)
-    s1 = R.gdn_tree_commit_ref(start.double(), slots, f1, parents, acc1)  # [B, HV, K, V] exact step-1 state
-    _, case2 = _steps(kind, norm, seed=12)  # step 2's tokens on the same trees
+    PD.gdn_tree_record(pending, pool, slots, f1, parents, acc1, **sizes)
+    s1 = R.gdn_tree_commit_ref(start.double(), slots, f1, parents, acc1, **sizes)  # [B, HV, K, V] step 1's state
+    case2 = _case(rows, norm, seed=12)  # step 2's tokens on the same trees
     args2 = tuple(case2[n] for n in ("q", "k", "v", "a", "b"))
-    o2, f2 = FV.gdn_tree_verify_fused(*args2, pool, slots, parents, pending, use_qk_l2norm_in_kernel=norm)
+    o2, f2 = FV.gdn_tree_verify_fused(*args2, pool, slots, parents, pending, use_qk_l2norm_in_kernel=norm, **sizes)
     torch.cuda.synchronize()
     assert rel_err(pool[slots], s1) < 5e-4  # the update applied in tf32 (the probe: 2.0e-4)
     assert not bool(pending.active.any())
     pool64 = torch.zeros(pool.shape, dtype=torch.float64, device="cuda")
     pool64[slots.long()] = s1
     want_o, want_f = R.gdn_tree_closed_form_ref(*(t.double() for t in args2), pool64, slots, parents,
-                                                use_qk_l2norm=norm)
+                                                use_qk_l2norm=norm, **sizes)
     assert rel_err(o2, want_o) < 3e-3
     assert rel_err(f2.delta, want_f.delta) < 2e-3
     assert rel_err(f2.log_gamma, want_f.log_gamma) < 1e-5
     if norm:
-        assert rel_err(f2.k_rnorm, want_f.k_rnorm) < 1e-5
+        assert rel_err(f2.k_rnorm, want_f.k_rnorm.nan_to_num(0.0)) < 1e-5  # (the reference: NaN * 0 on padding)
+    for b, row in enumerate(rows):  # padding written as zeros
+        for t in (o2, f2.delta, f2.log_gamma) + ((f2.k_rnorm, ) if norm else ()):
+            assert not bool(t[b, len(row):].any())
     acc2 = torch.tensor([len(r) - 1 for r in rows], dtype=torch.int32, device="cuda")
-    PD.gdn_tree_record(pending, pool, slots, f2, parents, acc2)
+    PD.gdn_tree_record(pending, pool, slots, f2, parents, acc2, **sizes)
     PD.gdn_tree_flush(pending, pool, slots)
-    s2 = R.gdn_tree_commit_ref(pool64, slots, f2, parents, acc2)
+    s2 = R.gdn_tree_commit_ref(pool64, slots, f2, parents, acc2, **sizes)
     assert rel_err(pool[slots], s2) < 5e-4
     others = torch.ones(pool.shape[0], dtype=torch.bool, device="cuda")
     others[slots.long()] = False
@@ -110,7 +123,7 @@ def test_gpu_fused_step_matches_float64(kind, norm):
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the fused verify runs on sm_90 only")
 def test_gpu_bad_input_names_the_argument():
-    rows, case = _steps("random", True, seed=13, B=2)
+    case = _case(_rows("random", seed=13, B=2), True, seed=13)
     pool, slots, parents = case["pool"], case["slots"], case["parents"]
     pending = PD.pending_commits(pool)
     args = [case[n] for n in ("q", "k", "v", "a", "b")]
