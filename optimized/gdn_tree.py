@@ -1490,16 +1490,18 @@ def check_factors(factors: object, lead: tuple[int, ...], HV: int, K: int, V: in
 
 def check_commit_tree(parents: object, slots: object, num_nodes: object, accepted: object, meta: object, B: int,
                       N: int, P: int, device: torch.device, validate: bool) -> tuple:
-    """A commit's trees (``parents [B, N]``), distinct ``slots`` into a pool of ``P``, sizes, accepted nodes and
-    metadata (built when None): ``(slots, num_nodes, accepted, meta, has_num)``; ``has_num``: sizes were given
-    (else every tree has N nodes and the kernels read no sizes)."""
+    """A commit's trees (``parents [B, N]``), distinct ``slots`` into a pool of ``P``, sizes, accepted nodes (None:
+    none to check, as for a verify that writes the pool) and metadata (built when None): ``(slots, num_nodes,
+    accepted, meta, has_num)``; ``has_num``: sizes were given (else every tree has N nodes and the kernels read no
+    sizes)."""
     check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
     if N > MAX_NODES:
         raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
     slots = check_slots(slots, B, P, device, validate, distinct=True)
     has_num = num_nodes is not None
     num_nodes = check_sizes(num_nodes, B, N, device, validate)
-    accepted = check_node_index("accepted", accepted, B, num_nodes, device, validate)
+    if accepted is not None:
+        accepted = check_node_index("accepted", accepted, B, num_nodes, device, validate)
     if meta is not None:
         meta = _check_meta(meta, B, N, device)
     if validate:

@@ -27,12 +27,10 @@ import importlib.util
 import torch
 
 from ._checks import check_finite_nodes, check_range_nodes, check_scalar, check_tensor, node_mask
-from .gdn_tree import TreeFactors, TreeMeta, check_commit_tree
+from .gdn_tree import TreeFactors, TreeMeta, _num_sms, check_commit_tree
 from .gdn_tree_pending import PATH_NODES, PendingCommits, _check_pool_and_pending
 
 __all__ = ["gdn_tree_verify_fused", "fused_verify_supported"]
-
-_NUM_SMS: dict[int, int] = {}
 
 
 def fused_verify_supported(device: torch.device | str) -> bool:
@@ -97,9 +95,8 @@ def gdn_tree_verify_fused(
     if HV % H != 0:
         raise ValueError(f"v has HV = {HV} value heads, not a multiple of H = {H} (q)")
     scale = K**-0.5 if scale is None else check_scalar("scale", scale)
-    accepted = torch.zeros(B, dtype=torch.int32, device=device)  # (check_commit_tree's node check: the root)
-    slots, num_nodes, _, meta, has_num = check_commit_tree(parents, slots, num_nodes, accepted, meta, B, N, P,
-                                                           device, validate)
+    slots, num_nodes, _, meta, has_num = check_commit_tree(parents, slots, num_nodes, None, meta, B, N, P, device,
+                                                           validate)  # slots: int32
     if validate:
         real = node_mask(num_nodes, N)  # [B, N]
         for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
@@ -117,12 +114,9 @@ def gdn_tree_verify_fused(
     W = meta.words.shape[2]
     F._prepare_kernel[(B, )](meta.words, meta.depth, g, sizes, lg2, log_gamma, levels, N=N, HV=HV,
                              HVP=max(16, 1 << (HV - 1).bit_length()), W=W, HAS_NUM=has_num, num_warps=4)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _NUM_SMS:
-        _NUM_SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
     descs = F.descriptors(state_pool, q, k, v, o, delta, pending.kpt, pending.dp)
-    F._fused_verify_kernel[(min(_NUM_SMS[index], B * HV), )](
-        *descs, slots.to(torch.int32), pending.gamma_a, pending.active, beta, meta.words, lg2, levels,
+    F._fused_verify_kernel[(min(_num_sms(device), B * HV), )](
+        *descs, slots, pending.gamma_a, pending.active, beta, meta.words, lg2, levels,
         k_rnorm if k_rnorm is not None else lg2, sizes, float(scale), B * HV,
         H=H, HV=HV, K=K, V=V, N=N, PATH=path, W=W, NORM=bool(use_qk_l2norm_in_kernel), BK=F.BK, STAGES=F.STAGES,
         SLOTS=F.SOLVER_SLOTS, WARPS=F.CONSUMER_WARPS, SOLVER_REGS=F.SOLVER_REGS, HAS_NUM=has_num,
