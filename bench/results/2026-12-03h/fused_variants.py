@@ -1,0 +1,81 @@
+"""Thirty-third session: why the library's fused verify kernel (198.9 us, run 94's profile) is slower than the
+probe's FOLD 28 (190.9 us with its preparation kernel). ``fused_variants_src.py`` is ``_gdn_fused_gluon.py`` with
+three switches (module constants): ``_STATIC_L`` (the doubling count a constant, its loop unrolled, as in the
+probe), ``_PLAIN`` (no ``active`` flag: ``gamma_a`` loaded as is, ``Delta_p`` not masked, the flag not cleared, as
+in the probe), ``_SKIP_REAL`` (without ``num_nodes`` no padding masks in the epilogue). Each variant is a copy of
+that module with the switches set, run through the library's ``gdn_tree_verify_fused`` (its module swapped in),
+checked against the unmodified library on the first call, then timed (CUDA-graph medians, verify + preparation).
+
+Run (GPU): ``PYTHONPATH=$PWD:$PWD/bench python bench/results/2026-12-03h/fused_variants.py``.
+"""
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", ".."))
+import gdn_tree as bench_gdn  # noqa: E402
+
+from lumotree.optimized import gdn_tree as G  # noqa: E402
+from lumotree.optimized import gdn_tree_fused as FV  # noqa: E402
+from lumotree.optimized import gdn_tree_pending as PD  # noqa: E402
+
+NAME = "lumotree.optimized._gdn_fused_gluon"
+VARIANTS = {"base": (0, False, False), "L4": (4, False, False), "plain": (0, True, False),
+            "skip-real": (0, False, True), "all": (4, True, True)}
+
+
+def load_variant(tag, static_l, plain, skip_real, tmp):
+    src = open(os.path.join(HERE, "fused_variants_src.py")).read()
+    src = src.replace("_STATIC_L = gl.constexpr(0)", f"_STATIC_L = gl.constexpr({static_l})")
+    src = src.replace("_PLAIN = gl.constexpr(False)", f"_PLAIN = gl.constexpr({plain})")
+    src = src.replace("_SKIP_REAL = gl.constexpr(False)", f"_SKIP_REAL = gl.constexpr({skip_real})")
+    path = os.path.join(tmp, f"fused_{tag.replace('-', '_')}.py")
+    with open(path, "w") as fh:
+        fh.write(src)
+    spec = importlib.util.spec_from_file_location(f"fused_{tag.replace('-', '_')}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main():
+    x = bench_gdn.make_inputs(64, 64, "random", 0)
+    meta = G.tree_meta(x["parents"])
+    args = (x["q"], x["k"], x["v"], x["g"], x["beta"])
+    _, first = G.gdn_tree_verify(*args, x["pool"].clone(), x["slots"], x["parents"], use_qk_l2norm_in_kernel=True,
+                                 input_precision="tf32", meta=meta, validate=False)
+    lib = sys.modules.get(NAME) or importlib.import_module(NAME)
+    results, want = {}, None
+    with tempfile.TemporaryDirectory() as tmp:
+        for tag, flags in [("library", None)] + list(VARIANTS.items()):
+            sys.modules[NAME] = lib if flags is None else load_variant(tag, *flags, tmp)
+            pool = x["pool"].clone()
+            pending = PD.pending_commits(pool)
+            PD.gdn_tree_record(pending, pool, x["slots"], first, x["parents"], x["accepted"], meta=meta,
+                               validate=False)
+
+            def verify(pool=pool, pending=pending):
+                return FV.gdn_tree_verify_fused(*args, pool, x["slots"], x["parents"], pending,
+                                                use_qk_l2norm_in_kernel=True, meta=meta, validate=False)
+            o, f = verify()
+            torch.cuda.synchronize()
+            got = (o, f.delta, pool[x["slots"].long()])
+            if want is None:
+                want = tuple(t.clone() for t in got)
+            errs = [bench_gdn.rel_err(a, b) for a, b in zip(got, want)]
+            us = bench_gdn.graph_time(verify)[0]
+            results[tag] = dict(us=us, diff_vs_library=errs)
+            print(f"{tag:10s} {us:6.1f} us   vs library o / Delta / state {errs[0]:.1e} {errs[1]:.1e} {errs[2]:.1e}",
+                  flush=True)
+    sys.modules[NAME] = lib
+    with open(sys.argv[1] if len(sys.argv) > 1 else "fused_variants.json", "w") as fh:
+        json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
