@@ -10,8 +10,12 @@ update is held here, per pool slot and value head, in the form that verify reads
 
 with ``K^_p`` the path's keys as the verify used them (``k * k_rnorm`` when it normalised), ``w_j = Gamma_a /
 Gamma_j`` and ``gamma_a = Gamma_a``. ``kpt`` is written whole (zero columns past the path), so a reader needs no
-path length; ``dp``'s rows past the path are never read into a nonzero product. The pool and a
-:class:`PendingCommits` together hold the state: ``S_true = S`` where ``active`` is 0.
+path length; ``dp``'s rows past the path are never read into a nonzero product. ``kpt`` and ``dp`` are held
+rounded to tf32 (round to nearest): the fused verify multiplies them on the tensor cores in tf32, which would
+otherwise truncate each operand (a bias of up to 2^-10 per operand: state errors of 5.0-7.7e-4 against 1.9-3.0e-4
+rounded, ``bench/RESULTS.md``, thirty-third session), and a flush multiplies the same operands in fp32, so both
+leave the same state: the commit's up to the rounding of ``kpt`` and ``dp`` (at most ``2^-11`` relative each).
+The pool and a :class:`PendingCommits` together hold the state: ``S_true = S`` where ``active`` is 0.
 
 :func:`gdn_tree_record` records (a path longer than ``PATH`` nodes, or a slot whose previous record is still
 pending, is applied to the pool at once), :func:`gdn_tree_flush` applies what is pending. Any other reader of
@@ -38,8 +42,9 @@ PATH_NODES = 16  # the longest path a record holds (the fused verify's path tile
 class PendingCommits(NamedTuple):
     """Per pool slot and value head, the update its state still lacks: ``S_true = gamma_a S + kpt dp``.
 
-    ``kpt: [P, HV, K, PATH]`` fp32 ``(diag(w) K^_p)^T`` (zero columns past the path), ``dp: [P, PATH, HV, V]`` fp32
-    the path's Delta rows, ``gamma_a: [P, HV]`` fp32, ``active: [P, HV]`` int32 (1: pending). Made by
+    ``kpt: [P, HV, K, PATH]`` ``(diag(w) K^_p)^T`` (zero columns past the path), ``dp: [P, PATH, HV, V]`` the
+    path's Delta rows, both fp32 holding tf32 values; ``gamma_a: [P, HV]`` fp32, ``active: [P, HV]`` int32 (1:
+    pending). Made by
     :func:`pending_commits`; written by :func:`gdn_tree_record`, cleared by :func:`gdn_tree_flush`."""
 
     kpt: torch.Tensor
@@ -59,6 +64,14 @@ def pending_commits(state_pool: torch.Tensor, path: int = PATH_NODES) -> Pending
     return PendingCommits(kpt=torch.zeros(P, HV, K, path, device=dev), dp=torch.zeros(P, path, HV, V, device=dev),
                           gamma_a=torch.ones(P, HV, device=dev), active=torch.zeros(P, HV, dtype=torch.int32,
                                                                                     device=dev))
+
+
+@triton.jit
+def _round_tf32(x):
+    """``x`` (fp32) rounded to the nearest tf32 value (10 mantissa bits; ties away from zero): the magnitude's bits
+    plus half a tf32 unit, the 13 low bits cleared."""
+    bits = x.to(tl.int32, bitcast=True)
+    return ((bits + 0x1000) & -0x2000).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -83,7 +96,8 @@ def _record_kernel(
     PATH: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, HAS_NUM: tl.constexpr, WORD_BITS: tl.constexpr,
 ):  # fmt: skip
     """One program per (request, value head): a slot still pending is applied first; then the path root..a
-    (``a = accepted[b]``) is recorded (``kpt``, its ``dp`` rows, ``gamma_a``, ``active = 1``), or, past ``PATH``
+    (``a = accepted[b]``) is recorded (``kpt``, its ``dp`` rows, both rounded to tf32, ``gamma_a``, ``active = 1``),
+    or, past ``PATH``
     nodes, applied to the pool at once (``S <- Gamma_a S + sum_j (Gamma_a / Gamma_j) k^_j delta_j^T``,
     ``PATH`` nodes a product, ``active = 0``)."""
     pid = tl.program_id(0)
@@ -111,9 +125,11 @@ def _record_kernel(
             weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
         k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + krows[None, :], mask=live[:, None],
                       other=0.0).to(tl.float32)  # [PATH, K]
-        tl.store(kpt_ptr + (item * K + krows[:, None]) * PATH + lanes[None, :], tl.trans(k_p * weight[:, None]))
+        kpt = _round_tf32(tl.trans(k_p * weight[:, None]))  # [K, PATH]
+        tl.store(kpt_ptr + (item * K + krows[:, None]) * PATH + lanes[None, :], kpt)
         d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :], mask=live[:, None])
-        tl.store(dp_ptr + ((slot * PATH + lanes[:, None]) * HV + hv) * V + vcols[None, :], d, mask=live[:, None])
+        tl.store(dp_ptr + ((slot * PATH + lanes[:, None]) * HV + hv) * V + vcols[None, :], _round_tf32(d),
+                 mask=live[:, None])
         tl.store(gamma_ptr + item, tl.exp(lg_a))
         tl.store(active_ptr + item, 1)
     else:  # too long to hold: the commit itself, PATH path entries a product
@@ -190,9 +206,10 @@ def gdn_tree_record(
     Arguments as :func:`~lumotree.optimized.gdn_tree.gdn_tree_commit` for one layer (``state_pool: [P, HV, K, V]``
     fp32, ``factors`` from the verify of the same trees, slots distinct). Per (request, value head): a slot whose
     previous record is still pending has it applied first; a path of at most ``PATH`` nodes is recorded
-    (``kpt``, ``dp``, ``gamma_a``, ``active = 1``); a longer one is committed to the pool at once. Afterwards
-    ``gamma_a S + kpt dp`` (or ``S``, where nothing is pending) is exactly what ``gdn_tree_commit`` would have left
-    in the pool, up to fp32 rounding. Returns ``pending``."""
+    (``kpt``, ``dp``, both rounded to tf32, ``gamma_a``, ``active = 1``); a longer one is committed to the pool at
+    once (fp32). Afterwards ``gamma_a S + kpt dp`` (or ``S``, where nothing is pending) is what ``gdn_tree_commit``
+    would have left in the pool, up to the tf32 rounding of ``kpt`` and ``dp`` (module docstring) and fp32
+    rounding. Returns ``pending``."""
     P, HV, K, V, path = _check_pool_and_pending(state_pool, pending)
     device = state_pool.device
     delta, log_gamma, k, k_rnorm, B, N, H = check_factors(factors, (), HV, K, V, device)

@@ -1,8 +1,10 @@
 """Deferred GDN tree commits (lumotree.optimized.gdn_tree_pending): record + flush against the reference commit.
 
 CPU: the Triton interpreter on tiny fp32 shapes; the factors come from the torch closed form
-(``gdn_tree_closed_form_ref``), the expected states from ``gdn_tree_commit_ref`` in float64. Unused pool slots
-are NaN: never read, never written.
+(``gdn_tree_closed_form_ref``), the expected states from ``gdn_tree_commit_ref`` in float64. A record holds its
+operands rounded to tf32, so the states it stands for are the commit's within the bound of that rounding, element
+by element (:func:`assert_within_tf32`); the rounding itself is checked exactly. Unused pool slots are NaN: never
+read, never written.
 """
 
 from __future__ import annotations
@@ -12,12 +14,32 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from strategies import build_tree_parents, trees
-from test_gdn_kernels import make_case, rel_err
+from test_gdn_kernels import make_case
 
 from lumotree.optimized import gdn_tree_pending as PD
 from lumotree.optimized import gdn_tree_ref as R
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TF32_UNIT = 2.0**-11  # the relative rounding error of a tf32 value (10 mantissa bits, round to nearest)
+
+
+def round_tf32(x: torch.Tensor) -> torch.Tensor:
+    """fp32 ``x`` rounded to the nearest tf32 value, ties away from zero (the record's rounding, in torch)."""
+    bits = x.float().contiguous().view(torch.int32)
+    return ((bits + 0x1000) & -0x2000).view(torch.float32)
+
+
+def rounding_bound(pending, slots) -> torch.Tensor:
+    """``[B, HV, K, V]`` float64: what rounding ``kpt`` and ``dp`` to tf32 may move ``kpt dp``, element by element:
+    ``(2u + u^2) |kpt| |dp|`` (each operand within ``u`` of its exact value), 0 where nothing is pending."""
+    mags = torch.einsum("bhkp,bphv->bhkv", pending.kpt[slots].double().abs(), pending.dp[slots].double().abs())
+    return torch.where(pending.active[slots].bool()[..., None, None], (2 + TF32_UNIT) * TF32_UNIT * mags, 0.0)
+
+
+def assert_within_tf32(got, want, bound):
+    """``|got - want| <= bound`` element by element, plus fp32 rounding (``1e-5`` of the largest ``|want|``)."""
+    excess = (got.double() - want).abs() - bound - 1e-5 * want.abs().max()
+    assert float(excess.max()) <= 0.0, f"beyond the tf32 rounding bound by {float(excess.max()):.3e}"
 
 
 def factors_of(case, l2norm: bool):
@@ -61,11 +83,14 @@ def test_record_then_flush_is_the_commit(rows, group, l2norm, picks, seed):
     pending = PD.pending_commits(pool)
     PD.gdn_tree_record(pending, pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"])
     slots = case["slots"]
-    assert rel_err(true_states(pool, pending, slots), want) < 1e-5
+    bound = rounding_bound(pending, slots)
+    assert_within_tf32(true_states(pool, pending, slots), want, bound)
+    assert not bool((pending.kpt.view(torch.int32) & 0x1FFF).any())  # tf32 values
+    assert not bool((pending.dp.view(torch.int32) & 0x1FFF).any())
     long_path = torch.tensor([len(gdn_path(r, int(a))) > PD.PATH_NODES for r, a in zip(rows, accepted)])
     assert torch.equal(pending.active[slots].bool().cpu(), ~long_path[:, None].expand(-1, pending.active.shape[1]))
     PD.gdn_tree_flush(pending, pool, slots)
-    assert rel_err(pool[slots], want) < 1e-5
+    assert_within_tf32(pool[slots], want, bound)
     assert not bool(pending.active.any())
     others = torch.ones(pool.shape[0], dtype=torch.bool, device=pool.device)
     others[slots] = False
@@ -89,6 +114,7 @@ def test_a_second_record_applies_the_first():
     first = torch.tensor([6, 3], dtype=torch.int32, device=DEVICE)
     f1 = factors_of(case, True)
     PD.gdn_tree_record(pending, pool, case["slots"], f1, case["parents"], first, num_nodes=case["num_nodes"])
+    bound = rounding_bound(pending, case["slots"])  # the first record's error, carried (decayed) into the second
     s1 = R.gdn_tree_commit_ref(case["pool"].double(), case["slots"], f1, case["parents"], first,
                                num_nodes=case["num_nodes"])  # [B, HV, K, V] the true state after step 1
     case2 = make_case(rows, H=1, group=2, seed=5)  # step 2's tokens, verified from the true state
@@ -101,9 +127,35 @@ def test_a_second_record_applies_the_first():
     want = R.gdn_tree_commit_ref(s1.new_zeros(pool.shape, dtype=torch.float64).index_copy(
         0, case["slots"].long(), s1), case["slots"], f2, case["parents"], second, num_nodes=case["num_nodes"])
     PD.gdn_tree_record(pending, pool, case["slots"], f2, case["parents"], second, num_nodes=case["num_nodes"])
-    assert rel_err(true_states(pool, pending, case["slots"]), want) < 1e-5
+    bound = bound + rounding_bound(pending, case["slots"])
+    assert_within_tf32(true_states(pool, pending, case["slots"]), want, bound)
     PD.gdn_tree_flush(pending, pool)  # every slot: only the pending ones are touched
-    assert rel_err(pool[case["slots"]], want) < 1e-5
+    assert_within_tf32(pool[case["slots"]], want, bound)
+
+
+def test_the_record_rounds_its_operands_to_nearest_tf32():
+    """On a chain (path = nodes 0..a): ``dp`` is exactly the path's Delta rows rounded to nearest tf32, ``kpt`` the
+    float64 ``(diag(w) K^_p)^T`` rounded so (a tf32 unit apart at most, where the fp32 product lies next to a
+    rounding boundary), zero past the path; truncation would leave about half of them a unit low."""
+    rows = [build_tree_parents("chain", 12, None)]
+    case = make_case(rows, H=1, group=2, K=32, V=32, seed=7)
+    factors = factors_of(case, True)
+    a = 9
+    pending = PD.pending_commits(case["pool"])
+    PD.gdn_tree_record(pending, case["pool"], case["slots"], factors, case["parents"],
+                       torch.tensor([a], dtype=torch.int32, device=DEVICE), num_nodes=case["num_nodes"])
+    slot = int(case["slots"][0])
+    path = torch.arange(a + 1)
+    assert torch.equal(pending.dp[slot, : a + 1], round_tf32(factors.delta[0, path]))
+    lg = factors.log_gamma[0].double()  # [N, HV]
+    w = torch.exp(lg[a] - lg[path])  # [P, HV]
+    k_hat = factors.k[0, path, 0].double() * factors.k_rnorm[0, path, 0, None].double()  # [P, K]
+    want = round_tf32((k_hat[:, None, :] * w[:, :, None]).permute(1, 2, 0).float())  # [HV, K, P]
+    got = pending.kpt[slot, :, :, : a + 1]
+    unit = want.abs() * 2 * TF32_UNIT
+    assert bool(((got - want).abs() <= unit).all())
+    assert float((got == want).double().mean()) > 0.98
+    assert not bool(pending.kpt[slot, :, :, a + 1:].any())
 
 
 def test_bad_input_names_the_argument():
