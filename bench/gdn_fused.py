@@ -46,7 +46,7 @@ def fused_fns(x):
     """``(step, verify, record, pool, pending)``: the fused step on a pool of its own with one commit recorded."""
     meta = G.tree_meta(x["parents"])
     pool = x["pool"].clone()
-    pending = PD.pending_commits(pool)
+    pending = PD.pending_commits(pool, x["k"].shape[2])
     args = (x["q"], x["k"], x["v"], x["g"], x["beta"])
     _, first = G.gdn_tree_verify(*args, pool, x["slots"], x["parents"], use_qk_l2norm_in_kernel=True,
                                  input_precision="tf32", meta=meta, validate=False)
@@ -89,10 +89,11 @@ def check_fused(x, sub: int = 4) -> dict[str, float]:
 
 def step_bytes(B: int, path_nodes: float) -> float:
     """Bytes one fused step moves at least: the state read and written, q / k / v in, o / Delta out, and the
-    record's path rows (Delta and k rows read, the path tile and Delta rows written)."""
+    record's (per request: the path's Delta rows read and written as ``dp``, its k rows read once per key head,
+    the ``kpt`` tile written once per key head)."""
     state = 2 * 4 * B * bench_gdn.HV * bench_gdn.K * bench_gdn.V
     tokens = 4 * B * N * (2 * bench_gdn.H * bench_gdn.K + 3 * bench_gdn.HV * bench_gdn.V)
-    record = 4 * B * (bench_gdn.HV * bench_gdn.K * PD.PATH_NODES
+    record = 4 * B * (bench_gdn.H * bench_gdn.K * PD.PATH_NODES
                       + path_nodes * (2 * bench_gdn.HV * bench_gdn.V + bench_gdn.H * bench_gdn.K))
     return state + tokens + record
 

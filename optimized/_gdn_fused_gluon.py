@@ -11,10 +11,11 @@ kernels come from is ``bench/results/2026-12-03g/gluon_probe.py``, ``FOLD == 28`
   ``(Q S0)^T`` accumulate chunk by chunk (transposed: ``wgmma`` takes tf32 shared operands K-major only); then
   ``Delta^T = X^T TB^T`` and ``O^T = (Q S0)^T diag(scale Gamma) + Delta^T QKD^T`` with ``X = V - diag(Gamma) K S0``,
   in fp16 x fp16 products with fp32 accumulation;
-- solve (4 warps): its own q / k ring, ``K K^T`` and ``Q K^T``, the ancestor mask from the bitsets, the decays
-  ``d_ij = scale Gamma_i / Gamma_j`` from ``log2 Gamma``, ``-A = (-beta / scale) K K^T ⊙ d ⊙ M°``, ``(I + A)^{-1}``
-  by doubling (the request's own count of steps), ``TB = T diag(beta)`` and ``QKD = Q K^T ⊙ d`` handed over in
-  fp16 through two shared tiles, one item ahead of the consumer;
+- solve (4 warps): its own q / k ring, ``K K^T`` and ``Q K^T``, the ancestor mask ``M`` from the bitsets,
+  ``log Gamma = M g`` (written out: the factors' ``log_gamma``), the decays ``d_ij = scale Gamma_i / Gamma_j``,
+  ``-A = (-beta / scale) K K^T ⊙ d ⊙ M°``, ``(I + A)^{-1}`` by doubling (the request's own count of steps, from
+  its largest depth), ``TB = T diag(beta)`` and ``QKD = Q K^T ⊙ d`` handed over in fp16 through two shared tiles
+  (with ``Gamma``), one item ahead of the consumer;
 - norms (2 warps, with ``NORM``): ``rsqrt(|x|^2 + 1e-6)`` of the q / k rows from the solve's ring, for the solve
   (row and column factors) and the consumer; ``k_rnorm`` out.
 
@@ -26,7 +27,6 @@ TMA write that refills the buffer (the race of ``bench/RESULTS.md``, thirty-seco
 from __future__ import annotations
 
 import triton
-import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -37,8 +37,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-from .tree_attention import tree_size
 
 # Triton 3.6 and 3.9 name three Gluon builtins differently
 _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -52,31 +50,25 @@ SOLVER_SLOTS = 2  # the solve's q / k ring
 CONSUMER_WARPS = 8
 SOLVER_REGS = 192  # compile-only SASS: 3 spill stores here (184: 6-7); the consumer keeps 136 registers
 WORD_BITS = 32
+LOG2E = gl.constexpr(1.4426950408889634)
 
 
-@triton.jit
-def _prepare_kernel(words_ptr, depth_ptr, g_ptr, num_nodes_ptr, lg2_ptr, log_gamma_ptr, levels_ptr, N: tl.constexpr,
-                    HV: tl.constexpr, HVP: tl.constexpr, W: tl.constexpr, HAS_NUM: tl.constexpr):
-    """One program per request: ``log Gamma = M g`` (``M [N, N]`` the inclusive ancestor mask from ``words [B, N,
-    W]``, ``g [B, N, HV]``) into ``log_gamma [B, N, HV]`` and, times ``log2(e)``, ``lg2 [B HV, N]`` for the fused
-    kernel; ``levels [B]``: the doubling steps the request's tree needs, ``bit_length(max depth)``. Nodes past the
-    request's ``num_nodes`` (``HAS_NUM``) are padding: their ``g`` is not read and their rows are 0."""
-    b = tl.program_id(0)
-    nodes = tl.arange(0, N)  # [N]
-    heads = tl.arange(0, HVP)  # [HVP]
-    n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
-    real = nodes < n_b  # [N]
-    word = tl.load(words_ptr + (b * N + nodes[:, None]) * W + nodes[None, :] // 32)  # [N, N] int32
-    anc = ((word >> (nodes[None, :] % 32)) & 1).to(tl.float32)  # [N, N] M
-    g = tl.load(g_ptr + (b * N + nodes[:, None]) * HV + heads[None, :], mask=real[:, None] & (heads[None, :] < HV),
-                other=0.0)  # [N, HVP]
-    lg = tl.where(real[:, None], tl.dot(anc, g, input_precision="ieee"), 0.0)  # [N, HVP] log Gamma (0: padding)
-    tl.store(log_gamma_ptr + (b * N + nodes[:, None]) * HV + heads[None, :], lg, mask=heads[None, :] < HV)
-    tl.store(lg2_ptr + (b * HV + heads[None, :]) * N + nodes[:, None], lg * 1.4426950408889634,
-             mask=heads[None, :] < HV)
-    depth = tl.max(tl.where(real, tl.load(depth_ptr + b * N + nodes), 0), axis=0)
-    steps = tl.arange(0, 8)  # [8]
-    tl.store(levels_ptr + b, tl.sum((depth >= (1 << steps)).to(tl.int32), axis=0))
+@gluon.jit
+def _add(a, b):
+    return a + b
+
+
+@gluon.jit
+def _larger(a, b):
+    return gl.maximum(a, b)
+
+
+@gluon.jit
+def _row_sum(x, axis: gl.constexpr):
+    """``x.sum(axis)`` by ``gl.reduce`` with a Gluon combine function: ``gl.sum`` / ``gl.max`` call Triton's
+    ``@triton.jit`` combines, which under ``TRITON_INTERPRET`` (the CPU tests' build of this kernel) are interpreter
+    objects that Gluon's code generator rejects."""
+    return gl.reduce(x, axis, _add)
 
 
 @gluon.jit
@@ -139,8 +131,8 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, kpt_desc, dp_desc, slots_ptr, s_r
             if k0 == STAGES * BK:
                 mbarrier.wait(path_empty, (count & 1) ^ 1)
                 mbarrier.expect(path_ready, kpt_desc.block_type.nbytes + dp_desc.block_type.nbytes)
-                _tma_load(kpt_desc, [pend * K, 0], path_ready, kpt_smem)  # (diag(w) K^_p)^T
-                _tma_load(dp_desc, [(pend // HV) * PATH, hv * V], path_ready, dp_smem)  # Delta_p
+                _tma_load(kpt_desc, [((pend // HV) * H + h) * K, 0], path_ready, kpt_smem)  # K^_p^T (key head)
+                _tma_load(dp_desc, [(pend // HV) * PATH, hv * V], path_ready, dp_smem)  # diag(w) Delta_p
             s = chunk % STAGES
             mbarrier.wait(empty.index(s), ((chunk // STAGES) & 1) ^ 1)  # the first pass finds every slot free
             bar = ready.index(s)
@@ -156,9 +148,9 @@ def _loader(pool_desc, q_desc, k_desc, v_desc, kpt_desc, dp_desc, slots_ptr, s_r
 
 
 @gluon.jit
-def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_ptr, num_nodes_ptr, s_ring, q_ring,
-              k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready, path_empty,
-              tb2, qkd2, tb_ready, tb_empty, vec2, scale, n_items, HV: gl.constexpr, K: gl.constexpr,
+def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, num_nodes_ptr, s_ring, q_ring, k_ring,
+              ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready, path_empty, tb2, qkd2,
+              tb_ready, tb_empty, vec2, gvec, scale, n_items, HV: gl.constexpr, K: gl.constexpr,
               V: gl.constexpr, N: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr,
               NORM: gl.constexpr, HAS_NUM: gl.constexpr):
     """The state stream and the epilogue of every item, transposed (rows: value columns, columns: nodes). Padding
@@ -212,9 +204,9 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_
         pend_next = gl.load(slots_ptr + nxt // HV, mask=nxt < n_items, other=0) * HV + nxt % HV
         nodes = gl.arange(0, N, layout=gl.SliceLayout(0, mma))  # [N]
         real = nodes < _nodes_of(num_nodes_ptr, b, N, HAS_NUM)  # [N]
-        gam = gl.exp2(gl.load(lg2_ptr + item * N + nodes))  # [N] Gamma
         mbarrier.wait(ep_ready, count & 1)
         mbarrier.wait(tb_ready.index(count % 2), (count // 2) & 1)
+        gam = gvec.index(count % 2).load(gl.SliceLayout(0, mma))  # [N] Gamma, from the solve
         if NORM:  # the keys' and queries' row factors rk, rq from the solve's hand-over
             rk = vec2.index(2 * (count % 2)).load(gl.SliceLayout(0, mma))  # [N]
             rq = vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma))  # [N]
@@ -253,12 +245,15 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_
 
 
 @gluon.jit
-def _solver(q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, num_nodes_ptr, sq_ring, sk_ring, sready, sfree,
-            solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, norm_ready, norm_empty, scale, n_items,
+def _solver(q_desc, k_desc, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr, num_nodes_ptr, sq_ring, sk_ring,
+            sready, sfree, solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, gvec, nvec, norm_ready,
+            norm_empty, scale, n_items,
             H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr,
             W: gl.constexpr, SLOTS: gl.constexpr, NORM: gl.constexpr, HAS_NUM: gl.constexpr):
     """Each item's ``TB`` / ``QKD`` one item ahead of the consumer, from its own q / k ring (the next item's first
-    chunks loaded during this item's doubling). ``scale`` rides in the exponent: ``d = scale D``, ``QKD = Q K^T ⊙
+    chunks loaded during this item's doubling). ``log Gamma = M g`` (row sums of the ancestor mask times ``g``) is
+    written to ``log_gamma [B, N, HV]`` and handed to the consumer as ``Gamma`` (``gvec``); the doubling count is
+    ``bit_length`` of the request's largest depth. ``scale`` rides in the exponent: ``d = scale D``, ``QKD = Q K^T ⊙
     d``, ``-A = (-beta / scale) K K^T ⊙ d ⊙ M°``; with ``NORM`` the column factor ``rk_j`` too (``d = scale D
     diag(rk)``), the row factors multiply (``diag(rq)`` on ``QKD``, ``diag(rk)`` on ``-A``). Padding nodes (past
     the request's ``num_nodes``) are masked out of ``-A``, ``QKD`` and ``diag(beta)`` by selection (their inputs may
@@ -282,8 +277,10 @@ def _solver(q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, num_nodes_
         nxt = item + nprog
         rows = gl.arange(0, N, layout=gl.SliceLayout(1, mma_nn))  # [N]
         cols = gl.arange(0, N, layout=gl.SliceLayout(0, mma_nn))  # [N]
+        n_b = _nodes_of(num_nodes_ptr, b, N, HAS_NUM)
         beta_r = gl.load(beta_ptr + ((b * N + rows) * HV + hv))  # [N]
-        lg_r = gl.load(lg2_ptr + item * N + rows) + gl.log2(scale)  # [N] log2(scale Gamma_i)
+        g_c = gl.load(g_ptr + ((b * N + cols) * HV + hv), mask=cols < n_b, other=0.0)  # [N] (padding: not read)
+        depth = gl.load(depth_ptr + b * N + rows, mask=rows < n_b, other=0)  # [N]
         kk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] K K^T
         qk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] Q K^T
         for c in gl.static_range(CHUNKS):
@@ -309,10 +306,12 @@ def _solver(q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, num_nodes_
                           sk_ring.index(slot))
         sc += CHUNKS
         beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
-        lg_c = gl.load(lg2_ptr + item * N + cols)  # [N] log2 Gamma_j
         word = gl.load(words_ptr + ((b * N + rows[:, None]) * W + cols[None, :] // 32))  # [N, N] int32
-        n_b = _nodes_of(num_nodes_ptr, b, N, HAS_NUM)
         anc = (((word >> (cols[None, :] % 32)) & 1) != 0) & (rows[:, None] < n_b) & (cols[None, :] < n_b)  # [N, N] M
+        log_gamma = _row_sum(gl.where(anc, g_c[None, :], 0.0), 1)  # [N] log Gamma_i (0: padding)
+        gl.store(log_gamma_ptr + ((b * N + rows) * HV + hv), log_gamma)
+        lg_r = log_gamma * LOG2E + gl.log2(scale)  # [N] log2(scale Gamma_i)
+        lg_c = gl.convert_layout(log_gamma * LOG2E, gl.SliceLayout(0, mma_nn))  # [N] log2 Gamma_j
         beta_c = gl.where(cols < n_b, beta_c, 0.0)  # [N]
         row_a = -beta_r / scale  # [N] -A's row factor
         if NORM:  # the norm partition's factors, loaded in both layouts (no conversion)
@@ -328,12 +327,16 @@ def _solver(q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, num_nodes_
             qk = gl.where(anc, qk * decay * rq_r[:, None], 0.0)  # QKD = diag(rq) scale Q K^T ⊙ D
         else:
             qk = gl.where(anc, qk * decay, 0.0)  # QKD = scale Q K^T ⊙ D
-        levels = gl.load(levels_ptr + b)
+        depth_max = gl.reduce(depth, 0, _larger)
+        levels = 0
+        for e in gl.static_range(6):  # bit_length(max depth); N = 64: depths < 64
+            levels += (depth_max >= (1 << e)).to(gl.int32)
         inv = _unit_lower_inverse(power, rows, cols, solve_smem, rows_smem, levels)
         buf = count % 2
         mbarrier.wait(tb_empty.index(buf), ((count // 2) & 1) ^ 1)  # the consumer is done with item count - 2's
         tb2.index(buf).store((inv * beta_c[None, :]).to(tb2.dtype))  # TB = (I + A)^{-1} diag(beta)
         qkd2.index(buf).store(qk.to(qkd2.dtype))
+        gvec.index(buf).store(gl.exp2(lg_c))  # Gamma for the consumer's epilogue
         if NORM:  # reloaded here rather than kept live across the doubling
             vec2.index(2 * buf).store(nvec.index(2 * buf).load(gl.SliceLayout(0, mma_nn)))
             vec2.index(2 * buf + 1).store(nvec.index(2 * buf + 1).load(gl.SliceLayout(0, mma_nn)))
@@ -369,8 +372,8 @@ def _norms(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, k_rnor
             mbarrier.wait(sready.index(slot), ((sc + c) // SLOTS) & 1)
             k_c = sk_ring.index(slot).load(rows_l)  # [N, BK] both loads before the sums
             q_c = sq_ring.index(slot).load(rows_l)  # [N, BK]
-            k_sq += gl.sum(k_c * k_c, axis=1)
-            q_sq += gl.sum(q_c * q_c, axis=1)
+            k_sq += _row_sum(k_c * k_c, 1)
+            q_sq += _row_sum(q_c * q_c, 1)
             _barrier()  # every lane's loads done before the one-thread arrive,
             fence_async_shared()  # and ordered before the refill's TMA write (another proxy)
             mbarrier.arrive(sfree.index(slot))
@@ -389,8 +392,8 @@ def _norms(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, k_rnor
 
 @gluon.jit
 def _fused_verify_kernel(pool_desc, q_desc, k_desc, v_desc, delta_desc, o_desc, kpt_desc, dp_desc, slots_ptr, ga_ptr,
-                         active_ptr, beta_ptr, words_ptr, lg2_ptr, levels_ptr, k_rnorm_ptr, num_nodes_ptr, scale,
-                         n_items,
+                         active_ptr, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr, k_rnorm_ptr, num_nodes_ptr,
+                         scale, n_items,
                          H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
                          PATH: gl.constexpr, W: gl.constexpr, NORM: gl.constexpr, BK: gl.constexpr,
                          STAGES: gl.constexpr, SLOTS: gl.constexpr, WARPS: gl.constexpr, SOLVER_REGS: gl.constexpr,
@@ -413,6 +416,7 @@ def _fused_verify_kernel(pool_desc, q_desc, k_desc, v_desc, delta_desc, o_desc, 
     sq_ring = gl.allocate_shared_memory(gl.float32, [SLOTS, N, BK], q_desc.layout)
     sk_ring = gl.allocate_shared_memory(gl.float32, [SLOTS, N, BK], k_desc.layout)
     vec2 = gl.allocate_shared_memory(gl.float32, [4, N], flat)  # rk, rq for the consumer, two items
+    gvec = gl.allocate_shared_memory(gl.float32, [2, N], flat)  # Gamma for the consumer, two items
     nvec = gl.allocate_shared_memory(gl.float32, [4, N], flat)  # rk, rq for the solve, two items
     bar1: gl.constexpr = mbarrier.MBarrierLayout()
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar1)
@@ -446,31 +450,31 @@ def _fused_verify_kernel(pool_desc, q_desc, k_desc, v_desc, delta_desc, o_desc, 
     # (the partitions' arguments are written in the calls: a tuple variable would turn constexprs into tensors)
     if NORM:
         gl.warp_specialize([
-            (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_ptr, num_nodes_ptr,
-                         s_ring, q_ring, k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty,
-                         path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty, vec2, scale, n_items, HV, K, V, N,
-                         BK, STAGES, WARPS, NORM, HAS_NUM)),
+            (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, num_nodes_ptr, s_ring, q_ring,
+                         k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready,
+                         path_empty, tb2, qkd2, tb_ready, tb_empty, vec2, gvec, scale, n_items, HV, K, V, N, BK,
+                         STAGES, WARPS, NORM, HAS_NUM)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, kpt_desc, dp_desc, slots_ptr, s_ring, q_ring, k_ring,
                        ready, empty, v_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready, path_empty, n_items,
                        H, HV, K, V, N, BK, STAGES, PATH)),
-            (_solver, (q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, num_nodes_ptr, sq_ring, sk_ring,
-                       sready, sfree, solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, norm_ready,
-                       norm_empty, scale, n_items, H, HV, K, N, BK, W, SLOTS, NORM, HAS_NUM)),
+            (_solver, (q_desc, k_desc, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr, num_nodes_ptr, sq_ring,
+                       sk_ring, sready, sfree, solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, gvec, nvec,
+                       norm_ready, norm_empty, scale, n_items, H, HV, K, N, BK, W, SLOTS, NORM, HAS_NUM)),
             (_norms, (sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, k_rnorm_ptr, num_nodes_ptr,
                       n_items, H, HV, N, K, BK, SLOTS, 2, HAS_NUM)),
         ], [1, 4, 2], [40, SOLVER_REGS, 48])
     else:
         gl.warp_specialize([
-            (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, lg2_ptr, num_nodes_ptr,
-                         s_ring, q_ring, k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty,
-                         path_ready, path_empty, tb2, qkd2, tb_ready, tb_empty, vec2, scale, n_items, HV, K, V, N,
-                         BK, STAGES, WARPS, NORM, HAS_NUM)),
+            (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, num_nodes_ptr, s_ring, q_ring,
+                         k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready,
+                         path_empty, tb2, qkd2, tb_ready, tb_empty, vec2, gvec, scale, n_items, HV, K, V, N, BK,
+                         STAGES, WARPS, NORM, HAS_NUM)),
             (_loader, (pool_desc, q_desc, k_desc, v_desc, kpt_desc, dp_desc, slots_ptr, s_ring, q_ring, k_ring,
                        ready, empty, v_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready, path_empty, n_items,
                        H, HV, K, V, N, BK, STAGES, PATH)),
-            (_solver, (q_desc, k_desc, beta_ptr, words_ptr, lg2_ptr, levels_ptr, num_nodes_ptr, sq_ring, sk_ring,
-                       sready, sfree, solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, norm_ready,
-                       norm_empty, scale, n_items, H, HV, K, N, BK, W, SLOTS, NORM, HAS_NUM)),
+            (_solver, (q_desc, k_desc, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr, num_nodes_ptr, sq_ring,
+                       sk_ring, sready, sfree, solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, gvec, nvec,
+                       norm_ready, norm_empty, scale, n_items, H, HV, K, N, BK, W, SLOTS, NORM, HAS_NUM)),
         ], [1, 4], [40, SOLVER_REGS])
 
 
@@ -480,7 +484,7 @@ def _layout(block, dtype):
 
 def descriptors(state_pool, q, k, v, o, delta, kpt, dp) -> tuple:
     """TMA descriptors over 2-D views: the pool ``[P HV K, V]``, q / k ``[B N, H K]``, v / Delta / o ``[B N, HV V]``,
-    the pending ``kpt [P HV K, PATH]`` and ``dp [P PATH, HV V]``."""
+    the pending ``kpt [P H K, PATH]`` and ``dp [P PATH, HV V]``."""
     B, N, H, K = q.shape
     HV, V = v.shape[2:]
     path = kpt.shape[-1]
@@ -512,13 +516,13 @@ def build_for_sm90(*, H: int = 16, HV: int = 32, K: int = 128, V: int = 128, nor
     pool = torch.zeros(pool_slots, HV, K, V)
     q = torch.zeros(B, N, H, K)
     v = torch.zeros(B, N, HV, V)
-    descs = descriptors(pool, q, q, v, v, v, torch.zeros(pool_slots, HV, K, PATH_NODES),
+    descs = descriptors(pool, q, q, v, v, v, torch.zeros(pool_slots, H, K, PATH_NODES),
                         torch.zeros(pool_slots, PATH_NODES, HV, V))
     names = ("pool_desc", "q_desc", "k_desc", "v_desc", "delta_desc", "o_desc", "kpt_desc", "dp_desc")
     signature = {n: mangle_type(d) for n, d in zip(names, descs)}
-    signature.update(slots_ptr="*i32", ga_ptr="*fp32", active_ptr="*i32", beta_ptr="*fp32", words_ptr="*i32",
-                     lg2_ptr="*fp32", levels_ptr="*i32", k_rnorm_ptr="*fp32", num_nodes_ptr="*i32", scale="fp32",
-                     n_items="i32")
+    signature.update(slots_ptr="*i32", ga_ptr="*fp32", active_ptr="*i32", beta_ptr="*fp32", g_ptr="*fp32",
+                     words_ptr="*i32", depth_ptr="*i32", log_gamma_ptr="*fp32", k_rnorm_ptr="*fp32",
+                     num_nodes_ptr="*i32", scale="fp32", n_items="i32")
     constexprs = dict(H=H, HV=HV, K=K, V=V, N=N, PATH=PATH_NODES, W=(N + WORD_BITS - 1) // WORD_BITS, NORM=norm,
                       BK=BK, STAGES=STAGES, SLOTS=SOLVER_SLOTS, WARPS=CONSUMER_WARPS, SOLVER_REGS=SOLVER_REGS,
                       HAS_NUM=sizes)

@@ -77,7 +77,7 @@ def gdn_tree_verify_fused(
     if not fused_verify_supported(device):
         raise RuntimeError(f"gdn_tree_verify_fused needs an sm_90 (Hopper) CUDA device and Triton with Gluon; q is "
                            f"on {device}: use gdn_tree_verify + gdn_tree_commit there")
-    P, HV, K, V, path = _check_pool_and_pending(state_pool, pending)
+    P, H_pending, HV, K, V, path = _check_pool_and_pending(state_pool, pending)
     if (K, V) != (128, 128):
         raise ValueError(f"state_pool's states are [{K}, {V}]; the fused verify is built for [128, 128]")
     if path != PATH_NODES:
@@ -89,6 +89,8 @@ def gdn_tree_verify_fused(
     if N != F.NODES:
         raise ValueError(f"q has N = {N} nodes per request; the fused verify takes trees of exactly {F.NODES}")
     check_tensor("k", k, (B, N, H, K), "B, N, H, K", f32, device, contiguous=True)
+    if H != H_pending:
+        raise ValueError(f"q / k have H = {H} key heads; pending holds {H_pending} (pending_commits(pool, {H}))")
     check_tensor("v", v, (B, N, HV, V), "B, N, HV, V", f32, device, contiguous=True)
     check_tensor("g", g, (B, N, HV), "B, N, HV", f32, device, contiguous=True)
     check_tensor("beta", beta, (B, N, HV), "B, N, HV", f32, device, contiguous=True)
@@ -109,15 +111,11 @@ def gdn_tree_verify_fused(
     delta = torch.empty(B, N, HV, V, device=device)
     log_gamma = torch.empty(B, N, HV, device=device)
     k_rnorm = torch.empty(B, N, H, device=device) if use_qk_l2norm_in_kernel else None
-    lg2 = torch.empty(B * HV, N, device=device)  # [B HV, N] log2 Gamma
-    levels = torch.empty(B, dtype=torch.int32, device=device)
     W = meta.words.shape[2]
-    F._prepare_kernel[(B, )](meta.words, meta.depth, g, sizes, lg2, log_gamma, levels, N=N, HV=HV,
-                             HVP=max(16, 1 << (HV - 1).bit_length()), W=W, HAS_NUM=has_num, num_warps=4)
     descs = F.descriptors(state_pool, q, k, v, o, delta, pending.kpt, pending.dp)
     F._fused_verify_kernel[(min(_num_sms(device), B * HV), )](
-        *descs, slots, pending.gamma_a, pending.active, beta, meta.words, lg2, levels,
-        k_rnorm if k_rnorm is not None else lg2, sizes, float(scale), B * HV,
+        *descs, slots, pending.gamma_a, pending.active, beta, g, meta.words, meta.depth, log_gamma,
+        k_rnorm if k_rnorm is not None else log_gamma, sizes, float(scale), B * HV,
         H=H, HV=HV, K=K, V=V, N=N, PATH=path, W=W, NORM=bool(use_qk_l2norm_in_kernel), BK=F.BK, STAGES=F.STAGES,
         SLOTS=F.SOLVER_SLOTS, WARPS=F.CONSUMER_WARPS, SOLVER_REGS=F.SOLVER_REGS, HAS_NUM=has_num,
         num_warps=F.CONSUMER_WARPS,

@@ -41,43 +41,6 @@ def test_kernel_builds_for_sm90():
     assert ptx[True].count("fence.proxy.async") - ptx[False].count("fence.proxy.async") == chunks
 
 
-@pytest.mark.parametrize("sized", [True, False])
-def test_preparation_kernel_matches_the_reference(sized):
-    """The fused verify's preparation (a Triton kernel, so it runs here under the interpreter): ``log Gamma`` as
-    the closed form's (zero on padding, whose NaN gates are never read), ``log2 Gamma`` transposed for the fused
-    kernel, and each request's doubling count, ``bit_length`` of its real nodes' largest depth."""
-    pytest.importorskip("triton.experimental.gluon")
-    from lumotree.optimized import _gdn_fused_gluon as F
-
-    rows = _rows("deep_wide", seed=3, B=3, sized=sized)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    case = make_case(rows, H=1, group=2, pad=64 - max(len(r) for r in rows), seed=3, device=device)
-    g = case["a"].clone()
-    for b, row in enumerate(rows):
-        g[b, len(row):] = float("nan")
-    num_nodes = case["num_nodes"] if sized else None
-    meta = G.tree_meta(case["parents"], num_nodes)
-    B, N, HV = g.shape
-    lg2 = torch.full((B * HV, N), float("nan"), device=device)
-    log_gamma = torch.full((B, N, HV), float("nan"), device=device)
-    levels = torch.full((B, ), -1, dtype=torch.int32, device=device)
-    F._prepare_kernel[(B, )](meta.words, meta.depth, g, num_nodes if sized else case["slots"], lg2, log_gamma, levels,
-                             N=N, HV=HV, HVP=16, W=meta.words.shape[2], HAS_NUM=sized)
-    want = R.gdn_tree_closed_form_ref(case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"],
-                                      case["slots"], case["parents"], num_nodes=case["num_nodes"])[1].log_gamma
-    assert rel_err(log_gamma, want) < 1e-6
-    assert torch.allclose(lg2.view(B, HV, N).transpose(1, 2), log_gamma / np.log(2.0), rtol=1e-6, atol=1e-6)
-    depth = [max(_depths(row)) for row in rows]
-    assert levels.tolist() == [d.bit_length() for d in depth]
-
-
-def _depths(parents):
-    depth = []
-    for p in parents:
-        depth.append(0 if p < 0 else depth[p] + 1)
-    return depth
-
-
 def test_off_hopper_the_call_raises_naming_the_device():
     q = torch.zeros(2, 64, 1, 128)
     if FV.fused_verify_supported(q.device):
@@ -126,7 +89,7 @@ def test_gpu_fused_step_matches_float64(kind, sized, norm):
     _, f1 = G.gdn_tree_verify(*args, pool, slots, parents, use_qk_l2norm_in_kernel=norm, input_precision="tf32",
                               **sizes)
     acc1 = torch.tensor([len(r) // 2 for r in rows], dtype=torch.int32, device="cuda")
-    pending = PD.pending_commits(pool)
+    pending = PD.pending_commits(pool, 2)
     PD.gdn_tree_record(pending, pool, slots, f1, parents, acc1, **sizes)
     s1 = R.gdn_tree_commit_ref(start.double(), slots, f1, parents, acc1, **sizes)  # [B, HV, K, V] step 1's state
     case2 = _case(rows, norm, seed=12)  # step 2's tokens on the same trees
@@ -162,7 +125,7 @@ def test_gpu_fused_step_matches_float64(kind, sized, norm):
 def test_gpu_bad_input_names_the_argument():
     case = _case(_rows("random", seed=13, B=2), True, seed=13)
     pool, slots, parents = case["pool"], case["slots"], case["parents"]
-    pending = PD.pending_commits(pool)
+    pending = PD.pending_commits(pool, 2)
     args = [case[n] for n in ("q", "k", "v", "a", "b")]
     with pytest.raises(TypeError, match="q"):
         FV.gdn_tree_verify_fused(args[0].half(), *args[1:], pool, slots, parents, pending)

@@ -29,10 +29,17 @@ def round_tf32(x: torch.Tensor) -> torch.Tensor:
     return ((bits + 0x1000) & -0x2000).view(torch.float32)
 
 
+def value_head_kpt(pending, slots) -> torch.Tensor:
+    """``[B, HV, K, PATH]``: each value head's ``kpt`` (its key head's, shared by the group)."""
+    H, HV = pending.kpt.shape[1], pending.dp.shape[2]
+    return pending.kpt[slots].repeat_interleave(HV // H, dim=1)
+
+
 def rounding_bound(pending, slots) -> torch.Tensor:
     """``[B, HV, K, V]`` float64: what rounding ``kpt`` and ``dp`` to tf32 may move ``kpt dp``, element by element:
     ``(2u + u^2) |kpt| |dp|`` (each operand within ``u`` of its exact value), 0 where nothing is pending."""
-    mags = torch.einsum("bhkp,bphv->bhkv", pending.kpt[slots].double().abs(), pending.dp[slots].double().abs())
+    mags = torch.einsum("bhkp,bphv->bhkv", value_head_kpt(pending, slots).double().abs(),
+                        pending.dp[slots].double().abs())
     return torch.where(pending.active[slots].bool()[..., None, None], (2 + TF32_UNIT) * TF32_UNIT * mags, 0.0)
 
 
@@ -55,7 +62,7 @@ def factors_of(case, l2norm: bool):
 def true_states(pool, pending, slots):
     """``gamma_a S + kpt dp`` where pending, else ``S``, at ``slots`` (float64): what pool + pending hold."""
     s = pool[slots].double()  # [B, HV, K, V]
-    upd = torch.einsum("bhkp,bphv->bhkv", pending.kpt[slots].double(), pending.dp[slots].double())
+    upd = torch.einsum("bhkp,bphv->bhkv", value_head_kpt(pending, slots).double(), pending.dp[slots].double())
     held = pending.gamma_a[slots].double()[..., None, None] * s + upd
     return torch.where(pending.active[slots].bool()[..., None, None], held, s)
 
@@ -80,7 +87,7 @@ def test_record_then_flush_is_the_commit(rows, group, l2norm, picks, seed):
     want = R.gdn_tree_commit_ref(case["pool"].double(), case["slots"], factors, case["parents"], accepted,
                                  num_nodes=case["num_nodes"])  # [B, HV, K, V]
     pool = case["pool"]
-    pending = PD.pending_commits(pool)
+    pending = PD.pending_commits(pool, 2)
     PD.gdn_tree_record(pending, pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"])
     slots = case["slots"]
     bound = rounding_bound(pending, slots)
@@ -110,7 +117,7 @@ def test_a_second_record_applies_the_first():
     rows = [build_tree_parents("deep_wide", 9, __import__("numpy").random.default_rng(3)), [-1, 0, 1, 1, 0]]
     case = make_case(rows, H=1, group=2, seed=4)
     pool = case["pool"]
-    pending = PD.pending_commits(pool)
+    pending = PD.pending_commits(pool, 1)
     first = torch.tensor([6, 3], dtype=torch.int32, device=DEVICE)
     f1 = factors_of(case, True)
     PD.gdn_tree_record(pending, pool, case["slots"], f1, case["parents"], first, num_nodes=case["num_nodes"])
@@ -134,45 +141,52 @@ def test_a_second_record_applies_the_first():
 
 
 def test_the_record_rounds_its_operands_to_nearest_tf32():
-    """On a chain (path = nodes 0..a): ``dp`` is exactly the path's Delta rows rounded to nearest tf32, ``kpt`` the
-    float64 ``(diag(w) K^_p)^T`` rounded so (a tf32 unit apart at most, where the fp32 product lies next to a
-    rounding boundary), zero past the path; truncation would leave about half of them a unit low."""
+    """On a chain (path = nodes 0..a), two value heads sharing a key head: ``kpt`` is the float64 ``K^_p^T``
+    rounded to nearest tf32, each value head's ``dp`` its ``diag(w) Delta_p`` rounded so (a tf32 unit apart at
+    most, where the fp32 product lies next to a rounding boundary; truncation would leave about half of them a
+    unit low), zero past the path."""
     rows = [build_tree_parents("chain", 12, None)]
     case = make_case(rows, H=1, group=2, K=32, V=32, seed=7)
     factors = factors_of(case, True)
     a = 9
-    pending = PD.pending_commits(case["pool"])
+    pending = PD.pending_commits(case["pool"], 1)
     PD.gdn_tree_record(pending, case["pool"], case["slots"], factors, case["parents"],
                        torch.tensor([a], dtype=torch.int32, device=DEVICE), num_nodes=case["num_nodes"])
     slot = int(case["slots"][0])
     path = torch.arange(a + 1)
-    assert torch.equal(pending.dp[slot, : a + 1], round_tf32(factors.delta[0, path]))
     lg = factors.log_gamma[0].double()  # [N, HV]
     w = torch.exp(lg[a] - lg[path])  # [P, HV]
     k_hat = factors.k[0, path, 0].double() * factors.k_rnorm[0, path, 0, None].double()  # [P, K]
-    want = round_tf32((k_hat[:, None, :] * w[:, :, None]).permute(1, 2, 0).float())  # [HV, K, P]
-    got = pending.kpt[slot, :, :, : a + 1]
-    unit = want.abs() * 2 * TF32_UNIT
-    assert bool(((got - want).abs() <= unit).all())
-    assert float((got == want).double().mean()) > 0.98
+    for got, exact in ((pending.kpt[slot, 0, :, : a + 1], k_hat.T),
+                       (pending.dp[slot, : a + 1], w[:, :, None] * factors.delta[0, path].double())):
+        want = round_tf32(exact.float())
+        assert bool(((got - want).abs() <= want.abs() * 2 * TF32_UNIT).all())
+        assert float((got == want).double().mean()) > 0.98
     assert not bool(pending.kpt[slot, :, :, a + 1:].any())
+    assert torch.equal(pending.active[slot].cpu(), torch.ones(2, dtype=torch.int32))
+    assert torch.allclose(pending.gamma_a[slot].double(), torch.exp(lg[a]), rtol=1e-6)
 
 
 def test_bad_input_names_the_argument():
-    case = make_case([[-1, 0, 1]], seed=6)
+    case = make_case([[-1, 0, 1]], group=2, seed=6)
     pool = case["pool"]
     factors = factors_of(case, False)
     accepted = torch.tensor([2], dtype=torch.int32, device=DEVICE)
     args = (pool, case["slots"], factors, case["parents"], accepted)
     with pytest.raises(TypeError, match="pending"):
         PD.gdn_tree_record((1, 2, 3, 4), *args)
-    pending = PD.pending_commits(pool)
+    with pytest.raises(ValueError, match="key_heads"):
+        PD.pending_commits(pool, 3)
+    pending = PD.pending_commits(pool, 2)
+    with pytest.raises(ValueError, match="pending holds 2"):
+        PD.gdn_tree_record(pending, *args)
+    pending = PD.pending_commits(pool, 1)
     with pytest.raises(ValueError, match="pending.kpt"):
         PD.gdn_tree_record(pending._replace(kpt=pending.kpt[:, :, :8]), *args)
     with pytest.raises(TypeError, match="pending.active"):
         PD.gdn_tree_flush(pending._replace(active=pending.active.float()), pool)
     with pytest.raises(ValueError, match="path"):
-        PD.pending_commits(pool, path=8)
+        PD.pending_commits(pool, 1, path=8)
     with pytest.raises(ValueError, match="accepted"):
         PD.gdn_tree_record(pending, pool, case["slots"], factors, case["parents"],
                            torch.tensor([3], dtype=torch.int32, device=DEVICE))

@@ -80,7 +80,7 @@ def main():
     for warps in (1, 2, 4, 8):
         def rec(w=warps):
             pending.active.zero_()
-            PD._record_kernel[(B * HV, )](
+            PD._record_kernel[(B * H, )](
                 pool, pending.kpt, pending.dp, pending.gamma_a, pending.active, slots, meta.words, slots, accepted,
                 delta, log_gamma, k, k_rnorm, N, k.stride(0), k.stride(1), k.stride(2), H=H, HV=HV, K=128, V=128,
                 W=meta.words.shape[2], NP=64, PATH=16, BV=32, L2NORM=True, HAS_NUM=False, WORD_BITS=32,
