@@ -48,7 +48,7 @@ BK = 16  # state rows a chunk
 STAGES = 3  # the loader's ring
 SOLVER_SLOTS = 2  # the solve's q / k ring
 CONSUMER_WARPS = 8
-SOLVER_REGS = 192  # compile-only SASS: 3 spill stores here (184: 6-7); the consumer keeps 136 registers
+SOLVER_REGS = 192  # compile-only SASS (Triton 3.6): 12 spill stores (200: 9, but the consumer drops to 128)
 WORD_BITS = 32
 LOG2E = gl.constexpr(1.4426950408889634)
 
@@ -206,7 +206,7 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, num_
         real = nodes < _nodes_of(num_nodes_ptr, b, N, HAS_NUM)  # [N]
         mbarrier.wait(ep_ready, count & 1)
         mbarrier.wait(tb_ready.index(count % 2), (count // 2) & 1)
-        gam = gvec.index(count % 2).load(gl.SliceLayout(0, mma))  # [N] Gamma, from the solve
+        gam = gvec.index(count % 4).load(gl.SliceLayout(0, mma))  # [N] Gamma, from the solve
         if NORM:  # the keys' and queries' row factors rk, rq from the solve's hand-over
             rk = vec2.index(2 * (count % 2)).load(gl.SliceLayout(0, mma))  # [N]
             rq = vec2.index(2 * (count % 2) + 1).load(gl.SliceLayout(0, mma))  # [N]
@@ -279,8 +279,6 @@ def _solver(q_desc, k_desc, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr
         cols = gl.arange(0, N, layout=gl.SliceLayout(0, mma_nn))  # [N]
         n_b = _nodes_of(num_nodes_ptr, b, N, HAS_NUM)
         beta_r = gl.load(beta_ptr + ((b * N + rows) * HV + hv))  # [N]
-        g_c = gl.load(g_ptr + ((b * N + cols) * HV + hv), mask=cols < n_b, other=0.0)  # [N] (padding: not read)
-        depth = gl.load(depth_ptr + b * N + rows, mask=rows < n_b, other=0)  # [N]
         kk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] K K^T
         qk = gl.zeros([N, N], gl.float32, mma_nn)  # [N, N] Q K^T
         for c in gl.static_range(CHUNKS):
@@ -306,12 +304,19 @@ def _solver(q_desc, k_desc, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr
                           sk_ring.index(slot))
         sc += CHUNKS
         beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
+        g_c = gl.load(g_ptr + ((b * N + cols) * HV + hv), mask=cols < n_b, other=0.0)  # [N] (padding: not read)
+        depth = gl.load(depth_ptr + b * N + rows, mask=rows < n_b, other=0)  # [N]
         word = gl.load(words_ptr + ((b * N + rows[:, None]) * W + cols[None, :] // 32))  # [N, N] int32
         anc = (((word >> (cols[None, :] % 32)) & 1) != 0) & (rows[:, None] < n_b) & (cols[None, :] < n_b)  # [N, N] M
         log_gamma = _row_sum(gl.where(anc, g_c[None, :], 0.0), 1)  # [N] log Gamma_i (0: padding)
         gl.store(log_gamma_ptr + ((b * N + rows) * HV + hv), log_gamma)
         lg_r = log_gamma * LOG2E + gl.log2(scale)  # [N] log2(scale Gamma_i)
         lg_c = gl.convert_layout(log_gamma * LOG2E, gl.SliceLayout(0, mma_nn))  # [N] log2 Gamma_j
+        gvec.index(count % 4).store(gl.exp2(lg_c))  # Gamma for the consumer (its item count - 4 is done)
+        depth_max = gl.reduce(depth, 0, _larger)
+        levels = 0
+        for e in gl.static_range(6):  # bit_length(max depth); N = 64: depths < 64
+            levels += (depth_max >= (1 << e)).to(gl.int32)
         beta_c = gl.where(cols < n_b, beta_c, 0.0)  # [N]
         row_a = -beta_r / scale  # [N] -A's row factor
         if NORM:  # the norm partition's factors, loaded in both layouts (no conversion)
@@ -327,16 +332,11 @@ def _solver(q_desc, k_desc, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr
             qk = gl.where(anc, qk * decay * rq_r[:, None], 0.0)  # QKD = diag(rq) scale Q K^T ⊙ D
         else:
             qk = gl.where(anc, qk * decay, 0.0)  # QKD = scale Q K^T ⊙ D
-        depth_max = gl.reduce(depth, 0, _larger)
-        levels = 0
-        for e in gl.static_range(6):  # bit_length(max depth); N = 64: depths < 64
-            levels += (depth_max >= (1 << e)).to(gl.int32)
         inv = _unit_lower_inverse(power, rows, cols, solve_smem, rows_smem, levels)
         buf = count % 2
         mbarrier.wait(tb_empty.index(buf), ((count // 2) & 1) ^ 1)  # the consumer is done with item count - 2's
         tb2.index(buf).store((inv * beta_c[None, :]).to(tb2.dtype))  # TB = (I + A)^{-1} diag(beta)
         qkd2.index(buf).store(qk.to(qkd2.dtype))
-        gvec.index(buf).store(gl.exp2(lg_c))  # Gamma for the consumer's epilogue
         if NORM:  # reloaded here rather than kept live across the doubling
             vec2.index(2 * buf).store(nvec.index(2 * buf).load(gl.SliceLayout(0, mma_nn)))
             vec2.index(2 * buf + 1).store(nvec.index(2 * buf + 1).load(gl.SliceLayout(0, mma_nn)))
@@ -416,7 +416,8 @@ def _fused_verify_kernel(pool_desc, q_desc, k_desc, v_desc, delta_desc, o_desc, 
     sq_ring = gl.allocate_shared_memory(gl.float32, [SLOTS, N, BK], q_desc.layout)
     sk_ring = gl.allocate_shared_memory(gl.float32, [SLOTS, N, BK], k_desc.layout)
     vec2 = gl.allocate_shared_memory(gl.float32, [4, N], flat)  # rk, rq for the consumer, two items
-    gvec = gl.allocate_shared_memory(gl.float32, [2, N], flat)  # Gamma for the consumer, two items
+    gvec = gl.allocate_shared_memory(gl.float32, [4, N], flat)  # Gamma for the consumer, four items (the solve
+    # writes item c's before it waits for the consumer to finish item c - 2: item c - 4's entry is free)
     nvec = gl.allocate_shared_memory(gl.float32, [4, N], flat)  # rk, rq for the solve, two items
     bar1: gl.constexpr = mbarrier.MBarrierLayout()
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar1)

@@ -69,9 +69,10 @@ def gdn_tree_verify_fused(
     ``q, k: [B, 64, H, 128]``, ``v: [B, 64, HV, 128]``, ``g`` (log decay) and ``beta``: ``[B, 64, HV]``, all fp32
     and contiguous; ``state_pool: [P, HV, 128, 128]`` fp32 at ``slots: [B]`` (distinct); ``parents: [B, 64]``;
     ``num_nodes: [B]`` for trees smaller than 64 (padding ignored, outputs there zero); ``pending`` from
-    :func:`~lumotree.optimized.gdn_tree_pending.pending_commits` on the same pool. Per (request, value head): ``S0 = gamma_a S + kpt dp`` where pending (else ``S``) is written to the
-    pool and the entry cleared; then ``o`` and the factors as :func:`~lumotree.optimized.gdn_tree.gdn_tree_verify`
-    with ``input_precision="tf32"`` computes them from ``S0``. ``meta``: this step's :func:`tree_meta`.
+    :func:`~lumotree.optimized.gdn_tree_pending.pending_commits` on the same pool (and ``H``). Per (request, value
+    head): ``S0 = gamma_a S + kpt dp`` where pending (else ``S``) is written to the pool and the entry cleared; then
+    ``o`` and the factors as :func:`~lumotree.optimized.gdn_tree.gdn_tree_verify` with ``input_precision="tf32"``
+    computes them from ``S0``. ``meta``: this step's :func:`tree_meta`.
     ``validate=False`` skips the checks that read data back to the host. Returns ``(o, factors)``."""
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     if not fused_verify_supported(device):

@@ -227,9 +227,9 @@ def gdn_tree_record(
     fp32, ``factors`` from the verify of the same trees, slots distinct). Per (request, key head): a slot whose
     previous record is still pending has it applied first; a path of at most ``PATH`` nodes is recorded
     (``kpt``, each value head's ``dp``, both rounded to tf32, ``gamma_a``, ``active = 1``); a longer one is
-    committed to the pool at once (fp32). Afterwards ``gamma_a S + kpt dp`` (or ``S``, where nothing is pending) is what ``gdn_tree_commit``
-    would have left in the pool, up to the tf32 rounding of ``kpt`` and ``dp`` (module docstring) and fp32
-    rounding. Returns ``pending``."""
+    committed to the pool at once (fp32). Afterwards ``gamma_a S + kpt dp`` (or ``S``, where nothing is pending)
+    is what ``gdn_tree_commit`` would have left in the pool, up to the tf32 rounding of ``kpt`` and ``dp`` (module
+    docstring) and fp32 rounding. Returns ``pending``."""
     P, H_pending, HV, K, V, path = _check_pool_and_pending(state_pool, pending)
     device = state_pool.device
     delta, log_gamma, k, k_rnorm, B, N, H = check_factors(factors, (), HV, K, V, device)
@@ -245,7 +245,7 @@ def gdn_tree_record(
         state_pool, pending.kpt, pending.dp, pending.gamma_a, pending.active, slots, meta.words,
         num_nodes if has_num else slots, accepted, delta, log_gamma, k, kr, N, k.stride(0), k.stride(1), k.stride(2),
         H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=triton.next_power_of_2(N), PATH=path, BV=_block_v(V),
-        L2NORM=k_rnorm is not None, HAS_NUM=has_num, WORD_BITS=WORD_BITS, num_warps=4,
+        L2NORM=k_rnorm is not None, HAS_NUM=has_num, WORD_BITS=WORD_BITS, num_warps=2,
     )
     return pending
 

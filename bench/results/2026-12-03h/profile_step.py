@@ -77,7 +77,7 @@ def main():
     HV = delta.shape[2]
     slots, accepted = x["slots"], x["accepted"]
     out["record"] = {}
-    for warps in (1, 2, 4, 8):
+    for warps in (1, 2, 4):
         def rec(w=warps):
             pending.active.zero_()
             PD._record_kernel[(B * H, )](
@@ -88,6 +88,15 @@ def main():
         t = bench_gdn.graph_time(rec)[0]
         out["record"][warps] = t
         print(f"record alone (+ memset), {warps} warps: {t:.1f} us")
+    from lumotree.optimized import _gdn_fused_gluon as F  # noqa: PLC0415
+    default = F.SOLVER_REGS
+    out["solver_regs"] = {}
+    for regs in (200, default):  # the solve partition's register budget (a constant of the launch)
+        F.SOLVER_REGS = regs
+        out["solver_regs"][regs] = dict(step_us=bench_gdn.graph_time(step)[0],
+                                        verify_us=bench_gdn.graph_time(verify)[0])
+        print(f"SOLVER_REGS {regs}: step {out['solver_regs'][regs]['step_us']:.1f} us, verify "
+              f"{out['solver_regs'][regs]['verify_us']:.1f} us")
     with open(args.out, "w") as fh:
         json.dump(out, fh, indent=1)
 
