@@ -113,12 +113,14 @@ def gdn_path(parents, node):
 
 def test_a_second_record_applies_the_first():
     """Two steps with no flush between: the second record applies the first before it records (its factors come
-    from the true state after step 1), so the flush leaves the commit of both."""
-    rows = [build_tree_parents("deep_wide", 9, __import__("numpy").random.default_rng(3)), [-1, 0, 1, 1, 0]]
+    from the true state after step 1), so the flush leaves the commit of both. The third request's second path
+    (20 nodes) is too long to hold: applied first, then committed at once."""
+    rows = [build_tree_parents("deep_wide", 9, __import__("numpy").random.default_rng(3)), [-1, 0, 1, 1, 0],
+            build_tree_parents("chain", 20, None)]
     case = make_case(rows, H=1, group=2, seed=4)
     pool = case["pool"]
     pending = PD.pending_commits(pool, 1)
-    first = torch.tensor([6, 3], dtype=torch.int32, device=DEVICE)
+    first = torch.tensor([6, 3, 5], dtype=torch.int32, device=DEVICE)
     f1 = factors_of(case, True)
     PD.gdn_tree_record(pending, pool, case["slots"], f1, case["parents"], first, num_nodes=case["num_nodes"])
     bound = rounding_bound(pending, case["slots"])  # the first record's error, carried (decayed) into the second
@@ -130,7 +132,7 @@ def test_a_second_record_applies_the_first():
     true_pool[case["slots"]] = s1.float()
     case2["pool"] = true_pool
     f2 = factors_of(case2, True)
-    second = torch.tensor([8, 4], dtype=torch.int32, device=DEVICE)
+    second = torch.tensor([8, 4, 19], dtype=torch.int32, device=DEVICE)
     want = R.gdn_tree_commit_ref(s1.new_zeros(pool.shape, dtype=torch.float64).index_copy(
         0, case["slots"].long(), s1), case["slots"], f2, case["parents"], second, num_nodes=case["num_nodes"])
     PD.gdn_tree_record(pending, pool, case["slots"], f2, case["parents"], second, num_nodes=case["num_nodes"])

@@ -7,6 +7,11 @@ in the probe), ``_SKIP_REAL`` (without ``num_nodes`` no padding masks in the epi
 that module with the switches set, run through the library's ``gdn_tree_verify_fused`` (its module swapped in),
 checked against the unmodified library on the first call, then timed (CUDA-graph medians, verify + preparation).
 
+**Run 95's result is void**: swapping only the ``sys.modules`` entry did not reach the wrapper, whose ``from .
+import _gdn_fused_gluon`` reads the package attribute, so every "variant" ran the unmodified kernel (identical
+outputs, times within noise). :func:`main` now swaps both; ``data_probe.py`` (run 100) repeats the question on
+the current kernel.
+
 Run (GPU): ``PYTHONPATH=$PWD:$PWD/bench python bench/results/2026-12-03h/fused_variants.py``.
 """
 import importlib.util
@@ -104,7 +109,9 @@ def main():
     results, want = {}, None
     with tempfile.TemporaryDirectory() as tmp:
         for tag, flags in [("library", None)] + list(VARIANTS.items()):
-            sys.modules[NAME] = lib if flags is None else load_variant(tag, *flags, tmp)
+            mod = lib if flags is None else load_variant(tag, *flags, tmp)
+            sys.modules[NAME] = mod
+            setattr(sys.modules["lumotree.optimized"], "_gdn_fused_gluon", mod)
             pool = x["pool"].clone()
             pending = PD.pending_commits(pool)
             PD.gdn_tree_record(pending, pool, x["slots"], first, x["parents"], x["accepted"], meta=meta,
@@ -124,6 +131,7 @@ def main():
             print(f"{tag:10s} {us:6.1f} us   vs library o / Delta / state {errs[0]:.1e} {errs[1]:.1e} {errs[2]:.1e}",
                   flush=True)
     sys.modules[NAME] = lib
+    setattr(sys.modules["lumotree.optimized"], "_gdn_fused_gluon", lib)
     with open(sys.argv[1] if len(sys.argv) > 1 else "fused_variants.json", "w") as fh:
         json.dump(results, fh, indent=1)
 
