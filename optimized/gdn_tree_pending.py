@@ -102,8 +102,7 @@ def _record_kernel(
     pool_ptr, kpt_ptr, dp_ptr, gamma_ptr, active_ptr, slots_ptr, words_ptr, num_nodes_ptr, accepted_ptr,
     delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr, N, s_kb, s_kn, s_kh,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr, NP: tl.constexpr,
-    PATH: tl.constexpr, BV: tl.constexpr, GP: tl.constexpr, L2NORM: tl.constexpr, HAS_NUM: tl.constexpr,
-    WORD_BITS: tl.constexpr,
+    PATH: tl.constexpr, BV: tl.constexpr, L2NORM: tl.constexpr, HAS_NUM: tl.constexpr, WORD_BITS: tl.constexpr,
 ):  # fmt: skip
     """One program per (request, key head) and the ``G = HV / H`` value heads of its group: a pending entry of
     the slot is applied first (every value head's, before the shared ``kpt`` is rewritten); then the path
@@ -117,63 +116,55 @@ def _record_kernel(
     G: tl.constexpr = HV // H
     b64 = b.to(tl.int64)
     slot = tl.load(slots_ptr + b).to(tl.int64)
-    node = tl.load(accepted_ptr + b)
+    for j in tl.static_range(G):  # the previous record was never applied: apply it now
+        if tl.load(active_ptr + slot * HV + h * G + j) != 0:
+            _apply_pending(pool_ptr, kpt_ptr, dp_ptr, slot, h * G + j, tl.load(gamma_ptr + slot * HV + h * G + j),
+                           H, HV, K, V, PATH, BV)
+    tl.debug_barrier()  # every thread's reads of the old kpt before any thread rewrites it
     n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
+    node = tl.load(accepted_ptr + b)
     on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)
     krows = tl.arange(0, K)  # [K]
     vcols = tl.arange(0, V)  # [V]
     lanes = tl.arange(0, PATH)  # [PATH]
-    group = tl.arange(0, GP)  # [GP] the group's value heads (GP = next power of two of G)
-    heads = h * G + group  # [GP]
-    in_group = group < G  # [GP]
-    held = path_len <= PATH
-    # the record's inputs are loaded before the pending entries are looked at, so their latency overlaps
-    idx = path_chunk(on_path, rank, 0, NP, PATH)  # [PATH] node of each path entry (0 past the end)
-    live = lanes < tl.where(held, path_len, 0)  # [PATH] (none when the path is too long to hold)
-    k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + krows[None, :], mask=live[:, None],
-                  other=0.0).to(tl.float32)  # [PATH, K] (0 past the path)
-    if L2NORM:
-        k_p = k_p * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)[:, None]
-    lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + heads, mask=in_group, other=0.0)  # [GP]
-    lg = tl.load(log_gamma_ptr + (b64 * N + idx[None, :]) * HV + heads[:, None],
-                 mask=in_group[:, None] & live[None, :], other=0.0)  # [GP, PATH]
-    rows = (b64 * N + idx[None, :, None]) * HV + heads[:, None, None]  # [GP, PATH, 1]
-    d = tl.load(delta_ptr + rows * V + vcols[None, None, :], mask=(in_group[:, None] & live[None, :])[:, :, None],
-                other=0.0)  # [GP, PATH, V]
-    pending_now = tl.load(active_ptr + slot * HV + heads, mask=in_group, other=0)  # [GP]
-    for j in tl.static_range(G):  # the previous record was never applied: apply it now
-        if tl.sum(tl.where(group == j, pending_now, 0), axis=0) != 0:
-            _apply_pending(pool_ptr, kpt_ptr, dp_ptr, slot, h * G + j, tl.load(gamma_ptr + slot * HV + h * G + j),
-                           H, HV, K, V, PATH, BV)
-    tl.debug_barrier()  # every thread's reads of the old kpt before any thread rewrites it
-    if held:
+    if path_len <= PATH:
+        idx = path_chunk(on_path, rank, 0, NP, PATH)  # [PATH] node of each path entry (0 past the end)
+        live = lanes < path_len  # [PATH]
+        k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + krows[None, :], mask=live[:, None],
+                      other=0.0).to(tl.float32)  # [PATH, K] (0 past the path)
+        if L2NORM:
+            k_p = k_p * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)[:, None]
         tl.store(kpt_ptr + ((slot * H + h) * K + krows[:, None]) * PATH + lanes[None, :], _round_tf32(tl.trans(k_p)))
-        weight = tl.exp(lg_a[:, None] - lg)  # [GP, PATH] Gamma_a / Gamma_j
-        dp_rows = (slot * PATH + lanes[None, :, None]) * HV + heads[:, None, None]  # [GP, PATH, 1]
-        tl.store(dp_ptr + dp_rows * V + vcols[None, None, :], _round_tf32(d * weight[:, :, None]),
-                 mask=(in_group[:, None] & live[None, :])[:, :, None])
-        tl.store(gamma_ptr + slot * HV + heads, tl.exp(lg_a), mask=in_group)
-        tl.store(active_ptr + slot * HV + heads, 1, mask=in_group)
+        for j in tl.static_range(G):
+            hv = h * G + j
+            lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
+            lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PATH]
+            weight = tl.exp(lg_a - lg)  # [PATH] Gamma_a / Gamma_j
+            d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :], mask=live[:, None])
+            tl.store(dp_ptr + ((slot * PATH + lanes[:, None]) * HV + hv) * V + vcols[None, :],
+                     _round_tf32(d * weight[:, None]), mask=live[:, None])
+            tl.store(gamma_ptr + slot * HV + hv, tl.exp(lg_a))
+            tl.store(active_ptr + slot * HV + hv, 1)
     else:  # too long to hold: the commit itself, PATH path entries a product
         for j in tl.static_range(G):
             hv = h * G + j
-            lg_node = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
+            lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
             for v0 in range(0, V, BV):
                 cols = v0 + tl.arange(0, BV)  # [BV]
                 ptrs = pool_ptr + (slot * HV + hv) * (K * V) + krows[:, None] * V + cols[None, :]  # [K, BV]
-                s = tl.load(ptrs) * tl.exp(lg_node)  # [K, BV] Gamma_a S0
+                s = tl.load(ptrs) * tl.exp(lg_a)  # [K, BV] Gamma_a S0
                 for p0 in range(0, path_len, PATH):
-                    idx_c = path_chunk(on_path, rank, p0, NP, PATH)  # [PATH]
-                    live_c = p0 + lanes < path_len  # [PATH]
-                    lg_c = tl.load(log_gamma_ptr + (b64 * N + idx_c) * HV + hv, mask=live_c, other=0.0)  # [PATH]
-                    w_c = tl.where(live_c, tl.exp(lg_node - lg_c), 0.0)  # [PATH]
+                    idx = path_chunk(on_path, rank, p0, NP, PATH)  # [PATH]
+                    live = p0 + lanes < path_len  # [PATH]
+                    lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PATH]
+                    weight = tl.where(live, tl.exp(lg_a - lg), 0.0)  # [PATH]
                     if L2NORM:
-                        w_c = w_c * tl.load(k_rnorm_ptr + (b64 * N + idx_c) * H + h, mask=live_c, other=0.0)
-                    k_c = tl.load(k_ptr + b64 * s_kb + idx_c[:, None] * s_kn + h * s_kh + krows[None, :],
-                                  mask=live_c[:, None], other=0.0).to(tl.float32)  # [PATH, K]
-                    d_c = tl.load(delta_ptr + ((b64 * N + idx_c[:, None]) * HV + hv) * V + cols[None, :],
-                                  mask=live_c[:, None], other=0.0)  # [PATH, BV]
-                    s = tl.dot(tl.trans(k_c * w_c[:, None]), d_c, s, input_precision="ieee")  # [K, BV]
+                        weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
+                    k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + krows[None, :],
+                                  mask=live[:, None], other=0.0).to(tl.float32)  # [PATH, K]
+                    d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + cols[None, :],
+                                mask=live[:, None], other=0.0)  # [PATH, BV]
+                    s = tl.dot(tl.trans(k_p * weight[:, None]), d, s, input_precision="ieee")  # [K, BV]
                 tl.store(ptrs, s)
             tl.store(active_ptr + slot * HV + hv, 0)
 
@@ -254,7 +245,7 @@ def gdn_tree_record(
         state_pool, pending.kpt, pending.dp, pending.gamma_a, pending.active, slots, meta.words,
         num_nodes if has_num else slots, accepted, delta, log_gamma, k, kr, N, k.stride(0), k.stride(1), k.stride(2),
         H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=triton.next_power_of_2(N), PATH=path, BV=_block_v(V),
-        GP=triton.next_power_of_2(HV // H), L2NORM=k_rnorm is not None, HAS_NUM=has_num, WORD_BITS=WORD_BITS, num_warps=2,
+        L2NORM=k_rnorm is not None, HAS_NUM=has_num, WORD_BITS=WORD_BITS, num_warps=2,
     )
     return pending
 
