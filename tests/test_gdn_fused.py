@@ -23,11 +23,14 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9,
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory a block may take on sm_90
 
 
-def test_kernel_builds_for_sm90():
+def test_kernel_builds_for_sm90(tmp_path, monkeypatch):
     """Both forms compile for sm_90 (on any machine): warp-specialised (register reallocation between the
     partitions), on the tensor cores, TMA in and out, within a block's shared memory; and the norm partition
-    fences each chunk's slot against the async proxy before freeing it (its 8 chunks: 8 more fences)."""
+    fences each chunk's slot against the async proxy before freeing it (its 8 chunks: 8 more fences). Built
+    with an empty Triton cache, so the code generator runs (a cached build once hid a kernel that could not be
+    generated under ``TRITON_INTERPRET``)."""
     pytest.importorskip("triton.experimental.gluon")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     from lumotree.optimized import _gdn_fused_gluon as F
 
     ptx = {}
