@@ -13,9 +13,12 @@ medians of the verify alone and of the step, verify + record). Variants of the l
 - ``no k_rnorm store``: the norm partition never stores ``k_rnorm`` (the probe's did not);
 - ``static L4``: four doubling steps, unrolled (the probe's constant; the bench's trees need at most 4);
 - ``no active flag``: ``gamma_a`` loaded as is, ``Delta_p`` not masked, the flag not cleared (as the probe);
-- ``no padding masks``: the epilogue's selections by ``num_nodes`` left out (no sizes are given here).
+- ``no padding masks``: the epilogue's selections by ``num_nodes`` left out (no sizes are given here);
+- ``unrolled guarded doubling`` (run 102): the doubling loop unrolled to its largest count (5 steps after the
+  first factor, N = 64) with each step guarded by the request's own count, instead of a runtime loop.
 
-Run (GPU): ``PYTHONPATH=$PWD:$PWD/bench python bench/results/2026-12-03h/data_probe.py [OUT]``.
+Run (GPU): ``PYTHONPATH=$PWD:$PWD/bench python bench/results/2026-12-03h/data_probe.py [OUT [VARIANT ...]]``
+(the named variants only, with the library before and after).
 """
 import importlib.util
 import json
@@ -34,7 +37,19 @@ import lumotree.optimized as package  # noqa: E402
 
 NAME = "lumotree.optimized._gdn_fused_gluon"
 LIBRARY = os.path.join(HERE, "..", "..", "..", "optimized", "_gdn_fused_gluon.py")
+
+
+def unrolled_doubling(src: str) -> tuple[str, str]:
+    """The doubling's runtime loop and the same loop unrolled to 5 steps, each guarded by ``step < levels``."""
+    start = src.index("    for step in range(1, levels):\n")
+    loop = src[start:src.index("    return inv\n", start)]
+    body = loop.split("\n", 1)[1]
+    guarded = "".join(("    " + line if line.strip() else line) for line in body.splitlines(True))
+    return loop, "    for step in gl.static_range(1, 6):\n        if step < levels:\n" + guarded
+
+
 EDITS = {
+    "unrolled guarded doubling": [unrolled_doubling(open(LIBRARY).read())],
     "no k_rnorm store": [("        if hv % (HV // H) == 0:  # (0 on padding nodes)", "        if hv < 0:")],
     "static L4": [("    for step in range(1, levels):", "    for step in gl.static_range(1, 4):"),
                   ("        if step + 1 < levels:", "        if step + 1 < 4:"),
@@ -95,8 +110,9 @@ def main():
     from lumotree.optimized import _gdn_fused_gluon as lib  # noqa: PLC0415
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [("library", x, lib), ("probe inputs", probe_inputs(x), lib)]
-        runs += [(tag, x, variant(tag, tmp)) for tag in EDITS] + [("library again", x, lib)]
+        only = sys.argv[2:]
+        runs = [("library", x, lib)] + ([] if only else [("probe inputs", probe_inputs(x), lib)])
+        runs += [(tag, x, variant(tag, tmp)) for tag in (only or EDITS)] + [("library again", x, lib)]
         for tag, inputs, mod in runs:
             use_module(mod)
             try:
