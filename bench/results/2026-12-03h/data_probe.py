@@ -15,7 +15,13 @@ medians of the verify alone and of the step, verify + record). Variants of the l
 - ``no active flag``: ``gamma_a`` loaded as is, ``Delta_p`` not masked, the flag not cleared (as the probe);
 - ``no padding masks``: the epilogue's selections by ``num_nodes`` left out (no sizes are given here);
 - ``unrolled guarded doubling`` (run 102): the doubling loop unrolled to its largest count (5 steps after the
-  first factor, N = 64) with each step guarded by the request's own count, instead of a runtime loop.
+  first factor, N = 64) with each step guarded by the request's own count, instead of a runtime loop;
+- ``lean solve masks`` (run 102): without sizes, ``-A`` and ``QKD`` not selected by the ancestor mask a second
+  time (``d`` is already 0 off the paths, and ``K K^T`` / ``Q K^T`` are finite when every node is real): in the
+  compile-only SASS the solve partition loses its 46 ``PRMT``, 32 ``SEL`` and 16 ``P2R`` (the mask's 32
+  predicates a thread packed into registers to live until the second use), 2635 -> 2549 instructions; the
+  probe's solve selects ``QKD`` by the decays alone;
+- ``unrolled doubling, lean masks`` (run 102): both.
 
 Run (GPU): ``PYTHONPATH=$PWD:$PWD/bench python bench/results/2026-12-03h/data_probe.py [OUT [VARIANT ...]]``
 (the named variants only, with the library before and after).
@@ -50,6 +56,20 @@ def unrolled_doubling(src: str) -> tuple[str, str]:
 
 EDITS = {
     "unrolled guarded doubling": [unrolled_doubling(open(LIBRARY).read())],
+    "lean solve masks": [(
+        "        power = gl.where(anc & (rows[:, None] != cols[None, :]), kk * decay * row_a[:, None], 0.0)  # -A\n"
+        "        if NORM:\n"
+        "            qk = gl.where(anc, qk * decay * rq_r[:, None], 0.0)  # QKD = diag(rq) scale Q K^T ⊙ D\n"
+        "        else:\n"
+        "            qk = gl.where(anc, qk * decay, 0.0)  # QKD = scale Q K^T ⊙ D\n",
+        "        if HAS_NUM:\n"
+        "            power = gl.where(anc & (rows[:, None] != cols[None, :]), kk * decay * row_a[:, None], 0.0)\n"
+        "            qk = gl.where(anc, qk * decay, 0.0)\n"
+        "        else:\n"
+        "            power = gl.where(rows[:, None] != cols[None, :], kk * decay * row_a[:, None], 0.0)\n"
+        "            qk = qk * decay\n"
+        "        if NORM:\n"
+        "            qk = qk * rq_r[:, None]\n")],
     "no k_rnorm store": [("        if hv % (HV // H) == 0:  # (0 on padding nodes)", "        if hv < 0:")],
     "static L4": [("    for step in range(1, levels):", "    for step in gl.static_range(1, 4):"),
                   ("        if step + 1 < levels:", "        if step + 1 < 4:"),
@@ -64,6 +84,7 @@ EDITS = {
                           "gl.convert_layout(delta_t, mma)"),
                          ("gl.where(real[None, :], gl.convert_layout(o_t, mma), 0.0)", "gl.convert_layout(o_t, mma)")],
 }
+EDITS["unrolled doubling, lean masks"] = EDITS["unrolled guarded doubling"] + EDITS["lean solve masks"]
 
 
 def probe_inputs(x):
