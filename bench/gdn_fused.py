@@ -44,7 +44,8 @@ N = 64
 
 
 def fused_fns(x):
-    """``(step, verify, record, pool, pending)``: the fused step on a pool of its own with one commit recorded."""
+    """``(step, verify, record, pool, pending, state)``: the fused step on a pool of its own with one commit
+    recorded; ``state``: the recorded step's ``first`` factors, and the last verify's ``o`` and ``factors``."""
     meta = G.tree_meta(x["parents"])
     pool = x["pool"].clone()
     pending = PD.pending_commits(pool, x["k"].shape[2])
@@ -52,7 +53,7 @@ def fused_fns(x):
     _, first = G.gdn_tree_verify(*args, pool, x["slots"], x["parents"], use_qk_l2norm_in_kernel=True,
                                  input_precision="tf32", meta=meta, validate=False)
     PD.gdn_tree_record(pending, pool, x["slots"], first, x["parents"], x["accepted"], meta=meta, validate=False)
-    state = {}
+    state = {"first": first}
 
     def verify():
         state["o"], state["factors"] = FV.gdn_tree_verify_fused(*args, pool, x["slots"], x["parents"], pending,
@@ -67,15 +68,14 @@ def fused_fns(x):
         verify()
         record()
 
-    verify.first = first
     return step, verify, record, pool, pending, state
 
 
 def check_fused(x, sub: int = 4) -> dict[str, float]:
     """One fused verify from a recorded commit against float64 on the first ``sub`` requests."""
-    step, verify, _, pool, pending, state = fused_fns(x)
+    _, verify, _, pool, _, state = fused_fns(x)
     start = x["pool"]
-    s1 = R.gdn_tree_commit_ref(start.double(), x["slots"], verify.first, x["parents"], x["accepted"])
+    s1 = R.gdn_tree_commit_ref(start.double(), x["slots"], state["first"], x["parents"], x["accepted"])
     verify()
     torch.cuda.synchronize()
     slots = x["slots"].long()

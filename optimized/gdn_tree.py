@@ -956,6 +956,30 @@ def _gdn_tree_verify_kernel(
 
 
 @triton.jit
+def add_path_terms(s, on_path, rank, path_len, lg_a, delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr, b64, N, s_kb,
+                   s_kn, s_kh, h, hv, vcols, kcols, H: tl.constexpr, HV: tl.constexpr, V: tl.constexpr,
+                   NP: tl.constexpr, PB: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr):
+    """``s + sum_{j in path} (Gamma_a / Gamma_j) k^_j[kcols] delta_j[vcols]^T`` (``s [BK, BV]``, the path of
+    :func:`accepted_path`, ``lg_a = log Gamma_a``): PB nodes at a time, gathered into dense tiles, one ``tl.dot``
+    each (operands rounded to tf32 in ``"tf32"``)."""
+    lanes = tl.arange(0, PB)  # [PB]
+    for p0 in range(0, path_len, PB):
+        idx = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node index of path entry p0 + lane
+        live = p0 + lanes < path_len  # [PB]
+        lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PB]
+        weight = tl.where(live, tl.exp(lg_a - lg), 0.0)  # [PB] Gamma_a / Gamma_j
+        if L2NORM:
+            weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
+        d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :],
+                    mask=live[:, None], other=0.0)  # [PB, BV]
+        k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + kcols[None, :],
+                      mask=live[:, None], other=0.0).to(tl.float32)  # [PB, BK]
+        s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(weight[:, None] * d, PRECISION), s,
+                   input_precision=PRECISION)  # [BK, BV]
+    return s
+
+
+@triton.jit
 def _gdn_tree_commit_kernel(
     pool_ptr, slots_ptr, words_ptr, num_nodes_ptr, accepted_ptr,
     delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,
@@ -1018,20 +1042,8 @@ def _gdn_tree_commit_kernel(
                 k_j = tl.load(k_ptr + b64 * s_kb + node_j * s_kn + h * s_kh + kcols).to(tl.float32)  # [BK]
                 s += k_j[:, None] * (weight * d)[None, :]  # [BK, BV]
     else:
-        lanes = tl.arange(0, PB)  # [PB]
-        for p0 in range(0, path_len, PB):  # the path, PB nodes at a time, gathered into dense tiles
-            idx = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node index of path entry p0 + lane
-            live = p0 + lanes < path_len  # [PB]
-            lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PB]
-            weight = tl.where(live, tl.exp(lg_a - lg), 0.0)  # [PB] Gamma_a / Gamma_j
-            if L2NORM:
-                weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
-            d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :],
-                        mask=live[:, None], other=0.0)  # [PB, BV]
-            k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + kcols[None, :],
-                          mask=live[:, None], other=0.0).to(tl.float32)  # [PB, BK]
-            s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(weight[:, None] * d, PRECISION), s,
-                       input_precision=PRECISION)  # [BK, BV]
+        s = add_path_terms(s, on_path, rank, path_len, lg_a, delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr, b64, N,
+                           s_kb, s_kn, s_kh, h, hv, vcols, kcols, H, HV, V, NP, PB, L2NORM, PRECISION)
     if TMA:
         pool_desc.store([row0, pid_v * BV], s)
     else:

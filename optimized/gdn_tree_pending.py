@@ -34,7 +34,8 @@ import triton
 import triton.language as tl
 
 from ._checks import check_slots, check_tensor
-from .gdn_tree import WORD_BITS, TreeFactors, TreeMeta, _pow2_dim, check_commit_tree, check_factors
+from .gdn_tree import (WORD_BITS, TreeFactors, TreeMeta, _pow2_dim, _tf32_round, add_path_terms,
+                       check_commit_tree, check_factors)
 from .tree_attention import accepted_path, path_chunk, tree_size
 
 __all__ = ["PATH_NODES", "PendingCommits", "pending_commits", "gdn_tree_record", "gdn_tree_flush"]
@@ -71,14 +72,6 @@ def pending_commits(state_pool: torch.Tensor, key_heads: int, path: int = PATH_N
                           dp=torch.zeros(P, path, HV, V, device=dev),
                           gamma_a=torch.ones(P, HV, device=dev), active=torch.zeros(P, HV, dtype=torch.int32,
                                                                                     device=dev))
-
-
-@triton.jit
-def _round_tf32(x):
-    """``x`` (fp32) rounded to the nearest tf32 value (10 mantissa bits; ties away from zero): the magnitude's bits
-    plus half a tf32 unit, the 13 low bits cleared."""
-    bits = x.to(tl.int32, bitcast=True)
-    return ((bits + 0x1000) & -0x2000).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -134,7 +127,8 @@ def _record_kernel(
                       other=0.0).to(tl.float32)  # [PATH, K] (0 past the path)
         if L2NORM:
             k_p = k_p * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)[:, None]
-        tl.store(kpt_ptr + ((slot * H + h) * K + krows[:, None]) * PATH + lanes[None, :], _round_tf32(tl.trans(k_p)))
+        kpt = _tf32_round(tl.trans(k_p), "tf32")  # [K, PATH]
+        tl.store(kpt_ptr + ((slot * H + h) * K + krows[:, None]) * PATH + lanes[None, :], kpt)
         for j in tl.static_range(G):
             hv = h * G + j
             lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
@@ -142,7 +136,7 @@ def _record_kernel(
             weight = tl.exp(lg_a - lg)  # [PATH] Gamma_a / Gamma_j
             d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :], mask=live[:, None])
             tl.store(dp_ptr + ((slot * PATH + lanes[:, None]) * HV + hv) * V + vcols[None, :],
-                     _round_tf32(d * weight[:, None]), mask=live[:, None])
+                     _tf32_round(d * weight[:, None], "tf32"), mask=live[:, None])
             tl.store(gamma_ptr + slot * HV + hv, tl.exp(lg_a))
             tl.store(active_ptr + slot * HV + hv, 1)
     else:  # too long to hold: the commit itself, PATH path entries a product
@@ -153,18 +147,8 @@ def _record_kernel(
                 cols = v0 + tl.arange(0, BV)  # [BV]
                 ptrs = pool_ptr + (slot * HV + hv) * (K * V) + krows[:, None] * V + cols[None, :]  # [K, BV]
                 s = tl.load(ptrs) * tl.exp(lg_a)  # [K, BV] Gamma_a S0
-                for p0 in range(0, path_len, PATH):
-                    idx = path_chunk(on_path, rank, p0, NP, PATH)  # [PATH]
-                    live = p0 + lanes < path_len  # [PATH]
-                    lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PATH]
-                    weight = tl.where(live, tl.exp(lg_a - lg), 0.0)  # [PATH]
-                    if L2NORM:
-                        weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
-                    k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + krows[None, :],
-                                  mask=live[:, None], other=0.0).to(tl.float32)  # [PATH, K]
-                    d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + cols[None, :],
-                                mask=live[:, None], other=0.0)  # [PATH, BV]
-                    s = tl.dot(tl.trans(k_p * weight[:, None]), d, s, input_precision="ieee")  # [K, BV]
+                s = add_path_terms(s, on_path, rank, path_len, lg_a, delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr,
+                                   b64, N, s_kb, s_kn, s_kh, h, hv, cols, krows, H, HV, V, NP, PATH, L2NORM, "ieee")
                 tl.store(ptrs, s)
             tl.store(active_ptr + slot * HV + hv, 0)
 
