@@ -958,10 +958,15 @@ def _gdn_tree_verify_kernel(
 @triton.jit
 def add_path_terms(s, on_path, rank, path_len, lg_a, delta_ptr, log_gamma_ptr, k_ptr, k_rnorm_ptr, b64, N, s_kb,
                    s_kn, s_kh, h, hv, vcols, kcols, H: tl.constexpr, HV: tl.constexpr, V: tl.constexpr,
-                   NP: tl.constexpr, PB: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr):
+                   NP: tl.constexpr, PB: tl.constexpr, L2NORM: tl.constexpr, PRECISION: tl.constexpr,
+                   WEIGHT_KEYS: tl.constexpr = False):
     """``s + sum_{j in path} (Gamma_a / Gamma_j) k^_j[kcols] delta_j[vcols]^T`` (``s [BK, BV]``, the path of
     :func:`accepted_path`, ``lg_a = log Gamma_a``): PB nodes at a time, gathered into dense tiles, one ``tl.dot``
-    each (operands rounded to tf32 in ``"tf32"``)."""
+    each (operands rounded to tf32 in ``"tf32"``). The weights scale the delta rows, or the key rows with
+    ``WEIGHT_KEYS``: the same sum, but not the same register allocation (ptxas, sm_90): the commit kernel at
+    B = 1 takes 96 registers with the weights on the delta rows and 148 on the keys; the record's 2-warp
+    ``[K, 32]`` form takes 233 registers on the keys and, on the delta rows, 32 registers and 3.4 KB of spills
+    (its step 18 -> 53 us, run 102)."""
     lanes = tl.arange(0, PB)  # [PB]
     for p0 in range(0, path_len, PB):
         idx = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node index of path entry p0 + lane
@@ -974,7 +979,11 @@ def add_path_terms(s, on_path, rank, path_len, lg_a, delta_ptr, log_gamma_ptr, k
                     mask=live[:, None], other=0.0)  # [PB, BV]
         k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + kcols[None, :],
                       mask=live[:, None], other=0.0).to(tl.float32)  # [PB, BK]
-        s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(weight[:, None] * d, PRECISION), s,
+        if WEIGHT_KEYS:
+            k_p = weight[:, None] * k_p
+        else:
+            d = weight[:, None] * d
+        s = tl.dot(tl.trans(_tf32_round(k_p, PRECISION)), _tf32_round(d, PRECISION), s,
                    input_precision=PRECISION)  # [BK, BV]
     return s
 
