@@ -11,13 +11,15 @@ kernels come from is ``bench/results/2026-12-03g/gluon_probe.py``, ``FOLD == 28`
   ``(Q S0)^T`` accumulate chunk by chunk (transposed: ``wgmma`` takes tf32 shared operands K-major only); then
   ``Delta^T = X^T TB^T`` and ``O^T = (Q S0)^T diag(scale Gamma) + Delta^T QKD^T`` with ``X = V - diag(Gamma) K S0``,
   in fp16 x fp16 products with fp32 accumulation;
-- solve (4 warps): its own q / k ring, ``K K^T`` and ``Q K^T``, the ancestor mask ``M`` from the bitsets,
-  ``log Gamma = M g`` (written out: the factors' ``log_gamma``), the decays ``d_ij = scale Gamma_i / Gamma_j``,
-  ``-A = (-beta / scale) K K^T ⊙ d ⊙ M°``, ``(I + A)^{-1}`` by doubling (the request's own count of steps, from
-  its largest depth), ``TB = T diag(beta)`` and ``QKD = Q K^T ⊙ d`` handed over in fp16 through two shared tiles
-  (with ``Gamma``), one item ahead of the consumer;
-- norms (2 warps, with ``NORM``): ``rsqrt(|x|^2 + 1e-6)`` of the q / k rows from the solve's ring, for the solve
-  (row and column factors) and the consumer; ``k_rnorm`` out.
+- solve (4 warps): its own q / k ring, ``K K^T`` and ``Q K^T``, the ancestor mask ``M`` from the bitsets, the
+  decays ``d_ij = scale Gamma_i / Gamma_j``, ``-A = (-beta / scale) K K^T ⊙ d ⊙ M°``, ``(I + A)^{-1}`` by
+  doubling (the request's own count of rounds, from its largest depth; a round's two products issued together),
+  ``TB = T diag(beta)`` and ``QKD = Q K^T ⊙ d`` handed over in fp16 through two shared tiles, one item ahead of
+  the consumer;
+- vectors (2 warps, one thread a node): ``log Gamma = M g`` (written out: the factors' ``log_gamma``; ``Gamma`` to
+  the consumer) and the doubling count, an item ahead of the solve's use; with ``NORM``, ``rsqrt(|x|^2 + 1e-6)``
+  of the q / k rows from the solve's ring, for the solve (row and column factors) and the consumer; ``k_rnorm``
+  out.
 
 Every buffer read with plain loads and then freed to a TMA producer is fenced (``fence_async_shared``) between
 the reads and the free: an ``mbarrier`` arrive orders plain reads only for generic-proxy observers, not for the
@@ -48,7 +50,7 @@ BK = 16  # state rows a chunk
 STAGES = 3  # the loader's ring
 SOLVER_SLOTS = 2  # the solve's q / k ring
 CONSUMER_WARPS = 8
-SOLVER_REGS = 200  # 9 spill stores (192: 12; run 98: the step 217.1 vs 221.0 us); the consumer keeps 128 or 136
+SOLVER_REGS = 184  # run 105: verify 192.4-192.9 us against 199.6 at 200 (the consumer then 136: 4 spill stores instead of 11), 176: 207.0
 WORD_BITS = 32
 LOG2E = gl.constexpr(1.4426950408889634)
 
@@ -82,30 +84,31 @@ def _nodes_of(num_nodes_ptr, b, N: gl.constexpr, HAS_NUM: gl.constexpr):
 
 
 @gluon.jit
-def _unit_lower_inverse(power, rows, cols, cols_smem, rows_smem, levels):
-    """``(I + A)^{-1} = prod_{l < levels} (I + (-A)^(2^l))`` from ``power = -A`` (``[N, N]``, the solve's MMA
-    layout): ``power <- power^2``, ``inv <- inv + power inv`` (the factors commute), both operands of every product
-    from shared memory (``rows_smem`` row-major, ``cols_smem`` column-major: K-major for ``wgmma``)."""
-    inv = gl.where(rows[:, None] == cols[None, :], 1.0, 0.0) + power  # I + (-A)
+def _unit_lower_inverse(power, rows, cols, cols_smem, rows_smem, levels, a_op: gl.constexpr):
+    """``(I + A)^{-1} = prod_{l < levels} (I + P_l)``, ``P_l = (-A)^(2^l)``, from ``power = -A`` (``[N, N]``, the
+    solve's MMA layout ``a_op``'s parent). ``inv`` starts as ``I + P_0``; round ``l`` issues ``P_{l+1} = P_l P_l``
+    and ``inv <- inv + inv P_l`` together (every factor is a polynomial in ``-A``, so they commute; both products
+    take ``P_l`` as their B operand): ``levels`` rounds of products in sequence instead of ``2 (levels - 1)`` (the
+    last round's square is not used: an accumulator cannot be issued conditionally). ``P_l``
+    waits in shared memory (``rows_smem`` row-major for the squaring's A operand, ``cols_smem`` column-major: the
+    K-major B operand); ``inv`` is the A operand from registers."""
+    inv = gl.where(rows[:, None] == cols[None, :], 1.0, 0.0) + power  # I + P_0
     if levels > 1:
         _barrier()
         rows_smem.store(power)
         cols_smem.permute((1, 0)).store(power)
         _barrier()
         fence_async_shared()
+        power = warpgroup_mma(rows_smem, cols_smem.permute((1, 0)), power, use_acc=False)  # P_1
     for step in range(1, levels):
-        power = warpgroup_mma(rows_smem, cols_smem.permute((1, 0)), power, use_acc=False)
         _barrier()
         rows_smem.store(power)
-        cols_smem.permute((1, 0)).store(inv)
+        cols_smem.permute((1, 0)).store(power)
         _barrier()
         fence_async_shared()
-        inv = warpgroup_mma(rows_smem, cols_smem.permute((1, 0)), inv)
-        if step + 1 < levels:
-            _barrier()
-            cols_smem.permute((1, 0)).store(power)
-            _barrier()
-            fence_async_shared()
+        power = warpgroup_mma(rows_smem, cols_smem.permute((1, 0)), power, use_acc=False, is_async=True)
+        inv = warpgroup_mma(gl.convert_layout(inv, a_op), cols_smem.permute((1, 0)), inv, is_async=True)
+        power, inv = warpgroup_mma_wait(0, deps=(power, inv))
     return inv
 
 
@@ -245,20 +248,20 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, num_
 
 
 @gluon.jit
-def _solver(q_desc, k_desc, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr, num_nodes_ptr, sq_ring, sk_ring,
-            sready, sfree, solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, gvec, nvec, norm_ready,
-            norm_empty, scale, n_items,
+def _solver(q_desc, k_desc, beta_ptr, words_ptr, num_nodes_ptr, sq_ring, sk_ring, sready, sfree, solve_smem,
+            rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, lvl, norm_ready, norm_empty, scale, n_items,
             H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr,
             W: gl.constexpr, SLOTS: gl.constexpr, NORM: gl.constexpr, HAS_NUM: gl.constexpr):
     """Each item's ``TB`` / ``QKD`` one item ahead of the consumer, from its own q / k ring (the next item's first
-    chunks loaded during this item's doubling). ``log Gamma = M g`` (row sums of the ancestor mask times ``g``) is
-    written to ``log_gamma [B, N, HV]`` and handed to the consumer as ``Gamma`` (``gvec``); the doubling count is
-    ``bit_length`` of the request's largest depth. ``scale`` rides in the exponent: ``d = scale D``, ``QKD = Q K^T ⊙
+    chunks loaded during this item's doubling); the item's vectors (``log2 Gamma`` with ``scale`` / ``rk`` in it,
+    the norms' factors, the doubling count) come from the vector partition (``nvec``, ``lvl``). ``scale`` rides in
+    the exponent: ``d = scale D``, ``QKD = Q K^T ⊙
     d``, ``-A = (-beta / scale) K K^T ⊙ d ⊙ M°``; with ``NORM`` the column factor ``rk_j`` too (``d = scale D
     diag(rk)``), the row factors multiply (``diag(rq)`` on ``QKD``, ``diag(rk)`` on ``-A``). Padding nodes (past
     the request's ``num_nodes``) are masked out of ``-A``, ``QKD`` and ``diag(beta)`` by selection (their inputs may
     be NaN), so their rows of ``T`` are the identity's and their columns 0."""
     mma_nn: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 8])
+    a_nn: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_nn, k_width=1)
     CHUNKS: gl.constexpr = K // BK
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
@@ -289,7 +292,7 @@ def _solver(q_desc, k_desc, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr
             qk = warpgroup_mma(sq_ring.index(slot), k_t, qk, is_async=True)
             kk, qk = warpgroup_mma_wait(0, deps=(kk, qk))
             _barrier()
-            if NORM:  # the norm partition has read the slot too
+            if NORM:  # the vector partition has read the slot too
                 mbarrier.wait(sfree.index(slot), ((sc + c) // SLOTS) & 1)
             if c + SLOTS < CHUNKS:  # this item's chunk c + SLOTS into the freed slot
                 mbarrier.expect(sready.index(slot), 2 * q_desc.block_type.nbytes)
@@ -304,27 +307,18 @@ def _solver(q_desc, k_desc, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr
                           sk_ring.index(slot))
         sc += CHUNKS
         beta_c = gl.load(beta_ptr + ((b * N + cols) * HV + hv))  # [N]
-        g_c = gl.load(g_ptr + ((b * N + cols) * HV + hv), mask=cols < n_b, other=0.0)  # [N] (padding: not read)
-        depth = gl.load(depth_ptr + b * N + rows, mask=rows < n_b, other=0)  # [N]
         word = gl.load(words_ptr + ((b * N + rows[:, None]) * W + cols[None, :] // 32))  # [N, N] int32
         anc = (((word >> (cols[None, :] % 32)) & 1) != 0) & (rows[:, None] < n_b) & (cols[None, :] < n_b)  # [N, N] M
-        log_gamma = _row_sum(gl.where(anc, g_c[None, :], 0.0), 1)  # [N] log Gamma_i (0: padding)
-        gl.store(log_gamma_ptr + ((b * N + rows) * HV + hv), log_gamma)
-        lg_r = log_gamma * LOG2E + gl.log2(scale)  # [N] log2(scale Gamma_i)
-        lg_c = gl.convert_layout(log_gamma * LOG2E, gl.SliceLayout(0, mma_nn))  # [N] log2 Gamma_j
-        gvec.index(count % 4).store(gl.exp2(lg_c))  # Gamma for the consumer (its item count - 4 is done)
-        depth_max = gl.reduce(depth, 0, _larger)
-        levels = 0
-        for e in gl.static_range(6):  # bit_length(max depth); N = 64: depths < 64
-            levels += (depth_max >= (1 << e)).to(gl.int32)
         beta_c = gl.where(cols < n_b, beta_c, 0.0)  # [N]
         row_a = -beta_r / scale  # [N] -A's row factor
-        if NORM:  # the norm partition's factors, loaded in both layouts (no conversion)
-            mbarrier.wait(norm_ready.index(count % 2), (count // 2) & 1)
-            rk_r = nvec.index(2 * (count % 2)).load(gl.SliceLayout(1, mma_nn))  # [N] rows
-            rk_c = nvec.index(2 * (count % 2)).load(gl.SliceLayout(0, mma_nn))  # [N] columns
-            rq_r = nvec.index(2 * (count % 2) + 1).load(gl.SliceLayout(1, mma_nn))  # [N] rows
-            lg_c = lg_c - gl.log2(rk_c)  # the column factor in the exponent
+        par = count % 2
+        mbarrier.wait(norm_ready.index(par), (count // 2) & 1)  # the vector partition's, loaded in the layouts used
+        lg_r = nvec.index(4 * par + 2).load(gl.SliceLayout(1, mma_nn))  # [N] log2(scale Gamma_i)
+        lg_c = nvec.index(4 * par + 3).load(gl.SliceLayout(0, mma_nn))  # [N] log2(Gamma_j / rk_j)
+        levels = gl.reduce(lvl.index(par).load(gl.SliceLayout(1, mma_nn)), 0, _larger)  # (every entry the count)
+        if NORM:
+            rk_r = nvec.index(4 * par).load(gl.SliceLayout(1, mma_nn))  # [N] rows
+            rq_r = nvec.index(4 * par + 1).load(gl.SliceLayout(1, mma_nn))  # [N] rows
             row_a = row_a * rk_r
         decay = gl.exp2(gl.where(anc, lg_r[:, None] - lg_c[None, :], float("-inf")))  # [N, N] d (0 off the paths)
         power = gl.where(anc & (rows[:, None] != cols[None, :]), kk * decay * row_a[:, None], 0.0)  # -A
@@ -332,29 +326,34 @@ def _solver(q_desc, k_desc, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr
             qk = gl.where(anc, qk * decay * rq_r[:, None], 0.0)  # QKD = diag(rq) scale Q K^T ⊙ D
         else:
             qk = gl.where(anc, qk * decay, 0.0)  # QKD = scale Q K^T ⊙ D
-        inv = _unit_lower_inverse(power, rows, cols, solve_smem, rows_smem, levels)
         buf = count % 2
         mbarrier.wait(tb_empty.index(buf), ((count // 2) & 1) ^ 1)  # the consumer is done with item count - 2's
+        qkd2.index(buf).store(qk.to(qkd2.dtype))  # (before the doubling: QKD's registers free for it)
+        inv = _unit_lower_inverse(power, rows, cols, solve_smem, rows_smem, levels, a_nn)
         tb2.index(buf).store((inv * beta_c[None, :]).to(tb2.dtype))  # TB = (I + A)^{-1} diag(beta)
-        qkd2.index(buf).store(qk.to(qkd2.dtype))
         if NORM:  # reloaded here rather than kept live across the doubling
-            vec2.index(2 * buf).store(nvec.index(2 * buf).load(gl.SliceLayout(0, mma_nn)))
-            vec2.index(2 * buf + 1).store(nvec.index(2 * buf + 1).load(gl.SliceLayout(0, mma_nn)))
+            vec2.index(2 * buf).store(nvec.index(4 * buf).load(gl.SliceLayout(0, mma_nn)))
+            vec2.index(2 * buf + 1).store(nvec.index(4 * buf + 1).load(gl.SliceLayout(0, mma_nn)))
         _barrier()
         fence_async_shared()
         mbarrier.arrive(tb_ready.index(buf))
-        if NORM:
-            mbarrier.arrive(norm_empty.index(buf))
+        mbarrier.arrive(norm_empty.index(buf))
         count += 1
 
 
 @gluon.jit
-def _norms(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, k_rnorm_ptr, num_nodes_ptr, n_items,
-           H: gl.constexpr, HV: gl.constexpr, N: gl.constexpr, K: gl.constexpr, BK: gl.constexpr,
-           SLOTS: gl.constexpr, NW: gl.constexpr, HAS_NUM: gl.constexpr):
-    """Every q / k chunk of the solve's ring beside it (each slot freed to the solve's refill by ``sfree``, after
-    a proxy fence): fp32 sums of squares, ``rsqrt(|x|^2 + 1e-6)`` into ``nvec [2 items, 2, N]`` for the solve
-    (``norm_ready`` / ``norm_empty``); ``k_rnorm [B, N, H]`` written by the first value head of each group."""
+def _vectors(sq_ring, sk_ring, sready, sfree, nvec, lvl, gvec, norm_ready, norm_empty, g_ptr, words_ptr, depth_ptr,
+             log_gamma_ptr, k_rnorm_ptr, num_nodes_ptr, scale, n_items, H: gl.constexpr, HV: gl.constexpr,
+             N: gl.constexpr, K: gl.constexpr, BK: gl.constexpr, W: gl.constexpr, SLOTS: gl.constexpr,
+             NW: gl.constexpr, NORM: gl.constexpr, HAS_NUM: gl.constexpr):
+    """Each item's per-node vectors, one thread a node, into ``nvec [2 items, 4, N]`` for the solve (``norm_ready``
+    / ``norm_empty``): first ``log Gamma = M g`` (the row's ancestor bits times ``g``; written to ``log_gamma [B, N,
+    HV]``, ``Gamma`` to the consumer's ``gvec`` ring) and the doubling count (``bit_length`` of the request's largest
+    depth, ``lvl``), while the solve still works on the item before; then, with ``NORM``, every q / k chunk of the
+    solve's ring beside it (each slot freed to the solve's refill by ``sfree``, after a proxy fence): fp32 sums of
+    squares, ``rk``, ``rq = rsqrt(|x|^2 + 1e-6)``; ``k_rnorm [B, N, H]`` written by the first value head of each
+    group. ``nvec`` rows: ``rk``, ``rq``, ``log2(scale Gamma)`` and ``log2(Gamma / rk)``. Padding nodes (past
+    ``num_nodes``): ``log Gamma`` 0, ``g`` and depths not read."""
     rows_l: gl.constexpr = gl.BlockedLayout([1, BK], [32, 1], [NW, 1], [1, 0])  # [N, BK]: whole rows a thread
     CHUNKS: gl.constexpr = K // BK
     pid = gl.program_id(0)
@@ -363,30 +362,53 @@ def _norms(sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, k_rnor
     sc = 0
     count = 0
     for item in range(pid, n_items, nprog):
+        b = item // HV
+        hv = item % HV
         par = count % 2
+        n_b = _nodes_of(num_nodes_ptr, b, N, HAS_NUM)
         mbarrier.wait(norm_empty.index(par), ((count // 2) & 1) ^ 1)  # the solve has read item count - 2's
-        k_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, rows_l))  # [N] |k_i|^2
-        q_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, rows_l))  # [N] |q_i|^2
-        for c in gl.static_range(CHUNKS):
-            slot = (sc + c) % SLOTS
-            mbarrier.wait(sready.index(slot), ((sc + c) // SLOTS) & 1)
-            k_c = sk_ring.index(slot).load(rows_l)  # [N, BK] both loads before the sums
-            q_c = sq_ring.index(slot).load(rows_l)  # [N, BK]
-            k_sq += _row_sum(k_c * k_c, 1)
-            q_sq += _row_sum(q_c * q_c, 1)
-            _barrier()  # every lane's loads done before the one-thread arrive,
-            fence_async_shared()  # and ordered before the refill's TMA write (another proxy)
-            mbarrier.arrive(sfree.index(slot))
-        sc += CHUNKS
-        rk = gl.rsqrt(k_sq + 1e-6)  # [N]
-        nvec.index(2 * par).store(rk)
-        nvec.index(2 * par + 1).store(gl.rsqrt(q_sq + 1e-6))
+        log_gamma = gl.zeros([N], gl.float32, gl.SliceLayout(1, rows_l))  # [N]
+        for c0 in gl.static_range(0, N, BK):  # the ancestor mask BK columns at a time
+            cols = c0 + gl.arange(0, BK, layout=gl.SliceLayout(0, rows_l))  # [BK]
+            g_c = gl.load(g_ptr + ((b * N + cols) * HV + hv), mask=cols < n_b, other=0.0)  # [BK]
+            word = gl.load(words_ptr + ((b * N + nodes) * W + c0 // 32), mask=nodes < n_b, other=0)  # [N] int32
+            anc = ((word[:, None] >> (cols[None, :] % 32)) & 1) != 0  # [N, BK] M
+            log_gamma += _row_sum(gl.where(anc, g_c[None, :], 0.0), 1)
+        gl.store(log_gamma_ptr + ((b * N + nodes) * HV + hv), log_gamma)
+        gvec.index(count % 4).store(gl.exp(log_gamma))  # Gamma for the consumer (its item count - 4 is done)
+        depth = gl.load(depth_ptr + b * N + nodes, mask=nodes < n_b, other=0)  # [N]
+        depth_max = gl.reduce(depth, 0, _larger)
+        levels = depth * 0  # [N] int32
+        for e in gl.static_range(6):  # bit_length(max depth); N = 64: depths < 64
+            levels += (depth_max >= (1 << e)).to(gl.int32)
+        lvl.index(par).store(levels)
+        lg2 = log_gamma * LOG2E  # [N]
+        nvec.index(4 * par + 2).store(lg2 + gl.log2(scale))
+        if NORM:
+            k_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, rows_l))  # [N] |k_i|^2
+            q_sq = gl.zeros([N], gl.float32, gl.SliceLayout(1, rows_l))  # [N] |q_i|^2
+            for c in gl.static_range(CHUNKS):
+                slot = (sc + c) % SLOTS
+                mbarrier.wait(sready.index(slot), ((sc + c) // SLOTS) & 1)
+                k_c = sk_ring.index(slot).load(rows_l)  # [N, BK] both loads before the sums
+                q_c = sq_ring.index(slot).load(rows_l)  # [N, BK]
+                k_sq += _row_sum(k_c * k_c, 1)
+                q_sq += _row_sum(q_c * q_c, 1)
+                _barrier()  # every lane's loads done before the one-thread arrive,
+                fence_async_shared()  # and ordered before the refill's TMA write (another proxy)
+                mbarrier.arrive(sfree.index(slot))
+            sc += CHUNKS
+            rk = gl.rsqrt(k_sq + 1e-6)  # [N]
+            nvec.index(4 * par).store(rk)
+            nvec.index(4 * par + 1).store(gl.rsqrt(q_sq + 1e-6))
+            nvec.index(4 * par + 3).store(lg2 - gl.log2(rk))  # the column factor in the exponent
+        else:
+            nvec.index(4 * par + 3).store(lg2)
         _barrier()
         mbarrier.arrive(norm_ready.index(par))
-        hv = item % HV
-        if hv % (HV // H) == 0:  # (0 on padding nodes)
-            n_b = _nodes_of(num_nodes_ptr, item // HV, N, HAS_NUM)
-            gl.store(k_rnorm_ptr + ((item // HV) * N + nodes) * H + hv // (HV // H), gl.where(nodes < n_b, rk, 0.0))
+        if NORM:
+            if hv % (HV // H) == 0:  # (0 on padding nodes)
+                gl.store(k_rnorm_ptr + (b * N + nodes) * H + hv // (HV // H), gl.where(nodes < n_b, rk, 0.0))
         count += 1
 
 
@@ -416,9 +438,10 @@ def _fused_verify_kernel(pool_desc, q_desc, k_desc, v_desc, delta_desc, o_desc, 
     sq_ring = gl.allocate_shared_memory(gl.float32, [SLOTS, N, BK], q_desc.layout)
     sk_ring = gl.allocate_shared_memory(gl.float32, [SLOTS, N, BK], k_desc.layout)
     vec2 = gl.allocate_shared_memory(gl.float32, [4, N], flat)  # rk, rq for the consumer, two items
-    gvec = gl.allocate_shared_memory(gl.float32, [4, N], flat)  # Gamma for the consumer, four items (the solve
-    # writes item c's before it waits for the consumer to finish item c - 2: item c - 4's entry is free)
-    nvec = gl.allocate_shared_memory(gl.float32, [4, N], flat)  # rk, rq for the solve, two items
+    gvec = gl.allocate_shared_memory(gl.float32, [4, N], flat)  # Gamma for the consumer, four items (written
+    # for item c once the solve has read item c - 2's vectors, after its wait for the consumer to finish c - 4)
+    nvec = gl.allocate_shared_memory(gl.float32, [8, N], flat)  # the solve's vectors, two items
+    lvl = gl.allocate_shared_memory(gl.int32, [2, N], flat)  # the doubling count, two items
     bar1: gl.constexpr = mbarrier.MBarrierLayout()
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar1)
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar1)
@@ -448,35 +471,22 @@ def _fused_verify_kernel(pool_desc, q_desc, k_desc, v_desc, delta_desc, o_desc, 
     mbarrier.init(path_ready, count=1)
     mbarrier.init(path_empty, count=1)
     fence_async_shared()
-    # (the partitions' arguments are written in the calls: a tuple variable would turn constexprs into tensors)
-    if NORM:
-        gl.warp_specialize([
-            (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, num_nodes_ptr, s_ring, q_ring,
-                         k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready,
-                         path_empty, tb2, qkd2, tb_ready, tb_empty, vec2, gvec, scale, n_items, HV, K, V, N, BK,
-                         STAGES, WARPS, NORM, HAS_NUM)),
-            (_loader, (pool_desc, q_desc, k_desc, v_desc, kpt_desc, dp_desc, slots_ptr, s_ring, q_ring, k_ring,
-                       ready, empty, v_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready, path_empty, n_items,
-                       H, HV, K, V, N, BK, STAGES, PATH)),
-            (_solver, (q_desc, k_desc, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr, num_nodes_ptr, sq_ring,
-                       sk_ring, sready, sfree, solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, gvec, nvec,
-                       norm_ready, norm_empty, scale, n_items, H, HV, K, N, BK, W, SLOTS, NORM, HAS_NUM)),
-            (_norms, (sq_ring, sk_ring, sready, sfree, nvec, norm_ready, norm_empty, k_rnorm_ptr, num_nodes_ptr,
-                      n_items, H, HV, N, K, BK, SLOTS, 2, HAS_NUM)),
-        ], [1, 4, 2], [40, SOLVER_REGS, 48])
-    else:
-        gl.warp_specialize([
-            (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, num_nodes_ptr, s_ring, q_ring,
-                         k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready,
-                         path_empty, tb2, qkd2, tb_ready, tb_empty, vec2, gvec, scale, n_items, HV, K, V, N, BK,
-                         STAGES, WARPS, NORM, HAS_NUM)),
-            (_loader, (pool_desc, q_desc, k_desc, v_desc, kpt_desc, dp_desc, slots_ptr, s_ring, q_ring, k_ring,
-                       ready, empty, v_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready, path_empty, n_items,
-                       H, HV, K, V, N, BK, STAGES, PATH)),
-            (_solver, (q_desc, k_desc, beta_ptr, g_ptr, words_ptr, depth_ptr, log_gamma_ptr, num_nodes_ptr, sq_ring,
-                       sk_ring, sready, sfree, solve_smem, rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, gvec, nvec,
-                       norm_ready, norm_empty, scale, n_items, H, HV, K, N, BK, W, SLOTS, NORM, HAS_NUM)),
-        ], [1, 4], [40, SOLVER_REGS])
+    # (the partitions' arguments are written in the call: a tuple variable would turn constexprs into tensors)
+    gl.warp_specialize([
+        (_consumer, (pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, num_nodes_ptr, s_ring, q_ring,
+                     k_ring, ready, empty, v_smem, o_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready,
+                     path_empty, tb2, qkd2, tb_ready, tb_empty, vec2, gvec, scale, n_items, HV, K, V, N, BK, STAGES,
+                     WARPS, NORM, HAS_NUM)),
+        (_loader, (pool_desc, q_desc, k_desc, v_desc, kpt_desc, dp_desc, slots_ptr, s_ring, q_ring, k_ring, ready,
+                   empty, v_smem, kpt_smem, dp_smem, ep_ready, ep_empty, path_ready, path_empty, n_items, H, HV, K, V,
+                   N, BK, STAGES, PATH)),
+        (_solver, (q_desc, k_desc, beta_ptr, words_ptr, num_nodes_ptr, sq_ring, sk_ring, sready, sfree, solve_smem,
+                   rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, lvl, norm_ready, norm_empty, scale, n_items,
+                   H, HV, K, N, BK, W, SLOTS, NORM, HAS_NUM)),
+        (_vectors, (sq_ring, sk_ring, sready, sfree, nvec, lvl, gvec, norm_ready, norm_empty, g_ptr, words_ptr,
+                    depth_ptr, log_gamma_ptr, k_rnorm_ptr, num_nodes_ptr, scale, n_items, H, HV, N, K, BK, W, SLOTS,
+                    2, NORM, HAS_NUM)),
+    ], [1, 4, 2], [40, SOLVER_REGS, 48])
 
 
 def _layout(block, dtype):

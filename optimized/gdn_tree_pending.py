@@ -36,7 +36,7 @@ import triton.language as tl
 from ._checks import check_slots, check_tensor
 from .gdn_tree import (WORD_BITS, TreeFactors, TreeMeta, _pow2_dim, _tf32_round, add_path_terms,
                        check_commit_tree, check_factors)
-from .tree_attention import accepted_path, path_chunk, tree_size
+from .tree_attention import ancestor_words, path_chunk, path_of_words, tree_size
 
 __all__ = ["PATH_NODES", "PendingCommits", "pending_commits", "gdn_tree_record", "gdn_tree_flush"]
 
@@ -110,14 +110,15 @@ def _record_kernel(
     G: tl.constexpr = HV // H
     b64 = b.to(tl.int64)
     slot = tl.load(slots_ptr + b).to(tl.int64)
+    node = tl.load(accepted_ptr + b)
+    n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
+    word = ancestor_words(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)  # [NP] in flight with the checks
     for j in tl.static_range(G):  # the previous record was never applied: apply it now
         if tl.load(active_ptr + slot * HV + h * G + j) != 0:
             _apply_pending(pool_ptr, kpt_ptr, dp_ptr, slot, h * G + j, tl.load(gamma_ptr + slot * HV + h * G + j),
                            H, HV, K, V, PATH, BV)
     tl.debug_barrier()  # every thread's reads of the old kpt before any thread rewrites it
-    n_b = tree_size(num_nodes_ptr, b, N, HAS_NUM)
-    node = tl.load(accepted_ptr + b)
-    on_path, rank, path_len = accepted_path(words_ptr + (b64 * N + node) * W, n_b, NP, WORD_BITS)
+    on_path, rank, path_len = path_of_words(word, NP, WORD_BITS)  # the path root..a
     krows = tl.arange(0, K)  # [K]
     vcols = tl.arange(0, V)  # [V]
     lanes = tl.arange(0, PATH)  # [PATH]

@@ -791,8 +791,21 @@ def accepted_path(word_row_ptr, n_valid, NP: tl.constexpr, WORD_BITS: tl.constex
     ``words[b, a]``; nodes ``>= n_valid`` not read): ``(on_path [NP], rank [NP], path_len)`` with ``on_path[j] =
     (words[a][j // WORD_BITS] >> (j % WORD_BITS)) & 1`` (the arithmetic of ``lumotree.reference.tree.mask_bit``,
     literally) and ``rank[j]`` node j's position on the path, i.e. its depth (trees are topological)."""
+    return path_of_words(ancestor_words(word_row_ptr, n_valid, NP, WORD_BITS), NP, WORD_BITS)
+
+
+@triton.jit
+def ancestor_words(word_row_ptr, n_valid, NP: tl.constexpr, WORD_BITS: tl.constexpr):
+    """``[NP]``: the bitset word that holds node j's bit, for each node j (0 for ``j >= n_valid``): the load of
+    :func:`accepted_path`, for a kernel that issues it early."""
     nodes = tl.arange(0, NP)  # [NP]
-    word = tl.load(word_row_ptr + nodes // WORD_BITS, mask=nodes < n_valid, other=0)  # [NP]
+    return tl.load(word_row_ptr + nodes // WORD_BITS, mask=nodes < n_valid, other=0)  # [NP]
+
+
+@triton.jit
+def path_of_words(word, NP: tl.constexpr, WORD_BITS: tl.constexpr):
+    """``(on_path, rank, path_len)`` of :func:`accepted_path` from its :func:`ancestor_words`."""
+    nodes = tl.arange(0, NP)  # [NP]
     on_path = ((word >> (nodes % WORD_BITS)) & 1) != 0  # [NP]
     return on_path, tl.cumsum(on_path.to(tl.int32), axis=0) - 1, tl.sum(on_path.to(tl.int32), axis=0)
 

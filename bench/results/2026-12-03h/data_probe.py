@@ -85,6 +85,22 @@ EDITS = {
                          ("gl.where(real[None, :], gl.convert_layout(o_t, mma), 0.0)", "gl.convert_layout(o_t, mma)")],
 }
 EDITS["unrolled doubling, lean masks"] = EDITS["unrolled guarded doubling"] + EDITS["lean solve masks"]
+# run 103: diagnostics (timing only; each removes work, most break the results): which partition sets the pace
+EDITS.update({
+    "diag: one doubling": [("        beta_c = gl.where(cols < n_b, beta_c, 0.0)  # [N]\n",
+                            "        levels = 1\n        beta_c = gl.where(cols < n_b, beta_c, 0.0)  # [N]\n")],
+    "diag: no row sum": [("log_gamma = _row_sum(gl.where(anc, g_c[None, :], 0.0), 1)",
+                          "log_gamma = gl.convert_layout(g_c, gl.SliceLayout(1, mma_nn))")],
+    "diag: no log_gamma store": [("        gl.store(log_gamma_ptr + ((b * N + rows) * HV + hv), log_gamma)\n", "")],
+    "diag: no depth load": [("depth = gl.load(depth_ptr + b * N + rows, mask=rows < n_b, other=0)",
+                             "depth = rows * 0 + 15")],
+    "diag: no path update": [("s_t = s_t * gamma_a + gl.convert_layout(upd, a_op)", "s_t = s_t * gamma_a")],
+    "diag: no write-back": [("            _tma_store(pool_desc, [pend * K + k0, 0], s_ring.index(s))  # written back in place\n",
+                             ""), ("            tma.store_wait(0)\n            mbarrier.arrive(empty.index(s))",
+                                   "            mbarrier.arrive(empty.index(s))")],
+})
+EDITS["diag: no row sum, store, depth"] = (EDITS["diag: no row sum"] + EDITS["diag: no log_gamma store"]
+                                           + EDITS["diag: no depth load"])
 
 
 def probe_inputs(x):
