@@ -1,7 +1,7 @@
 r"""Gluon kernels of the fused GDN tree verify (Hopper): one persistent warp-specialised kernel per step.
 
 Items are (request, value head), one program per SM walking them. Partitions, each in a loop over the program's
-items (derivation and measurements: ``bench/NOTES-gdn.md``, thirtieth to thirty-second sessions; the probe these
+items (derivation and measurements: ``bench/NOTES-gdn.md``, thirtieth to thirty-fourth sessions; the probe these
 kernels come from is ``bench/results/2026-12-03g/gluon_probe.py``, ``FOLD == 28`` / ``26``):
 
 - loader (1 warp): TMA loads of each item's ``S`` / q / k chunks (``[BK, V]``, ``[N, BK]``) into a ring of
@@ -50,7 +50,7 @@ BK = 16  # state rows a chunk
 STAGES = 3  # the loader's ring
 SOLVER_SLOTS = 2  # the solve's q / k ring
 CONSUMER_WARPS = 8
-SOLVER_REGS = 184  # run 105: verify 192.4-192.9 us against 199.6 at 200 (the consumer then 136: 4 spill stores instead of 11), 176: 207.0
+SOLVER_REGS = 184  # run 105: verify 192.4-192.9 us (200: 199.6, the consumer 128 with 11 spill stores; 176: 207.0)
 WORD_BITS = 32
 LOG2E = gl.constexpr(1.4426950408889634)
 

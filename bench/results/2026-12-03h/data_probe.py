@@ -23,6 +23,10 @@ medians of the verify alone and of the step, verify + record). Variants of the l
   probe's solve selects ``QKD`` by the decays alone;
 - ``unrolled doubling, lean masks`` (run 102): both.
 
+- ``diag: ...`` (run 103, thirty-fourth session): builds with one part of the work removed (one doubling step, no
+  ``log Gamma`` row sum, no ``log_gamma`` store, no depth load, no path update, no state write-back), timed only
+  (their results are wrong by design): which partition sets the pace.
+
 Run (GPU): ``PYTHONPATH=$PWD:$PWD/bench python bench/results/2026-12-03h/data_probe.py [OUT [VARIANT ...]]``
 (the named variants only, with the library before and after).
 """
@@ -95,8 +99,8 @@ EDITS.update({
     "diag: no depth load": [("depth = gl.load(depth_ptr + b * N + rows, mask=rows < n_b, other=0)",
                              "depth = rows * 0 + 15")],
     "diag: no path update": [("s_t = s_t * gamma_a + gl.convert_layout(upd, a_op)", "s_t = s_t * gamma_a")],
-    "diag: no write-back": [("            _tma_store(pool_desc, [pend * K + k0, 0], s_ring.index(s))  # written back in place\n",
-                             ""), ("            tma.store_wait(0)\n            mbarrier.arrive(empty.index(s))",
+    "diag: no write-back": [("            _tma_store(pool_desc, [pend * K + k0, 0], s_ring.index(s))"
+                             "  # written back in place\n", ""), ("            tma.store_wait(0)\n            mbarrier.arrive(empty.index(s))",
                                    "            mbarrier.arrive(empty.index(s))")],
 })
 EDITS["diag: no row sum, store, depth"] = (EDITS["diag: no row sum"] + EDITS["diag: no log_gamma store"]
