@@ -41,6 +41,7 @@ from .tree_attention import ancestor_words, path_chunk, path_of_words, tree_size
 __all__ = ["PATH_NODES", "PendingCommits", "pending_commits", "gdn_tree_record", "gdn_tree_flush"]
 
 RECORD_WARPS = 2  # the record's warps a program (run 98's sweep at B = 64: 1 warp 17.4 us, 2: 13.1, 4: 15.4)
+RECORD_MAX_REGISTERS: int | None = None  # a register cap for the record's launch (None: ptxas chooses)
 PATH_NODES = 16  # the longest path a record holds (the fused verify's path tile: 16 nodes, 8 KiB at K = 128)
 
 
@@ -233,6 +234,7 @@ def gdn_tree_record(
         num_nodes if has_num else slots, accepted, delta, log_gamma, k, kr, N, k.stride(0), k.stride(1), k.stride(2),
         H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=triton.next_power_of_2(N), PATH=path, BV=_block_v(V),
         L2NORM=k_rnorm is not None, HAS_NUM=has_num, WORD_BITS=WORD_BITS, num_warps=RECORD_WARPS,
+        **({} if RECORD_MAX_REGISTERS is None else dict(maxnreg=RECORD_MAX_REGISTERS)),
     )
     return pending
 
