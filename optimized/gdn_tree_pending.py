@@ -40,8 +40,8 @@ from .tree_attention import ancestor_words, path_chunk, path_of_words, tree_size
 
 __all__ = ["PATH_NODES", "PendingCommits", "pending_commits", "gdn_tree_record", "gdn_tree_flush"]
 
-RECORD_WARPS = 2  # the record's warps a program (run 98's sweep at B = 64: 1 warp 17.4 us, 2: 13.1, 4: 15.4)
-RECORD_MAX_REGISTERS: int | None = None  # a register cap for the record's launch (None: ptxas chooses)
+RECORD_WARPS = 4  # the record's warps a program and their register cap (run 108, its share of the B = 64 step: 4
+RECORD_MAX_REGISTERS: int | None = 64  # warps at 64 registers 12.9 us, 2 warps uncapped 14.5-15.2, at 128 16.4)
 PATH_NODES = 16  # the longest path a record holds (the fused verify's path tile: 16 nodes, 8 KiB at K = 128)
 
 
@@ -240,10 +240,11 @@ def gdn_tree_record(
 
 
 def build_record_for_sm90(*, H: int = 16, HV: int = 32, K: int = 128, V: int = 128, N: int = 64, norm: bool = True,
-                          sizes: bool = False):
+                          sizes: bool = False, max_registers: int | None = RECORD_MAX_REGISTERS):
     """Compiles the record kernel for sm_90 as :func:`gdn_tree_record` launches it (fp32 factors, every pointer and
-    integer argument 16-aligned as the JIT specialises them), without a GPU: Triton's compiled kernel (``.asm``
-    holds the cubin). For the tests' spill check (a refactor once left it 32 registers and 3.4 KB of spills)."""
+    integer argument 16-aligned as the JIT specialises them; ``max_registers`` None: uncapped), without a GPU:
+    Triton's compiled kernel (``.asm`` holds the cubin). For the tests' spill check (a refactor once left it 32
+    registers and 3.4 KB of spills)."""
     from triton.backends.compiler import GPUTarget  # noqa: PLC0415
     from triton.compiler import ASTSource  # noqa: PLC0415
 
@@ -256,7 +257,9 @@ def build_record_for_sm90(*, H: int = 16, HV: int = 32, K: int = 128, V: int = 1
     aligned = {(i, ): [["tt.divisibility", 16]] for i, n in enumerate(kernel.arg_names) if n not in constexprs}
     source = ASTSource(fn=kernel, signature=signature, attrs=aligned,
                        constexprs={(kernel.arg_names.index(n), ): v for n, v in constexprs.items()})
-    return triton.compile(source, target=GPUTarget("cuda", 90, 64), options=dict(num_warps=RECORD_WARPS))
+    options = dict(num_warps=RECORD_WARPS) if max_registers is None else dict(num_warps=RECORD_WARPS,
+                                                                              maxnreg=max_registers)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 64), options=options)
 
 
 def gdn_tree_flush(pending: PendingCommits, state_pool: torch.Tensor, slots: torch.Tensor | None = None, *,
