@@ -40,8 +40,10 @@ from .tree_attention import ancestor_words, path_chunk, path_of_words, tree_size
 
 __all__ = ["PATH_NODES", "PendingCommits", "pending_commits", "gdn_tree_record", "gdn_tree_flush"]
 
-RECORD_WARPS = 4  # the record's warps a program and their register cap (run 108, its share of the B = 64 step: 4
-RECORD_MAX_REGISTERS: int | None = 64  # warps at 64 registers 12.9 us, 2 warps uncapped 14.5-15.2, at 128 16.4)
+RECORD_WARPS = 2  # the record's warps a program and their register cap (None: ptxas chooses). Run 108, its share
+RECORD_MAX_REGISTERS: int | None = None  # of the B = 64 step: 2 warps uncapped 14.5-15.2 us, at 128 registers 16.4,
+# 4 warps at 64 registers 12.9 (once, not yet confirmed by the GPU tests and the bench: bench/results/2026-12-03i/
+# run109.sh; run 98: 1 warp 17.4, 4 warps uncapped 15.4)
 PATH_NODES = 16  # the longest path a record holds (the fused verify's path tile: 16 nodes, 8 KiB at K = 128)
 
 

@@ -1,4 +1,5 @@
-# Run 109: the record at 4 warps and 64 registers (run 108's best): GPU tests, bench/gdn_fused.py
+# Run 109 (prepared, not run: no device time left): the record at 4 warps and 64 registers (run 108's best;
+# set RECORD_WARPS = 4, RECORD_MAX_REGISTERS = 64 in optimized/gdn_tree_pending.py first): GPU tests, bench/gdn_fused.py
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/lumotree-triton-cache PYTHONPATH=$PWD:$PWD/bench
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null
 LOG=$OUT/logs_run109.txt
