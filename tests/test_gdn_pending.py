@@ -221,9 +221,10 @@ def test_bad_input_names_the_argument():
 
 def test_record_kernel_builds_for_sm90_without_spills(tmp_path):
     """The record compiles for sm_90 (on any machine, as ``gdn_tree_record`` launches it but uncapped) with no
-    stack: every form in registers (the launch's cap then trades a few spills for residency). A refactor that moved the path weights of its long-path branch onto the delta rows left
-    ptxas at 32 registers and 3.4 KB of spills, and the step 35 us slower (run 102). Built in a process of its
-    own without ``TRITON_INTERPRET`` (which replaces ``@triton.jit`` kernels) and with an empty Triton cache."""
+    stack: every form in registers (a launch cap, where one is set, trades a few spills for residency). A
+    refactor that moved the path weights of its long-path branch onto the delta rows left ptxas at 32 registers
+    and 3.4 KB of spills, and the step 35 us slower (run 102). Built in a process of its own without
+    ``TRITON_INTERPRET`` (which replaces ``@triton.jit`` kernels) and with an empty Triton cache."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)
     done = subprocess.run([sys.executable, "-c", RECORD_BUILD], env=env, capture_output=True, text=True, timeout=600)

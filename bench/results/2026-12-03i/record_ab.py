@@ -21,8 +21,8 @@ import kernel_ab as KA  # noqa: E402
 from lumotree.optimized import gdn_tree_pending as PD  # noqa: E402
 
 PENDING = os.path.join(HERE, "..", "..", "..", "optimized", "gdn_tree_pending.py")
-RUNTIME_G = [("        for j in tl.static_range(G):\n            hv = h * G + j\n            lg_a = tl.load(log_gamma_ptr + "
-              "(b64 * N + node) * HV + hv)\n            lg = ",
+RUNTIME_G = [("        for j in tl.static_range(G):\n            hv = h * G + j\n"
+              "            lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)\n            lg = ",
               "        for jr in range(G):\n            hv = h * G + jr\n            lg_a = tl.load(log_gamma_ptr + "
               "(b64 * N + node) * HV + hv)\n            lg = ")]
 
