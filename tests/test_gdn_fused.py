@@ -44,7 +44,7 @@ print(json.dumps(out))
 
 def test_kernel_builds_for_sm90(tmp_path):
     """Both forms compile for sm_90 (on any machine): warp-specialised (register reallocation between the
-    partitions), on the tensor cores, TMA in and out, within a block's shared memory; and the norm partition
+    partitions), on the tensor cores, TMA in and out, within a block's shared memory; and the vector partition
     fences each chunk's slot against the async proxy before freeing it (its 8 chunks: 8 more fences). Built in a
     process of its own, as a GPU process builds it: without ``TRITON_INTERPRET`` (whose patches of Triton's
     tensor methods, left by the interpreted tests before this one, break Gluon's code generator) and with an
