@@ -89,9 +89,9 @@ def _unit_lower_inverse(power, rows, cols, cols_smem, rows_smem, levels, a_op: g
     solve's MMA layout ``a_op``'s parent). ``inv`` starts as ``I + P_0``; round ``l`` issues ``P_{l+1} = P_l P_l``
     and ``inv <- inv + inv P_l`` together (every factor is a polynomial in ``-A``, so they commute; both products
     take ``P_l`` as their B operand): ``levels`` rounds of products in sequence instead of ``2 (levels - 1)`` (the
-    last round's square is not used: an accumulator cannot be issued conditionally). ``P_l``
-    waits in shared memory (``rows_smem`` row-major for the squaring's A operand, ``cols_smem`` column-major: the
-    K-major B operand); ``inv`` is the A operand from registers."""
+    last round's square is not used: an accumulator cannot be issued conditionally). ``P_l`` waits in shared
+    memory (``rows_smem`` row-major for the squaring's A operand, ``cols_smem`` column-major: the K-major B
+    operand); ``inv`` is the A operand from registers."""
     inv = gl.where(rows[:, None] == cols[None, :], 1.0, 0.0) + power  # I + P_0
     if levels > 1:
         _barrier()
@@ -255,9 +255,8 @@ def _solver(q_desc, k_desc, beta_ptr, words_ptr, num_nodes_ptr, sq_ring, sk_ring
     """Each item's ``TB`` / ``QKD`` one item ahead of the consumer, from its own q / k ring (the next item's first
     chunks loaded during this item's doubling); the item's vectors (``log2 Gamma`` with ``scale`` / ``rk`` in it,
     the norms' factors, the doubling count) come from the vector partition (``nvec``, ``lvl``). ``scale`` rides in
-    the exponent: ``d = scale D``, ``QKD = Q K^T ⊙
-    d``, ``-A = (-beta / scale) K K^T ⊙ d ⊙ M°``; with ``NORM`` the column factor ``rk_j`` too (``d = scale D
-    diag(rk)``), the row factors multiply (``diag(rq)`` on ``QKD``, ``diag(rk)`` on ``-A``). Padding nodes (past
+    the exponent: ``d = scale D``, ``QKD = Q K^T ⊙ d``, ``-A = (-beta / scale) K K^T ⊙ d ⊙ M°``; with ``NORM`` the
+    column factor ``rk_j`` too (``d = scale D diag(rk)``), the row factors multiply (``diag(rq)`` on ``QKD``, ``diag(rk)`` on ``-A``). Padding nodes (past
     the request's ``num_nodes``) are masked out of ``-A``, ``QKD`` and ``diag(beta)`` by selection (their inputs may
     be NaN), so their rows of ``T`` are the identity's and their columns 0."""
     mma_nn: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 8])
