@@ -256,9 +256,10 @@ def _solver(q_desc, k_desc, beta_ptr, words_ptr, num_nodes_ptr, sq_ring, sk_ring
     chunks loaded during this item's doubling); the item's vectors (``log2 Gamma`` with ``scale`` / ``rk`` in it,
     the norms' factors, the doubling count) come from the vector partition (``nvec``, ``lvl``). ``scale`` rides in
     the exponent: ``d = scale D``, ``QKD = Q K^T ⊙ d``, ``-A = (-beta / scale) K K^T ⊙ d ⊙ M°``; with ``NORM`` the
-    column factor ``rk_j`` too (``d = scale D diag(rk)``), the row factors multiply (``diag(rq)`` on ``QKD``, ``diag(rk)`` on ``-A``). Padding nodes (past
-    the request's ``num_nodes``) are masked out of ``-A``, ``QKD`` and ``diag(beta)`` by selection (their inputs may
-    be NaN), so their rows of ``T`` are the identity's and their columns 0."""
+    column factor ``rk_j`` too (``d = scale D diag(rk)``), the row factors multiply (``diag(rq)`` on ``QKD``,
+    ``diag(rk)`` on ``-A``). Padding nodes (past the request's ``num_nodes``) are masked out of ``-A``, ``QKD`` and
+    ``diag(beta)`` by selection (their inputs may be NaN), so their rows of ``T`` are the identity's and their
+    columns 0."""
     mma_nn: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 8])
     a_nn: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_nn, k_width=1)
     CHUNKS: gl.constexpr = K // BK
