@@ -20,8 +20,9 @@ The commit rebuilds the accepted node's state in place in the pool:
 
 Grid of both kernels: one program per (request, value head, block of V columns). Verify loads its ``S0`` tile
 ``[K, BV]`` once in ``BK``-row chunks and forms ``K K^T``, ``Q K^T``, ``K S0`` and ``Q S0`` in the same pass (with the
-L2 norms of q and k, applied afterwards as row/column scales). Layouts as flash-linear-attention: ``q, k: [B, N, H, K]``,
-``v: [B, N, HV, V]``, ``g, beta: [B, N, HV]``; fp32 state pool ``[P, HV, K, V]`` addressed by ``slots: [B]``.
+L2 norms of q and k, applied afterwards as row/column scales). Layouts as flash-linear-attention:
+``q, k: [B, N, H, K]``, ``v: [B, N, HV, V]``, ``g, beta: [B, N, HV]``; fp32 state pool ``[P, HV, K, V]`` addressed
+by ``slots: [B]``.
 
 Tree metadata (``words``: inclusive ancestor bitsets, ``depth``) is built once per step and shared by every layer
 (:func:`tree_meta`, which runs :func:`lumotree.optimized.tree_attention.tree_metadata`). The kernels read the mask with

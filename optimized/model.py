@@ -55,7 +55,6 @@ probabilities, zero elsewhere): exact and CUDA-graph safe, but not fast; the ben
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass

@@ -494,7 +494,8 @@ def _tree_attn_kernel(
         w0 = j0 // 32
         word_lo = tl.load(words_row + w0, mask=row_ok, other=0)  # [BLOCK_M]
         word_hi = tl.load(words_row + w0 + 1, mask=row_ok & (node * 0 + w0 + 1 < NW), other=0)  # [BLOCK_M]
-        word = tl.where((j // 32 == w0)[None, :], word_lo[:, None], word_hi[:, None])  # [BLOCK_M, BLOCK_N] words[i][j // 32]
+        # [BLOCK_M, BLOCK_N] words[i][j // 32]
+        word = tl.where((j // 32 == w0)[None, :], word_lo[:, None], word_hi[:, None])
         visible = ((word >> (j % 32)[None, :]) & 1) != 0
         m_i, l_i, acc = _attend_tile(
             q, k_base + pos[:, None].to(tl.int64) * skcc + offs_d[None, :],
