@@ -967,7 +967,7 @@ def add_path_terms(s, on_path, rank, path_len, lg_a, delta_ptr, log_gamma_ptr, k
     ``WEIGHT_KEYS``: the same sum, but not the same register allocation (ptxas, sm_90): the commit kernel at
     B = 1 takes 96 registers with the weights on the delta rows and 148 on the keys; the record's 2-warp
     ``[K, 32]`` form takes 233 registers on the keys and, on the delta rows, 32 registers and 3.4 KB of spills
-    (its step 18 -> 53 us, run 102)."""
+    (its share of the B = 64 step 18 -> 53 us, run 102)."""
     lanes = tl.arange(0, PB)  # [PB]
     for p0 in range(0, path_len, PB):
         idx = path_chunk(on_path, rank, p0, NP, PB)  # [PB] node index of path entry p0 + lane

@@ -235,16 +235,21 @@ def gdn_tree_record(
         state_pool, pending.kpt, pending.dp, pending.gamma_a, pending.active, slots, meta.words,
         num_nodes if has_num else slots, accepted, delta, log_gamma, k, kr, N, k.stride(0), k.stride(1), k.stride(2),
         H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=triton.next_power_of_2(N), PATH=path, BV=_block_v(V),
-        L2NORM=k_rnorm is not None, HAS_NUM=has_num, WORD_BITS=WORD_BITS, num_warps=RECORD_WARPS,
-        **({} if RECORD_MAX_REGISTERS is None else dict(maxnreg=RECORD_MAX_REGISTERS)),
+        L2NORM=k_rnorm is not None, HAS_NUM=has_num, WORD_BITS=WORD_BITS, **_record_options(RECORD_MAX_REGISTERS),
     )
     return pending
 
 
+def _record_options(max_registers: int | None) -> dict:
+    """The record's launch options: ``RECORD_WARPS``, and ``max_registers`` as the cap unless None."""
+    return dict(num_warps=RECORD_WARPS) if max_registers is None else dict(num_warps=RECORD_WARPS,
+                                                                          maxnreg=max_registers)
+
+
 def build_record_for_sm90(*, H: int = 16, HV: int = 32, K: int = 128, V: int = 128, N: int = 64, norm: bool = True,
-                          sizes: bool = False, max_registers: int | None = RECORD_MAX_REGISTERS):
+                          sizes: bool = False, max_registers: int | None = None):
     """Compiles the record kernel for sm_90 as :func:`gdn_tree_record` launches it (fp32 factors, every pointer and
-    integer argument 16-aligned as the JIT specialises them; ``max_registers`` None: uncapped), without a GPU:
+    integer argument 16-aligned as the JIT specialises them; ``max_registers``: the cap, None uncapped), without a GPU:
     Triton's compiled kernel (``.asm`` holds the cubin). For the tests' spill check (a refactor once left it 32
     registers and 3.4 KB of spills)."""
     from triton.backends.compiler import GPUTarget  # noqa: PLC0415
@@ -259,9 +264,7 @@ def build_record_for_sm90(*, H: int = 16, HV: int = 32, K: int = 128, V: int = 1
     aligned = {(i, ): [["tt.divisibility", 16]] for i, n in enumerate(kernel.arg_names) if n not in constexprs}
     source = ASTSource(fn=kernel, signature=signature, attrs=aligned,
                        constexprs={(kernel.arg_names.index(n), ): v for n, v in constexprs.items()})
-    options = dict(num_warps=RECORD_WARPS) if max_registers is None else dict(num_warps=RECORD_WARPS,
-                                                                              maxnreg=max_registers)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 64), options=options)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 64), options=_record_options(max_registers))
 
 
 def gdn_tree_flush(pending: PendingCommits, state_pool: torch.Tensor, slots: torch.Tensor | None = None, *,

@@ -1,7 +1,8 @@
 """Thirty-fourth session: the fused verify's kernel as committed (``fused_head.py``, HEAD 0e30f67), with the
-doubling's two products a round issued together (``fused_doubling.py``), and the library's current kernel (that
-doubling plus a vector partition: ``log Gamma``, ``Gamma`` and the doubling count moved out of the solve), and the
-serial doubling with the vector partition (``fused_serial_vectors.py``), each at a solve register budget (``"form
+doubling's two products a round issued together (``doubling``: the head with the library's ``_unit_lower_inverse``
+and ``QKD`` handed over before it), the library's current kernel (that doubling plus a vector partition: ``log
+Gamma``, ``Gamma`` and the doubling count moved out of the solve), and the serial doubling with the vector partition
+(``serial``: the library with the head's ``_unit_lower_inverse``), each at a solve register budget (``"form
 regs"``), checked against float64 (``bench/gdn_fused.check_fused``) and timed (CUDA-graph medians: the verify alone,
 the step = verify + record), in one process. (Run 104 also timed the record alone: meaningless, each replay applied
 the previous replay's record first.)
@@ -36,11 +37,51 @@ LIBRARY_EDITS = {  # run 106: forms of the library kernel (SOLVER_REGS = 184 the
 }
 
 
-def module_from(path, tmp, tag, edits=()):
-    src = open(path).read().replace("from .gdn_tree_pending import", "from lumotree.optimized.gdn_tree_pending import")
+SOLVE_HEAD = ("    CHUNKS: gl.constexpr = K // BK\n    pid = gl.program_id(0)\n    nprog = gl.num_programs(0)\n"
+              "    if pid")
+WAIT = ("        mbarrier.wait(tb_empty.index(buf), ((count // 2) & 1) ^ 1)"
+        "  # the consumer is done with item count - 2's\n")
+TB = "        tb2.index(buf).store((inv * beta_c[None, :]).to(tb2.dtype))  # TB = (I + A)^{-1} diag(beta)\n"
+HEAD_DOUBLING = [  # the solve's call of the doubling in the library's form (a_nn, QKD handed over before it)
+    (SOLVE_HEAD,
+     "    a_nn: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_nn, k_width=1)\n" + SOLVE_HEAD),
+    ("        inv = _unit_lower_inverse(power, rows, cols, solve_smem, rows_smem, levels)\n        buf = count % 2\n"
+     + WAIT + TB + "        qkd2.index(buf).store(qk.to(qkd2.dtype))\n",
+     "        buf = count % 2\n" + WAIT
+     + "        qkd2.index(buf).store(qk.to(qkd2.dtype))  # (before the doubling: QKD's registers free for it)\n"
+     "        inv = _unit_lower_inverse(power, rows, cols, solve_smem, rows_smem, levels, a_nn)\n" + TB)]
+
+
+def inverse_of(src: str) -> str:
+    """The text of the kernel module's ``_unit_lower_inverse``."""
+    start = src.index("@gluon.jit\ndef _unit_lower_inverse")
+    return src[start:src.index("@gluon.jit\ndef _loader", start)]
+
+
+def form_source(form: str) -> str:
+    """The kernel module's source of ``form`` (head, doubling, serial; anything else: the library, with
+    ``LIBRARY_EDITS[form]``)."""
+    head, library = open(os.path.join(HERE, "fused_head.py")).read(), open(LIBRARY).read()
+    if form == "head":
+        return head
+    if form == "doubling":
+        return edited(head.replace(inverse_of(head), inverse_of(library)), HEAD_DOUBLING, form)
+    if form == "serial":
+        return edited(library.replace(inverse_of(library), inverse_of(head)),
+                      [("levels, a_nn)\n", "levels)\n")], form)
+    return edited(library, LIBRARY_EDITS.get(form, []), form)
+
+
+def edited(src: str, edits, tag: str) -> str:
     for old, new in edits:
         assert src.count(old) == 1, (tag, old)
         src = src.replace(old, new)
+    return src
+
+
+def module_from(src: str, tmp, tag, edits=()):
+    src = edited(src.replace("from .gdn_tree_pending import", "from lumotree.optimized.gdn_tree_pending import"),
+                 edits, tag)
     name = "k_" + "".join(c if c.isalnum() else "_" for c in tag)
     out = os.path.join(tmp, name + ".py")
     with open(out, "w") as fh:
@@ -60,15 +101,13 @@ def main():
     x = bench_gdn.make_inputs(64, 64, "random", 0)
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        files = dict(head="fused_head.py", doubling="fused_doubling.py", serial="fused_serial_vectors.py")
         mods = {}
         for tag in RUNS:
             form, regs = tag.rsplit(" ", 1)
             if tag not in mods:
-                path = os.path.join(HERE, files[form]) if form in files else LIBRARY
-                regs_now = "SOLVER_REGS = 184" if path == LIBRARY else "SOLVER_REGS = 200"
-                mods[tag] = module_from(path, tmp, tag, [(regs_now, f"SOLVER_REGS = {regs}")]
-                                        + LIBRARY_EDITS.get(form, []))
+                src = form_source(form)
+                regs_now = "SOLVER_REGS = 200" if form in ("head", "doubling") else "SOLVER_REGS = 184"
+                mods[tag] = module_from(src, tmp, tag, [(regs_now, f"SOLVER_REGS = {regs}")])
         for i, tag in enumerate(RUNS):
             use_module(mods[tag])
             try:

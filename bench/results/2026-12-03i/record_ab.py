@@ -73,7 +73,7 @@ def main():
         PD._record_kernel, PD.RECORD_WARPS, PD.RECORD_MAX_REGISTERS = base, 2, None
         for tag, edits in (("library", []), ("solve ring 3", [("SOLVER_SLOTS = 2", "SOLVER_SLOTS = 3")]),
                            ("library", []), ("solve ring 3", [("SOLVER_SLOTS = 2", "SOLVER_SLOTS = 3")])):
-            KA.use_module(KA.module_from(KA.LIBRARY, tmp, tag + str(len(out)), edits))
+            KA.use_module(KA.module_from(KA.form_source("library"), tmp, tag + str(len(out)), edits))
             try:
                 r = step_time(x)
             except Exception as exc:  # noqa: BLE001
