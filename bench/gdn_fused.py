@@ -54,11 +54,12 @@ def fused_fns(x):
                                  input_precision="tf32", meta=meta, validate=False)
     PD.gdn_tree_record(pending, pool, x["slots"], first, x["parents"], x["accepted"], meta=meta, validate=False)
     state = {"first": first}
+    max_depth = max(max(bench_gdn.depths(row)) for row in x["rows"])  # the drafter's depth, known on the host
 
     def verify():
         state["o"], state["factors"] = FV.gdn_tree_verify_fused(*args, pool, x["slots"], x["parents"], pending,
                                                                 use_qk_l2norm_in_kernel=True, meta=meta,
-                                                                validate=False)
+                                                                max_depth=max_depth, validate=False)
 
     def record():
         PD.gdn_tree_record(pending, pool, x["slots"], state["factors"], x["parents"], x["accepted"], meta=meta,

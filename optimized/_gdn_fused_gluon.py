@@ -40,10 +40,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-# Triton 3.6 and 3.9 name three Gluon builtins differently
+# Triton 3.6 and 3.9 name four Gluon builtins differently
 _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+_reinterpret = getattr(gl.shared_memory_descriptor, "reinterpret", None) or gl.shared_memory_descriptor._reinterpret
 
 NODES = 64  # the tile of tree nodes (N must be this)
 BK = 16  # state rows a chunk
@@ -52,6 +53,13 @@ SOLVER_SLOTS = 2  # the solve's q / k ring
 CONSUMER_WARPS = 8
 SOLVER_REGS = 184  # run 105: verify 192.4-192.9 us (200: 199.6, the consumer 128 with 11 spill stores; 176: 207.0)
 WORD_BITS = 32
+# The deepest trees whose doubling may take fp16 operands (``FP16_DOUBLING``; deeper ones, and keys not normalised in
+# the kernel, take tf32).
+# With |A_ij| = |beta_i (Gamma_i / Gamma_j) k^_i . k^_j| <= 2 (beta <= 2, g <= 0, |k^| < 1), a node pair l levels
+# apart has |(A^m)_ij| <= 2^m C(l - 1, m - 1) (chains through the path between them) and a partial sum of the
+# powers at most 2 * 3^(l - 1): 39366 at l = 10, within fp16's 65504 (11: 118098). Checked by
+# tests/test_gdn_fused.py::test_fp16_doubling_bound.
+FP16_DOUBLING_MAX_DEPTH = gl.constexpr(10)
 LOG2E = gl.constexpr(1.4426950408889634)
 
 
@@ -84,31 +92,56 @@ def _nodes_of(num_nodes_ptr, b, N: gl.constexpr, HAS_NUM: gl.constexpr):
 
 
 @gluon.jit
-def _unit_lower_inverse(power, rows, cols, cols_smem, rows_smem, levels, a_op: gl.constexpr):
-    """``(I + A)^{-1} = prod_{l < levels} (I + P_l)``, ``P_l = (-A)^(2^l)``, from ``power = -A`` (``[N, N]``, the
-    solve's MMA layout ``a_op``'s parent). ``inv`` starts as ``I + P_0``; round ``l`` issues ``P_{l+1} = P_l P_l``
-    and ``inv <- inv + inv P_l`` together (every factor is a polynomial in ``-A``, so they commute; both products
-    take ``P_l`` as their B operand): ``levels`` rounds of products in sequence instead of ``2 (levels - 1)`` (the
-    last round's square is not used: an accumulator cannot be issued conditionally). ``P_l`` waits in shared
-    memory (``rows_smem`` row-major for the squaring's A operand, ``cols_smem`` column-major: the K-major B
-    operand); ``inv`` is the A operand from registers."""
-    inv = gl.where(rows[:, None] == cols[None, :], 1.0, 0.0) + power  # I + P_0
+def _doubling_rounds(power, inv, levels, rows_smem, cols_smem, acc: gl.constexpr, a_op: gl.constexpr):
+    """The rounds of :func:`_unit_lower_inverse` with operands in ``rows_smem``'s dtype (fp32 accumulators in
+    ``acc``; ``a_op``: ``inv``'s A-operand layout for that dtype). Round ``l`` issues ``P_{l+1} = P_l P_l`` and
+    ``inv <- inv + inv P_l`` together, both with ``P_l`` as the B operand: ``P_l`` waits in shared memory
+    (``rows_smem`` row-major for the squaring's A operand, ``cols_smem`` column-major: the K-major B operand);
+    ``inv`` is the A operand from registers."""
+    power = gl.convert_layout(power, acc)
+    inv = gl.convert_layout(inv, acc)
     if levels > 1:
         _barrier()
-        rows_smem.store(power)
-        cols_smem.permute((1, 0)).store(power)
+        rows_smem.store(power.to(rows_smem.dtype))
+        cols_smem.permute((1, 0)).store(power.to(rows_smem.dtype))
         _barrier()
         fence_async_shared()
         power = warpgroup_mma(rows_smem, cols_smem.permute((1, 0)), power, use_acc=False)  # P_1
     for step in range(1, levels):
         _barrier()
-        rows_smem.store(power)
-        cols_smem.permute((1, 0)).store(power)
+        rows_smem.store(power.to(rows_smem.dtype))
+        cols_smem.permute((1, 0)).store(power.to(rows_smem.dtype))
         _barrier()
         fence_async_shared()
         power = warpgroup_mma(rows_smem, cols_smem.permute((1, 0)), power, use_acc=False, is_async=True)
-        inv = warpgroup_mma(gl.convert_layout(inv, a_op), cols_smem.permute((1, 0)), inv, is_async=True)
+        inv = warpgroup_mma(gl.convert_layout(inv.to(rows_smem.dtype), a_op), cols_smem.permute((1, 0)), inv,
+                            is_async=True)
         power, inv = warpgroup_mma_wait(0, deps=(power, inv))
+    return inv + gl.where(levels > 1, power, 0.0)  # + P_levels, the last round's square
+
+
+@gluon.jit
+def _unit_lower_inverse(power, rows, cols, cols_smem, rows_smem, levels, a_op: gl.constexpr,
+                        FP16: gl.constexpr):
+    """``(I + A)^{-1} = sum_{m <= 2^L} P^m`` from ``power = P = -A`` (``[N, N]``, in the layout ``a_op``'s
+    parent), exact when the tree's depth is at most ``2^L`` (``A^(depth + 1) = 0``), ``L = levels``: ``inv`` starts
+    as ``I + P``; after ``L`` rounds (:func:`_doubling_rounds`) it is ``prod_{l < L} (I + P^(2^l))``, the powers up
+    to ``2^L - 1``, and the last round's square ``P^(2^L)`` is added (``L > 1``). Operands tf32, or with ``FP16``
+    fp16 (rounded: the significand of tf32, which truncates; twice the tensor rate; the launch's trees no deeper
+    than :data:`FP16_DOUBLING_MAX_DEPTH`, which bounds them). (A runtime choice between the two, per request,
+    made the kernel 20 % slower: run 113.)"""
+    N: gl.constexpr = power.shape[0]
+    mma: gl.constexpr = a_op.parent
+    acc16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=mma.warps_per_cta,
+                                                    instr_shape=[16, N, 16])
+    a16: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc16, k_width=2)
+    half: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    inv = gl.where(rows[:, None] == cols[None, :], 1.0, 0.0) + power  # I + P
+    if not FP16:
+        inv = _doubling_rounds(power, inv, levels, rows_smem, cols_smem, mma, a_op)
+    else:
+        inv = gl.convert_layout(_doubling_rounds(power, inv, levels, _reinterpret(rows_smem, gl.float16, [N, N], half),
+                                                 _reinterpret(cols_smem, gl.float16, [N, N], half), acc16, a16), mma)
     return inv
 
 
@@ -228,10 +261,11 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, num_
                             gl.convert_layout(qs, mma16), is_async=True)  # [V, N] O^T
         delta_t = gl.where(real[None, :], gl.convert_layout(delta_t, mma), 0.0)
         _barrier()
-        v_smem.permute((1, 0)).store(delta_t)  # Delta leaves through v's buffer (v is in registers)
+        delta_smem = _reinterpret(v_smem, gl.float16, [N, V], delta_desc.layout)  # (v is in registers)
+        delta_smem.permute((1, 0)).store(delta_t.to(gl.float16))  # Delta leaves in fp16 through v's buffer
         _barrier()
         fence_async_shared()
-        _tma_store(delta_desc, [b * N, hv * V], v_smem)
+        _tma_store(delta_desc, [b * N, hv * V], delta_smem)
         o_t = warpgroup_mma_wait(0, deps=(o_t, ))
         o_t = gl.where(real[None, :], gl.convert_layout(o_t, mma), 0.0)
         mbarrier.arrive(tb_empty.index(count % 2))
@@ -251,7 +285,8 @@ def _consumer(pool_desc, delta_desc, o_desc, slots_ptr, ga_ptr, active_ptr, num_
 def _solver(q_desc, k_desc, beta_ptr, words_ptr, num_nodes_ptr, sq_ring, sk_ring, sready, sfree, solve_smem,
             rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, lvl, norm_ready, norm_empty, scale, n_items,
             H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, N: gl.constexpr, BK: gl.constexpr,
-            W: gl.constexpr, SLOTS: gl.constexpr, NORM: gl.constexpr, HAS_NUM: gl.constexpr):
+            W: gl.constexpr, SLOTS: gl.constexpr, NORM: gl.constexpr, HAS_NUM: gl.constexpr,
+            FP16_DOUBLING: gl.constexpr):
     """Each item's ``TB`` / ``QKD`` one item ahead of the consumer, from its own q / k ring (the next item's first
     chunks loaded during this item's doubling); the item's vectors (``log2 Gamma`` with ``scale`` / ``rk`` in it,
     the norms' factors, the doubling count) come from the vector partition (``nvec``, ``lvl``). ``scale`` rides in
@@ -329,7 +364,7 @@ def _solver(q_desc, k_desc, beta_ptr, words_ptr, num_nodes_ptr, sq_ring, sk_ring
         buf = count % 2
         mbarrier.wait(tb_empty.index(buf), ((count // 2) & 1) ^ 1)  # the consumer is done with item count - 2's
         qkd2.index(buf).store(qk.to(qkd2.dtype))  # (before the doubling: QKD's registers free for it)
-        inv = _unit_lower_inverse(power, rows, cols, solve_smem, rows_smem, levels, a_nn)
+        inv = _unit_lower_inverse(power, rows, cols, solve_smem, rows_smem, levels, a_nn, FP16_DOUBLING)
         tb2.index(buf).store((inv * beta_c[None, :]).to(tb2.dtype))  # TB = (I + A)^{-1} diag(beta)
         if NORM:  # reloaded here rather than kept live across the doubling
             vec2.index(2 * buf).store(nvec.index(4 * buf).load(gl.SliceLayout(0, mma_nn)))
@@ -378,9 +413,10 @@ def _vectors(sq_ring, sk_ring, sready, sfree, nvec, lvl, gvec, norm_ready, norm_
         gvec.index(count % 4).store(gl.exp(log_gamma))  # Gamma for the consumer (its item count - 4 is done)
         depth = gl.load(depth_ptr + b * N + nodes, mask=nodes < n_b, other=0)  # [N]
         depth_max = gl.reduce(depth, 0, _larger)
-        levels = depth * 0  # [N] int32
-        for e in gl.static_range(6):  # bit_length(max depth); N = 64: depths < 64
-            levels += (depth_max >= (1 << e)).to(gl.int32)
+        levels = depth * 0  # [N] int32: L with 2^L >= max depth (bit_length(depth - 1), 2 at least; N = 64)
+        for e in gl.static_range(6):
+            levels += (depth_max > (1 << e)).to(gl.int32)
+        levels = gl.where(depth_max > 1, gl.maximum(levels, 2), 1)
         lvl.index(par).store(levels)
         lg2 = log_gamma * LOG2E  # [N]
         nvec.index(4 * par + 2).store(lg2 + gl.log2(scale))
@@ -419,7 +455,7 @@ def _fused_verify_kernel(pool_desc, q_desc, k_desc, v_desc, delta_desc, o_desc, 
                          H: gl.constexpr, HV: gl.constexpr, K: gl.constexpr, V: gl.constexpr, N: gl.constexpr,
                          PATH: gl.constexpr, W: gl.constexpr, NORM: gl.constexpr, BK: gl.constexpr,
                          STAGES: gl.constexpr, SLOTS: gl.constexpr, WARPS: gl.constexpr, SOLVER_REGS: gl.constexpr,
-                         HAS_NUM: gl.constexpr):
+                         HAS_NUM: gl.constexpr, FP16_DOUBLING: gl.constexpr):
     """The fused verify: shared buffers, barriers and the partitions (module docstring)."""
     s_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BK, V], pool_desc.layout)
     q_ring = gl.allocate_shared_memory(gl.float32, [STAGES, N, BK], q_desc.layout)
@@ -482,7 +518,7 @@ def _fused_verify_kernel(pool_desc, q_desc, k_desc, v_desc, delta_desc, o_desc, 
                    N, BK, STAGES, PATH)),
         (_solver, (q_desc, k_desc, beta_ptr, words_ptr, num_nodes_ptr, sq_ring, sk_ring, sready, sfree, solve_smem,
                    rows_smem, tb2, qkd2, tb_ready, tb_empty, vec2, nvec, lvl, norm_ready, norm_empty, scale, n_items,
-                   H, HV, K, N, BK, W, SLOTS, NORM, HAS_NUM)),
+                   H, HV, K, N, BK, W, SLOTS, NORM, HAS_NUM, FP16_DOUBLING)),
         (_vectors, (sq_ring, sk_ring, sready, sfree, nvec, lvl, gvec, norm_ready, norm_empty, g_ptr, words_ptr,
                     depth_ptr, log_gamma_ptr, k_rnorm_ptr, num_nodes_ptr, scale, n_items, H, HV, N, K, BK, W, SLOTS,
                     2, NORM, HAS_NUM)),
@@ -494,8 +530,8 @@ def _layout(block, dtype):
 
 
 def descriptors(state_pool, q, k, v, o, delta, kpt, dp) -> tuple:
-    """TMA descriptors over 2-D views: the pool ``[P HV K, V]``, q / k ``[B N, H K]``, v / Delta / o ``[B N, HV V]``,
-    the pending ``kpt [P H K, PATH]`` and ``dp [P PATH, HV V]``."""
+    """TMA descriptors over 2-D views: the pool ``[P HV K, V]``, q / k ``[B N, H K]``, v / Delta (fp16) / o ``[B N,
+    HV V]``, the pending ``kpt [P H K, PATH]`` and ``dp [P PATH, HV V]``."""
     B, N, H, K = q.shape
     HV, V = v.shape[2:]
     path = kpt.shape[-1]
@@ -507,14 +543,14 @@ def descriptors(state_pool, q, k, v, o, delta, kpt, dp) -> tuple:
             TensorDescriptor.from_tensor(q2, [N, BK], _layout([N, BK], f32)),
             TensorDescriptor.from_tensor(k2, [N, BK], _layout([N, BK], f32)),
             TensorDescriptor.from_tensor(v2, [N, V], _layout([N, V], f32)),
-            TensorDescriptor.from_tensor(d2, [N, V], _layout([N, V], f32)),
+            TensorDescriptor.from_tensor(d2, [N, V], _layout([N, V], gl.float16)),
             TensorDescriptor.from_tensor(o2, [N, V], _layout([N, V], f32)),
             TensorDescriptor.from_tensor(kpt.view(-1, path), [K, path], gl.NVMMASharedLayout(64, 32, 2)),
             TensorDescriptor.from_tensor(dp.view(-1, HV * V), [path, V], _layout([path, V], f32)))
 
 
 def build_for_sm90(*, H: int = 16, HV: int = 32, K: int = 128, V: int = 128, norm: bool = True, sizes: bool = True,
-                   pool_slots: int = 2, requests: int = 2):
+                   fp16_doubling: bool = True, pool_slots: int = 2, requests: int = 2):
     """Compiles the fused kernel for sm_90 without a GPU (the tests' check that it builds where CI has none):
     returns Triton's compiled kernel (``.asm``, ``.metadata``)."""
     import torch  # noqa: PLC0415
@@ -527,7 +563,7 @@ def build_for_sm90(*, H: int = 16, HV: int = 32, K: int = 128, V: int = 128, nor
     pool = torch.zeros(pool_slots, HV, K, V)
     q = torch.zeros(B, N, H, K)
     v = torch.zeros(B, N, HV, V)
-    descs = descriptors(pool, q, q, v, v, v, torch.zeros(pool_slots, H, K, PATH_NODES),
+    descs = descriptors(pool, q, q, v, v, v.half(), torch.zeros(pool_slots, H, K, PATH_NODES),
                         torch.zeros(pool_slots, PATH_NODES, HV, V))
     names = ("pool_desc", "q_desc", "k_desc", "v_desc", "delta_desc", "o_desc", "kpt_desc", "dp_desc")
     signature = {n: mangle_type(d) for n, d in zip(names, descs)}
@@ -536,7 +572,7 @@ def build_for_sm90(*, H: int = 16, HV: int = 32, K: int = 128, V: int = 128, nor
                      num_nodes_ptr="*i32", scale="fp32", n_items="i32")
     constexprs = dict(H=H, HV=HV, K=K, V=V, N=N, PATH=PATH_NODES, W=(N + WORD_BITS - 1) // WORD_BITS, NORM=norm,
                       BK=BK, STAGES=STAGES, SLOTS=SOLVER_SLOTS, WARPS=CONSUMER_WARPS, SOLVER_REGS=SOLVER_REGS,
-                      HAS_NUM=sizes)
+                      HAS_NUM=sizes, FP16_DOUBLING=fp16_doubling)
     signature.update({n: "constexpr" for n in constexprs})
     return triton.compile(GluonASTSource(_fused_verify_kernel, signature, constexprs),
                           target=GPUTarget("cuda", 90, 64), options=dict(num_warps=CONSUMER_WARPS))

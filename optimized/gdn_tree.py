@@ -79,10 +79,10 @@ RANK_ONE_BLOCK = 4  # commit with KernelConfig.rank_one: path nodes whose loads 
 class TreeFactors(NamedTuple):
     """Token-level factors of a verified batch of trees: all a commit needs besides ``S0``.
 
-    ``delta: [B, N, HV, V]`` fp32 solved update vectors; ``log_gamma: [B, N, HV]`` fp32 ``log Gamma_i`` (path sum of
-    g); ``k: [B, N, H, K]`` the keys as passed to verify (a reference, not a copy); ``k_rnorm: [B, N, H]`` fp32
-    ``rsqrt(|k_i|^2 + 1e-6)`` when verify normalised k in the kernel, else None. The keys used are
-    ``k * k_rnorm[..., None]``. Padding nodes hold zeros.
+    ``delta: [B, N, HV, V]`` solved update vectors, fp32 (fp16 from the fused verify: the values its outputs
+    used); ``log_gamma: [B, N, HV]`` fp32 ``log Gamma_i`` (path sum of g); ``k: [B, N, H, K]`` the keys as passed to
+    verify (a reference, not a copy); ``k_rnorm: [B, N, H]`` fp32 ``rsqrt(|k_i|^2 + 1e-6)`` when verify normalised
+    k in the kernel, else None. The keys used are ``k * k_rnorm[..., None]``. Padding nodes hold zeros.
     """
 
     delta: torch.Tensor
@@ -977,7 +977,7 @@ def add_path_terms(s, on_path, rank, path_len, lg_a, delta_ptr, log_gamma_ptr, k
         if L2NORM:
             weight = weight * tl.load(k_rnorm_ptr + (b64 * N + idx) * H + h, mask=live, other=0.0)
         d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :],
-                    mask=live[:, None], other=0.0)  # [PB, BV]
+                    mask=live[:, None], other=0.0).to(tl.float32)  # [PB, BV]
         k_p = tl.load(k_ptr + b64 * s_kb + idx[:, None] * s_kn + h * s_kh + kcols[None, :],
                       mask=live[:, None], other=0.0).to(tl.float32)  # [PB, BK]
         if WEIGHT_KEYS:
@@ -1048,7 +1048,7 @@ def _gdn_tree_commit_kernel(
                 weight = tl.where(p0 + j < path_len, tl.exp(lg_a - lg), 0.0)  # Gamma_a / Gamma_j
                 if L2NORM:
                     weight = weight * tl.load(k_rnorm_ptr + (b64 * N + node_j) * H + h)
-                d = tl.load(delta_ptr + ((b64 * N + node_j) * HV + hv) * V + vcols)  # [BV]
+                d = tl.load(delta_ptr + ((b64 * N + node_j) * HV + hv) * V + vcols).to(tl.float32)  # [BV]
                 k_j = tl.load(k_ptr + b64 * s_kb + node_j * s_kn + h * s_kh + kcols).to(tl.float32)  # [BK]
                 s += k_j[:, None] * (weight * d)[None, :]  # [BK, BV]
     else:
@@ -1498,7 +1498,8 @@ def check_factors(factors: object, lead: tuple[int, ...], HV: int, K: int, V: in
         raise TypeError(f"factors must be the TreeFactors returned by gdn_tree_verify, got {type(factors).__name__}")
     delta, log_gamma, k, k_rnorm = factors
     named = "G, " * len(lead)
-    check_tensor("factors.delta", delta, (*lead, None, None, HV, V), named + "B, N, HV, V", (torch.float32,), device)
+    check_tensor("factors.delta", delta, (*lead, None, None, HV, V), named + "B, N, HV, V",
+                 (torch.float32, torch.float16), device)
     B, N = delta.shape[-4:-2]
     check_tensor("factors.log_gamma", log_gamma, (*lead, B, N, HV), named + "B, N, HV", (torch.float32,), device)
     check_tensor("factors.k", k, (*lead, B, N, None, K), named + "B, N, H, K", FLOAT_DTYPES, device)

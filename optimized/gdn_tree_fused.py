@@ -12,8 +12,11 @@ tree in the same pass (the closed form of :mod:`~lumotree.optimized.gdn_tree`). 
 
 The kernel (``_gdn_fused_gluon``) is a persistent warp-specialised Gluon kernel for sm_90: a TMA loader, an
 8-warp state stream, a 4-warp solve running one item ahead, and with ``use_qk_l2norm_in_kernel`` a 2-warp norm
-partition. Products are tf32 (the state stream, the Gram products, the doubling) and fp16 x fp16 with fp32
-accumulation (the epilogue's ``TB`` / ``QKD`` products), so its error bound is the ``"tf32"`` mode's.
+partition. Products are tf32 (the state stream, the Gram products, the doubling of trees deeper than 10 or with
+keys not normalised in the kernel) and fp16 x fp16 with fp32 accumulation (the doubling of trees no deeper than
+``max_depth <= 10`` with normalised keys, where a bound keeps its operands in fp16's range; the epilogue's ``TB`` /
+``QKD`` products), so its error bound is the ``"tf32"`` mode's. ``Delta`` leaves in fp16, the values the outputs'
+product used (the commit then applies what the outputs saw).
 
 Scope (checked, each with an error that names the argument): an sm_90 GPU; fp32 ``q, k, v, g, beta``, contiguous;
 ``K = V = 128``; ``N = 64`` (smaller trees padded, with ``num_nodes``); ``HV`` a multiple of ``H``; distinct slots. The
@@ -62,6 +65,7 @@ def gdn_tree_verify_fused(
     num_nodes: torch.Tensor | None = None,
     use_qk_l2norm_in_kernel: bool = False,
     meta: TreeMeta | None = None,
+    max_depth: int | None = None,
     validate: bool = True,
 ) -> tuple[torch.Tensor, TreeFactors]:
     """Apply each slot's pending commit to its state, write it back, and verify this step's trees from it.
@@ -72,7 +76,10 @@ def gdn_tree_verify_fused(
     :func:`~lumotree.optimized.gdn_tree_pending.pending_commits` on the same pool (and ``H``). Per (request, value
     head): ``S0 = gamma_a S + kpt dp`` where pending (else ``S``) is written to the pool and the entry cleared; then
     ``o`` and the factors as :func:`~lumotree.optimized.gdn_tree.gdn_tree_verify` with ``input_precision="tf32"``
-    computes them from ``S0``. ``meta``: this step's :func:`tree_meta`.
+    computes them from ``S0``. ``meta``: this step's :func:`tree_meta`. ``max_depth``: a bound on every tree's depth
+    (a drafter's configured depth); with ``use_qk_l2norm_in_kernel`` and a bound of at most
+    ``FP16_DOUBLING_MAX_DEPTH`` (10) the doubling takes fp16 operands (twice the tensor rate; the bound keeps them in
+    range), else tf32. With ``validate`` the bound is checked, and without one the trees' own depth is used.
     ``validate=False`` skips the checks that read data back to the host. Returns ``(o, factors)``."""
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     if not fused_verify_supported(device):
@@ -98,6 +105,8 @@ def gdn_tree_verify_fused(
     if HV % H != 0:
         raise ValueError(f"v has HV = {HV} value heads, not a multiple of H = {H} (q)")
     scale = K**-0.5 if scale is None else check_scalar("scale", scale)
+    if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0):
+        raise ValueError(f"max_depth must be a non-negative int or None, got {max_depth!r}")
     slots, num_nodes, _, meta, has_num = check_commit_tree(parents, slots, num_nodes, None, meta, B, N, P, device,
                                                            validate)  # slots: int32
     if validate:
@@ -107,9 +116,15 @@ def gdn_tree_verify_fused(
         check_range_nodes("g", g, float("-inf"), 0.0, real)
         check_range_nodes("beta", beta, 0.0, 2.0, real)
         check_finite_nodes("state_pool[slots]", state_pool[slots.long()][None], None)
+        depth = int(meta.depth.masked_fill(~real, 0).max())  # the deepest real node
+        if max_depth is not None and depth > max_depth:
+            raise ValueError(f"max_depth = {max_depth}, but a tree in parents is {depth} deep")
+        max_depth = depth if max_depth is None else max_depth
+    fp16_doubling = (bool(use_qk_l2norm_in_kernel) and max_depth is not None
+                     and max_depth <= F.FP16_DOUBLING_MAX_DEPTH.value)  # (the bound needs |k^| <= 1)
     sizes = num_nodes if has_num else slots  # an unused int pointer without sizes
     o = torch.empty(B, N, HV, V, device=device)
-    delta = torch.empty(B, N, HV, V, device=device)
+    delta = torch.empty(B, N, HV, V, device=device, dtype=torch.float16)  # as the outputs' product used it
     log_gamma = torch.empty(B, N, HV, device=device)
     k_rnorm = torch.empty(B, N, H, device=device) if use_qk_l2norm_in_kernel else None
     W = meta.words.shape[2]
@@ -119,6 +134,7 @@ def gdn_tree_verify_fused(
         k_rnorm if k_rnorm is not None else log_gamma, sizes, float(scale), B * HV,
         H=H, HV=HV, K=K, V=V, N=N, PATH=path, W=W, NORM=bool(use_qk_l2norm_in_kernel), BK=F.BK, STAGES=F.STAGES,
         SLOTS=F.SOLVER_SLOTS, WARPS=F.CONSUMER_WARPS, SOLVER_REGS=F.SOLVER_REGS, HAS_NUM=has_num,
+        FP16_DOUBLING=fp16_doubling,
         num_warps=F.CONSUMER_WARPS,
     )
     return o, TreeFactors(delta, log_gamma, k, k_rnorm)

@@ -40,8 +40,8 @@ from .tree_attention import ancestor_words, path_chunk, path_of_words, tree_size
 
 __all__ = ["PATH_NODES", "PendingCommits", "pending_commits", "gdn_tree_record", "gdn_tree_flush"]
 
-RECORD_WARPS = 2  # the record's warps a program and their register cap (None: ptxas chooses). Run 108, its share
-RECORD_MAX_REGISTERS: int | None = None  # of the B = 64 step: 2 warps uncapped 14.5-15.2 us, at 128 registers 16.4,
+RECORD_WARPS = 4  # the record's warps a program and their register cap (None: ptxas chooses). Run 108, its share
+RECORD_MAX_REGISTERS: int | None = 64  # of the B = 64 step: 2 warps uncapped 14.5-15.2 us, at 128 registers 16.4,
 # 4 warps at 64 registers 12.9 (once, not yet confirmed by the GPU tests and the bench: bench/results/2026-12-03i/
 # run109.sh; run 98: 1 warp 17.4, 4 warps uncapped 15.4)
 PATH_NODES = 16  # the longest path a record holds (the fused verify's path tile: 16 nodes, 8 KiB at K = 128)
@@ -139,7 +139,8 @@ def _record_kernel(
             lg_a = tl.load(log_gamma_ptr + (b64 * N + node) * HV + hv)
             lg = tl.load(log_gamma_ptr + (b64 * N + idx) * HV + hv, mask=live, other=0.0)  # [PATH]
             weight = tl.exp(lg_a - lg)  # [PATH] Gamma_a / Gamma_j
-            d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :], mask=live[:, None])
+            d = tl.load(delta_ptr + ((b64 * N + idx[:, None]) * HV + hv) * V + vcols[None, :],
+                        mask=live[:, None]).to(tl.float32)
             tl.store(dp_ptr + ((slot * PATH + lanes[:, None]) * HV + hv) * V + vcols[None, :],
                      _tf32_round(d * weight[:, None], "tf32"), mask=live[:, None])
             tl.store(gamma_ptr + slot * HV + hv, tl.exp(lg_a))

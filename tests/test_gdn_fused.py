@@ -33,7 +33,7 @@ import json
 from lumotree.optimized import _gdn_fused_gluon as F
 out = {}
 for norm in (True, False):
-    kernel = F.build_for_sm90(norm=norm)
+    kernel = F.build_for_sm90(norm=norm, fp16_doubling=norm)  # (fp16 operands need normalised keys)
     ptx = kernel.asm["ptx"]
     out[str(norm)] = dict(shared=kernel.metadata.shared, setmaxnreg=ptx.count("setmaxnreg"),
                           wgmma=ptx.count("wgmma.mma_async"), tma=ptx.count("cp.async.bulk.tensor"),
@@ -70,10 +70,39 @@ def test_off_hopper_the_call_raises_naming_the_device():
         FV.gdn_tree_verify_fused(q, q, q, q, q, q, q, q, None)
 
 
+DOUBLING_DEPTHS = {"shallow": (1, 2, 4, 5, 8, 10), "deep": (11, 16, 33)}  # the doubling's round count changes past
+# 1, 2, 4, 8, 16, 32; its operands are fp16 for trees up to FP16_DOUBLING_MAX_DEPTH = 10 deep (deeper: tf32)
+
+
 def _rows(kind: str, seed: int, B: int = 6, sized: bool = False) -> list[list[int]]:
-    """``B`` trees of 64 nodes (``sized``: of 16-64 nodes)."""
+    """``B`` trees of 64 nodes (``sized``: of 16-64 nodes); ``kind`` "shallow" / "deep": one tree of each depth in
+    :data:`DOUBLING_DEPTHS` (a spine that deep, the other nodes hung off random spine nodes above its end)."""
     rng = np.random.default_rng(seed)
+    if kind in DOUBLING_DEPTHS:
+        return [[-1] + list(range(d)) + [int(rng.integers(0, max(d, 1))) for _ in range(63 - d)]
+                for d in DOUBLING_DEPTHS[kind]]
     return [build_tree_parents(kind, int(rng.integers(16, 65)) if sized else 64, rng) for _ in range(B)]
+
+
+def test_fp16_doubling_bound():
+    """The bound behind ``FP16_DOUBLING_MAX_DEPTH``, in exact integers, for every operand the doubling stores: with
+    ``|A_ij| <= 2`` on ancestor pairs ``l`` levels apart, ``|(A^m)_ij| <= 2^m C(l - 1, m - 1)`` and a partial sum
+    of powers at most ``sum_m 2^m C(l - 1, m - 1) = 2 * 3^(l - 1)``; fp16's largest finite value is 65504. The
+    deepest fp16 tree stays within it, one level deeper does not."""
+    from math import comb
+
+    F = pytest.importorskip("lumotree.optimized._gdn_fused_gluon")
+    fp16_max = float(np.finfo(np.float16).max)
+
+    def worst(levels_apart: int) -> int:
+        powers = max(2**m * comb(levels_apart - 1, m - 1) for m in range(1, levels_apart + 1))
+        partial = sum(2**m * comb(levels_apart - 1, m - 1) for m in range(1, levels_apart + 1))
+        assert partial == 2 * 3**(levels_apart - 1)
+        return max(powers, partial)
+
+    deepest = F.FP16_DOUBLING_MAX_DEPTH.value
+    assert all(worst(l) <= fp16_max for l in range(1, deepest + 1))
+    assert worst(deepest + 1) > fp16_max
 
 
 def _case(rows, norm: bool, seed: int, group: int = 2):
@@ -93,8 +122,9 @@ def _case(rows, norm: bool, seed: int, group: int = 2):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HOPPER, reason="the fused verify runs on sm_90 only")
-@pytest.mark.parametrize("kind, sized", [("random", False), ("chain", False), ("deep_wide", False), ("random", True),
-                                         ("star", True)])
+@pytest.mark.parametrize("kind, sized", [("random", False), ("chain", False), ("deep_wide", False), ("shallow", False),
+                                         ("deep", False),
+                                         ("random", True), ("star", True)])
 @pytest.mark.parametrize("norm", [True, False])
 def test_gpu_fused_step_matches_float64(kind, sized, norm):
     """Step 1 verified and recorded; step 2 by the fused kernel from the pool + the record: the pool it writes is
@@ -124,6 +154,7 @@ def test_gpu_fused_step_matches_float64(kind, sized, norm):
     want_o, want_f = R.gdn_tree_closed_form_ref(*(t.double() for t in args2), pool64, slots, parents,
                                                 use_qk_l2norm=norm, **sizes)
     assert rel_err(o2, want_o) < 3e-3
+    assert f2.delta.dtype == torch.float16  # the values the outputs' product used
     assert rel_err(f2.delta, want_f.delta) < 2e-3
     assert rel_err(f2.log_gamma, want_f.log_gamma) < 1e-5
     if norm:
@@ -156,3 +187,7 @@ def test_gpu_bad_input_names_the_argument():
         FV.gdn_tree_verify_fused(*args, pool, slots[[0, 0]], parents, pending)
     with pytest.raises(ValueError, match="NaN"):
         FV.gdn_tree_verify_fused(args[0] * float("nan"), *args[1:], pool, slots, parents, pending)
+    with pytest.raises(ValueError, match="max_depth"):  # the trees are deeper than promised
+        FV.gdn_tree_verify_fused(*args, pool, slots, parents, pending, max_depth=1)
+    with pytest.raises(ValueError, match="max_depth"):
+        FV.gdn_tree_verify_fused(*args, pool, slots, parents, pending, max_depth="3")

@@ -181,6 +181,24 @@ def test_every_pipeline_over_several_k_and_v_tiles(pipeline):
     commit_and_check(case, factors, [0, 5, 4, 10], l2norm=True, gated=True)
 
 
+@pytest.mark.parametrize("rank_one", [False, True])
+def test_commit_takes_an_fp16_delta(rank_one):
+    """The fused verify hands over Delta in fp16: the commit (either form of its path terms) commits the values it
+    holds, as the reference does from the same factors."""
+    rng = np.random.default_rng(5)
+    rows = [[-1]] + [build_tree_parents(kind, n, rng) for kind, n in (("chain", 6), ("deep_wide", 11))]
+    case = make_case(rows, H=1, group=2, K=32, V=32, pad=2, seed=5)
+    _, factors = run_verify(case, l2norm=True, gated=False)
+    factors = factors._replace(delta=factors.delta.half())
+    accepted = torch.tensor([0, 5, 9], dtype=torch.int32, device=DEVICE)
+    want = R.gdn_tree_commit_ref(case["pool"].double(), case["slots"], factors, case["parents"], accepted,
+                                 num_nodes=case["num_nodes"])  # [B, HV, K, V]
+    pool = case["pool"]
+    G.gdn_tree_commit(pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
+                      config=G.KernelConfig(16, 16, 4, 1, rank_one=rank_one))
+    assert rel_err(pool[case["slots"]], want) < 1e-5
+
+
 def commit_and_check(case, factors, accepted, *, l2norm, gated, neg=False, commit_rows=16, rank_one=False,
                      tma=False):
     """Commit node ``accepted[b]`` of each request in place (``commit_rows``: 16, one program per K; 8, two;

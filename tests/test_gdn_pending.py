@@ -94,16 +94,21 @@ def accepted_nodes(rows, picks):
 
 @settings(max_examples=8, deadline=None)
 @given(rows=st.lists(trees(max_nodes=22), min_size=1, max_size=3), group=st.sampled_from([1, 2]),
-       l2norm=st.booleans(), picks=st.lists(st.floats(0, 0.999), min_size=3, max_size=3), seed=st.integers(0, 2**16))
-@example(rows=[[-1]], group=1, l2norm=False, picks=[0.0] * 3, seed=0)  # a single node
-@example(rows=[build_tree_parents("chain", 20, None)], group=2, l2norm=True, picks=[0.999] * 3, seed=1)  # past PATH
+       l2norm=st.booleans(), picks=st.lists(st.floats(0, 0.999), min_size=3, max_size=3), seed=st.integers(0, 2**16),
+       half_delta=st.booleans())
+@example(rows=[[-1]], group=1, l2norm=False, picks=[0.0] * 3, seed=0, half_delta=False)  # a single node
+@example(rows=[build_tree_parents("chain", 20, None)], group=2, l2norm=True, picks=[0.999] * 3, seed=1,
+         half_delta=True)  # past PATH
 @example(rows=[build_tree_parents("chain", 16, None), [-1] + [0] * 9], group=1, l2norm=True, picks=[0.999] * 3,
-         seed=2)  # exactly PATH nodes; a star
-def test_record_then_flush_is_the_commit(rows, group, l2norm, picks, seed):
+         seed=2, half_delta=True)  # exactly PATH nodes; a star
+def test_record_then_flush_is_the_commit(rows, group, l2norm, picks, seed, half_delta):
     """After a record the pool plus what is pending equals the reference commit (paths past PATH nodes are
-    committed at once, the rest pending); the flush leaves exactly that in the pool and nothing pending."""
+    committed at once, the rest pending); the flush leaves exactly that in the pool and nothing pending. The
+    factors' Delta may be fp16 (the fused verify's): the reference commits the same values."""
     case = make_case(rows, H=2, group=group, pad=1, seed=seed)
     factors = factors_of(case, l2norm)
+    if half_delta:
+        factors = factors._replace(delta=factors.delta.half())
     accepted = accepted_nodes(rows, picks)
     want = R.gdn_tree_commit_ref(case["pool"].double(), case["slots"], factors, case["parents"], accepted,
                                  num_nodes=case["num_nodes"])  # [B, HV, K, V]
