@@ -42,8 +42,8 @@ __all__ = ["PATH_NODES", "PendingCommits", "pending_commits", "gdn_tree_record",
 
 RECORD_WARPS = 4  # the record's warps a program and their register cap (None: ptxas chooses). Run 108, its share
 RECORD_MAX_REGISTERS: int | None = 64  # of the B = 64 step: 2 warps uncapped 14.5-15.2 us, at 128 registers 16.4,
-# 4 warps at 64 registers 12.9 (once, not yet confirmed by the GPU tests and the bench: bench/results/2026-12-03i/
-# run109.sh; run 98: 1 warp 17.4, 4 warps uncapped 15.4)
+# 4 warps at 64 registers 12.9 (run 111's bench: 12.2, GPU tests passed in runs 113-114; a few spill stores, more
+# programs resident); run 98: 1 warp 17.4, 4 warps uncapped 15.4
 PATH_NODES = 16  # the longest path a record holds (the fused verify's path tile: 16 nodes, 8 KiB at K = 128)
 
 
