@@ -26,6 +26,7 @@ pool is modified (the pending commits applied); nothing else is.
 from __future__ import annotations
 
 import importlib.util
+import numbers
 
 import torch
 
@@ -105,8 +106,10 @@ def gdn_tree_verify_fused(
     if HV % H != 0:
         raise ValueError(f"v has HV = {HV} value heads, not a multiple of H = {H} (q)")
     scale = K**-0.5 if scale is None else check_scalar("scale", scale)
-    if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 0):
-        raise ValueError(f"max_depth must be a non-negative int or None, got {max_depth!r}")
+    if max_depth is not None:
+        if isinstance(max_depth, bool) or not isinstance(max_depth, numbers.Integral) or max_depth < 0:
+            raise ValueError(f"max_depth must be a non-negative int or None, got {max_depth!r}")
+        max_depth = int(max_depth)
     slots, num_nodes, _, meta, has_num = check_commit_tree(parents, slots, num_nodes, None, meta, B, N, P, device,
                                                            validate)  # slots: int32
     if validate:
