@@ -99,7 +99,6 @@ def use_module(mod):
 
 def main():
     x = bench_gdn.make_inputs(64, 64, "random", 0)
-    out = {}
     with tempfile.TemporaryDirectory() as tmp:
         mods = {}
         for tag in RUNS:
@@ -108,20 +107,27 @@ def main():
                 src = form_source(form)
                 regs_now = "SOLVER_REGS = 200" if form in ("head", "doubling") else "SOLVER_REGS = 184"
                 mods[tag] = module_from(src, tmp, tag, [(regs_now, f"SOLVER_REGS = {regs}")])
-        for i, tag in enumerate(RUNS):
-            use_module(mods[tag])
-            try:
-                check = BF.check_fused(x)
-                step, verify, _, _, _, _ = BF.fused_fns(x)
-                r = dict(verify_us=bench_gdn.graph_time(verify)[0], step_us=bench_gdn.graph_time(step)[0],
-                         check=check)
-            except Exception as exc:  # noqa: BLE001
-                print(f"{tag}: {type(exc).__name__}: {str(exc)[:1500]}", flush=True)
-                continue
-            out[f"{i}:{tag}"] = r
-            print(f"{tag:20s} verify {r['verify_us']:6.1f} us  step {r['step_us']:6.1f} us  errors o / Delta / "
-                  "state " + " / ".join(f"{v:.1e}" for v in check.values()), flush=True)
-    with open(sys.argv[1] if len(sys.argv) > 1 else "kernel_ab.json", "w") as fh:
+        run_forms(x, RUNS, mods, sys.argv[1] if len(sys.argv) > 1 else "kernel_ab.json")
+
+
+def run_forms(x, runs, mods, out_path):
+    """Each tag of ``runs`` in order (repeats allowed): its module ``mods[tag]`` swapped in, checked against
+    float64, then timed (the verify alone and the step); a line printed each, the results written to
+    ``out_path``."""
+    out = {}
+    for i, tag in enumerate(runs):
+        use_module(mods[tag])
+        try:
+            check = BF.check_fused(x)
+            step, verify, _, _, _, _ = BF.fused_fns(x)
+            r = dict(verify_us=bench_gdn.graph_time(verify)[0], step_us=bench_gdn.graph_time(step)[0], check=check)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{tag}: {type(exc).__name__}: {str(exc)[:1500]}", flush=True)
+            continue
+        out[f"{i}:{tag}"] = r
+        print(f"{tag:20s} verify {r['verify_us']:6.1f} us  step {r['step_us']:6.1f} us  errors o / Delta / "
+              "state " + " / ".join(f"{v:.1e}" for v in check.values()), flush=True)
+    with open(out_path, "w") as fh:
         json.dump(out, fh, indent=1)
 
 

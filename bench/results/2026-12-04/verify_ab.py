@@ -18,7 +18,6 @@ from ``max_depth``): ``tf32`` (the doubling's operands tf32 whatever the launch 
 
 Run (GPU): ``PYTHONPATH=$PWD:$PWD/bench python bench/results/2026-12-04/verify_ab.py OUT.json "lib,ov+s4,..."``
 """
-import json
 import os
 import sys
 import tempfile
@@ -126,29 +125,12 @@ def variant_module(tag: str, tmp):
 
 
 def main():
-    import gdn_fused as BF  # noqa: PLC0415
     import gdn_tree as bench_gdn  # noqa: PLC0415
 
     runs = sys.argv[2].split(",")
     x = bench_gdn.make_inputs(64, 64, "random", 0)
-    out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        mods = {tag: variant_module(tag, tmp) for tag in dict.fromkeys(runs)}
-        for i, tag in enumerate(runs):
-            KA.use_module(mods[tag])
-            try:
-                check = BF.check_fused(x)
-                step, verify, _, _, _, _ = BF.fused_fns(x)
-                r = dict(verify_us=bench_gdn.graph_time(verify)[0], step_us=bench_gdn.graph_time(step)[0],
-                         check=check)
-            except Exception as exc:  # noqa: BLE001
-                print(f"{tag}: {type(exc).__name__}: {str(exc)[:1500]}", flush=True)
-                continue
-            out[f"{i}:{tag}"] = r
-            print(f"{tag:20s} verify {r['verify_us']:6.1f} us  step {r['step_us']:6.1f} us  errors o / Delta / "
-                  "state " + " / ".join(f"{v:.1e}" for v in check.values()), flush=True)
-    with open(sys.argv[1], "w") as fh:
-        json.dump(out, fh, indent=1)
+        KA.run_forms(x, runs, {tag: variant_module(tag, tmp) for tag in dict.fromkeys(runs)}, sys.argv[1])
 
 
 if __name__ == "__main__":
