@@ -1,4 +1,4 @@
-"""Decode projections ``y = x @ w.T`` (M = 1..64 rows, bf16): torch/cuBLAS against :mod:`lumotree.optimized.gemv`.
+"""Decode projections ``y = x @ w.T`` (M = 1..64 rows, bf16): torch/cuBLAS against :mod:`lumotree.optimized.ops.gemv`.
 
 For every weight shape of the bench model (hidden 2048; the LM head ``[151936, 2048]`` with fp32 output, as the
 model's ``(x @ lm_head.T).float()``) and M in ``--rows`` (default {1, 2, 4, 8}; up to 64: tree steps) it
@@ -42,7 +42,7 @@ import triton
 import triton.testing
 
 import worker_pool  # bench/: on sys.path when this file runs as a script
-from lumotree.optimized import gemv as G
+from lumotree.optimized.ops import gemv as G
 
 SHAPES = [(12352, 2048), (2048, 4096), (9216, 2048), (11264, 2048), (2048, 5632), (151936, 2048)]  # (N, K) of w
 ROWS = [1, 2, 4, 8]
@@ -221,7 +221,7 @@ def print_table(rows: list[dict], copy_bw: float) -> None:
 
 def swiglu_forms(args, device: torch.device, sms: int) -> int:
     """``--swiglu``: the epilogue form against GEMV + SwiGLU kernel and cuBLAS + SwiGLU kernel, per row count."""
-    from lumotree.optimized.model import _silu_mul
+    from lumotree.optimized.model.kernels import silu_mul
 
     N, K = 11264, 2048
     gen = torch.Generator(device=device).manual_seed(0)
@@ -235,8 +235,8 @@ def swiglu_forms(args, device: torch.device, sms: int) -> int:
         moved = N * K * 2 + M * K * 2 + M * N  # w + x + y (half the columns)
         forms = {
             "gemv alone": lambda i, x=x: G.small_batch_linear(x, ws[i % len(ws)], pdl=args.pdl),
-            "cublas+kernel": lambda i, x=x: _silu_mul(x @ ws[i % len(ws)].T),
-            "gemv+kernel": lambda i, x=x: _silu_mul(G.small_batch_linear(x, ws[i % len(ws)], pdl=args.pdl)),
+            "cublas+kernel": lambda i, x=x: silu_mul(x @ ws[i % len(ws)].T),
+            "gemv+kernel": lambda i, x=x: silu_mul(G.small_batch_linear(x, ws[i % len(ws)], pdl=args.pdl)),
             "epilogue": lambda i, x=x: G.small_batch_linear(x, ws[i % len(ws)], swiglu=True, pdl=args.pdl),
         }
         if M > G.MAX_SUM_ROWS:

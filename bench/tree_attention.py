@@ -3,7 +3,7 @@
 For every (B, L = committed KV length, N = tree nodes) it times, with CUDA-graph replay and the median of
 ``triton.testing.do_bench``:
 
-- ``ours``: :func:`lumotree.optimized.tree_attention.tree_attention` (gate fused), best of a small config sweep, and
+- ``ours``: :func:`lumotree.optimized.ops.tree_attention.tree_attention` (gate fused), best of a small config sweep, and
   the default config (``ours_default``);
 - ``decode1``: one single-query decode per request over the same KV (torch SDPA, ``enable_gqa``), the target's unit;
 - ``ours_decode1``: our kernel on a one-node tree (the optimized model's decode attention);
@@ -28,12 +28,13 @@ import torch.nn.functional as F
 import triton
 
 from lumotree.reference.tree import random_parents
-from lumotree.optimized import tree_attention as ta
+from lumotree.optimized.ops import tree_attention as ta
+from lumotree.optimized.ops.tree_meta import tree_metadata
 
 HQ, HKV, D = 16, 2, 256
 DEVICE = "cuda"
 # (block_m, block_n, num_warps, num_stages): the configs that compile for sm_90 without register spills or with few
-# (bench/NOTES-attention.md: cuobjdump resource report of each), plus the previous sweep's winners
+# (a cuobjdump resource report of each), plus the previous sweep's winners
 CONFIGS = [
     (128, 64, 8, 2),
     (128, 32, 8, 3),
@@ -89,7 +90,7 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
     slots = torch.arange(B, dtype=torch.int32, device=dev)
     lens = torch.full((B,), L, dtype=torch.int32, device=dev)
     parents = torch.tensor([random_parents(N, rng) for _ in range(B)], dtype=torch.int32, device=dev)  # [B, N]
-    meta = ta.tree_metadata(parents)
+    meta = tree_metadata(parents)
     q = torch.randn(B, N, HQ, D, device=dev, dtype=torch.bfloat16)
     gate = torch.randn(B, N, HQ, D, device=dev, dtype=torch.bfloat16)
     out = torch.empty_like(q)
@@ -108,7 +109,7 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
 
     if compile_only:  # warm the Triton cache for a later timing run (same shapes, so the same specialisations)
         q1, g1 = q[:, :1].contiguous(), gate[:, :1].contiguous()
-        meta1 = ta.tree_metadata(torch.full((B, 1), -1, dtype=torch.int32, device=dev))
+        meta1 = tree_metadata(torch.full((B, 1), -1, dtype=torch.int32, device=dev))
         runs = [(q, gate, meta.words, cfg, waves, 256) for cfg in configs for waves in WAVES]
         runs += [(q1, g1, meta1.words, cfg, waves, cfg[1]) for cfg in DECODE_CONFIGS for waves in DECODE_WAVES]
         for qq, gg, words, (bm, bn, nw, ns), waves, min_chunk in runs:
@@ -156,7 +157,7 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
         q1t = q1.transpose(1, 2)
         kd, vd = k_cache[:, :, : L + 1], v_cache[:, :, : L + 1]
         dec = {"decode1_us": graph_time(lambda: F.scaled_dot_product_attention(q1t, kd, vd, enable_gqa=True))}
-        meta1 = ta.tree_metadata(torch.full((B, 1), -1, dtype=torch.int32, device=dev))
+        meta1 = tree_metadata(torch.full((B, 1), -1, dtype=torch.int32, device=dev))
         g1 = gate[:, :1].contiguous()
         out1 = torch.empty_like(q1)
         best1 = None
@@ -241,7 +242,7 @@ def diagnose(rng: np.random.Generator, compile_only: bool = False) -> dict:
     v_cache = torch.randn_like(k_cache)
     slots = torch.zeros(B, dtype=torch.int32, device=dev)
     lens = torch.full((B,), L, dtype=torch.int32, device=dev)
-    words = ta.tree_metadata(torch.tensor([random_parents(N, rng)], dtype=torch.int32, device=dev)).words
+    words = tree_metadata(torch.tensor([random_parents(N, rng)], dtype=torch.int32, device=dev)).words
     q = torch.randn(B, N, HQ, D, device=dev, dtype=torch.bfloat16)
     gate = torch.randn_like(q)
     words1 = torch.ones((B, 1, 1), dtype=torch.int32, device=dev)

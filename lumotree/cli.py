@@ -16,8 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prove": ("lumotree.proofs.cli", "run the sympy / Z3 / exact checks of the reference and print a table"),
     "expressivity": ("lumotree.expressivity.cli",
                      "parity-conditioned retrieval: constructions, proofs, bounds, training"),
-    "generate": ("lumotree.optimized.cli", "decode prompts with the engine (autoregressive / chain / tree speculation)"),
-    "bench": ("lumotree.optimized.e2e", "benchmarks: `lumotree bench e2e` (end-to-end decoding throughput)"),
+    "generate": ("lumotree.generate", "decode prompts with the engine (autoregressive / chain / tree speculation)"),
+    "bench": ("lumotree.optimized.engine.e2e", "benchmarks: `lumotree bench e2e` (end-to-end decoding throughput)"),
 }
 
 

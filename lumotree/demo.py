@@ -1,7 +1,7 @@
 """``lumotree demo``: picks the path and says which one it took.
 
 - CPU path: :mod:`lumotree.reference.demo` (the exact float64 reference, unchanged);
-- GPU path: :mod:`lumotree.optimized.demo` (the same seeded model and drafter through the optimized engine).
+- GPU path: :mod:`lumotree.optimized.engine.demo` (the same seeded model and drafter through the optimized engine).
 
 ``--path auto`` (default) takes the GPU path when ``torch.cuda.is_available()`` and the options are ones the engine runs
 (``--sampling greedy`` or ``deterministic``), else the CPU path. This module sits outside both layers so that the
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}")
         return 2
     if path == "gpu":
-        from lumotree.optimized.demo import run_engine
+        from lumotree.optimized.engine.demo import run_engine
 
         return run_engine(args)
     print(f"path: CPU reference (float64) ({reason})")

@@ -1,4 +1,4 @@
-"""Short convolution on trees (lumotree.optimized.conv_tree) against the float64 reference
+"""Short convolution on trees (lumotree.optimized.ops.conv_tree) against the float64 reference
 (:func:`lumotree.reference.gdn.short_conv`, :func:`lumotree.reference.gdn.conv_state_commit`).
 
 CPU: Triton interpreter, outputs poisoned with NaN, unused pool slots NaN. GPU (``pytest -m gpu``): Qwen3-Next channel
@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import build_tree_parents, trees
 
-from lumotree.optimized import conv_tree as CT
-from lumotree.optimized import gdn_tree_ref as R
+from lumotree.optimized.ops import conv_tree as CT
+from lumotree.optimized.ops.conv_tree import reference as R
 from lumotree.reference import gdn
 from lumotree.reference.tree import TokenTree
 

@@ -27,7 +27,7 @@ def _args(options: list[str]) -> argparse.Namespace:
 
 
 def test_gpu_path_on_the_interpreter_matches_autoregressive_fp32(capsys):
-    from lumotree.optimized.demo import run_engine
+    from lumotree.optimized.engine.demo import run_engine
 
     assert run_engine(_args(TINY), device="cpu") == 0
     out = capsys.readouterr().out
@@ -42,16 +42,16 @@ def test_gpu_path_on_the_interpreter_matches_autoregressive_fp32(capsys):
 
 
 def test_gpu_path_reports_a_fp32_mismatch_with_the_gap_and_exit_code_1(capsys, monkeypatch):
-    from lumotree.optimized import demo as engine_demo
+    from lumotree.optimized.engine import demo as engine_demo
 
-    honest = engine_demo._autoregressive
+    honest = engine_demo.autoregressive_decode
 
     def off_by_one(target, prompt, args, params):
         tokens, seconds = honest(target, prompt, args, params)
         tokens[1] = (tokens[1] + 1) % target.vocab_size
         return tokens, seconds
 
-    monkeypatch.setattr(engine_demo, "_autoregressive", off_by_one)
+    monkeypatch.setattr(engine_demo, "autoregressive_decode", off_by_one)
     options = [*TINY, "--new-tokens", "2", "--drafter", "ngram", "--show-trees", "0"]
     assert engine_demo.run_engine(_args(options), device="cpu") == 1
     out = capsys.readouterr().out
@@ -71,7 +71,7 @@ def test_dispatch_without_cuda(capsys, monkeypatch):
 
 
 def test_dispatch_with_cuda_picks_the_engine_unless_options_need_the_reference(capsys, monkeypatch):
-    from lumotree.optimized import demo as engine_demo
+    from lumotree.optimized.engine import demo as engine_demo
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     taken = []
@@ -87,7 +87,7 @@ def test_dispatch_with_cuda_picks_the_engine_unless_options_need_the_reference(c
 
 
 def test_gpu_path_rejects_what_it_cannot_run(capsys, monkeypatch):
-    from lumotree.optimized.demo import run_engine
+    from lumotree.optimized.engine.demo import run_engine
 
     assert run_engine(_args(["--sampling", "iid"]), device="cpu") == 2
     assert "only the reference drafters" in capsys.readouterr().out

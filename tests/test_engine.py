@@ -17,17 +17,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lumotree.optimized import sampling
-from lumotree.optimized.budget import (
+from lumotree.optimized.engine import sampling
+from lumotree.optimized.engine.budget import (
     CostProfile,
     ExpectedThroughputBudget,
     FixedBudget,
     RatioRuleBudget,
-    _cumulative,
+    cumulative_confidences,
     batch_expected_tokens,
     expected_tokens,
 )
-from lumotree.optimized.drafters import (
+from lumotree.optimized.engine.drafters import (
     Draft,
     DraftRequest,
     DraftModelDrafter,
@@ -37,7 +37,7 @@ from lumotree.optimized.drafters import (
     make_drafter,
 )
 from lumotree.optimized.engine import Engine, ReferenceTarget
-from lumotree.optimized.sampling import SamplingParams, TreeBatch
+from lumotree.optimized.engine.sampling import SamplingParams, TreeBatch
 from lumotree.reference.drafters import layer_skip_draft
 from lumotree.reference.model import HybridConfig, build_random
 from strategies import chi_square_pvalue
@@ -455,7 +455,7 @@ def test_cumulative_confidences_table(lengths):
     padded with their total (one draft size takes the stacked path, mixed sizes the per-row one)."""
     rng = np.random.default_rng(sum(lengths))
     confidences = [np.sort(rng.random(n))[::-1] for n in lengths]
-    table = _cumulative(confidences)
+    table = cumulative_confidences(confidences)
     width = max(lengths)
     assert table.shape == (len(lengths), width + 1)
     for b, c in enumerate(confidences):

@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from lumotree.optimized import model as om
-from lumotree.optimized.drafters import (
+from lumotree.optimized.engine.drafters import (
     DraftModelDrafter,
     PromptLookupDrafter,
     SyntheticDrafter,
     layer_skip_checkpoint,
 )
 from lumotree.optimized.engine import Engine, OptimizedTarget
-from lumotree.optimized.sampling import SamplingParams
+from lumotree.optimized.engine.sampling import SamplingParams
 from lumotree.reference import model as rm
 from lumotree.reference.config import HybridConfig
 from strategies import chi_square_pvalue
@@ -190,7 +190,7 @@ def test_gpu_sampling_is_lossless_on_device():
     import test_engine as cpu_engine
     import test_engine_sampling as cpu_sampling
 
-    from lumotree.optimized.sampling import TreeBatch, counter_uniforms, verify_sampling
+    from lumotree.optimized.engine.sampling import TreeBatch, counter_uniforms, verify_sampling
     from lumotree.reference import verify as ref
 
     dev = torch.device("cuda")
@@ -287,7 +287,7 @@ def test_gpu_long_speculative_run_memory_and_state_drift():
     t1 = time.perf_counter()
     for start in range(0, len(tokens), 512):
         replay.forward(tokens[start : start + 512], cache)
-    mine = model.state_pools[0][request.slot].double().cpu().numpy()  # [HV, K, V]
+    mine = model.caches.state_pools[0][request.slot].double().cpu().numpy()  # [HV, K, V]
     exact = cache.layers[0].state
     drift = float(np.linalg.norm(mine - exact) / np.linalg.norm(exact))
     steps = len([s for s in engine.stats.steps if s.kind != "prefill"])

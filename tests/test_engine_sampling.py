@@ -1,4 +1,4 @@
-"""Batched GPU-style tree verification (lumotree.optimized.sampling) against the exact reference.
+"""Batched GPU-style tree verification (lumotree.optimized.engine.sampling) against the exact reference.
 
 - target distributions (temperature, top-k, top-p) against transformers' logits warpers;
 - greedy and the three sampling variants, sample by sample, against ``lumotree.reference.verify`` fed the same coins;
@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import build_tree_parents, chi_square_pvalue, trees
 
-from lumotree.optimized import sampling
-from lumotree.optimized.sampling import (
+from lumotree.optimized.engine import sampling
+from lumotree.optimized.engine.sampling import (
     SamplingParams,
     TreeBatch,
     VerifyOutcome,
@@ -342,7 +342,7 @@ def test_tree_batch_moves_in_one_piece_with_lazy_draws():
     assert "first_draw" not in vars(batch) and "ancestor" not in vars(batch)  # not built yet
     fresh = TreeBatch.pack([t for t, _ in tokens], [p for _, p in tokens])
     expected = {name: getattr(fresh, name).clone() for name in ("first_draw", "draw_child", "draw_next")}
-    target = torch.device("meta")  # another device; the copy's bytes are checked through sampling._moved_together
+    target = torch.device("meta")  # another device; the copy's bytes are checked through sampling.moved_together
     moved = batch.to(target)
     assert "ancestor" in vars(batch) and "ancestor" in vars(moved)  # built by `to`, moved in its pack
     assert moved.tokens.device == target and moved.ancestor.dtype == torch.bool
@@ -350,7 +350,7 @@ def test_tree_batch_moves_in_one_piece_with_lazy_draws():
     fresh.ancestor  # noqa: B018  (builds the structure: every derived tensor goes through the packed copy below)
     tensors = {k: v for k, v in vars(fresh).items() if isinstance(v, torch.Tensor)}
     assert {"depth", "ancestor", "valid", "first_draw"} <= set(tensors)
-    for name, t in sampling._moved_together(tensors, torch.device("cpu")).items():
+    for name, t in sampling.moved_together(tensors, torch.device("cpu")).items():
         assert t.dtype == tensors[name].dtype and torch.equal(t, tensors[name]), name
     for name, t in expected.items():
         assert torch.equal(getattr(batch, name), t), name  # the lazy build equals the eager one

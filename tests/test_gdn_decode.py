@@ -1,4 +1,4 @@
-"""Single-token GDN decode kernels (lumotree.optimized.gdn_decode) against the float64 reference.
+"""Single-token GDN decode kernels (lumotree.optimized.ops.gdn_decode) against the float64 reference.
 
 CPU: the Triton interpreter on small float32 shapes; outputs are NaN-poisoned before each call (every element must be
 written), pools hold random non-zero values, slots are shuffled inside a larger pool (untouched slots must stay
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lumotree.optimized import gdn_decode as gd
+from lumotree.optimized.ops import gdn_decode as gd
 from lumotree.reference import gdn as ref
 from lumotree.reference.tree import TokenTree
 
@@ -115,9 +115,9 @@ def test_gdn_decode_matches_reference_step(H, HV, allow_neg_eigval, fused_norm, 
         np.testing.assert_allclose(_np(pool[s]), S_new, rtol=RTOL, atol=ATOL)
     for s in set(range(P)) - set(slots.tolist()):
         np.testing.assert_array_equal(_np(pool[s]), S[s])
-    from lumotree.optimized.gemv import _SCRATCH
+    from lumotree.optimized.ops.gemv import split_k_scratch_cache
 
-    assert all(int(counters.abs().sum()) == 0 for _, counters in _SCRATCH.values())
+    assert all(int(counters.abs().sum()) == 0 for _, counters in split_k_scratch_cache().values())
 
 
 def test_gdn_decode_steps_equal_reference_chain():

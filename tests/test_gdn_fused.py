@@ -1,4 +1,4 @@
-"""The fused GDN tree verify (lumotree.optimized.gdn_tree_fused, Gluon, sm_90).
+"""The fused GDN tree verify (lumotree.optimized.ops.gdn_tree.fused, Gluon, sm_90).
 
 CPU: the kernel is built for sm_90 without a GPU (Triton compiles it; ``TRITON_INTERPRET`` cannot run Gluon), and
 calls off Hopper raise. GPU (``pytest -m gpu``, an H100 / H200): two decoding steps, the second verified by the
@@ -19,10 +19,10 @@ import torch
 from strategies import build_tree_parents
 from test_gdn_kernels import make_case, rel_err
 
-from lumotree.optimized import gdn_tree as G
-from lumotree.optimized import gdn_tree_fused as FV
-from lumotree.optimized import gdn_tree_pending as PD
-from lumotree.optimized import gdn_tree_ref as R
+from lumotree.optimized.ops.gdn_tree import fused as FV
+from lumotree.optimized.ops.gdn_tree import pending as PD
+from lumotree.optimized.ops.gdn_tree import reference as R
+from lumotree.optimized.ops.gdn_tree.portable import portable_verify
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 SMEM_LIMIT = 227 * 1024  # bytes of shared memory a block may take on sm_90
@@ -30,7 +30,7 @@ SMEM_LIMIT = 227 * 1024  # bytes of shared memory a block may take on sm_90
 
 BUILD = """
 import json
-from lumotree.optimized import _gdn_fused_gluon as F
+from lumotree.optimized.ops.gdn_tree import fused_kernel as F
 out = {}
 for norm in (True, False):
     kernel = F.build_for_sm90(norm=norm, fp16_doubling=norm)  # (fp16 operands need normalised keys)
@@ -67,7 +67,7 @@ def test_off_hopper_the_call_raises_naming_the_device():
     if FV.fused_verify_supported(q.device):
         pytest.skip("this machine runs the fused verify")
     with pytest.raises(RuntimeError, match="sm_90"):
-        FV.gdn_tree_verify_fused(q, q, q, q, q, q, q, q, None)
+        FV.fused_verify(q, q, q, q, q, q, q, q, None)
 
 
 DOUBLING_DEPTHS = {"shallow": (1, 2, 4, 5, 8, 10), "deep": (11, 16, 33)}  # the doubling's round count changes past
@@ -91,7 +91,7 @@ def test_fp16_doubling_bound():
     deepest fp16 tree stays within it, one level deeper does not."""
     from math import comb
 
-    F = pytest.importorskip("lumotree.optimized._gdn_fused_gluon")
+    F = pytest.importorskip("lumotree.optimized.ops.gdn_tree.fused_kernel")
     fp16_max = float(np.finfo(np.float16).max)
 
     def worst(levels_apart: int) -> int:
@@ -137,7 +137,7 @@ def test_gpu_fused_step_matches_float64(kind, sized, norm):
     sizes = dict(num_nodes=case["num_nodes"]) if sized else {}
     start = pool.clone()
     args = (case["q"], case["k"], case["v"], case["a"], case["b"])
-    _, f1 = G.gdn_tree_verify(*args, pool, slots, parents, use_qk_l2norm_in_kernel=norm, input_precision="tf32",
+    _, f1 = portable_verify(*args, pool, slots, parents, use_qk_l2norm_in_kernel=norm, input_precision="tf32",
                               **sizes)
     acc1 = torch.tensor([len(r) // 2 for r in rows], dtype=torch.int32, device="cuda")
     pending = PD.pending_commits(pool, 2)
@@ -145,7 +145,7 @@ def test_gpu_fused_step_matches_float64(kind, sized, norm):
     s1 = R.gdn_tree_commit_ref(start.double(), slots, f1, parents, acc1, **sizes)  # [B, HV, K, V] step 1's state
     case2 = _case(rows, norm, seed=12)  # step 2's tokens on the same trees
     args2 = tuple(case2[n] for n in ("q", "k", "v", "a", "b"))
-    o2, f2 = FV.gdn_tree_verify_fused(*args2, pool, slots, parents, pending, use_qk_l2norm_in_kernel=norm, **sizes)
+    o2, f2 = FV.fused_verify(*args2, pool, slots, parents, pending, use_qk_l2norm_in_kernel=norm, **sizes)
     torch.cuda.synchronize()
     assert rel_err(pool[slots], s1) < 5e-4  # the update applied in tf32 (the probe: 2.0e-4)
     assert not bool(pending.active.any())
@@ -180,14 +180,14 @@ def test_gpu_bad_input_names_the_argument():
     pending = PD.pending_commits(pool, 2)
     args = [case[n] for n in ("q", "k", "v", "a", "b")]
     with pytest.raises(TypeError, match="q"):
-        FV.gdn_tree_verify_fused(args[0].half(), *args[1:], pool, slots, parents, pending)
+        FV.fused_verify(args[0].half(), *args[1:], pool, slots, parents, pending)
     with pytest.raises(ValueError, match="N = 32"):
-        FV.gdn_tree_verify_fused(*(t[:, :32].contiguous() for t in args), pool, slots, parents[:, :32], pending)
+        FV.fused_verify(*(t[:, :32].contiguous() for t in args), pool, slots, parents[:, :32], pending)
     with pytest.raises(ValueError, match="slots"):
-        FV.gdn_tree_verify_fused(*args, pool, slots[[0, 0]], parents, pending)
+        FV.fused_verify(*args, pool, slots[[0, 0]], parents, pending)
     with pytest.raises(ValueError, match="NaN"):
-        FV.gdn_tree_verify_fused(args[0] * float("nan"), *args[1:], pool, slots, parents, pending)
+        FV.fused_verify(args[0] * float("nan"), *args[1:], pool, slots, parents, pending)
     with pytest.raises(ValueError, match="max_depth"):  # the trees are deeper than promised
-        FV.gdn_tree_verify_fused(*args, pool, slots, parents, pending, max_depth=1)
+        FV.fused_verify(*args, pool, slots, parents, pending, max_depth=1)
     with pytest.raises(ValueError, match="max_depth"):
-        FV.gdn_tree_verify_fused(*args, pool, slots, parents, pending, max_depth="3")
+        FV.fused_verify(*args, pool, slots, parents, pending, max_depth="3")

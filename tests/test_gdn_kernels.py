@@ -1,4 +1,4 @@
-"""GDN tree kernels (lumotree.optimized.gdn_tree) against the exact float64 reference (lumotree.reference.gdn).
+"""GDN tree kernels (lumotree.optimized.ops.gdn_tree) against the exact float64 reference (lumotree.reference.gdn).
 
 CPU: the Triton interpreter, tiny fp32 shapes, outputs poisoned with NaN before every call, unused pool slots NaN.
 GPU (``pytest -m gpu``): Qwen3-Next shapes, fp32 and bf16, the three precision modes with their error bounds.
@@ -16,8 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import build_tree_parents, trees
 
-from lumotree.optimized import gdn_tree as G
-from lumotree.optimized import gdn_tree_ref as R
+from lumotree.optimized.ops import gdn_tree as G
+from lumotree.optimized.ops.gdn_tree import reference as R
+from lumotree.optimized.ops.gdn_tree.commit import commit_in_place
+from lumotree.optimized.ops.gdn_tree.portable import portable_verify
+from lumotree.optimized.ops.tree_meta import tree_metadata
 from lumotree.reference import gdn
 from lumotree.reference.tree import TokenTree
 
@@ -73,11 +76,11 @@ def run_verify(case, *, l2norm, gated, neg=False, precision="ieee", **kw):
            torch.full((B, N, H), float("nan"), device=q.device))
     common = dict(num_nodes=case["num_nodes"], input_precision=precision, out=out, **kw)
     if gated:
-        return G.gdn_tree_verify_gated(q, k, v, case["a"], case["b"], case["A_log"], case["dt_bias"], case["pool"],
-                                       case["slots"], case["parents"], allow_neg_eigval=neg,
-                                       use_qk_l2norm_in_kernel=l2norm, **common)
-    return G.gdn_tree_verify(q, k, v, case["a"], case["b"], case["pool"], case["slots"], case["parents"],
-                             use_qk_l2norm_in_kernel=l2norm, **common)
+        return portable_verify(q, k, v, case["a"], case["b"], case["pool"], case["slots"], case["parents"],
+                               A_log=case["A_log"], dt_bias=case["dt_bias"], allow_neg_eigval=neg,
+                               use_qk_l2norm_in_kernel=l2norm, **common)
+    return portable_verify(q, k, v, case["a"], case["b"], case["pool"], case["slots"], case["parents"],
+                           use_qk_l2norm_in_kernel=l2norm, **common)
 
 
 def reference_inputs(case, b, *, l2norm, gated, neg=False):
@@ -194,7 +197,7 @@ def test_commit_takes_an_fp16_delta(rank_one):
     want = R.gdn_tree_commit_ref(case["pool"].double(), case["slots"], factors, case["parents"], accepted,
                                  num_nodes=case["num_nodes"])  # [B, HV, K, V]
     pool = case["pool"]
-    G.gdn_tree_commit(pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
+    commit_in_place(pool, case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
                       config=G.KernelConfig(16, 16, 4, 1, rank_one=rank_one))
     assert rel_err(pool[case["slots"]], want) < 1e-5
 
@@ -209,7 +212,7 @@ def commit_and_check(case, factors, accepted, *, l2norm, gated, neg=False, commi
                 for b, node in enumerate(accepted)]  # from S0, before the commit overwrites it
     pool = case["pool"]
     before = pool.clone()
-    G.gdn_tree_commit(pool, case["slots"], factors, case["parents"],
+    commit_in_place(pool, case["slots"], factors, case["parents"],
                       torch.tensor(accepted, dtype=torch.int32, device=DEVICE), num_nodes=case["num_nodes"],
                       config=G.KernelConfig(16, commit_rows, 4, 1, rank_one=rank_one, tma=tma))
     for b in range(len(accepted)):
@@ -263,7 +266,7 @@ def test_no_sizes_and_the_pdl_requests_give_the_same_values(pipeline):
         pool = case["pool"].clone()
         o, f = run_verify(dict(case, num_nodes=sizes, pool=pool), l2norm=True, gated=True,
                           config=verify_pipeline(pipeline, 2), launch_dependents=pdl)
-        G.gdn_tree_commit(pool, case["slots"], f, case["parents"], nodes, num_nodes=sizes, pdl=pdl)
+        commit_in_place(pool, case["slots"], f, case["parents"], nodes, num_nodes=sizes, pdl=pdl)
         results.append((o, *f, pool))
     for got in results[1:]:
         for a, b in zip(got, results[0]):
@@ -278,8 +281,8 @@ def test_output_gate_stores_the_gated_output_and_its_norm_pieces(pipeline):
     squares of o's rows per head (zeros on padding), and the GEMV with those parts as a per-head
     RowNorm equals ``gated_rmsnorm(o, z, weight) @ w_out.T`` (single node, chain, star, deep+wide, padding; z a
     strided view as the model's projection leaves it)."""
-    from lumotree.optimized.gdn_decode import gated_rmsnorm
-    from lumotree.optimized.gemv import RowNorm, small_batch_linear
+    from lumotree.optimized.ops.gdn_decode import gated_rmsnorm
+    from lumotree.optimized.ops.gemv import RowNorm, small_batch_linear
 
     rng = np.random.default_rng(4)
     rows = [[-1], build_tree_parents("chain", 6, rng), build_tree_parents("star", 5, rng),
@@ -319,7 +322,7 @@ def test_multiword_trees(kind, n, seed):
     q, k, v, alpha, beta, S0, tree = reference_inputs(case, 0, l2norm=True, gated=False)
     _, factors_ref = gdn.tree_closed_form(q, k, v, alpha, beta, S0, tree)
     expected = gdn.commit(S0, factors_ref, tree, n - 1)
-    G.gdn_tree_commit(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"])
+    commit_in_place(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"])
     assert rel_err(case["pool"][int(case["slots"][0])], expected) < 1e-4
 
 
@@ -410,16 +413,16 @@ def test_layers_commit_in_one_launch(l2norm):
                             keys, torch.stack([f.k_rnorm for f in factors]) if l2norm else None)
     pools = torch.stack([c["pool"] for c in cases])  # [G, P, HV, K, V]
     shared = dict(num_nodes=cases[0]["num_nodes"])
-    assert G.gdn_tree_commit(pools, cases[0]["slots"], stacked, cases[0]["parents"], accepted, **shared) is pools
+    assert commit_in_place(pools, cases[0]["slots"], stacked, cases[0]["parents"], accepted, **shared) is pools
     for g, (c, f) in enumerate(zip(cases, factors)):
-        G.gdn_tree_commit(c["pool"], c["slots"], f, c["parents"], accepted, **shared)
+        commit_in_place(c["pool"], c["slots"], f, c["parents"], accepted, **shared)
         assert torch.equal(pools[g].nan_to_num(7.0), c["pool"].nan_to_num(7.0))
         assert not torch.isnan(pools[g][c["slots"]]).any()
     with pytest.raises(ValueError, match="factors.delta"):
-        G.gdn_tree_commit(pools, cases[0]["slots"], stacked._replace(delta=stacked.delta[:2]), cases[0]["parents"],
+        commit_in_place(pools, cases[0]["slots"], stacked._replace(delta=stacked.delta[:2]), cases[0]["parents"],
                           accepted, **shared)
     with pytest.raises(ValueError, match="factors.k "):
-        G.gdn_tree_commit(pools, cases[0]["slots"], stacked._replace(k=keys[0]), cases[0]["parents"], accepted,
+        commit_in_place(pools, cases[0]["slots"], stacked._replace(k=keys[0]), cases[0]["parents"], accepted,
                           **shared)
 
 
@@ -428,7 +431,7 @@ def test_meta_reuse_validate_off_and_modes_agree():
     rows = [[-1, 0, 1, 1, 0, 4], [-1, 0]]
     case = make_case(rows, H=2, group=1, pad=1, seed=5)
     o1, f1 = run_verify(case, l2norm=True, gated=False)
-    meta = G.tree_meta(case["parents"], case["num_nodes"])
+    meta = tree_metadata(case["parents"], num_nodes=case["num_nodes"])
     o2, f2 = run_verify(case, l2norm=True, gated=False, meta=meta, validate=False)
     assert torch.equal(o1, o2) and torch.equal(f1.delta, f2.delta)
     for mode in ("tf32", "tf32x3"):
@@ -507,8 +510,9 @@ def test_bad_input_raises_before_launch(desc, mutate, exc, text):
 
 def test_bad_input_misc():
     case = make_case([[-1, 0, 1]], seed=1)
-    with pytest.raises(ValueError, match="N <= 128"):
-        G.tree_meta(torch.full((1, 129), 0, dtype=torch.int64, device=DEVICE))
+    with pytest.raises(ValueError, match="at most 128"):
+        big = make_case([[-1] + list(range(128))], H=1, group=1, K=16, V=16, seed=1)
+        run_verify(big, l2norm=False, gated=False)
     with pytest.raises(ValueError, match="input_precision"):
         run_verify(case, l2norm=False, gated=False, precision="fp16")
     with pytest.raises(ValueError, match="K"):
@@ -517,25 +521,25 @@ def test_bad_input_misc():
         run_verify(case, l2norm=False, gated=False, scale=float("nan"))
     o, f = run_verify(case, l2norm=False, gated=False)
     with pytest.raises(ValueError, match="accepted"):
-        G.gdn_tree_commit(case["pool"], case["slots"], f, case["parents"], torch.tensor([3], device=DEVICE))
+        commit_in_place(case["pool"], case["slots"], f, case["parents"], torch.tensor([3], device=DEVICE))
     two = make_case([[-1, 0], [-1]], seed=2)
     o, f = run_verify(two, l2norm=False, gated=False)
     with pytest.raises(ValueError, match="repeats a slot"):
-        G.gdn_tree_commit(two["pool"], torch.zeros(2, dtype=torch.int64, device=DEVICE), f, two["parents"],
+        commit_in_place(two["pool"], torch.zeros(2, dtype=torch.int64, device=DEVICE), f, two["parents"],
                           torch.zeros(2, dtype=torch.int32, device=DEVICE), num_nodes=two["num_nodes"])
     with pytest.raises(TypeError, match="config"):
-        G.gdn_tree_commit(two["pool"], two["slots"], f, two["parents"],
+        commit_in_place(two["pool"], two["slots"], f, two["parents"],
                           torch.zeros(2, dtype=torch.int32, device=DEVICE), num_nodes=two["num_nodes"],
                           config=(16, 16, 4, 1))
     with pytest.raises(TypeError, match="factors"):
-        G.gdn_tree_commit(case["pool"], case["slots"], tuple(f), case["parents"], torch.zeros(1, device=DEVICE))
+        commit_in_place(case["pool"], case["slots"], tuple(f), case["parents"], torch.zeros(1, device=DEVICE))
     grouped = make_case([[-1, 0]], H=1, group=2, seed=3)
     for bad in (dict(solve_heads=3), dict(solve_heads=0), dict(max_registers=8), dict(max_registers=300)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             run_verify(grouped, l2norm=False, gated=False, config=G.KernelConfig(16, 16, 4, 2, **bad))
     o, factors = run_verify(grouped, l2norm=False, gated=False)
     with pytest.raises(ValueError, match="max_registers"):
-        G.gdn_tree_commit(grouped["pool"], grouped["slots"], factors, grouped["parents"],
+        commit_in_place(grouped["pool"], grouped["slots"], factors, grouped["parents"],
                           torch.zeros(len(grouped["slots"]), dtype=torch.int32, device=DEVICE),
                           num_nodes=grouped["num_nodes"], config=G.KernelConfig(16, 16, 4, 1, max_registers=-1))
 
@@ -601,7 +605,7 @@ def test_gpu_qwen_shapes_error_bounds(precision, tol, gated, large_batch_config)
     accepted = torch.tensor([37, 63, 16, 127, 0, 99], dtype=torch.int32, device=o.device)
     ref_s = R.gdn_tree_commit_ref(case["pool"].double(), case["slots"], ref_f, case["parents"], accepted,
                                   num_nodes=case["num_nodes"])
-    G.gdn_tree_commit(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
+    commit_in_place(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
                       input_precision=precision)
     assert rel_err(case["pool"][case["slots"]], ref_s) < tol
 
@@ -635,7 +639,7 @@ def test_gpu_fp16_scratch_and_the_register_caps(B):
     pools = []
     for cap in (0, 128, 96):
         pool = case["pool"].clone()
-        G.gdn_tree_commit(pool, case["slots"], f32, case["parents"], accepted, num_nodes=case["num_nodes"],
+        commit_in_place(pool, case["slots"], f32, case["parents"], accepted, num_nodes=case["num_nodes"],
                           input_precision="tf32", config=commit_cfg._replace(max_registers=cap))
         pools.append(pool)
     assert_same(pools[1], pools[0])
@@ -663,7 +667,7 @@ def test_gpu_tma_tiles_are_bit_exact(B, N):
     for tma in (False, True):
         pool = case["pool"].clone()
         o, f = run_verify(case, **kw, config=config._replace(tma=tma), launch_dependents=True)
-        G.gdn_tree_commit(pool, case["slots"], f, case["parents"], accepted, num_nodes=case["num_nodes"],
+        commit_in_place(pool, case["slots"], f, case["parents"], accepted, num_nodes=case["num_nodes"],
                           input_precision="tf32", validate=False, pdl=True, config=commit_cfg._replace(tma=tma))
         results.append((o, *f[:2], pool[case["slots"]]))
     for got, want in zip(results[1], results[0]):
@@ -714,7 +718,7 @@ def test_gpu_pdl_commit_behind_a_signalling_verify_is_bit_exact(B):
     def step(pdl):
         case["pool"].copy_(pool0)
         o, f = run_verify(case, l2norm=True, gated=True, precision="tf32", validate=False, launch_dependents=pdl)
-        G.gdn_tree_commit(case["pool"], case["slots"], f, case["parents"], accepted, num_nodes=case["num_nodes"],
+        commit_in_place(case["pool"], case["slots"], f, case["parents"], accepted, num_nodes=case["num_nodes"],
                           input_precision="tf32", validate=False, pdl=pdl)
         return o
 
@@ -831,7 +835,7 @@ def test_gpu_k_split_commit_error_bounds(precision, tol):
     accepted = torch.tensor([37, 63, 16, 127, 0, 99], dtype=torch.int32, device=o.device)
     ref_s = R.gdn_tree_commit_ref(case["pool"].double(), case["slots"], ref_f, case["parents"], accepted,
                                   num_nodes=case["num_nodes"])
-    G.gdn_tree_commit(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
+    commit_in_place(case["pool"], case["slots"], factors, case["parents"], accepted, num_nodes=case["num_nodes"],
                       input_precision=precision, config=G.KernelConfig(64, 32, 4, 1))
     assert rel_err(case["pool"][case["slots"]], ref_s) < tol
 

@@ -1,4 +1,4 @@
-"""Deferred GDN tree commits (lumotree.optimized.gdn_tree_pending): record + flush against the reference commit.
+"""Deferred GDN tree commits (lumotree.optimized.ops.gdn_tree.pending): record + flush against the reference commit.
 
 CPU: the Triton interpreter on tiny fp32 shapes; the factors come from the torch closed form
 (``gdn_tree_closed_form_ref``), the expected states from ``gdn_tree_commit_ref`` in float64. A record holds its
@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 from strategies import build_tree_parents, trees
 from test_gdn_kernels import make_case
 
-from lumotree.optimized import gdn_tree_pending as PD
-from lumotree.optimized import gdn_tree_ref as R
+from lumotree.optimized.ops.gdn_tree import pending as PD
+from lumotree.optimized.ops.gdn_tree import reference as R
 
 RECORD_BUILD = """
 import json, os, re, subprocess, tempfile
 import triton
-from lumotree.optimized import gdn_tree_pending as PD
+from lumotree.optimized.ops.gdn_tree import pending as PD
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 out = {}
 for norm in (True, False):

@@ -1,4 +1,4 @@
-"""Small-batch linear (lumotree.optimized.gemv) against a float64 matmul.
+"""Small-batch linear (lumotree.optimized.ops.gemv) against a float64 matmul.
 
 CPU: the Triton interpreter on small float32 shapes (outputs must match ``x.double() @ w.double().T`` to 1e-5
 relative), every launch form (broadcast + sum and ``tl.dot``, split-K 1 to 4, K not a multiple of the tile, padded M
@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 from strategies import build_tree_parents, trees
 
-from lumotree.optimized import gemv as G
+from lumotree.optimized.ops import gemv as G
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 RTOL = 1e-5  # float32 kernel against float64, norm-wise
@@ -38,7 +38,7 @@ def _ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def _counters_zero() -> bool:
-    return all(int(counters.abs().sum()) == 0 for _, counters in G._SCRATCH.values())
+    return all(int(counters.abs().sum()) == 0 for _, counters in G.split_k_scratch_cache().values())
 
 
 # --------------------------------------------------------------------------------------------------- correctness
@@ -79,13 +79,13 @@ def test_configs_match_float64_and_leave_counters_at_zero(M, N, K, config):
 def test_split_k_is_deterministic_and_reuses_its_scratch(config):
     x, w = _inputs(4, 100, 128, seed=3)
     first = G.small_batch_linear(x, w, config=config)
-    scratch = {k: v[0].data_ptr() for k, v in G._SCRATCH.items()}
+    scratch = {k: v[0].data_ptr() for k, v in G.split_k_scratch_cache().items()}
     for _ in range(3):
         again = G.small_batch_linear(x, w, config=config)
         assert torch.equal(first, again)  # bit-identical: fixed-order split-K sum
-    assert {k: v[0].data_ptr() for k, v in G._SCRATCH.items()} == scratch  # cached, not reallocated
+    assert {k: v[0].data_ptr() for k, v in G.split_k_scratch_cache().items()} == scratch  # cached, not reallocated
     assert _counters_zero()
-    assert any(k[2:] == (4, 100, config.block_n, config.split_k) for k in G._SCRATCH)  # (M, N, block_n, split)
+    assert any(k[2:] == (4, 100, config.block_n, config.split_k) for k in G.split_k_scratch_cache())  # (M, N, block_n, split)
 
 
 def test_split_k_scratch_counters_start_at_zero():
@@ -147,7 +147,7 @@ def test_swiglu_epilogue_equals_gemv_then_swiglu(M, I, K, config):
     """``swiglu=True`` on the interleaved gate | up weight matches ``silu(x g^T) * (x u^T)`` in float64 and is
     bit-identical to the plain GEMV followed by the model's SwiGLU kernel (interleaved columns); every output column
     is written (NaN-poisoned ``out``), the odd widths included."""
-    from lumotree.optimized.model import _silu_mul
+    from lumotree.optimized.model.kernels import silu_mul
 
     x, w = _inputs(M, 2 * I, K, seed=M + I)
     if config is not None and not config.use_dot and M > G.MAX_SUM_ROWS:
@@ -163,7 +163,7 @@ def test_swiglu_epilogue_equals_gemv_then_swiglu(M, I, K, config):
     fused = G.small_batch_linear(x, w_gu, config=config, swiglu=True, out=out)
     assert fused.data_ptr() == out.data_ptr() and bool(torch.isfinite(fused).all())
     assert _rel_err(fused, reference) < RTOL
-    assert torch.equal(fused, _silu_mul(G.small_batch_linear(x, w_gu, config=config)))
+    assert torch.equal(fused, silu_mul(G.small_batch_linear(x, w_gu, config=config)))
     with pytest.raises(ValueError, match="w has 5 rows: with swiglu"):
         G.small_batch_linear(x, w_gu[:5].contiguous(), swiglu=True)
     with pytest.raises(ValueError, match=r"out has shape .*M, N / 2 \(swiglu\)"):
@@ -271,10 +271,10 @@ def test_gpu_swiglu_epilogue_bf16_bit_identical_to_swiglu_kernel(M):
     """The bench model's gate | up projection (``[2 x 5632, 2048]``, rows interleaved) with SwiGLU in the GEMV's
     epilogue equals GEMV + SwiGLU kernel bit for bit in bf16 (the same fp32 math on the rounded pairs), with and
     without PDL, at the decode and tree-step row counts."""
-    from lumotree.optimized.model import _silu_mul
+    from lumotree.optimized.model.kernels import silu_mul
 
     x, w = _inputs(M, 2 * 5632, 2048, seed=M, dtype=torch.bfloat16)
-    two_kernels = _silu_mul(G.small_batch_linear(x, w))  # [M, 5632]
+    two_kernels = silu_mul(G.small_batch_linear(x, w))  # [M, 5632]
     for pdl in (False, True):
         assert torch.equal(G.small_batch_linear(x, w, swiglu=True, pdl=pdl), two_kernels)
 
@@ -318,8 +318,8 @@ def test_gpu_pdl_chain_sees_every_previous_write(M):
     """A chain of GEMVs launched with PDL, each reading what the kernel before it wrote (the previous GEMV directly,
     or through the model's add + RMSNorm kernel, which lets its successor launch early): bit-identical to the same
     chain without PDL, eagerly and in a CUDA-graph replay. A wait placed too late would read stale inputs."""
-    from lumotree.optimized import model as om
-    from lumotree.optimized.pdl import pdl_supported
+    from lumotree.optimized.model.kernels import add_rmsnorm
+    from lumotree.optimized.ops.pdl import pdl_supported
 
     if not pdl_supported(DEVICE):
         pytest.skip("programmatic dependent launch needs compute capability >= 9.0")
@@ -335,7 +335,7 @@ def test_gpu_pdl_chain_sees_every_previous_write(M):
         for i, w in enumerate(ws):
             y = G.small_batch_linear(y, w, pdl=pdl)  # [M, K]
             if i % 2:
-                y = om._add_rmsnorm(h, y, norm_w, 1e-6)  # h += y in place, then the norm
+                y = add_rmsnorm(h, y, norm_w, 1e-6)  # h += y in place, then the norm
         return torch.cat([y, h])
 
     _assert_pdl_and_replay_equal(chain)
@@ -381,7 +381,7 @@ def test_norm_factor_after_residual_linear_is_rmsnorm_then_gemv(M, N, K, config)
     """``small_batch_linear(rows.scaled, w, norm=RowNorm(rows.parts, eps))`` after ``residual_linear(..., scale=g)``
     equals ``RMSNorm(h) @ w.T`` in float64 (to fp32 rounding) and the model's add + RMSNorm kernel followed by the
     plain GEMV (which rounds at other places)."""
-    from lumotree.optimized.model import _add_rmsnorm
+    from lumotree.optimized.model.kernels import add_rmsnorm
 
     gen = torch.Generator(device=DEVICE).manual_seed(M + N + K)
     x = torch.randn(M, 20, generator=gen, device=DEVICE)  # [M, 20] the producer's input
@@ -393,7 +393,7 @@ def test_norm_factor_after_residual_linear_is_rmsnorm_then_gemv(M, N, K, config)
     rows = G.residual_linear(x, w_in, h, config=config, scale=weight)
     y = G.small_batch_linear(rows.scaled, w, config=config, norm=G.RowNorm(rows.parts, 1e-6))
     assert _rel_err(y, _rmsnorm64(h, weight, 1e-6) @ w.double().T) < RTOL
-    two_kernels = G.small_batch_linear(_add_rmsnorm(h_kernel, G.small_batch_linear(x, w_in, config=config), weight,
+    two_kernels = G.small_batch_linear(add_rmsnorm(h_kernel, G.small_batch_linear(x, w_in, config=config), weight,
                                                     1e-6), w, config=config)
     assert torch.equal(h_kernel, h)  # the same residual either way
     assert _rel_err(y, two_kernels.double()) < RTOL
@@ -415,7 +415,7 @@ def test_segment_norm_scales_each_segments_product(M, N, S, seg, config):
     w[:, seg s]^T`` against float64, directly and inside ``residual_linear`` (splits that start inside a segment
     among them); and the gated RMSNorm per head it stands for: ``x = w_norm o silu(z)`` with the parts from o's rows
     equals ``gated_rmsnorm(o, z, w_norm) @ w.T``."""
-    from lumotree.optimized.gdn_decode import gated_rmsnorm
+    from lumotree.optimized.ops.gdn_decode import gated_rmsnorm
 
     if seg % config.block_k:
         pytest.skip("tiles straddle segments")
@@ -489,7 +489,7 @@ def test_gpu_fused_norm_chain_bf16_matches_separate_kernels(M):
     PDL, eagerly and replayed in a CUDA graph, everything is bit-identical to the fused chain without PDL.
 
     Returned: ``[h after the first add | h at the end | last projection]``."""
-    from lumotree.optimized import model as om
+    from lumotree.optimized.model.kernels import add_rmsnorm, silu_mul
 
     gen = torch.Generator(device=DEVICE).manual_seed(M)
 
@@ -512,9 +512,9 @@ def test_gpu_fused_norm_chain_bf16_matches_separate_kernels(M):
 
     def separate() -> torch.Tensor:
         h = h0.clone()
-        x = om._add_rmsnorm(h, G.small_batch_linear(att, w_out), norm1, 1e-6)
+        x = add_rmsnorm(h, G.small_batch_linear(att, w_out), norm1, 1e-6)
         first = h.clone()
-        x = om._add_rmsnorm(h, G.small_batch_linear(om._silu_mul(G.small_batch_linear(x, w_gu)), w_down), norm2, 1e-6)
+        x = add_rmsnorm(h, G.small_batch_linear(silu_mul(G.small_batch_linear(x, w_gu)), w_down), norm2, 1e-6)
         return torch.cat([first, h, G.small_batch_linear(x, w_in)], 1)
 
     plain = _assert_pdl_and_replay_equal(fused)
@@ -531,7 +531,7 @@ def test_conv_epilogue_equals_gemv_then_conv_step(M, N, C, width, silu, config):
     """``conv=ConvStep(...)``: the first C columns through one conv step, the state advanced in place at the slots
     (others untouched), bit-identical to the plain GEMV followed by ``gdn_decode.conv_step`` (split-K configs run
     unsplit); with ``norm`` too (the w_in projection of a fused decode step)."""
-    from lumotree.optimized.gdn_decode import conv_step
+    from lumotree.optimized.ops.gdn_decode import conv_step
 
     K, P = 40, 7
     gen = torch.Generator(device=DEVICE).manual_seed(M * 100 + C)
@@ -592,7 +592,7 @@ def test_tree_conv_epilogue_equals_gemv_then_tree_conv(rows, C, extra, width, si
     sizes padded to N): ``y`` is the plain product and ``conv.out`` (NaN before the call) is bit-identical to
     :func:`conv_tree.tree_conv` of y's first C columns (padding nodes zeros), the state pool untouched; split-K
     configs run unsplit."""
-    from lumotree.optimized.conv_tree import tree_conv
+    from lumotree.optimized.ops.conv_tree import tree_conv
 
     B, N, K, P = len(rows), max(len(r) for r in rows), 24, 5
     Nout = C + extra
@@ -622,7 +622,7 @@ def test_tree_conv_epilogue_equals_gemv_then_tree_conv(rows, C, extra, width, si
 def test_tree_conv_epilogue_at_few_rows(rows, config):
     """Tree steps of 1-6 rows (the broadcast + sum form and the default launch): the same values as GEMV +
     tree_conv, the committed conv state read for every node near the root."""
-    from lumotree.optimized.conv_tree import tree_conv
+    from lumotree.optimized.ops.conv_tree import tree_conv
 
     B, N, C, K, P = len(rows), max(len(r) for r in rows), 12, 16, 3
     x, w = _inputs(B * N, C + 5, K, seed=B * N)
@@ -680,7 +680,7 @@ def test_gpu_tree_conv_epilogue_bf16_bit_identical_to_separate_kernels(B, N):
     """The bench model's ``w_in`` projection (``[12352, 2048]``, conv over its first 8192 columns) on tree steps of
     B requests x N nodes in bf16, with the default launch (and PDL): ``y`` and the conv bit-identical to the GEMV
     followed by :func:`conv_tree.tree_conv`."""
-    from lumotree.optimized.conv_tree import tree_conv
+    from lumotree.optimized.ops.conv_tree import tree_conv
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")

@@ -12,7 +12,10 @@ import pytest
 import torch
 
 from lumotree.optimized import model as om
-from lumotree.optimized.tree_attention import tree_metadata
+from lumotree.optimized.model import layers as layers_module
+from lumotree.optimized.model import model as model_module
+from lumotree.optimized.model.kernels import step_prologue
+from lumotree.optimized.ops.tree_meta import tree_metadata
 from lumotree.reference import model as rm
 from lumotree.reference.config import HybridConfig
 from lumotree.reference.tree import TokenTree
@@ -85,10 +88,10 @@ def test_verify_commit_then_decode_equals_plain_decode(tiny):
     plain = opt.decode(_slots(3), torch.tensor([40]))
     assert opt.cache_length(1) == opt.cache_length(3) == len(prompt) + 3
     np.testing.assert_allclose(after_tree.numpy(), plain.numpy(), atol=1e-5)
-    for pool in (*opt.state_pools, *opt.conv_pools):  # the two slots hold the same GDN and conv states
+    for pool in (*opt.caches.state_pools, *opt.caches.conv_pools):  # the two slots hold the same GDN and conv states
         np.testing.assert_allclose(pool[1].numpy(), pool[3].numpy(), atol=1e-5)
     L = opt.cache_length(1)
-    np.testing.assert_allclose(opt.k_pools[0][1, :, :L].numpy(), opt.k_pools[0][3, :, :L].numpy(), atol=1e-5)
+    np.testing.assert_allclose(opt.caches.k_pools[0][1, :, :L].numpy(), opt.caches.k_pools[0][3, :, :L].numpy(), atol=1e-5)
 
 
 def test_commit_is_one_launch_per_kind_of_cache_for_all_layers(monkeypatch):
@@ -99,11 +102,10 @@ def test_commit_is_one_launch_per_kind_of_cache_for_all_layers(monkeypatch):
     ref = rm.build_random(HybridConfig(**{**TINY, "num_hidden_layers": 5, "layer_types": kinds}), seed=2)
     opt = om.from_reference(ref, num_slots=4, max_seq_len=48, max_nodes=16, graphs=False)
     calls = []
-    for name in ("gdn_tree_commit", "tree_conv_commit"):
-        real = getattr(om, name)
-        monkeypatch.setattr(om, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
-    real_kv = om.ta.kv_commit
-    monkeypatch.setattr(om.ta, "kv_commit", lambda *a, **k: calls.append("kv_commit") or real_kv(*a, **k))
+    for name in ("gdn_tree_commit", "tree_conv_commit", "kv_commit"):  # the commit's calls, counted where it makes them
+        real = getattr(model_module, name)
+        monkeypatch.setattr(model_module, name,
+                            lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
     prompt = [5, 6, 7, 8, 9]
     tree = TokenTree([-1, 0, 1, 0, 2, 4, 3], [11, 12, 13, 14, 15, 16, 17])
     opt.prefill(0, prompt)
@@ -115,10 +117,10 @@ def test_commit_is_one_launch_per_kind_of_cache_for_all_layers(monkeypatch):
     for tok in [tree.tokens[j] for j in tree.path(5)]:
         opt.decode(_slots(2), torch.tensor([tok]))
     assert opt.cache_length(0) == opt.cache_length(2) == len(prompt) + 5
-    for pool in (*opt.state_pools, *opt.conv_pools):
+    for pool in (*opt.caches.state_pools, *opt.caches.conv_pools):
         np.testing.assert_allclose(pool[0].numpy(), pool[2].numpy(), atol=1e-5)
     L = opt.cache_length(0)
-    for pool in (*opt.k_pools, *opt.v_pools):
+    for pool in (*opt.caches.k_pools, *opt.caches.v_pools):
         np.testing.assert_allclose(pool[0, :, :L].numpy(), pool[2, :, :L].numpy(), atol=1e-5)
     np.testing.assert_allclose(opt.decode(_slots(0), torch.tensor([40])).numpy(),
                                opt.decode(_slots(2), torch.tensor([40])).numpy(), atol=1e-5)
@@ -129,7 +131,7 @@ def test_speculate_greedy_equals_verify_accept_commit(monkeypatch):
     (accepted node, depth, next token, path) and the same caches afterwards, on trees whose tokens follow the
     target's argmax along a designed path (so acceptance goes deep), one tree padded via num_nodes; the LM head's
     argmax taken 3 rows at a time (HEAD_ROWS) covers the chunked head."""
-    from lumotree.optimized.sampling import TreeBatch, VerifyOutcome, verify_greedy
+    from lumotree.optimized.engine.sampling import TreeBatch, VerifyOutcome, verify_greedy
 
     monkeypatch.setattr(om, "HEAD_ROWS", 3)
 
@@ -157,17 +159,17 @@ def test_speculate_greedy_equals_verify_accept_commit(monkeypatch):
         assert torch.equal(getattr(got, name).long(), getattr(expected, name).long()), name
     for pair in (0, 1):
         assert opt.cache_length(pair) == opt.cache_length(pair + 2)
-        for pool in (*opt.state_pools, *opt.conv_pools):
+        for pool in (*opt.caches.state_pools, *opt.caches.conv_pools):
             np.testing.assert_allclose(pool[pair].numpy(), pool[pair + 2].numpy(), atol=1e-6)
         L = opt.cache_length(pair)
-        np.testing.assert_allclose(opt.k_pools[0][pair, :, :L].numpy(), opt.k_pools[0][pair + 2, :, :L].numpy(),
+        np.testing.assert_allclose(opt.caches.k_pools[0][pair, :, :L].numpy(), opt.caches.k_pools[0][pair + 2, :, :L].numpy(),
                                    atol=1e-6)
     with pytest.raises(ValueError, match="num_nodes"):
         opt.speculate_greedy(_slots(2, 3), tokens, parents, torch.tensor([9, 5], dtype=torch.int32))
 
 
 def test_small_batch_linear_decode_matches_reference(tiny):
-    """Decode with the projections on optimized.gemv (split-K GEMV) equals the reference model; verify (more than 8
+    """Decode with the projections on ops.gemv (split-K GEMV) equals the reference model; verify (more than 8
     rows) keeps cuBLAS."""
     ref, _ = tiny
     opt = om.from_reference(ref, num_slots=2, max_seq_len=48, max_nodes=16, graphs=False, small_batch_linear=True)
@@ -190,10 +192,10 @@ def test_fused_norms_keep_two_norm_launches_and_the_same_logits(tiny, monkeypatc
     ref, _ = tiny
     opt = om.from_reference(ref, num_slots=2, max_seq_len=48, max_nodes=16, graphs=False, small_batch_linear=True)
     calls, conv_calls, gate_calls = [], [], []
-    real, real_conv, real_gate = om._add_rmsnorm, om.conv_step, om.gated_rmsnorm
-    monkeypatch.setattr(om, "_add_rmsnorm", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setattr(om, "conv_step", lambda *a, **k: conv_calls.append(1) or real_conv(*a, **k))
-    monkeypatch.setattr(om, "gated_rmsnorm", lambda *a, **k: gate_calls.append(1) or real_gate(*a, **k))
+    real, real_conv, real_gate = layers_module.add_rmsnorm, layers_module.conv_step, layers_module.gated_rmsnorm
+    monkeypatch.setattr(layers_module, "add_rmsnorm", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(layers_module, "conv_step", lambda *a, **k: conv_calls.append(1) or real_conv(*a, **k))
+    monkeypatch.setattr(layers_module, "gated_rmsnorm", lambda *a, **k: gate_calls.append(1) or real_gate(*a, **k))
     prompt = [2, 7, 1, 8, 2, 8]
     tree_tokens, tree_parents = torch.tensor([[5, 9, 3, 11]]), torch.tensor([[-1, 0, 0, 1]], dtype=torch.int32)
     results = {}
@@ -208,8 +210,8 @@ def test_fused_norms_keep_two_norm_launches_and_the_same_logits(tiny, monkeypatc
         gate_calls.clear()
         tree = opt.verify(_slots(0), tree_tokens, tree_parents)[0].clone()
         results[gemv, fused] = (decoded, tree, decode_calls, len(calls), decode_convs, len(gate_calls))
-    layers = len(opt.layers)
-    gdn_layers = len(opt.conv_pools)
+    layers = len(opt.weights.layers)
+    gdn_layers = len(opt.caches.conv_pools)
     assert results[True, True][2:] == (2, 2, 0, 0)
     assert results[True, False][2:] == (1 + 2 * layers, 1 + 2 * layers, 0, gdn_layers)
     assert results[False, False][2:] == (1 + 2 * layers, 1 + 2 * layers, gdn_layers, gdn_layers)
@@ -232,7 +234,7 @@ def test_step_prologue_gathers_embeddings_and_reads_or_advances_the_lengths():
     lens = torch.tensor([5, 0, 9, 2, 7], dtype=torch.int32)  # [P]
     step_in = torch.tensor([[10, 3], [0, 0], [4, 2]], dtype=torch.int64)  # [B, 2] tokens | slots
     before = lens.clone()
-    h, slots, got_lens, meta = om._step_prologue(step_in[:, 0], step_in[:, 1], embed, lens, True)
+    h, slots, got_lens, meta = step_prologue(step_in[:, 0], step_in[:, 1], embed, lens, True)
     assert meta is None
     assert torch.equal(h, embed[[10, 0, 4]])
     assert slots.dtype == torch.int32 and slots.is_contiguous() and slots.tolist() == [3, 0, 2]
@@ -244,7 +246,7 @@ def test_step_prologue_gathers_embeddings_and_reads_or_advances_the_lengths():
     before = lens.clone()
     parents = torch.tensor([[-1, 9, 0, 9, 0, 9], [-1, 9, 0, 9, 5, 9]])[:, ::2]  # [B, N] = [2, 3] stride 2
     num_nodes = torch.tensor([3, 2], dtype=torch.int32)  # request 1: node 2 is padding (its parent is not read)
-    h, slots, got_lens, meta = om._step_prologue(tokens, torch.tensor([4, 1]), embed, lens, False,
+    h, slots, got_lens, meta = step_prologue(tokens, torch.tensor([4, 1]), embed, lens, False,
                                                  (parents, num_nodes))
     assert torch.equal(h, embed[[1, 2, 3, 4, 5, 6]]) and slots.tolist() == [4, 1]
     assert got_lens.tolist() == [before[4], before[1]] and torch.equal(lens, before)

@@ -1,4 +1,4 @@
-"""Tree attention kernels (lumotree.optimized.tree_attention) against the exact reference attention.
+"""Tree attention kernels (lumotree.optimized.ops.tree_attention) against the exact reference attention.
 
 CPU: the Triton interpreter on small float32 shapes, outputs NaN-poisoned before each call and the cache poisoned
 past each request's ``L + N`` (the kernel must never read there). GPU (``pytest -m gpu``): bf16 at Qwen3-Next shapes
@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import build_tree_parents, trees
 
-from lumotree.optimized import tree_attention as ta
+from lumotree.optimized.ops import tree_attention as ta
+from lumotree.optimized.ops.tree_meta import tree_metadata
 from lumotree.reference import attention as ref_attn
 from lumotree.reference.tree import TokenTree, ancestor_words
 
@@ -69,7 +70,7 @@ def test_tree_metadata_matches_reference_words_and_depth(tree_list, seed):
     rng = np.random.default_rng(seed)
     # pad every tree to the batch's N with extra random leaves (the engine's padding)
     rows = [p + [int(rng.integers(0, len(p) + k)) for k in range(n - len(p))] for p in tree_list]
-    meta = ta.tree_metadata(_batch_parents(rows))
+    meta = tree_metadata(_batch_parents(rows))
     for b, parents in enumerate(rows):
         assert meta.words[b].tolist() == _signed(ancestor_words(parents))
         assert meta.depth[b].tolist() == TokenTree(parents).depth.tolist()
@@ -88,24 +89,24 @@ def test_tree_metadata_with_num_nodes_reads_only_real_nodes(tree_list, seed):
     wide[:, ::2] = junk
     parents = wide.to(DEVICE)[:, ::2]  # [B, N] stride 2 along the nodes
     num_nodes = torch.tensor([len(p) for p in tree_list], dtype=torch.int32, device=DEVICE)
-    words = ta.tree_metadata(parents, num_nodes=num_nodes, validate=False)
-    checked = ta.tree_metadata(parents, num_nodes=num_nodes)
+    words = tree_metadata(parents, num_nodes=num_nodes, validate=False)
+    checked = tree_metadata(parents, num_nodes=num_nodes)
     assert torch.equal(words.words, checked.words) and torch.equal(words.depth, checked.depth)
     for b, real in enumerate(tree_list):
         chain = real + list(range(len(real) - 1, n - 1))  # the padding read as a chain
         assert words.words[b].tolist() == _signed(ancestor_words(chain))
         assert words.depth[b].tolist() == TokenTree(chain).depth.tolist()
     with pytest.raises(ValueError, match="num_nodes"):
-        ta.tree_metadata(parents, num_nodes=num_nodes * 0)
+        tree_metadata(parents, num_nodes=num_nodes * 0)
 
 
 def test_tree_metadata_rejects_bad_trees():
-    with pytest.raises(ValueError, match=r"parents\[1, 0\]"):
-        ta.tree_metadata(_batch_parents([[-1, 0, 1], [0, 0, 1]]))
-    with pytest.raises(ValueError, match=r"parents\[0, 2\] = 2"):
-        ta.tree_metadata(_batch_parents([[-1, 0, 2]]))
+    with pytest.raises(ValueError, match=r"parents\[1\]\[0\] = 0"):
+        tree_metadata(_batch_parents([[-1, 0, 1], [0, 0, 1]]))
+    with pytest.raises(ValueError, match=r"parents\[0\]\[2\] = 2"):
+        tree_metadata(_batch_parents([[-1, 0, 2]]))
     with pytest.raises(TypeError, match="parents"):
-        ta.tree_metadata(torch.zeros(1, 3, dtype=torch.float32))
+        tree_metadata(torch.zeros(1, 3, dtype=torch.float32))
 
 
 # ------------------------------------------------------------------------------------------- norm + RoPE + store
@@ -123,7 +124,7 @@ def test_prepare_qkv_matches_reference_projection(HQ, HKV, D, rot):
     qw, kw = torch.randn(D, device=DEVICE) * 0.3, torch.randn(D, device=DEVICE) * 0.3
     spec = ref_attn.AttentionSpec(hidden_size=8, num_heads=HQ, num_kv_heads=HKV, head_dim=D, rotary_dim=rot,
                                   rope_theta=1000.0, eps=1e-6)
-    meta = ta.tree_metadata(_batch_parents(parent_lists))
+    meta = tree_metadata(_batch_parents(parent_lists))
     out = torch.full((2, 6, HQ, D), float("nan"), device=DEVICE)
     ta.prepare_qkv(q_raw, k, v, qw, kw, ta.rope_inv_freq(rot, spec.rope_theta, DEVICE), meta.depth, k_cache,
                    v_cache, slots, lens_t, eps=spec.eps, out=out)
@@ -162,7 +163,7 @@ def test_tree_attention_matches_reference(tree_list, lens, gqa, num_splits, seed
     rows = [p + [int(rng.integers(0, len(p) + k)) for k in range(n - len(p))] for p in tree_list]
     lens = lens[: len(rows)]
     q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, lens, HQ, HKV, D, torch.float32)
-    meta = ta.tree_metadata(_batch_parents(rows))
+    meta = tree_metadata(_batch_parents(rows))
     out = torch.full_like(q, float("nan"))
     ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=num_splits, out=out,
                       block_n=16)
@@ -189,7 +190,7 @@ def test_tree_attention_tree_slack_matches_reference(tree_list, lens, num_splits
     rows = [p + [int(rng.integers(0, len(p) + k)) for k in range(n - len(p))] for p in tree_list]
     lens = lens[: len(rows)]
     q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, lens, 4, 2, 16, torch.float32)
-    meta = ta.tree_metadata(_batch_parents(rows))
+    meta = tree_metadata(_batch_parents(rows))
     out = torch.full_like(q, float("nan"))
     ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=num_splits, out=out,
                       block_n=16, tree_slack=tree_slack, combine_block_d=combine_block_d)
@@ -205,7 +206,7 @@ def test_tree_attention_tree_slack_at_bench_shape_ratio(tree_slack):
     rng = np.random.default_rng(11 + tree_slack)
     rows = [build_tree_parents("deep_wide", 8, rng)]
     q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, [77], 16, 2, 16, torch.float32)
-    meta = ta.tree_metadata(_batch_parents(rows))
+    meta = tree_metadata(_batch_parents(rows))
     expected = _reference_output(q, gate, k_cache, v_cache, slots, [77], rows)
     for splits in range(1, 8):
         out = torch.full_like(q, float("nan"))
@@ -230,7 +231,7 @@ def test_tree_attention_many_splits_merge_in_chunks(HQ, monkeypatch):
     rows = [build_tree_parents("random", 5, rng), build_tree_parents("chain", 5, rng)]
     for lens in ([70, 3], [0, 17]):
         q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, lens, HQ, 2, 16, torch.float32)
-        meta = ta.tree_metadata(_batch_parents(rows))
+        meta = tree_metadata(_batch_parents(rows))
         out = torch.full_like(q, float("nan"))
         ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=37, out=out,
                           block_n=16)
@@ -246,7 +247,7 @@ def test_tree_attention_pdl_request_gives_the_reference_output():
     for rows, HQ in (([build_tree_parents("random", 9, rng)], 8), ([[-1], [-1]], 4)):
         lens = [21] * len(rows)
         q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, lens, HQ, 2, 16, torch.float32)
-        meta = ta.tree_metadata(_batch_parents(rows))
+        meta = tree_metadata(_batch_parents(rows))
         out = torch.full_like(q, float("nan"))
         ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=6, out=out,
                           block_n=16, pdl=True)
@@ -260,7 +261,7 @@ def test_tree_attention_without_gate_and_wide_tree_words(block_n):
     rng = np.random.default_rng(3)
     rows = [build_tree_parents("deep_wide", 40, rng)]
     q, _, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, [9], 2, 1, 16, torch.float32)
-    meta = ta.tree_metadata(_batch_parents(rows))
+    meta = tree_metadata(_batch_parents(rows))
     out = ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, num_splits=2, block_n=block_n)
     ones = torch.full_like(q, 80.0)  # sigmoid(80) == 1 in float64
     expected = _reference_output(q, ones, k_cache, v_cache, slots, [9], rows)
@@ -271,7 +272,7 @@ def test_tree_attention_validates_inputs():
     rng = np.random.default_rng(0)
     rows = [build_tree_parents("random", 5, rng)] * 2
     q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, [3, 4], 4, 2, 16, torch.float32)
-    words = ta.tree_metadata(_batch_parents(rows)).words
+    words = tree_metadata(_batch_parents(rows)).words
     call = dict(gate=gate, num_splits=2)
     with pytest.raises(ValueError, match="q contains NaN"):
         bad = q.clone()
@@ -313,7 +314,7 @@ def test_kv_commit_matches_reference(tree_list, seed):
     _, _, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, lens, 2, 2, 16, torch.float32)
     accepted = [int(rng.integers(0, n)) for _ in rows]
     before_k, before_v = k_cache.clone(), v_cache.clone()
-    meta = ta.tree_metadata(_batch_parents(rows))
+    meta = tree_metadata(_batch_parents(rows))
     ta.kv_commit(k_cache, v_cache, slots, lens_t, meta, torch.tensor(accepted, dtype=torch.int32, device=DEVICE))
     for b, parents in enumerate(rows):
         s, L = int(slots[b]), lens[b]
@@ -338,7 +339,7 @@ def test_kv_commit_layers_in_one_launch():
     slots, lens_t = layers[0][4], layers[0][5]
     k_stack = torch.stack([lay[2] for lay in layers])  # [G, P, HKV, C, D]
     v_stack = torch.stack([lay[3] for lay in layers])
-    meta = ta.tree_metadata(_batch_parents(rows))
+    meta = tree_metadata(_batch_parents(rows))
     accepted = torch.tensor([n - 1, n - 1, 5, 30], dtype=torch.int32, device=DEVICE)
     ta.kv_commit(k_stack, v_stack, slots, lens_t, meta, accepted)
     for g, lay in enumerate(layers):
@@ -354,7 +355,7 @@ def test_kv_commit_validates_accepted():
     rng = np.random.default_rng(1)
     rows = [build_tree_parents("random", 4, rng)]
     _, _, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, [2], 2, 1, 16, torch.float32)
-    meta = ta.tree_metadata(_batch_parents(rows))
+    meta = tree_metadata(_batch_parents(rows))
     with pytest.raises(ValueError, match=r"accepted\[0\] = 4"):
         ta.kv_commit(k_cache, v_cache, slots, lens_t, meta, torch.tensor([4], dtype=torch.int32))
 
@@ -369,7 +370,7 @@ def test_gpu_bf16_qwen3_next_shapes_against_float64(B, N, L):
     rows = [build_tree_parents("random", N, rng) for _ in range(B)]
     lens = [max(0, L - 7 * b) for b in range(B)]
     q, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, lens, 16, 2, 256, torch.bfloat16)
-    meta = ta.tree_metadata(_batch_parents(rows))
+    meta = tree_metadata(_batch_parents(rows))
     for splits in (None, 1):
         out = torch.full_like(q, float("nan"))
         ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, out=out, num_splits=splits)
@@ -390,7 +391,7 @@ def test_gpu_pdl_attention_after_prepare_qkv_bit_identical(B, N, L):
     rows = [build_tree_parents("random", N, rng) for _ in range(B)]
     lens = [max(0, L - 5 * b) for b in range(B)]
     _, gate, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, lens, 16, 2, 256, torch.bfloat16)
-    meta = ta.tree_metadata(_batch_parents(rows))
+    meta = tree_metadata(_batch_parents(rows))
     q_raw = torch.randn(B, N, 16, 256, device="cuda").to(torch.bfloat16)
     k = torch.randn(B, N, 2, 256, device="cuda").to(torch.bfloat16)
     v = torch.randn(B, N, 2, 256, device="cuda").to(torch.bfloat16)

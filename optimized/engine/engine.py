@@ -1,0 +1,561 @@
+r"""The decoding runtime: continuous batching, slots, speculation modes, the verification budget.
+
+``Engine(model, drafter, mode=...)`` decodes many requests at once. Each request holds a *slot* of the model's cache
+pools (GDN recurrent and conv states, KV) from admission to its end; requests join (prefill) and leave between steps
+(continuous batching). A step is either
+
+- **autoregressive**: one decode of every running request's pending token; or
+- **speculative** (``mode="chain"``: one path per request, ``"tree"``: a tree): the drafter proposes a tree rooted at
+  each pending token, the budget picks the node bucket N (or falls back to autoregressive), the trees are cut to N,
+  the model verifies all of them in one batched pass (logits of every node), the lossless verification of
+  :mod:`lumotree.optimized.engine.sampling` picks each request's accepted path and next token, and the model commits every
+  accepted path in one call.
+
+Per request, the context is ``prompt + output``; its last token is *pending* (sampled, not yet run through the
+model), so the model's cache holds ``context[:-1]``. The first output token comes from the prompt's prefill.
+
+The model follows :class:`TargetModel` (slot-addressed ``prefill / decode / verify / commit / release``).
+:class:`ReferenceTarget` adapts the exact float64 reference model (CPU, one cache per slot);
+:class:`OptimizedTarget` adapts :mod:`lumotree.optimized.model` (pools by slot, CUDA graphs per (B, N) bucket).
+
+Requests beyond the free slots wait in a queue (the pools are allocated once, so a large batch never runs out of
+memory mid-way); ``submit`` validates prompts and sampling parameters before anything runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+import torch
+
+from .budget import (
+    AutoregressiveOnly,
+    BudgetPolicy,
+    CostProfile,
+    Decision,
+    ExpectedThroughputBudget,
+    FixedBudget,
+    RatioRuleBudget,
+    make_budget,
+)
+from .drafters import Draft, DraftRequest, EngineDrafter
+from .records import EngineStats, GenerationResult, Request, StepRecord, TokenEvent
+from .targets import OptimizedTarget, ReferenceTarget, TargetModel
+from .sampling import (
+    SamplingParams,
+    TreeBatch,
+    VerifyOutcome,
+    counter_uniforms,
+    sample_from,
+    target_probs,
+    verify_batch,
+    verify_greedy,
+)
+
+__all__ = [
+    "TargetModel",
+    "ReferenceTarget",
+    "OptimizedTarget",
+    "Engine",
+    "Request",
+    "TokenEvent",
+    "GenerationResult",
+    "StepRecord",
+    "EngineStats",
+    "MODES",
+    "DEFAULT_NODE_BUCKETS",
+]
+
+MODES = ("autoregressive", "chain", "tree")
+DEFAULT_NODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+_DRAFT_STREAM = 1  # counter_uniforms stream of drafting coins (verification uses stream 0)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ======================================================================================================= engine
+class Engine:
+    """Continuous-batching decoder with autoregressive, chain and tree speculation (module docstring).
+
+    - ``model``: a :class:`TargetModel` (or a reference / optimized model, wrapped automatically).
+    - ``drafter``: an :class:`~lumotree.optimized.engine.drafters.EngineDrafter` (required for chain / tree).
+    - ``budget``: ``"expected"`` (maximise expected tokens/s from confidences), ``"ratio"`` (baseline rule, ``eps``),
+      ``"fixed"`` (always ``max_nodes``), or a :class:`~lumotree.optimized.engine.budget.BudgetPolicy`.
+    - ``profile``: a :class:`~lumotree.optimized.engine.budget.CostProfile` or a JSON path; None measures one at start-up
+      when the budget needs it (:meth:`measure_profile`).
+    - ``max_batch``: most requests decoded at once (default: the model's slots); more wait in the queue.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        drafter: EngineDrafter | None = None,
+        *,
+        mode: str = "tree",
+        budget: str | BudgetPolicy = "expected",
+        max_nodes: int = 64,
+        eps: float = 0.1,
+        profile: CostProfile | str | None = None,
+        max_batch: int | None = None,
+        node_buckets: Sequence[int] = DEFAULT_NODE_BUCKETS,
+        batch_buckets: Sequence[int] | None = None,
+        seed: int = 0,
+    ):
+        self.model = self._wrap(model)
+        if mode not in MODES:
+            raise ValueError(f"mode = {mode!r}; expected one of {MODES}")
+        if mode != "autoregressive" and drafter is None:
+            raise ValueError(f"mode {mode!r} needs a drafter")
+        if drafter is not None and not isinstance(drafter, EngineDrafter):
+            raise TypeError(f"drafter must implement EngineDrafter (admit/propose/advance/release), got {drafter!r}")
+        self.mode = mode
+        self.drafter = drafter
+        if isinstance(max_nodes, bool) or not isinstance(max_nodes, Integral) or max_nodes < 1:
+            raise ValueError(f"max_nodes = {max_nodes!r} must be an integer >= 1")
+        self.max_nodes = min(int(max_nodes), int(self.model.max_nodes))
+        slots = int(self.model.num_slots)
+        self.max_batch = slots if max_batch is None else int(max_batch)
+        if not 1 <= self.max_batch <= slots:
+            raise ValueError(f"max_batch = {max_batch!r} must be in [1, {slots}] (the model's slots)")
+        self.node_buckets = tuple(sorted({int(n) for n in node_buckets if n <= self.max_nodes} | {1, self.max_nodes}))
+        if batch_buckets is None:
+            batch_buckets = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, self.max_batch})
+        self.batch_buckets = tuple(b for b in sorted(set(int(b) for b in batch_buckets)) if b <= self.max_batch)
+        if not self.batch_buckets or self.batch_buckets[-1] < self.max_batch:
+            self.batch_buckets = tuple(sorted(set(self.batch_buckets) | {self.max_batch}))
+        self.seed_rng = np.random.default_rng(seed)
+        self.free_slots: list[int] = list(range(slots))[::-1]
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.finished: dict[int, Request] = {}
+        self.stats = EngineStats()
+        self._next_id = 0
+        self.eps = float(eps)
+        self.profile: CostProfile | None = CostProfile.load(profile) if isinstance(profile, str) else profile
+        self.budget = self._make_budget(budget)
+
+    # ------------------------------------------------------------------------------------------------ set-up
+    @staticmethod
+    def _wrap(model: Any) -> TargetModel:
+        if isinstance(model, TargetModel):
+            return model
+        from lumotree.reference.model import HybridModel
+
+        if isinstance(model, HybridModel):
+            return ReferenceTarget(model)
+        return OptimizedTarget(model)
+
+    def _make_budget(self, budget: str | BudgetPolicy) -> BudgetPolicy:
+        if isinstance(budget, BudgetPolicy):
+            return budget
+        if self.mode == "autoregressive" or budget == "none":
+            return AutoregressiveOnly(self.profile or self._flat_profile())
+        if budget == "fixed":
+            return FixedBudget(self.profile or self._flat_profile(), self.max_nodes)
+        if self.profile is None:
+            self.profile = self.measure_profile()
+        if budget == "ratio":
+            return RatioRuleBudget(self.profile, eps=self.eps, max_nodes=self.max_nodes)
+        if budget == "expected":
+            return ExpectedThroughputBudget(self.profile, max_nodes=self.max_nodes,
+                                            drafter=getattr(self.drafter, "name", type(self.drafter).__name__))
+        return make_budget(budget, self.profile)
+
+    def _flat_profile(self) -> CostProfile:
+        """Placeholder costs for policies that ignore them (fixed / none): every step costs one unit."""
+        return CostProfile(
+            self.batch_buckets,
+            self.node_buckets,
+            {b: 1.0 for b in self.batch_buckets},
+            {(b, n): 1.0 for b in self.batch_buckets for n in self.node_buckets},
+            note="flat placeholder (budget ignores costs)",
+        )
+
+    def measure_profile(self, repeats: int = 5, prompt_len: int = 16) -> CostProfile:
+        """Time decode (+ argmax to the host) and a greedy speculative step's model part (tree packing, verify, greedy
+        acceptance, commit, emitted tokens: :meth:`step`'s path) at every (batch, node) bucket on free slots, with
+        random tokens and random trees (median of ``repeats`` after two warm-up calls). Slots are prefilled again
+        (untimed) when the next call could run out of context. Needs every slot free."""
+        if len(self.free_slots) < self.model.num_slots:
+            raise RuntimeError("measure_profile needs every slot free (call it before submitting requests)")
+        dev = self.model.device
+        gen = torch.Generator().manual_seed(1234)
+        V = self.model.vocab_size
+        prompt_len = min(prompt_len, self.model.max_seq_len - self.max_nodes - 2)
+        if prompt_len < 1:
+            raise ValueError(f"max_seq_len = {self.model.max_seq_len} is too short to measure a cost profile")
+        rng = np.random.default_rng(0)
+        length: dict[int, int] = {}  # cache length of each slot in use
+
+        def make_room(batch: int, nodes: int) -> None:
+            """Slots 0..batch-1, each prefilled (again) unless it has room for a step of ``nodes`` nodes."""
+            for s in range(batch):
+                if length.get(s, self.model.max_seq_len) + nodes + 1 >= self.model.max_seq_len:
+                    if s in length:
+                        self.model.release(s)
+                    self.model.prefill(s, torch.randint(V, (prompt_len,), generator=gen).tolist())
+                    length[s] = prompt_len
+
+        def run_timed(fn: Callable[[], None], prepare: Callable[[], None]) -> float:
+            times = []
+            for i in range(repeats + 2):  # two warm-up calls: the first compiles and captures, the second replays
+                prepare()
+                _sync(dev)
+                t0 = time.perf_counter()
+                fn()
+                _sync(dev)
+                if i >= 2:
+                    times.append(time.perf_counter() - t0)
+            return float(np.median(times))
+
+        def time_decode(batch: int) -> float:
+            slots = torch.tensor(list(range(batch)), dtype=torch.int64)
+            tokens = torch.randint(V, (batch,), generator=gen).to(dev)
+
+            def once() -> None:
+                self.model.decode(slots, tokens).argmax(-1).tolist()
+                for s in range(batch):
+                    length[s] += 1
+
+            return run_timed(once, lambda: make_room(batch, 1))
+
+        def time_verify(batch: int, nodes: int) -> float:
+            slots = torch.tensor(list(range(batch)), dtype=torch.int64)
+            parents = [[-1] + [int(rng.integers(0, i)) for i in range(1, nodes)] for _ in range(batch)]
+            tokens = [list(range(nodes)) for _ in range(batch)]  # distinct tokens: valid for any shape
+
+            def once() -> None:  # the model part of a greedy speculative step as the engine runs it
+                trees = TreeBatch.pack(tokens, parents, width=nodes)  # on the host
+                outcome = self._speculate_greedy(slots, trees)
+                outcome.emitted(trees)
+                for s, a in enumerate(outcome.accepted_len.tolist()):
+                    length[s] += a + 1
+
+            return run_timed(once, lambda: make_room(batch, nodes))
+
+        try:
+            profile = CostProfile.measure(
+                time_decode, time_verify, self.batch_buckets, self.node_buckets, device=str(dev),
+                note=f"measured by Engine.measure_profile, median of {repeats}",
+            )
+        finally:
+            for s in length:
+                self.model.release(s)
+        return profile
+
+    # ------------------------------------------------------------------------------------------------ requests
+    def submit(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
+        """Queue a request; returns its id. Raises ``ValueError`` for an empty prompt, ids outside the vocabulary, a
+        prompt that leaves no room in the context, or bad sampling parameters."""
+        params = SamplingParams() if params is None else params
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        items = list(prompt.tolist() if hasattr(prompt, "tolist") else prompt)
+        if not items:
+            raise ValueError("prompt is empty: a request needs at least one token")
+        V = self.model.vocab_size
+        for i, t in enumerate(items):
+            if isinstance(t, bool) or not isinstance(t, Integral) or not 0 <= int(t) < V:
+                raise ValueError(f"prompt[{i}] = {t!r} is not a token id in [0, {V})")
+        limit = self.model.max_seq_len
+        if len(items) >= limit:
+            raise ValueError(
+                f"prompt has {len(items)} tokens but the model's context holds {limit}: at most {limit - 1} prompt "
+                "tokens leave room for one new token"
+            )
+        for i, t in enumerate(params.stop_token_ids):
+            if t >= V:
+                raise ValueError(f"stop_token_ids[{i}] = {t} is not a token id in [0, {V})")
+        seed = int(params.seed) if params.seed is not None else int(self.seed_rng.integers(0, 2**62))
+        request = Request(self._next_id, [int(t) for t in items], params, seed)
+        self._next_id += 1
+        self.waiting.append(request)
+        return request.request_id
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def _coins(self, requests: Sequence[Request], n: int, stream: int = 0) -> torch.Tensor:
+        dev = self.model.device
+        seeds = torch.tensor([r.seed for r in requests], dtype=torch.int64)
+        counters = torch.tensor([r.counter for r in requests], dtype=torch.int64)
+        return counter_uniforms(seeds, counters, n, stream).to(dev)
+
+    @staticmethod
+    def _param_tensors(requests: Sequence[Request]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-request ``temperature, top_k, top_p: [B]`` on the host."""
+        temperature = torch.tensor([float(r.params.temperature) for r in requests], dtype=torch.float64)
+        top_k = torch.tensor([int(r.params.top_k) for r in requests], dtype=torch.int64)
+        top_p = torch.tensor([float(r.params.top_p) for r in requests], dtype=torch.float64)
+        return temperature, top_k, top_p
+
+    def _sample_rows(self, requests: Sequence[Request], logits: torch.Tensor) -> list[int]:
+        """One token per request from ``logits: [B, V]`` (greedy rows: argmax)."""
+        if all(r.params.greedy for r in requests):
+            return logits.argmax(-1).tolist()
+        dev = logits.device
+        temperature, top_k, top_p = (t.to(dev) for t in self._param_tensors(requests))
+        probs = target_probs(logits[:, None, :], temperature, top_k, top_p)[:, 0]  # [B, V]
+        coins = self._coins(requests, 1)[:, 0]
+        return sample_from(probs, coins).tolist()
+
+    def _emit(self, request: Request, tokens: Sequence[int]) -> TokenEvent:
+        """Append tokens (cut at ``max_new_tokens``, a stop token, or a full context) and finish when due."""
+        room = min(request.params.max_new_tokens - len(request.output),
+                   self.model.max_seq_len - len(request.prompt) - len(request.output))
+        new = [int(tok) for tok in tokens[: max(room, 0)]]
+        reason = ""
+        stops = request.params.stop_token_ids
+        if stops:
+            hit = next((i for i, tok in enumerate(new) if tok in stops), None)
+            if hit is not None:  # the stop token is emitted, nothing after it
+                new, reason = new[: hit + 1], "stop"
+        request.output.extend(new)
+        if not reason:
+            if len(request.output) >= request.params.max_new_tokens:
+                reason = "max_new_tokens"
+            elif len(request.prompt) + len(request.output) >= self.model.max_seq_len:
+                reason = "length"
+        if reason:
+            request.finished = True
+            request.finish_reason = reason
+        return TokenEvent(request.request_id, new, request.finished, reason)
+
+    def _finish(self, request: Request) -> None:
+        self.model.release(request.slot)
+        if self.drafter is not None:
+            self.drafter.release(request.slot)
+        self.free_slots.append(request.slot)
+        self.running.remove(request)
+        self.finished[request.request_id] = request
+
+    def _admit(self) -> list[TokenEvent]:
+        """Prefill waiting requests into free slots; their first tokens are sampled in one batch."""
+        admitted: list[Request] = []
+        rows: list[torch.Tensor] = []
+        t0 = time.perf_counter()
+        while self.waiting and self.free_slots and len(self.running) < self.max_batch:
+            request = self.waiting.popleft()
+            request.slot = self.free_slots.pop()
+            rows.append(self.model.prefill(request.slot, request.prompt))  # [V]
+            if self.drafter is not None:
+                self.drafter.admit(request.slot, request.prompt)
+            self.running.append(request)
+            admitted.append(request)
+        if not admitted:
+            return []
+        first = self._sample_rows(admitted, torch.stack(rows))
+        events = []
+        for request, tok in zip(admitted, first):
+            request.counter += 1
+            events.append(self._emit(request, [tok]))
+            if request.finished:
+                self._finish(request)
+        _sync(self.model.device)
+        self.stats.steps.append(
+            StepRecord("prefill", len(admitted), 0, len(admitted), 0, float(len(admitted)), 0.0, 0.0,
+                       time.perf_counter() - t0)
+        )
+        return events
+
+    # ------------------------------------------------------------------------------------------------ steps
+    def step(self) -> list[TokenEvent]:
+        """Admit waiting requests (prefill), then one decode or speculative step for every running request."""
+        events = self._admit()
+        batch = list(self.running)
+        if not batch:
+            return events
+        t0 = time.perf_counter()
+        B = len(batch)
+        drafts: list[Draft] | None = None
+        draft_s = 0.0
+        decision = None
+        requests = None  # the drafter's view of the batch, built once a step (propose and advance)
+        if self.mode != "autoregressive" and self.budget.want_draft(B):
+            requests = [self._draft_request(r) for r in batch]
+            td = time.perf_counter()
+            assert self.drafter is not None
+            drafts = self.drafter.propose(requests, self.budget.draft_size(B), self.mode == "chain")
+            _sync(self.model.device)
+            draft_s = time.perf_counter() - td
+            if isinstance(self.budget, ExpectedThroughputBudget):
+                widest = max(drafts, key=lambda d: d.num_nodes)  # its depth: one O(N) pass, not one per request
+                self.budget.record_draft_time(B, draft_s, max(widest.depth()))
+            if all(d.variant == "deterministic" for d in drafts):
+                decision = self.budget.choose(B, [d.sorted_confidences() for d in drafts], draft_s)
+                if decision.autoregressive:
+                    drafts = None
+            else:  # sampled drafts: the decision was made before drawing (want_draft) and is not revisited
+                largest = max(d.num_nodes for d in drafts)
+                decision = Decision(largest, B + sum(float(np.sum(d.confidence[1:])) for d in drafts),
+                                    self.budget.profile.verify_time(B, largest), "sampled drafts, verified whole")
+        tm = time.perf_counter()
+        if drafts is None:
+            committed, emitted_lists, accepted, predicted, nodes = self._autoregressive_step(batch)
+            kind, reason = "autoregressive", (decision.reason if decision else "no draft")
+        else:
+            assert decision is not None
+            committed, emitted_lists, accepted, predicted, nodes = self._speculative_step(batch, drafts, decision.nodes)
+            kind, reason = "verify", decision.reason
+            self.budget.observe(decision, predicted, float(sum(accepted)), draft_s)
+        model_s = time.perf_counter() - tm
+        if self.drafter is not None:
+            self.drafter.advance(requests or [self._draft_request(r) for r in batch], committed)
+        emitted_total = 0
+        for request, emitted, acc in zip(batch, emitted_lists, accepted):
+            request.counter += 1
+            request.steps += 1
+            request.accepted += acc
+            event = self._emit(request, emitted)
+            emitted_total += len(event.tokens)
+            events.append(event)
+            if request.finished:
+                self._finish(request)
+        pred_tokens = B + predicted if kind == "verify" else float(B)
+        record = StepRecord(kind, B, nodes, emitted_total, int(sum(accepted)), pred_tokens, draft_s, model_s,
+                            time.perf_counter() - t0, reason)
+        self.stats.steps.append(record)
+        # the calibration sees the whole step but the draft (recorded apart): the bookkeeping of a speculative step
+        # (several tokens a request, the drafter's advance) is host time the profile does not hold
+        self.budget.observe_time(B, 0 if kind == "autoregressive" else nodes, record.total_s - record.draft_s)
+        return events
+
+    def _draft_request(self, r: Request) -> DraftRequest:
+        return DraftRequest(r.slot, r.context, r.params, r.seed, r.counter, r.request_id)
+
+    def _autoregressive_step(self, batch: list[Request]):
+        slots = torch.tensor([r.slot for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
+        pending = torch.tensor([r.output[-1] for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
+        logits = self.model.decode(slots, pending)  # [B, V]
+        nxt = self._sample_rows(batch, logits)
+        committed = [[r.output[-1]] for r in batch]
+        return committed, [[t] for t in nxt], [0] * len(batch), 0.0, 1
+
+    def _speculative_step(self, batch: list[Request], drafts: list[Draft], nodes: int):
+        cut = []
+        for r, d in zip(batch, drafts):
+            if d.tokens[0] != r.output[-1]:
+                raise ValueError(f"drafter {self.drafter.name!r} proposed a tree whose root is not the pending token")
+            room = self.model.max_seq_len - 1 - r.cache_length  # deepest node position must stay in the context
+            max_depth = max(0, room)
+            if d.variant == "deterministic":
+                cut.append(d.cut(nodes, max_depth))
+            elif max(d.depth()) > max_depth:
+                raise ValueError(
+                    f"drafter {self.drafter.name!r} drew a tree deeper than the context allows ({max_depth}); sampled "
+                    "drafts cannot be cut"
+                )
+            else:
+                cut.append(d)  # sampled drafts are verified whole (see Draft)
+        width = max(c.num_nodes for c in cut)
+        width = next((n for n in self.node_buckets if n >= width), width)
+        draws = [c.draws for c in cut] if any(c.draws is not None for c in cut) else None
+        host_trees = TreeBatch.pack([c.tokens for c in cut], [c.parents for c in cut], width=width, draws=draws)
+        slots = torch.tensor([r.slot for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
+        if all(r.params.greedy for r in batch):
+            outcome = self._speculate_greedy(slots, host_trees)
+        else:
+            outcome = self._speculate_sampled(batch, cut, slots, host_trees)
+        emitted = outcome.emitted(host_trees)
+        accepted = outcome.accepted_len.tolist()
+        committed = [[r.output[-1]] + e[:-1] for r, e in zip(batch, emitted)]
+        predicted = float(np.concatenate([c.confidence[1:] for c in cut]).sum())
+        return committed, emitted, accepted, predicted, width
+
+    def _speculate_greedy(self, slots: torch.Tensor, host_trees: TreeBatch) -> VerifyOutcome:
+        """Verify, greedy acceptance, commit: the model's fused call if it has one, else the three calls (queued
+        behind each other; the outcome is the one read back). Returns the outcome on the host."""
+        fused = getattr(self.model, "speculate_greedy", None)
+        if fused is not None:
+            return fused(slots, host_trees)
+        trees = host_trees.to(self.model.device)  # before the verify launch (a later copy would wait for it)
+        logits = self.model.verify(slots, trees)  # [B, N, V]
+        outcome = verify_greedy(trees, logits.argmax(-1))
+        self.model.commit(slots, trees, outcome.accepted_node)
+        return outcome.to("cpu")
+
+    def _speculate_sampled(self, batch: list[Request], cut: list[Draft], slots: torch.Tensor,
+                           host_trees: TreeBatch) -> VerifyOutcome:
+        """Verify, lossless acceptance (greedy rows: a point mass on the argmax), commit. The coins and the trees go
+        to the device before the verify launch; nothing reads back until the outcome, after the commit is queued:
+        one wait. Returns the outcome on the host."""
+        coins = self._coins(batch, host_trees.num_coins)  # builds the draw lists on the host
+        trees = host_trees.to(self.model.device)
+        logits = self.model.verify(slots, trees)  # [B, N, V]
+        temperature, top_k, top_p = self._param_tensors(batch)
+        variants = {c.variant for c in cut if c.num_nodes > 1}
+        if len(variants) > 1:
+            raise ValueError(f"drafts of one step mix variants {sorted(variants)}")
+        variant = variants.pop() if variants else "deterministic"
+        proposal = None
+        if variant != "deterministic":
+            proposal = torch.zeros_like(logits, dtype=torch.float64 if logits.dtype == torch.float64 else torch.float32)
+            for b, c in enumerate(cut):
+                if c.proposal is not None:
+                    proposal[b, : c.num_nodes] = c.proposal.to(proposal)
+        outcome = verify_batch(trees, logits, temperature, top_k, top_p, coins, variant, proposal)
+        self.model.commit(slots, trees, outcome.accepted_node)
+        return outcome.to("cpu")
+
+    # ------------------------------------------------------------------------------------------------ drivers
+    def stream(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams] | None = None
+    ) -> Iterator[TokenEvent]:
+        """Submit ``prompts`` and yield token events until all of them are done."""
+        ids = self.submit_all(prompts, params)
+        pending = set(ids)
+        while pending:
+            for event in self.step():
+                if event.request_id in pending:
+                    yield event
+                    if event.finished:
+                        pending.discard(event.request_id)
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        on_event: Callable[[TokenEvent], None] | None = None,
+    ) -> list[GenerationResult]:
+        """Decode every prompt to the end; results in prompt order."""
+        ids = self.submit_all(prompts, params)
+        remaining = set(ids)
+        while remaining:
+            for event in self.step():
+                if on_event is not None:
+                    on_event(event)
+                if event.finished:
+                    remaining.discard(event.request_id)
+        out = []
+        for i in ids:
+            r = self.finished[i]
+            out.append(GenerationResult(i, r.prompt, list(r.output), r.finish_reason, r.steps, r.accepted))
+        return out
+
+    def submit_all(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams] | None = None
+    ) -> list[int]:
+        """Queue several requests (one parameter set for all, or one each); if any is invalid, none is queued."""
+        if isinstance(params, SamplingParams) or params is None:
+            per = [params] * len(prompts)
+        else:
+            per = list(params)
+            if len(per) != len(prompts):
+                raise ValueError(f"{len(per)} sampling parameter sets for {len(prompts)} prompts")
+        ids: list[int] = []
+        try:
+            for prompt, p in zip(prompts, per):
+                ids.append(self.submit(prompt, p))
+        except Exception:
+            queued = set(ids)
+            self.waiting = deque(r for r in self.waiting if r.request_id not in queued)
+            raise
+        return ids

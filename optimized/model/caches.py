@@ -1,0 +1,66 @@
+"""The model's per-request caches, addressed by slot: one tensor per kind of pool with a leading layer dimension.
+
+- GDN layers: recurrent state ``[G, P, HV, K, V]`` fp32 and conv state ``[G, P, W - 1, C]`` fp32;
+- attention layers: KV cache ``[A, P, HKV, capacity, D]`` (capacity = ``max_seq_len + max_nodes``: a tree's K / V
+  are written right after the committed ones, then compacted);
+- the committed length of each slot ``[P]`` int32 (all layers advance together);
+- with deferred commits (the fused GDN verify, sm_90): per GDN layer the
+  :class:`~lumotree.optimized.ops.gdn_tree.PendingCommits` of every slot, and on the host the slots that may hold
+  one (``deferred``): any reader of their states other than the fused verify flushes them first.
+
+One tensor per kind lets a commit advance every layer in one launch; the per-layer lists are views of them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ops.gdn_tree import PendingCommits, gdn_tree_flush, pending_commits
+
+__all__ = ["Caches"]
+
+
+class Caches:
+    """Slot-addressed pools of one model (see the module docstring)."""
+
+    def __init__(self, num_slots: int, capacity: int, gdn_layers: int, attention_layers: int,
+                 gdn_dims: tuple[int, int, int, int, int] | None, attn_dims: tuple[int, int, int] | None,
+                 dtype: torch.dtype, device: torch.device, deferred_commits: bool):
+        P, f32 = num_slots, torch.float32
+        H, HV, K, V, W = gdn_dims if gdn_dims is not None else (1, 1, 1, 1, 2)
+        HQ, HKV, D = attn_dims if attn_dims is not None else (1, 1, 1)
+        self.state_stack = torch.zeros((gdn_layers, P, HV, K, V), dtype=f32, device=device)  # [G, P, HV, K, V]
+        self.conv_stack = torch.zeros((gdn_layers, P, W - 1, 2 * H * K + HV * V), dtype=f32,
+                                      device=device)  # [G, P, W - 1, C]
+        self.k_stack = torch.zeros((attention_layers, P, HKV, capacity, D), dtype=dtype,
+                                   device=device)  # [A, P, HKV, cap, D]
+        self.v_stack = torch.zeros_like(self.k_stack)
+        self.state_pools: list[torch.Tensor] = list(self.state_stack.unbind(0))  # per GDN layer [P, HV, K, V]
+        self.conv_pools: list[torch.Tensor] = list(self.conv_stack.unbind(0))  # per GDN layer [P, W - 1, C]
+        self.k_pools: list[torch.Tensor] = list(self.k_stack.unbind(0))  # per attention layer [P, HKV, cap, D]
+        self.v_pools: list[torch.Tensor] = list(self.v_stack.unbind(0))
+        self.lens = torch.zeros(P, dtype=torch.int32, device=device)  # [P] committed length per slot
+        self.root_words = torch.ones((P, 1, 1), dtype=torch.int32, device=device)  # decode: a one-node tree's bitset
+        self.zero_offsets = torch.zeros((P, 1), dtype=torch.int32, device=device)  # decode: RoPE at position lens
+        self.pending: list[PendingCommits] | None = (
+            [pending_commits(pool, H) for pool in self.state_pools] if deferred_commits and gdn_layers else None)
+        self.deferred: set[int] = set()  # slots whose pending commits may be active
+
+    def reset(self, slot: int) -> None:
+        """Zero one slot's recurrent and conv states and drop what is pending for it (a new request)."""
+        self.state_stack[:, slot].zero_()
+        self.conv_stack[:, slot].zero_()
+        if self.pending is not None:
+            for pending in self.pending:
+                pending.active[slot].zero_()
+        self.deferred.discard(slot)
+
+    def flush(self, slots: list[int]) -> None:
+        """Apply the pending commits of ``slots`` (those that may hold one) to the states, every GDN layer."""
+        todo = [s for s in slots if s in self.deferred]
+        if not todo or self.pending is None:
+            return
+        index = torch.tensor(todo, dtype=torch.int32, device=self.state_stack.device)  # [S]
+        for pending, pool in zip(self.pending, self.state_pools):
+            gdn_tree_flush(pending, pool, index, validate=False)
+        self.deferred.difference_update(todo)
