@@ -68,9 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--linear", choices=("cublas", "gemv", "auto"), default="auto",
                         help="decode projections (few rows): cuBLAS, ops.gemv, or whichever replays the B=1 "
                              "(smallest batch) decode step faster (both times recorded)")
+    parser.add_argument("--deferred", choices=("default", "both"), default="default",
+                        help="both: run the fixed tree sizes with the model's fused deferred-commit steps on and off "
+                             "(sm_90; the before / after of the fused GDN step)")
     parser.add_argument("--time-limit", type=float, default=float("inf"),
                         help="seconds after which no new run starts")
-    parser.add_argument("--out", default="e2e_bench.json", help="JSON results")
+    parser.add_argument("--out", default="bench/baselines/e2e.json", help="JSON results")
     parser.add_argument("--markdown", default=None, help="also write the result table as markdown here")
     parser.add_argument("--plot", default=None, help="also draw tokens/s against batch size into this PNG")
     parser.add_argument("--from-json", default=None,
@@ -208,8 +211,12 @@ def run(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     oracles: dict[int, dict] = {}
 
-    def plan_run(B: int, label: str, mode: str, kind: tuple[str, Any], budget: str, nodes: int) -> None:
+    def plan_run(B: int, label: str, mode: str, kind: tuple[str, Any], budget: str, nodes: int,
+                 deferred: bool | None = None) -> None:
         name, p = kind
+        if deferred is not None:
+            model.set_deferred_commits(deferred)
+            label += " deferred commits" if deferred else " in-place commits"
         drafter = (SyntheticDrafter(p, oracles[B], config.vocab_size, seed=args.seed) if name == "synthetic"
                    else DraftModelDrafter(draft, top_k=4, max_depth=6))
         try:
@@ -294,7 +301,13 @@ def run(args: argparse.Namespace) -> int:
     for B in swept:  # 2: fixed tree sizes next to the budget's choice
         if B in oracles and 0.8 in args.acceptance:
             for n in args.sweep:
-                plan_run(B, f"tree synthetic p=0.8 fixed N={n}", "tree", ("synthetic", 0.8), "fixed", n)
+                if args.deferred == "both" and model.deferred_commits:
+                    for deferred in (True, False):
+                        plan_run(B, f"tree synthetic p=0.8 fixed N={n}", "tree", ("synthetic", 0.8), "fixed", n,
+                                 deferred)
+                    model.set_deferred_commits(True)
+                else:
+                    plan_run(B, f"tree synthetic p=0.8 fixed N={n}", "tree", ("synthetic", 0.8), "fixed", n)
             plan_run(B, "tree synthetic p=0.8 ratio rule", "tree", ("synthetic", 0.8), "ratio", args.max_nodes)
     for B in batches:  # 3: the budget at the other batches
         if B not in swept:
@@ -324,6 +337,7 @@ def run(args: argparse.Namespace) -> int:
         "ar_step_model_ms": {str(b): 1e3 * profile.decode_time(b) for b in batches},
         "ar_step_graph_replay_ms": {str(b): ms for b, ms in decode_graph_ms.items()},
         "linear": "gemv" if use_gemv else "cublas", "linear_decode_ms": linear_ms,
+        "deferred_commits": model.deferred_commits,
         "profile": profile.to_dict(), "draft_layers": draft_layers,
         "new_tokens": {str(B): n for B, n in new_tokens.items()},
         "prompt_len": args.prompt_len, "results": results, "notes": note,

@@ -42,9 +42,16 @@ class Caches:
         self.lens = torch.zeros(P, dtype=torch.int32, device=device)  # [P] committed length per slot
         self.root_words = torch.ones((P, 1, 1), dtype=torch.int32, device=device)  # decode: a one-node tree's bitset
         self.zero_offsets = torch.zeros((P, 1), dtype=torch.int32, device=device)  # decode: RoPE at position lens
-        self.pending: list[PendingCommits] | None = (
-            [pending_commits(pool, H) for pool in self.state_pools] if deferred_commits and gdn_layers else None)
+        self.key_heads = H
+        self.pending: list[PendingCommits] | None = None
         self.deferred: set[int] = set()  # slots whose pending commits may be active
+        self.set_deferred(deferred_commits)
+
+    def set_deferred(self, enabled: bool) -> None:
+        """Hold per-slot pending commits (allocated here) or none; nothing may be pending when switched off."""
+        assert not self.deferred, "flush the deferred slots first"
+        self.pending = ([pending_commits(pool, self.key_heads) for pool in self.state_pools]
+                        if enabled and self.state_pools else None)
 
     def reset(self, slot: int) -> None:
         """Zero one slot's recurrent and conv states and drop what is pending for it (a new request)."""

@@ -151,6 +151,7 @@ class OptimizedModel(Layers):
         elif deferred_commits and not fusable:
             raise ValueError("deferred_commits=True needs the fused GDN verify: an sm_90 GPU with Gluon, [128, 128] "
                              "GDN states, max_nodes >= 64 and a bf16 / fp16 model")
+        self._fusable = fusable
         n_gdn = sum(1 for kind in config.layer_types if kind == "linear_attention")
         self.caches = Caches(num_slots, self.capacity, n_gdn, len(config.layer_types) - n_gdn, gdn,
                              self.weights.attn_dims, self.dtype, self.device, bool(deferred_commits))
@@ -180,6 +181,16 @@ class OptimizedModel(Layers):
         """Free a slot (its caches are reset by the next ``prefill``)."""
         self._settle_lengths()
         self._host_lens[self._check_slot(slot)] = 0
+
+    def set_deferred_commits(self, enabled: bool) -> None:
+        """Turn the fused steps with deferred commits on or off (every pending record is applied first); drops the
+        captured CUDA graphs."""
+        if enabled and not self._fusable:
+            raise ValueError("deferred commits need the fused GDN verify: an sm_90 GPU with Gluon, [128, 128] GDN "
+                             "states, max_nodes >= 64 and a bf16 / fp16 model")
+        self.caches.flush(list(range(self.num_slots)))
+        self.caches.set_deferred(bool(enabled))
+        self._graphs.clear()
 
     def set_small_batch_linear(self, enabled: bool, pdl: bool | None = None, fused_norms: bool | None = None
                                ) -> None:
