@@ -1,6 +1,9 @@
 """The ``lumotree`` command line: one subcommand per module, imported only when it runs.
 
-Each command module defines ``add_arguments(parser)`` and ``run(args) -> int``.
+Each command module defines ``add_arguments(parser)`` and ``run(args) -> int``. An error the user's input causes
+(a bad option value, file, prompt or checkpoint) ends the command with one line ``error: ...`` on stderr and exit
+code 2; any other failure with one line and exit code 1. ``lumotree --debug COMMAND ...`` shows the traceback
+instead.
 """
 
 from __future__ import annotations
@@ -21,8 +24,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line ``error: ...`` (exit code 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+#: the errors a user's input causes (exit code 2); anything else exits with 1
+USAGE_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+                PermissionError, UnicodeDecodeError)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lumotree", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(prog="lumotree", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         # add_help=False: `lumotree CMD --help` must reach the second parser, which knows the command's options
@@ -34,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     parser = build_parser()
     # First pass: find the command, then let its module add its own arguments and parse again.
     known, _ = parser.parse_known_args(argv)
@@ -42,7 +60,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module_name, help_text = COMMANDS[known.command]
     module = importlib.import_module(module_name)
-    command_parser = argparse.ArgumentParser(prog=f"lumotree {known.command}", description=help_text)
+    command_parser = _Parser(prog=f"lumotree {known.command}", description=help_text)
     module.add_arguments(command_parser)
-    args = command_parser.parse_args(argv[1:])
-    return int(module.run(args) or 0)
+    args = command_parser.parse_args(argv[argv.index(known.command) + 1:])
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        return 130
+    except Exception as exc:  # one line, or the traceback with --debug
+        if debug:
+            raise
+        usage = isinstance(exc, USAGE_ERRORS)
+        text = (str(exc).strip().splitlines() or [""])[0]
+        sys.stderr.write(f"error: {text if usage and text else f'{type(exc).__name__}: {text}'}"
+                         f"{'' if usage else ' (lumotree --debug ... shows the traceback)'}\n")
+        return 2 if usage else 1

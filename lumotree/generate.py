@@ -6,21 +6,34 @@ The model is a HF ``Qwen3NextForCausalLM`` checkpoint directory (``--model DIR``
 (``--prompt`` repeated, or ``--batch-file`` with one prompt a line) are decoded together with continuous batching and
 printed when done. A progress line on stderr shows tokens, live tokens/s and the mean accepted length (left out while a
 single answer streams to the same terminal); a summary with the decode tokens/s ends every run.
+
+Backends: ``optimized`` (the Triton kernels, CUDA graphs; needs a CUDA GPU, or ``TRITON_INTERPRET=1`` to run the
+kernels in Triton's CPU interpreter, slowly) and ``reference`` (the exact float64 model on the CPU); ``auto`` takes
+the first on a GPU, else the second. The budget's cost profile is cached per model and device (``--profile``); on a
+GPU the engine compiles its kernels and captures its CUDA graphs before the first request.
+
+Every option and input is checked before any work: a bad value ends the command with one line ``error: ...`` and
+exit code 2 (``lumotree --debug generate ...`` shows the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
 from typing import Any
 
+from lumotree.errors import UsageError
 from lumotree.optimized.engine.drafters import DRAFTERS
 from lumotree.optimized.model.presets import RANDOM_CONFIGS
 
-__all__ = ["add_arguments", "run", "build_model", "RANDOM_CONFIGS"]
+__all__ = ["add_arguments", "run", "build_model", "load_prompts", "check_arguments"]
+
+SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
@@ -28,10 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which = src.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", metavar="DIR", help="HF Qwen3-Next checkpoint directory (config.json + safetensors)")
     which.add_argument("--random", choices=sorted(RANDOM_CONFIGS), help="a seeded random model of this size instead")
-    src.add_argument("--seed", type=int, default=0, help="seed of the random model and of unseeded requests")
-    src.add_argument("--backend", choices=("optimized", "reference"), default="optimized",
-                     help="optimized: Triton kernels (GPU; the Triton interpreter on CPU is slow); reference: the "
-                          "exact float64 model (CPU)")
+    src.add_argument("--seed", type=int, default=0, help="seed of the random model and of unseeded requests (>= 0)")
+    src.add_argument("--backend", choices=("auto", "optimized", "reference"), default="auto",
+                     help="optimized: Triton kernels (CUDA GPU; with TRITON_INTERPRET=1 the CPU interpreter, slow); "
+                          "reference: the exact float64 model (CPU); auto: optimized on a GPU, else reference")
     src.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
                      help="optimized backend dtype (default: bfloat16 on GPU, float32 on CPU)")
     src.add_argument("--num-slots", type=int, default=16, help="requests held at once (cache pools)")
@@ -44,8 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gen = parser.add_argument_group("sampling")
     gen.add_argument("--max-new-tokens", type=int, default=64)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1]")
+    gen.add_argument("--top-k", type=int, default=0, help="0 = all tokens")
     gen.add_argument("--stop", type=int, action="append", default=[], help="stop token id (repeatable)")
     spec = parser.add_argument_group("speculation")
     spec.add_argument("--spec", choices=("none", "chain", "tree"), default="tree")
@@ -58,63 +71,159 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_argument("--budget", choices=("expected", "ratio", "fixed"), default="expected",
                       help="expected: maximise expected tokens/s from confidences and measured costs; ratio: "
                            "largest N with T_verify <= (1 + eps) T_decode; fixed: always --max-nodes")
-    spec.add_argument("--max-nodes", type=int, default=32, help="largest draft tree (root included)")
+    spec.add_argument("--max-nodes", type=int, default=32, help="largest draft tree (root included), 1..128")
     spec.add_argument("--eps", type=float, default=0.1, help="ratio budget's slack")
-    spec.add_argument("--profile", help="cost profile JSON to load (skips the start-up measurement)")
-    spec.add_argument("--save-profile", help="write the measured cost profile here")
+    spec.add_argument("--profile", default="auto",
+                      help="the budget's cost profile: auto (cached per model and device under $LUMOTREE_CACHE or "
+                           "~/.cache/lumotree, measured on first use), measure (measure again), or a JSON file")
+    spec.add_argument("--profile-time-limit", type=float, default=60.0,
+                      help="seconds the start-up measurement may take; the rest is extrapolated")
+    spec.add_argument("--save-profile", help="also write the cost profile here")
     out = parser.add_argument_group("output")
     out.add_argument("--no-stream", action="store_true", help="print each result when done instead of streaming")
     out.add_argument("--quiet", action="store_true", help="no progress line")
     out.add_argument("--json", help="write results and engine statistics to this JSON file")
 
 
+# ------------------------------------------------------------------------------------------------------ checks
+def _writable(path: str, option: str) -> None:
+    """``path`` can be written (its folder exists and takes files): checked before any decoding."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise UsageError(f"{option} {path}: cannot write there (no such folder, or not writable)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every option's value, before anything is loaded."""
+    for name in ("max_new_tokens", "num_slots", "max_seq_len", "max_nodes"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be at least 1")
+    if args.max_nodes > 128:
+        raise UsageError(f"--max-nodes = {args.max_nodes}: the kernels take trees of at most 128 nodes")
+    if args.seed < 0:
+        raise UsageError(f"--seed = {args.seed}: must be >= 0")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise UsageError(f"--temperature = {args.temperature}: must be finite and >= 0 (0 = greedy)")
+    if not (0 < args.top_p <= 1):
+        raise UsageError(f"--top-p = {args.top_p}: must lie in (0, 1]")
+    if args.top_k < 0:
+        raise UsageError(f"--top-k = {args.top_k}: must be >= 0 (0 = all tokens)")
+    if not (math.isfinite(args.eps) and args.eps >= 0):
+        raise UsageError(f"--eps = {args.eps}: must be finite and >= 0")
+    if not args.profile_time_limit > 0:
+        raise UsageError(f"--profile-time-limit = {args.profile_time_limit}: must be > 0 seconds")
+    if args.drafter not in DRAFTERS:
+        raise UsageError(f"--drafter {args.drafter!r}: expected one of "
+                         f"{', '.join(d for d in DRAFTERS if d != 'synthetic')}")
+    if args.drafter == "synthetic" and args.spec != "none":
+        raise UsageError("--drafter synthetic reads an oracle continuation; it exists for system benchmarks only "
+                         "(lumotree bench e2e), not for decoding")
+    if args.drafter == "draft-model":
+        try:
+            layers = [int(x) for x in args.draft_layers.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--draft-layers {args.draft_layers!r}: want comma-separated layer indices") from None
+        if not layers or len(set(layers)) != len(layers) or min(layers) < 0:
+            raise UsageError(f"--draft-layers {args.draft_layers!r}: want distinct layer indices >= 0")
+    for option, path in (("--json", args.json), ("--save-profile", args.save_profile)):
+        if path:
+            _writable(path, option)
+    if args.profile not in ("auto", "measure") and not os.path.isfile(args.profile):
+        raise UsageError(f"--profile {args.profile}: no such file (or auto / measure)")
+    if args.batch_file and not os.path.isfile(args.batch_file):
+        raise UsageError(f"--batch-file {args.batch_file}: no such file")
+    if not args.prompt and not args.batch_file:
+        raise UsageError("no prompt given (use --prompt or --batch-file)")
+
+
+def choose_backend(args: argparse.Namespace) -> str:
+    """``args.backend`` resolved: ``auto`` is the optimized backend on a CUDA GPU, else the reference; the optimized
+    backend without a GPU needs the Triton interpreter."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    interpreter = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    if args.backend == "auto":
+        return "optimized" if cuda else "reference"
+    if args.backend == "optimized" and not cuda and not interpreter:
+        raise UsageError("--backend optimized needs a CUDA GPU; on a CPU use --backend reference, or set "
+                         "TRITON_INTERPRET=1 to run the Triton kernels in the interpreter (slow)")
+    return args.backend
+
+
+def _token_ids(value: Any, where: str) -> list[int]:
+    """A prompt given as ids: a list of non-negative Python ints (no floats, booleans or strings in disguise)."""
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise UsageError(f"{where}: a prompt given as ids must be a list of integers, got {json.dumps(value)[:60]}")
+    return list(value)
+
+
 def _parse_ids(text: str, where: str) -> list[int]:
     try:
         return [int(t) for t in text.replace(",", " ").split()]
-    except ValueError as exc:
-        raise SystemExit(f"error: {where}: {text!r} is not a list of token ids (no tokenizer in the model directory; "
-                         "pass ids like '1 2 3')") from exc
+    except ValueError:
+        raise UsageError(f"{where}: {text[:40]!r} is not a list of token ids (no tokenizer in the model "
+                         "directory; pass ids like '1 2 3')") from None
 
 
-def _load_prompts(args: argparse.Namespace, tokenizer: Any) -> list[tuple[list[int], dict[str, Any]]]:
+def load_prompts(args: argparse.Namespace, tokenizer: Any, vocab_size: int
+                 ) -> list[tuple[list[int], dict[str, Any]]]:
+    """``(ids, sampling overrides)`` per prompt, each id checked against the vocabulary and each prompt non-empty."""
     raw: list[tuple[str | list, dict[str, Any], str]] = [(p, {}, f"--prompt #{i + 1}") for i, p in
                                                          enumerate(args.prompt)]
     if args.batch_file:
         with open(args.batch_file) as f:
             for n, line in enumerate(f, 1):
+                where = f"{args.batch_file}:{n}"
                 line = line.rstrip("\n")
                 if not line.strip():
                     continue
-                if line.lstrip().startswith("{"):
+                if not line.lstrip().startswith("{"):
+                    raw.append((line, {}, where))
+                    continue
+                try:
                     item = json.loads(line)
-                    prompt = item.pop("prompt", None)
-                    if prompt is None:
-                        raise SystemExit(f"error: {args.batch_file}:{n}: JSON line without \"prompt\"")
-                    raw.append((prompt, item, f"{args.batch_file}:{n}"))
-                else:
-                    raw.append((line, {}, f"{args.batch_file}:{n}"))
-    if not raw:
-        raise SystemExit("error: no prompt given (use --prompt or --batch-file)")
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                if not isinstance(item, dict) or "prompt" not in item:
+                    raise UsageError(f"{where}: a JSON line must be an object with a \"prompt\"")
+                prompt = item.pop("prompt")
+                if not isinstance(prompt, (str, list)):
+                    raise UsageError(f"{where}: \"prompt\" must be a string or a list of token ids, got "
+                                     f"{type(prompt).__name__}")
+                unknown = set(item) - set(SAMPLING_KEYS)
+                if unknown:
+                    raise UsageError(f"{where}: keys {sorted(unknown)} are not sampling parameters "
+                                     f"({', '.join(SAMPLING_KEYS)})")
+                raw.append((_token_ids(prompt, where) if isinstance(prompt, list) else prompt, item, where))
     out = []
     for prompt, extra, where in raw:
         if isinstance(prompt, list):
-            ids = [int(t) for t in prompt]
+            ids = prompt
         elif tokenizer is not None and not args.ids:
-            ids = tokenizer.encode(prompt)
+            ids = list(tokenizer.encode(prompt))
         else:
             ids = _parse_ids(prompt, where)
+        if not ids:
+            raise UsageError(f"{where}: the prompt is empty")
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise UsageError(f"{where}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
+        if len(ids) >= args.max_seq_len:
+            raise UsageError(f"{where}: the prompt has {len(ids)} tokens, which leaves no room under --max-seq-len "
+                             f"{args.max_seq_len}")
         out.append((ids, extra))
     return out
 
 
-def build_model(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+# ------------------------------------------------------------------------------------------------------ model
+def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, Any]:
     """(target, draft target or None, tokenizer or None, config) for the command-line options."""
     import torch
 
+    from lumotree.optimized.engine import OptimizedTarget, ReferenceTarget, layer_skip_checkpoint
     from lumotree.reference.checkpoint import read_config, read_tensors
     from lumotree.reference.config import HybridConfig
-
-    from lumotree.optimized.engine import OptimizedTarget, ReferenceTarget, layer_skip_checkpoint
 
     tokenizer = None
     if args.model:
@@ -123,19 +232,25 @@ def build_model(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
         if any(os.path.exists(os.path.join(args.model, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(args.model)
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(args.model)
+            except Exception as exc:  # noqa: BLE001 - a malformed tokenizer file is the user's input
+                raise UsageError(f"{args.model}: its tokenizer does not load ({str(exc).splitlines()[0][:120]})") \
+                    from None
     else:
-        from lumotree.reference.model import build_random, weights_to_tensors
-
         config = HybridConfig(**RANDOM_CONFIGS[args.random])
-        if args.backend == "reference":
+        if backend == "reference":
+            from lumotree.reference.model import build_random, weights_to_tensors
+
             tensors = weights_to_tensors(build_random(config, seed=args.seed).weights, config)
         else:
             from lumotree.optimized.model import random_tensors
 
             tensors = random_tensors(config, args.seed, _device(), _dtype(args))
     draft_layers = [int(x) for x in args.draft_layers.split(",") if x.strip()] if args.drafter == "draft-model" else []
-    if args.backend == "reference":
+    if draft_layers and max(draft_layers) >= config.num_hidden_layers:
+        raise UsageError(f"--draft-layers {args.draft_layers!r}: the model has layers 0..{config.num_hidden_layers - 1}")
+    if backend == "reference":
         from lumotree.reference.model import HybridModel, weights_from_tensors
 
         target = ReferenceTarget(HybridModel(config, weights_from_tensors(tensors, config)), args.num_slots,
@@ -175,6 +290,28 @@ def _dtype(args: argparse.Namespace):
     return torch.bfloat16 if _device().type == "cuda" else torch.float32
 
 
+def cost_profile(args: argparse.Namespace, engine: Any) -> Any:
+    """The engine's cost profile (``--profile``): loaded from a file or the cache, else measured (bounded by
+    ``--profile-time-limit``) and cached; one line on stderr says which."""
+    from lumotree.optimized.engine.budget import CostProfile, profile_cache_path
+
+    path = args.profile if args.profile not in ("auto", "measure") else profile_cache_path(engine.profile_key())
+    if args.profile != "measure" and os.path.isfile(path):
+        try:
+            profile = CostProfile.load(path)
+        except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise UsageError(f"--profile {path}: not a cost profile ({exc})") from None
+        sys.stderr.write(f"cost profile: {path}\n")
+        return profile
+    start = time.perf_counter()
+    profile = engine.measure_profile(repeats=5 if engine.model.device.type == "cuda" else 1,
+                                     time_limit=args.profile_time_limit)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    profile.save(path)
+    sys.stderr.write(f"cost profile: measured in {time.perf_counter() - start:.1f} s, cached in {path}\n")
+    return profile
+
+
 class Progress:
     """A one-line progress display on stderr: tokens done / total, live tokens/s, mean accepted length."""
 
@@ -201,39 +338,42 @@ class Progress:
         sys.stderr.flush()
 
 
+# ------------------------------------------------------------------------------------------------------ command
 def run(args: argparse.Namespace) -> int:
     from lumotree.optimized.engine import Engine, SamplingParams, make_drafter
 
-    if args.drafter not in DRAFTERS:
-        raise SystemExit(f"error: unknown drafter {args.drafter!r}; expected one of "
-                         f"{', '.join(d for d in DRAFTERS if d != 'synthetic')}")
-    if args.drafter == "synthetic" and args.spec != "none":
-        raise SystemExit("error: the synthetic drafter reads an oracle continuation; it exists for system "
-                         "benchmarks only (lumotree bench e2e), not for decoding")
+    check_arguments(args)
+    backend = choose_backend(args)
+    if args.backend == "auto" and backend == "reference":
+        sys.stderr.write("no CUDA GPU: the reference backend (exact float64 on the CPU); --backend optimized with "
+                         "TRITON_INTERPRET=1 runs the Triton kernels in the interpreter instead\n")
     try:
         base = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                               max_new_tokens=args.max_new_tokens, stop_token_ids=tuple(args.stop))
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from exc
-    target, draft, tokenizer, config = build_model(args)
-    prompts = _load_prompts(args, tokenizer)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    target, draft, tokenizer, config = build_model(args, backend)
+    prompts = load_prompts(args, tokenizer, config.vocab_size)
     params = []
-    for _, extra in prompts:
-        unknown = set(extra) - {"max_new_tokens", "temperature", "top_p", "top_k", "seed"}
-        if unknown:
-            raise SystemExit(f"error: --batch-file keys {sorted(unknown)} are not sampling parameters")
+    for (_, extra), where in zip(prompts, range(len(prompts))):
         try:
             params.append(SamplingParams(**{**base.__dict__, **extra}))
         except (ValueError, TypeError) as exc:
-            raise SystemExit(f"error: {exc}") from exc
+            raise UsageError(f"prompt #{where + 1}: {exc}") from None
     mode = {"none": "autoregressive", "chain": "chain", "tree": "tree"}[args.spec]
-    drafter = None
-    if mode != "autoregressive":
-        drafter = make_drafter(args.drafter, draft_model=draft)
-    engine = Engine(target, drafter, mode=mode, budget=args.budget, max_nodes=args.max_nodes, eps=args.eps,
-                    profile=args.profile, seed=args.seed)
+    drafter = make_drafter(args.drafter, draft_model=draft) if mode != "autoregressive" else None
+    engine = Engine(target, drafter, mode=mode, budget="fixed", max_nodes=args.max_nodes, eps=args.eps,
+                    seed=args.seed)
+    if mode != "autoregressive" and args.budget != "fixed":
+        engine = Engine(target, drafter, mode=mode, budget=args.budget, max_nodes=args.max_nodes, eps=args.eps,
+                        profile=cost_profile(args, engine), seed=args.seed)
     if args.save_profile and engine.profile is not None:
         engine.profile.save(args.save_profile)
+    if target.device.type == "cuda":
+        sys.stderr.write("warming up: compiling kernels and capturing CUDA graphs ...")
+        sys.stderr.flush()
+        seconds = engine.warm_up(sampling=any(p.temperature > 0 for p in params))
+        sys.stderr.write(f" done in {seconds:.1f} s\n")
     decode = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else (lambda ids: " ".join(map(str, ids)))
     total = sum(p.max_new_tokens for p in params)
     stream = len(prompts) == 1 and not args.no_stream
@@ -242,12 +382,12 @@ def run(args: argparse.Namespace) -> int:
     shared_terminal = stream and sys.stdout.isatty() and sys.stderr.isatty()
     progress = Progress(total, enabled=not args.quiet and not shared_terminal)
     sys.stderr.write(f"lumotree generate: {len(prompts)} prompt(s), spec={args.spec}, drafter="
-                     f"{drafter.name if drafter else '-'}, budget={args.budget}, backend={args.backend} on "
+                     f"{drafter.name if drafter else '-'}, budget={args.budget}, backend={backend} on "
                      f"{getattr(target, 'device', 'cpu')}\n")
     try:
         ids = engine.submit_all([p for p, _ in prompts], params)
     except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from exc
+        raise UsageError(str(exc)) from None
     outputs: dict[int, list[int]] = {i: [] for i in ids}
     while engine.has_work():
         new = 0

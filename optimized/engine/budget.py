@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -50,6 +51,8 @@ import numpy as np
 
 __all__ = [
     "CostProfile",
+    "extrapolate_verify",
+    "profile_cache_path",
     "Decision",
     "BudgetPolicy",
     "ExpectedThroughputBudget",
@@ -145,10 +148,24 @@ class CostProfile:
         node_buckets: Sequence[int],
         device: str = "",
         note: str = "",
+        time_limit: float | None = None,
     ) -> CostProfile:
-        """Call the timers at every bucket (they return seconds per step, e.g. a median of CUDA-graph replays)."""
-        decode = {int(b): float(time_decode(int(b))) for b in batch_buckets}
-        verify = {(int(b), int(n)): float(time_verify(int(b), int(n))) for b in batch_buckets for n in node_buckets}
+        """Call the timers at every bucket (they return seconds per step, e.g. a median of CUDA-graph replays):
+        every decode bucket, then the verify buckets from the smallest up. Past ``time_limit`` seconds the verify
+        buckets not yet measured are extrapolated (:func:`extrapolate_verify`; the note says how many)."""
+        start = time.perf_counter()
+        batch_buckets, node_buckets = sorted(int(b) for b in batch_buckets), sorted(int(n) for n in node_buckets)
+        decode = {b: float(time_decode(b)) for b in batch_buckets}
+        verify: dict[tuple[int, int], float] = {}
+        for b in batch_buckets:
+            for n in node_buckets:
+                if time_limit is not None and verify and time.perf_counter() - start > time_limit:
+                    break
+                verify[(b, n)] = float(time_verify(b, n))
+        missing = [(b, n) for b in batch_buckets for n in node_buckets if (b, n) not in verify]
+        if missing:
+            verify = extrapolate_verify(decode, verify, batch_buckets, node_buckets)
+            note = f"{note}; {len(missing)} of {len(verify)} verify buckets extrapolated (time limit)".strip("; ")
         return cls(tuple(batch_buckets), tuple(node_buckets), decode, verify, device, note)
 
     def to_dict(self) -> dict:
@@ -192,6 +209,27 @@ class CostProfile:
     def load(cls, path: str | os.PathLike) -> CostProfile:
         with open(path) as f:
             return cls.from_dict(json.load(f))
+
+
+def extrapolate_verify(decode: dict[int, float], verify: dict[tuple[int, int], float], batch_buckets: Sequence[int],
+                       node_buckets: Sequence[int]) -> dict[tuple[int, int], float]:
+    """Every ``(B, N)`` verify cost from the measured ones: at a measured batch, past its largest measured node bucket
+    ``m``, ``verify(B, m) * N / m`` (a step's work grows at most linearly in its tokens); at a batch with none,
+    ``decode(B)`` times the measured ratio ``verify / decode`` of the nearest measured batch."""
+    out = dict(verify)
+    measured = sorted({b for b, _ in verify})
+    for b in batch_buckets:
+        for n in node_buckets:
+            if (b, n) in out:
+                continue
+            done = [m for m in node_buckets if (b, m) in verify and m < n]
+            if done:
+                out[(b, n)] = verify[(b, done[-1])] * n / done[-1]
+            else:
+                near = min(measured, key=lambda m: abs(m - b))
+                ref = out.get((near, n)) or max(v for (c, _), v in out.items() if c == near)
+                out[(b, n)] = decode[b] * ref / decode[near]
+    return out
 
 
 def cumulative_confidences(confidences: Sequence[np.ndarray]) -> np.ndarray:
@@ -491,3 +529,13 @@ def make_budget(name: str, profile: CostProfile, **kwargs) -> BudgetPolicy:
     if name not in BUDGETS:
         raise ValueError(f"budget = {name!r}; expected one of {sorted(BUDGETS) + ['none']}")
     return BUDGETS[name](profile, **kwargs)
+
+
+def profile_cache_path(key: dict) -> str:
+    """Where the cost profile of the model and device described by ``key`` is cached: ``$LUMOTREE_CACHE`` (default
+    ``~/.cache/lumotree``) ``/profiles/<digest of key>.json``."""
+    import hashlib
+
+    root = os.environ.get("LUMOTREE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lumotree")
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    return os.path.join(root, "profiles", f"{digest}.json")

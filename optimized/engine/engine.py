@@ -24,6 +24,7 @@ memory mid-way); ``submit`` validates prompts and sampling parameters before any
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -179,11 +180,12 @@ class Engine:
             note="flat placeholder (budget ignores costs)",
         )
 
-    def measure_profile(self, repeats: int = 5, prompt_len: int = 16) -> CostProfile:
+    def measure_profile(self, repeats: int = 5, prompt_len: int = 16, time_limit: float | None = None) -> CostProfile:
         """Time decode (+ argmax to the host) and a greedy speculative step's model part (tree packing, verify, greedy
         acceptance, commit, emitted tokens: :meth:`step`'s path) at every (batch, node) bucket on free slots, with
         random tokens and random trees (median of ``repeats`` after two warm-up calls). Slots are prefilled again
-        (untimed) when the next call could run out of context. Needs every slot free."""
+        (untimed) when the next call could run out of context. Needs every slot free. ``time_limit``: seconds after
+        which the verify buckets not yet measured are extrapolated (:meth:`CostProfile.measure`)."""
         if len(self.free_slots) < self.model.num_slots:
             raise RuntimeError("measure_profile needs every slot free (call it before submitting requests)")
         dev = self.model.device
@@ -244,12 +246,63 @@ class Engine:
         try:
             profile = CostProfile.measure(
                 time_decode, time_verify, self.batch_buckets, self.node_buckets, device=str(dev),
-                note=f"measured by Engine.measure_profile, median of {repeats}",
+                note=f"measured by Engine.measure_profile, median of {repeats}", time_limit=time_limit,
             )
         finally:
             for s in length:
                 self.model.release(s)
         return profile
+
+    def profile_key(self) -> dict:
+        """What a cost profile depends on: the model (config, dtype, slots, nodes), the device and the buckets (the
+        key of :func:`~lumotree.optimized.engine.budget.profile_cache_path`)."""
+        import dataclasses
+
+        from lumotree import __version__
+
+        inner = getattr(self.model, "model", self.model)
+        config = getattr(inner, "config", None)
+        dev = torch.device(self.model.device)
+        return {
+            "lumotree": __version__, "target": type(self.model).__name__,
+            "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else repr(config),
+            "dtype": str(getattr(inner, "dtype", "float64")), "slots": self.model.num_slots,
+            "max_seq_len": self.model.max_seq_len, "max_nodes": self.max_nodes,
+            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else dev.type,
+            "interpreter": os.environ.get("TRITON_INTERPRET", "0"), "batch_buckets": list(self.batch_buckets),
+            "node_buckets": list(self.node_buckets),
+        }
+
+    def warm_up(self, sampling: bool = False, progress: Callable[[str], None] | None = None) -> float:
+        """Run every step shape this engine can take once on free slots, so that kernels compile and CUDA graphs are
+        captured before the first request: a prefill, the decode step at every batch bucket and (speculative modes)
+        the greedy tree step at every (batch, node) bucket, with ``sampling`` the verify + commit too. Returns the
+        seconds it took. Needs every slot free."""
+        if len(self.free_slots) < self.model.num_slots:
+            raise RuntimeError("warm_up needs every slot free (call it before submitting requests)")
+        start = time.perf_counter()
+        nodes = self.node_buckets if self.mode != "autoregressive" else ()
+        shapes = [(b, 1) for b in self.batch_buckets] + [(b, n) for b in self.batch_buckets for n in nodes if n > 1]
+        for i, (batch, n) in enumerate(shapes):
+            if progress is not None:
+                progress(f"{i + 1}/{len(shapes)}: {'decode' if n == 1 else 'tree'} B={batch} N={n}")
+            for s in range(batch):
+                self.model.prefill(s, [s % self.model.vocab_size] * 4)
+            slots = torch.arange(batch, dtype=torch.int64)
+            if n == 1:
+                self.model.decode(slots, torch.zeros(batch, dtype=torch.int64))
+                continue
+            trees = TreeBatch.pack([list(range(n))] * batch, [[-1] + [i // 2 for i in range(1, n)]] * batch,
+                                   width=n)  # [B, N] a binary tree of distinct tokens
+            for _ in range(2):  # the first call compiles, the second captures
+                self._speculate_greedy(slots, trees)
+                if sampling:
+                    self.model.verify(slots, trees)
+                    self.model.commit(slots, trees, torch.zeros(batch, dtype=torch.int64))
+        for s in range(max(self.batch_buckets)):
+            self.model.release(s)
+        _sync(torch.device(self.model.device))
+        return time.perf_counter() - start
 
     # ------------------------------------------------------------------------------------------------ requests
     def submit(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
