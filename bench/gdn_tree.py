@@ -4,7 +4,7 @@ K = V = 128), one GPU, against flash-linear-attention and the baselines engines 
 For every (B requests, N nodes, tree kind) it times, with CUDA-graph replay and the median of
 ``triton.testing.do_bench``, side by side in one run:
 
-- ``deferred``: one step in steady state of :func:`lumotree.optimized.ops.gdn_tree.gdn_tree_verify` with
+- ``deferred``: one step in steady state (tensor-core precision, ``tf32``) of :func:`lumotree.optimized.ops.gdn_tree.gdn_tree_verify` with
   ``pending`` (the previous step's recorded commit applied while the state is streamed) plus
   :func:`~lumotree.optimized.ops.gdn_tree.gdn_tree_commit` with ``pending`` (the accepted path recorded); the
   dispatch takes the fused sm_90 kernel where :func:`~lumotree.optimized.ops.gdn_tree.fused_preferred` (``path``
@@ -166,13 +166,15 @@ def deferred_fns(x: dict) -> tuple:
     pool, kw = x["pool"].clone(), common(x)
     pending = pending_commits(pool, H)
     args = (x["q"], x["k"], x["v"], x["g"], x["beta"])
-    _, first = gdn_tree_verify(*args, initial_state=pool, use_qk_l2norm_in_kernel=True, pending=pending, **kw)
+    _, first = gdn_tree_verify(*args, initial_state=pool, use_qk_l2norm_in_kernel=True, pending=pending,
+                               input_precision="tf32", **kw)
     gdn_tree_commit(first, x["accepted"], initial_state=pool, pending=pending, **kw)
     state = {"first": first}
 
     def verify():
         state["o"], state["factors"] = gdn_tree_verify(*args, initial_state=pool, use_qk_l2norm_in_kernel=True,
-                                                       pending=pending, max_depth=x["max_depth"], **kw)
+                                                       pending=pending, max_depth=x["max_depth"],
+                                                       input_precision="tf32", **kw)
 
     def step():
         verify()

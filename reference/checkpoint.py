@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["read_config", "read_tensors", "write_checkpoint", "SINGLE_FILE", "INDEX_FILE", "CONFIG_FILE"]
+__all__ = ["read_config", "read_json", "read_tensors", "write_checkpoint", "SINGLE_FILE", "INDEX_FILE", "CONFIG_FILE"]
 
 CONFIG_FILE = "config.json"
 SINGLE_FILE = "model.safetensors"
@@ -24,22 +24,37 @@ INDEX_FILE = "model.safetensors.index.json"
 _DTYPES = ("float64", "float32", "bfloat16", "float16")
 
 
+def read_json(file: Path) -> dict:
+    """A JSON object from ``file``; malformed JSON, an empty file or another type raise ``ValueError`` naming the
+    file (and the line and column of the first error)."""
+    text = file.read_text()
+    if not text.strip():
+        raise ValueError(f"{file} is empty")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{file}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{file}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
 def read_config(path: str | os.PathLike) -> dict:
     """The ``config.json`` dict of a checkpoint directory."""
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} is not a directory")
     file = Path(path) / CONFIG_FILE
     if not file.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} has no {CONFIG_FILE}")
-    with open(file) as f:
-        return json.load(f)
+    return read_json(file)
 
 
 def _shard_map(path: Path) -> dict[str, str]:
     index = path / INDEX_FILE
     if index.is_file():
-        with open(index) as f:
-            weight_map = json.load(f).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise ValueError(f"{index} has no 'weight_map' dict")
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ValueError(f"{index} has no 'weight_map' dict of tensor name -> shard file")
         return weight_map
     if (path / SINGLE_FILE).is_file():
         return {}
@@ -58,11 +73,16 @@ def read_tensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
         file = path / name
         if not file.is_file():
             raise FileNotFoundError(f"shard {name!r} named in {INDEX_FILE} is missing from {str(path)!r}")
-        with safe_open(str(file), framework="pt") as f:
-            for key in f.keys():
-                if weight_map and weight_map.get(key) != name:
-                    raise ValueError(f"tensor {key!r} sits in shard {name!r} but {INDEX_FILE} maps it elsewhere")
-                tensors[key] = f.get_tensor(key).double().numpy()
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for key in f.keys():
+                    if weight_map and weight_map.get(key) != name:
+                        raise ValueError(f"tensor {key!r} sits in shard {name!r} but {INDEX_FILE} maps it elsewhere")
+                    tensors[key] = f.get_tensor(key).double().numpy()
+        except ValueError:
+            raise
+        except Exception as exc:  # safetensors' own errors (a truncated or garbage file) name no file
+            raise ValueError(f"{file}: not a readable safetensors file ({str(exc).splitlines()[0][:120]})") from None
     for key, name in weight_map.items():
         if key not in tensors:
             raise ValueError(f"tensor {key!r} is listed in {INDEX_FILE} (shard {name!r}) but not stored there")

@@ -184,6 +184,9 @@ class HybridConfig:
         """Read a HF ``config.json`` dict (transformers 4.57 or 5 layout). Unknown keys raise ``ValueError``."""
         if not isinstance(d, dict):
             raise ValueError(f"config must be a dict, got {type(d).__name__}")
+        if d.get("model_type", "qwen3_next") != "qwen3_next":  # before the keys: another architecture's are unknown
+            raise ValueError(f"config key 'model_type' = {d['model_type']!r} is not supported; lumotree runs "
+                             "'qwen3_next' checkpoints")
         fields = {f.name for f in dataclasses.fields(cls)} - {"rope_theta", "partial_rotary_factor"}
         kwargs: dict[str, Any] = {}
         interval = None
@@ -219,8 +222,6 @@ class HybridConfig:
                     f"unknown config key {key!r}: lumotree's Qwen3-Next reference does not know it (ignored HF "
                     "metadata keys are listed in lumotree.reference.config.IGNORED_HF_KEYS)"
                 )
-        if d.get("model_type", "qwen3_next") != "qwen3_next":
-            raise ValueError(f"config key 'model_type' = {d['model_type']!r}; expected 'qwen3_next'")
         if "layer_types" not in kwargs:
             layers = kwargs.get("num_hidden_layers", cls.num_hidden_layers)
             if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0:

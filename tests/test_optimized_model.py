@@ -437,4 +437,5 @@ def test_gpu_deferred_commits_equal_in_place_commits():
             tok = logits[True].argmax(-1).tolist()
     models[True].caches.flush(list(range(B)))
     for a, b in zip(models[True].caches.state_pools, models[False].caches.state_pools):
-        assert float((a[:B] - b[:B]).norm() / b[:B].norm()) < 3e-3
+        # the fused steps read the tree conv's outputs in fp32, the in-place ones in bf16: bf16's rounding apart
+        assert float((a[:B] - b[:B]).norm() / b[:B].norm()) < 1e-2

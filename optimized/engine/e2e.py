@@ -41,36 +41,62 @@ import sys
 import time
 from typing import Any
 
+from lumotree.errors import UsageError
+
 __all__ = ["add_arguments", "run", "main"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value} is not an acceptance probability in (0, 1]")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     parser.add_argument("which", choices=("e2e",), help="the benchmark to run")
     parser.add_argument("--config", choices=("bench", "small", "tiny"), default="bench", help="model size")
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
-    parser.add_argument("--acceptance", type=float, nargs="+", default=[0.6, 0.8, 0.9])
-    parser.add_argument("--new-tokens", type=int, default=128, help="tokens each request generates (at least)")
-    parser.add_argument("--min-decode-tokens", type=int, default=2048,
+    parser.add_argument("--batches", type=_positive_int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--acceptance", type=_probability, nargs="+", default=[0.6, 0.8, 0.9])
+    parser.add_argument("--new-tokens", type=_positive_int, default=128, help="tokens each request generates (at least)")
+    parser.add_argument("--min-decode-tokens", type=_positive_int, default=2048,
                         help="tokens a run generates in all, at least: small batches generate longer (at B = 1 a "
                              "128-token run has ~25 speculative steps, too few to tell a chain from a tree)")
-    parser.add_argument("--prompt-len", type=int, default=64)
-    parser.add_argument("--max-nodes", type=int, default=64, help="largest tree the budget may choose")
-    parser.add_argument("--sweep", type=int, nargs="*", default=[4, 8, 16, 32, 64],
+    parser.add_argument("--prompt-len", type=_positive_int, default=64)
+    parser.add_argument("--max-nodes", type=_positive_int, default=64, help="largest tree the budget may choose")
+    parser.add_argument("--sweep", type=_positive_int, nargs="*", default=[4, 8, 16, 32, 64],
                         help="fixed tree sizes run at p = 0.8 next to the budget")
-    parser.add_argument("--sweep-batches", type=int, nargs="*", default=[1, 64],
+    parser.add_argument("--sweep-batches", type=_positive_int, nargs="*", default=[1, 64],
                         help="batch sizes at which the fixed sweep runs")
     parser.add_argument("--draft-layers", default="0,3", help="target layers of the draft model")
     parser.add_argument("--no-draft-model", action="store_true", help="skip the real draft model runs")
     parser.add_argument("--device", default=None, help="default: cuda when available")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=2, help="timed generations per run (the fastest is kept)")
+    parser.add_argument("--repeats", type=_positive_int, default=2, help="timed generations per run (the fastest is kept)")
     parser.add_argument("--linear", choices=("cublas", "gemv", "auto"), default="auto",
                         help="decode projections (few rows): cuBLAS, ops.gemv, or whichever replays the B=1 "
                              "(smallest batch) decode step faster (both times recorded)")
     parser.add_argument("--deferred", choices=("default", "both"), default="default",
                         help="both: run the fixed tree sizes with the model's fused deferred-commit steps on and off "
-                             "(sm_90; the before / after of the fused GDN step)")
+                             "(sm_90: OptimizedModel(deferred_commits=...))")
+    parser.add_argument("--profile-time-limit", type=float, default=None,
+                        help="seconds the cost profile's measurement may take (the rest extrapolated)")
+    parser.add_argument("--skip-budget", action="store_true",
+                        help="only the autoregressive baseline and the fixed tree sizes (--sweep)")
     parser.add_argument("--time-limit", type=float, default=float("inf"),
                         help="seconds after which no new run starts")
     parser.add_argument("--out", default="bench/baselines/e2e.json", help="JSON results")
@@ -147,7 +173,14 @@ def run(args: argparse.Namespace) -> int:
     from .sampling import SamplingParams
 
     t_start = time.perf_counter()
-    dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    try:
+        dev = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError:
+        raise UsageError(f"--device {args.device!r} is not a device (cuda, cuda:1, cpu)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {args.device}: no CUDA GPU here")
+    if args.max_nodes > 128 or any(n > 128 for n in args.sweep):
+        raise UsageError("--max-nodes and --sweep take trees of at most 128 nodes")
     cuda = dev.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
     config = HybridConfig(**RANDOM_CONFIGS[args.config])
@@ -201,7 +234,8 @@ def run(args: argparse.Namespace) -> int:
     node_buckets = tuple(n for n in (1, 2, 4, 8, 16, 32, 64, 128) if n <= max_nodes)
     profile_engine = Engine(target, None, mode="autoregressive", max_nodes=max_nodes, node_buckets=node_buckets)
     # 9 repeats: with 3, host jitter moved the median of small trees by up to 0.3 ms, and the budget chose by it
-    profile: CostProfile = profile_engine.measure_profile(repeats=9 if cuda else 1)
+    profile: CostProfile = profile_engine.measure_profile(repeats=9 if cuda else 1,
+                                                          time_limit=args.profile_time_limit)
     log("cost profile measured")
     decode_graph_ms = _decode_graph_replay_ms(model, batches, args.prompt_len) if cuda else {}
     log(f"decode step, CUDA-graph replay alone (ms): {decode_graph_ms}")
@@ -289,6 +323,8 @@ def run(args: argparse.Namespace) -> int:
         if ar is None:
             return
         oracles[B] = {tuple(p): toks for p, toks in zip(prompts_for[B], ar["outputs"])}
+        if args.skip_budget:
+            return
         for p in args.acceptance:
             for mode in ("chain", "tree"):
                 plan_run(B, f"{mode} synthetic p={p}", mode, ("synthetic", p), "expected", args.max_nodes)
@@ -301,18 +337,18 @@ def run(args: argparse.Namespace) -> int:
     for B in swept:  # 2: fixed tree sizes next to the budget's choice
         if B in oracles and 0.8 in args.acceptance:
             for n in args.sweep:
-                if args.deferred == "both" and model.deferred_commits:
+                if args.deferred == "both":  # fused steps with deferred commits, then in place (the default)
                     for deferred in (True, False):
                         plan_run(B, f"tree synthetic p=0.8 fixed N={n}", "tree", ("synthetic", 0.8), "fixed", n,
                                  deferred)
-                    model.set_deferred_commits(True)
                 else:
                     plan_run(B, f"tree synthetic p=0.8 fixed N={n}", "tree", ("synthetic", 0.8), "fixed", n)
-            plan_run(B, "tree synthetic p=0.8 ratio rule", "tree", ("synthetic", 0.8), "ratio", args.max_nodes)
+            if not args.skip_budget:
+                plan_run(B, "tree synthetic p=0.8 ratio rule", "tree", ("synthetic", 0.8), "ratio", args.max_nodes)
     for B in batches:  # 3: the budget at the other batches
         if B not in swept:
             budget_runs(B)
-    if draft is not None:  # 4: the real small draft model
+    if draft is not None and not args.skip_budget:  # 4: the real small draft model
         for B in batches:
             if B in oracles:
                 for mode in ("chain", "tree"):

@@ -74,7 +74,8 @@ __all__ = [
 
 MODES = ("autoregressive", "chain", "tree")
 DEFAULT_NODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-_DRAFT_STREAM = 1  # counter_uniforms stream of drafting coins (verification uses stream 0)
+_DRAFT_STREAM = 1  # counter_uniforms stream of drafting coins (recursive rejection sampling uses stream 0)
+_POSITION_STREAM = 2  # counter_uniforms stream of the coins by output position (sampling the target's tokens)
 
 
 def _sync(device: torch.device) -> None:
@@ -232,7 +233,7 @@ class Engine:
         def time_verify(batch: int, nodes: int) -> float:
             slots = torch.tensor(list(range(batch)), dtype=torch.int64)
             parents = [[-1] + [int(rng.integers(0, i)) for i in range(1, nodes)] for _ in range(batch)]
-            tokens = [list(range(nodes)) for _ in range(batch)]  # distinct tokens: valid for any shape
+            tokens = [[i % V for i in range(nodes)] for _ in range(batch)]  # distinct where the vocabulary allows
 
             def once() -> None:  # the model part of a greedy speculative step as the engine runs it
                 trees = TreeBatch.pack(tokens, parents, width=nodes)  # on the host
@@ -337,10 +338,21 @@ class Engine:
         return bool(self.waiting or self.running)
 
     def _coins(self, requests: Sequence[Request], n: int, stream: int = 0) -> torch.Tensor:
+        """``[B, n]`` coins of each request's current model call (its step counter): recursive rejection sampling
+        of sampled drafts, and the drafts' own draws."""
         dev = self.model.device
         seeds = torch.tensor([r.seed for r in requests], dtype=torch.int64)
         counters = torch.tensor([r.counter for r in requests], dtype=torch.int64)
         return counter_uniforms(seeds, counters, n, stream).to(dev)
+
+    def _position_coins(self, requests: Sequence[Request], offsets: torch.Tensor) -> torch.Tensor:
+        """``[B, N]`` coins by output position: request b's token at position ``len(output) + offsets[b, i]`` is
+        drawn with the coin of ``(seed, position)``, whatever step draws it. ``offsets: [B, N]`` int64 (a node's
+        depth), on the host."""
+        B, N = offsets.shape
+        seeds = torch.tensor([r.seed for r in requests], dtype=torch.int64)[:, None].expand(B, N)  # [B, N]
+        positions = torch.tensor([len(r.output) for r in requests], dtype=torch.int64)[:, None] + offsets  # [B, N]
+        return counter_uniforms(seeds.reshape(-1), positions.reshape(-1), 1, _POSITION_STREAM).view(B, N)
 
     @staticmethod
     def _param_tensors(requests: Sequence[Request]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -357,7 +369,7 @@ class Engine:
         dev = logits.device
         temperature, top_k, top_p = (t.to(dev) for t in self._param_tensors(requests))
         probs = target_probs(logits[:, None, :], temperature, top_k, top_p)[:, 0]  # [B, V]
-        coins = self._coins(requests, 1)[:, 0]
+        coins = self._position_coins(requests, torch.zeros(len(requests), 1, dtype=torch.int64))[:, 0].to(dev)
         return sample_from(probs, coins).tolist()
 
     def _emit(self, request: Request, tokens: Sequence[int]) -> TokenEvent:
@@ -537,17 +549,32 @@ class Engine:
 
     def _speculate_sampled(self, batch: list[Request], cut: list[Draft], slots: torch.Tensor,
                            host_trees: TreeBatch) -> VerifyOutcome:
-        """Verify, lossless acceptance (greedy rows: a point mass on the argmax), commit. The coins and the trees go
-        to the device before the verify launch; nothing reads back until the outcome, after the commit is queued:
-        one wait. Returns the outcome on the host."""
-        coins = self._coins(batch, host_trees.num_coins)  # builds the draw lists on the host
-        trees = host_trees.to(self.model.device)
-        logits = self.model.verify(slots, trees)  # [B, N, V]
-        temperature, top_k, top_p = self._param_tensors(batch)
+        """Verify, lossless acceptance, commit. Deterministic drafts: every node draws the target's token at its
+        output position with that position's coin (:meth:`_position_coins`) and the deepest path of drafted tokens
+        equal to those draws is accepted: the text is the one autoregressive sampling draws with the same seed,
+        whatever trees the budget verifies (and the acceptance that of recursive rejection sampling with point-mass
+        proposals). Sampled drafts: recursive rejection sampling. The coins and the trees go to the device before
+        the verify launch; nothing reads back until the outcome, after the commit is queued: one wait. Returns the
+        outcome on the host."""
         variants = {c.variant for c in cut if c.num_nodes > 1}
         if len(variants) > 1:
             raise ValueError(f"drafts of one step mix variants {sorted(variants)}")
         variant = variants.pop() if variants else "deterministic"
+        temperature, top_k, top_p = self._param_tensors(batch)
+        if variant == "deterministic":
+            position_coins = self._position_coins(batch, host_trees.depth.to(torch.int64))  # [B, N]
+            trees = host_trees.to(self.model.device)
+            logits = self.model.verify(slots, trees)  # [B, N, V]
+            dev = logits.device
+            probs = target_probs(logits, temperature.to(dev), top_k.to(dev), top_p.to(dev))  # [B, N, V]
+            B, N, V = probs.shape
+            draws = sample_from(probs.reshape(B * N, V), position_coins.reshape(-1).to(dev)).view(B, N)  # [B, N]
+            outcome = verify_greedy(trees, draws)
+            self.model.commit(slots, trees, outcome.accepted_node)
+            return outcome.to("cpu")
+        coins = self._coins(batch, host_trees.num_coins)  # builds the draw lists on the host
+        trees = host_trees.to(self.model.device)
+        logits = self.model.verify(slots, trees)  # [B, N, V]
         proposal = None
         if variant != "deterministic":
             proposal = torch.zeros_like(logits, dtype=torch.float64 if logits.dtype == torch.float64 else torch.float32)

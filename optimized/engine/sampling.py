@@ -113,9 +113,15 @@ def target_probs(
             raise ValueError(f"{name} has shape {tuple(t.shape)}, expected [B] = ({B},)")
     work_dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     x = logits.to(work_dtype)  # [B, N, V]
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("the target logits hold NaN or inf: no distribution to sample from")
     greedy = temperature <= 0  # [B]
     safe_t = torch.where(greedy, torch.ones_like(temperature), temperature).to(work_dtype)  # [B]
-    x = x / safe_t[:, None, None]  # [B, N, V]
+    safe_t = safe_t.clamp(min=torch.finfo(work_dtype).tiny)  # a temperature below the dtype's range: its smallest
+    # shifted by the row's largest logit first (softmax does not see the shift): every scaled logit is <= 0, so a
+    # temperature too small for the dtype sends the others to -inf (a point mass on the argmax: greedy), never to
+    # +inf and NaN
+    x = (x - x.amax(-1, keepdim=True)) / safe_t[:, None, None]  # [B, N, V]
     neg_inf = torch.tensor(float("-inf"), dtype=work_dtype, device=x.device)
     k_max = int(top_k.max().item()) if B else 0
     if k_max > 0:
@@ -182,6 +188,8 @@ def counter_uniforms(seed: torch.Tensor, counter: torch.Tensor, n: int, stream: 
 def sample_from(probs: torch.Tensor, coins: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw: for each row of ``probs: [B, V]`` (unnormalised allowed), the first token whose cumulative
     mass exceeds ``coin * total``. ``coins: [B]``. Zero-mass tokens are never drawn. Returns ``[B]`` int64."""
+    if not bool(torch.isfinite(probs).all()):
+        raise ValueError("a probability vector holds NaN or inf: nothing is sampled from it")
     cdf = probs.cumsum(-1)  # [B, V]
     target = (coins.to(cdf.dtype) * cdf[:, -1])[:, None]  # [B, 1]
     tok = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # [B]

@@ -7,11 +7,10 @@ states on the Triton kernels of :mod:`lumotree.optimized.ops`. Every request own
 
 - ``verify`` = a tree step (logits of every node), caches untouched until ``commit``;
 - ``commit`` advances every cache along each request's accepted path: GDN states from the verify's factors, conv
-  states from the path's inputs, KV compaction, one launch per kind for all layers. On an sm_90 GPU, steps of trees
-  of 64 nodes at batches where it is faster verify with the fused GDN kernel instead, and their commit only records
-  each layer's accepted path (deferred commits, :mod:`~lumotree.optimized.ops.gdn_tree`): the next such verify
-  applies it while it streams the state, so a step reads and writes each state once; any other step flushes the
-  records of its slots first;
+  states from the path's inputs, KV compaction, one launch per kind for all layers. With ``deferred_commits`` (sm_90),
+  steps of trees of 64 nodes at batches of at least 8 verify with the fused GDN kernel instead, and their commit only
+  records each layer's accepted path (:mod:`~lumotree.optimized.ops.gdn_tree`): the next such verify applies it while
+  it streams the state, so a step reads and writes each state once; any other step flushes its slots' records first;
 - ``speculate_greedy`` = tree step, greedy acceptance and commit in one call (one graph);
 - ``decode`` = one token per request, every cache advanced in place (the GDN state read and written once);
 - ``prefill`` = chunks of up to ``max_nodes`` tokens, each a chain tree + commit of its last node (the GDN core runs
@@ -48,13 +47,11 @@ from .kernels import step_prologue
 from .layers import Layers, Residual, StepBuffers
 from .weights import load_weights
 
-__all__ = ["OptimizedModel", "HEAD_ROWS", "FP16_DOUBLING_DEPTH"]
+__all__ = ["OptimizedModel", "HEAD_ROWS"]
 
 #: rows of the LM head computed at once by a greedy step (its logits are reduced to the argmax chunk by chunk; 1024
 #: rows of fp32 logits over a 151936-token vocabulary take 622 MB)
 HEAD_ROWS = 1024
-#: trees at most this deep let the fused verify invert in fp16 (its bound); deeper ones take its tf32 form
-FP16_DOUBLING_DEPTH = 10
 
 
 @dataclass
@@ -90,8 +87,12 @@ class OptimizedModel(Layers):
 
     ``small_batch_linear``: projections of few token rows on the split-K GEMV instead of cuBLAS (default: on for a
     CUDA model in bf16 / fp16); ``pdl`` (default: where supported): the GEMV as a programmatic dependent launch;
-    ``deferred_commits`` (default: where the fused GDN verify runs, an sm_90 GPU with Gluon and a bf16 / fp16 model
-    of ``[128, 128]`` GDN states): fused steps with deferred commits (module docstring).
+    ``deferred_commits`` (off by default; where the fused GDN verify runs: an sm_90 GPU with Gluon and a bf16 / fp16
+    model of ``[128, 128]`` GDN states): tree steps of 64 nodes at batches of at least 8 verify with the fused kernel
+    and defer their commits (module docstring). The fused kernel takes fp32 q / k / v and returns fp32 outputs, so
+    these steps write the tree conv's outputs in fp32 and read fp32 outputs in the gated norm; in the bf16 benchmark
+    model on an H100 at B = 64, N = 64 that extra traffic ate the kernel's gain (36.5 against 36.0 ms a step), so it
+    stays off until the fused kernel reads bf16 inputs.
     """
 
     def __init__(
@@ -146,8 +147,8 @@ class OptimizedModel(Layers):
         gdn = self.weights.gdn_dims
         fusable = (gdn is not None and gdn[2:4] == (128, 128) and max_nodes >= 64 and self.gdn_precision == "tf32"
                    and fused_verify_supported(self.device))
-        if deferred_commits is None:
-            deferred_commits = fusable
+        if deferred_commits is None:  # measured in the bf16 model: no faster (see the class docstring)
+            deferred_commits = False
         elif deferred_commits and not fusable:
             raise ValueError("deferred_commits=True needs the fused GDN verify: an sm_90 GPU with Gluon, [128, 128] "
                              "GDN states, max_nodes >= 64 and a bf16 / fp16 model")
@@ -370,17 +371,13 @@ class OptimizedModel(Layers):
 
     def _plan(self, host_slots: list[int], parents: torch.Tensor, num_nodes: torch.Tensor) -> tuple[bool, int | None]:
         """A tree step's form: ``(fused, max_depth)``. A step that is not fused first flushes its slots' deferred
-        commits; a fused one learns whether its trees are shallow enough for the fp16 inversion."""
+        commits. A fused one inverts in tf32 (``max_depth`` None): one graph per shape whatever the trees' depth
+        (the fp16 inversion of shallow trees would need a second)."""
         B, N = parents.shape
         if not self._fused(B, N):
             self.caches.flush(host_slots)
             return False, None
-        p = parents.cpu().numpy().astype(np.int64)
-        depth = np.zeros(p.shape, dtype=np.int64)  # [B, N] (padding nodes read as their parent's child)
-        for i in range(1, N):
-            depth[:, i] = depth[np.arange(B), np.clip(p[:, i], 0, i - 1)] + 1
-        real = np.arange(N)[None, :] < num_nodes.cpu().numpy()[:, None]
-        return True, FP16_DOUBLING_DEPTH if int(depth[real].max()) <= FP16_DOUBLING_DEPTH else None
+        return True, None
 
     def _run(self, key: tuple, inputs: dict[str, torch.Tensor], body: Callable[..., Any]) -> Any:
         """``body(**inputs)`` through the graph of ``key`` (``graphs``), else eagerly on the model's device."""
