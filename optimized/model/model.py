@@ -278,10 +278,10 @@ class OptimizedModel(Layers):
             raise ValueError(f"parents must be an int32/int64 tensor of shape [B, N] = {(B, N)}")
         parents = parents.to(dtype=torch.int32)
         if num_nodes is None:
-            num_nodes = torch.full((B,), N, dtype=torch.int32)
+            num_nodes = torch.full((B,), N, dtype=torch.int32, device=parents.device)
         elif not isinstance(num_nodes, torch.Tensor) or tuple(num_nodes.shape) != (B,):
             raise ValueError(f"num_nodes must be a tensor of shape [B] = ({B},)")
-        num_nodes = num_nodes.to(dtype=torch.int32)
+        num_nodes = num_nodes.to(device=parents.device, dtype=torch.int32)
         bad = (num_nodes < 1) | (num_nodes > N)
         if bool(bad.any()):
             b = int(torch.nonzero(bad)[0])
