@@ -351,7 +351,7 @@ def main() -> int:
     bandwidth = copy_bandwidth()
     result = dict(card=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d"), torch=torch.__version__,
                   triton=triton.__version__, dtype=args.dtype, copy_TBps=bandwidth / 1e12,
-                  command="python bench/gdn_tree.py " + " ".join(f"{B}x{N}" for B, N in args.shapes), rows=[])
+                  command="python bench/gdn_tree.py --shapes " + " ".join(f"{B}x{N}" for B, N in args.shapes), rows=[])
     for B, N in args.shapes:
         for kind in args.kinds:
             if time.time() - start > args.budget_s:
