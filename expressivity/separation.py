@@ -310,8 +310,9 @@ def claims(out: dict[str, Any]) -> list[dict[str, Any]]:
          "proved for all sizes", "closed form; m / log2 T(m) grows",
          all(r["found"] and r["holds_beyond"] for r in bounds["log_precision"])),
         ("No pure-GDN model of ours solves PCR-S beyond the bound: the hand-built associative memory (exact for keys "
-         f"up to {out['memory']['slot_bits']} letters) and random pure GDNs fail, each failure verified bit for bit "
-         "and within the bound", "measured", "adversary at fixed-point and float caches",
+         f"up to {out['memory']['slot_bits']} letters) and random pure GDNs fail, each failure verified (bitwise-equal "
+         "caches and logits on two inputs with different answers, or a re-run wrong answer) and within the bound",
+         "measured", "adversary at fixed-point and float caches",
          out["attacks"]["all_found_verified_within_bound"] and out["memory"]["exact_within_range"]),
         ("A GDN transition with beta in [0, 1] has spectrum in [0, 1] (any K): the parity head's sign flip needs "
          "beta > 1; with beta in (1, 2] the reflection exists", "proved for all sizes", "Z3 on the Rayleigh quotient",
