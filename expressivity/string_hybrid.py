@@ -145,9 +145,10 @@ def _exact_weight(x: float, target: float) -> float:
     raise ArithmeticError(f"no float w with {x!r} * w == {target!r}")
 
 
-def _gate_weight(x: float, beta: float, allow_neg: bool) -> float:
+def _gate_weight(x: float, beta: float, allow_neg: bool, exact: bool = True) -> float:
     """A weight ``w`` whose logit ``b = x * w`` gives exactly ``beta`` through the reference's own gate function
-    (``sigmoid(b)``, or ``2 sigmoid(b)`` with ``allow_neg``); saturated values use ``|b| = 150``."""
+    (``sigmoid(b)``, or ``2 sigmoid(b)`` with ``allow_neg``); saturated values use ``|b| = 150``. With
+    ``exact=False`` a value no float logit reaches exactly gets the nearest logit instead of an error."""
     top = 2.0 if allow_neg else 1.0
     if beta == 0.0 or beta == top:
         return (1.5 if beta else -1.5) * _SAT / x
@@ -163,6 +164,8 @@ def _gate_weight(x: float, beta: float, allow_neg: bool) -> float:
             if got[0, 0] == beta:
                 return float(w)
         up, down = np.nextafter(up, np.inf), np.nextafter(down, -np.inf)
+    if not exact:
+        return float(centre)
     raise ArithmeticError(f"no logit weight gives beta = {beta} exactly in float64")
 
 
@@ -225,7 +228,7 @@ def build_string_hybrid(num_values: int, max_key_length: int = 16, reflection_be
     w_k[h * K + 0, [L.T_BOS, L.T_BIT1]] = big
     w_k[h * K + 1, [c for c in every_kind if c not in (L.T_BOS, L.T_BIT1)]] = big
     w_v[h * V + 0, L.T_BOS] = _exact_weight(xi, ENCODE_GAIN)
-    w_b[h, L.T_BIT1] = _gate_weight(xi, float(reflection_beta), allow_neg)  # 2: the reflection (else 1 or 1/2)
+    w_b[h, L.T_BIT1] = _gate_weight(xi, float(reflection_beta), allow_neg, exact=False)  # 2: the reflection
     h = ENCODE_HEAD
     w_q[h * K + 0, L.ONE] = big
     w_k[h * K + 0, L.ONE] = big

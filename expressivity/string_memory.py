@@ -1,8 +1,8 @@
 r"""A hand-built pure Gated DeltaNet for PCR-S: parity plus an exact associative memory over ``2^L0`` key slots.
 
-This is the reviewer's construction ("the first layer computes the parity as the hybrid's does, the second an exact
-associative memory over one-hot keys in place of attention") carried over to string keys. It is the strongest
-pure-GDN solver we know, and it is what the lower bound must hold against: it answers **every** input whose keys have
+This is the pure-GDN solver of single-token PCR (a first layer computing the parity as the hybrid's does, a second
+an exact associative memory over one-hot keys in place of attention) carried over to string keys. It is the
+strongest pure-GDN solver we know, and it is what the lower bound must hold against: it answers **every** input whose keys have
 at most ``L0`` letters (its width grows as ``2^L0``), and it must fail once keys are longer, as every fixed-size
 pure-GDN model must (:mod:`~lumotree.expressivity.lower_bound`); the adversary exhibits such failures.
 
