@@ -223,7 +223,7 @@ def run_separation(quick: bool = False, seed: int = 0, progress: Progress = _qui
     }
     progress("string hybrid: proof")
     out["proof"] = string_proof.prove_string_hybrid(R, 16, quick=quick)
-    out["ablation"] = ablation([0.5, 0.9] if quick else [0.5, 0.9, 1.0], 80 if quick else 200, seed)
+    out["ablation"] = ablation([0.5, 0.9] if quick else [0.5, 0.9, 0.999], 80 if quick else 200, seed)
     progress("lower bound")
     bounds = lower_bounds(quick)
     bounds["log_precision"] = [{"cache_numbers": s, "c": c, **lower_bound.log_precision_threshold(s, c)}
