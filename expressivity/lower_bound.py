@@ -163,8 +163,8 @@ def count_prefix_classes(n: int, m: int, key_length: int, num_values: int) -> in
 
 
 @_timed
-def check_prefix_classes(sizes: Sequence[tuple[int, int, int, int]] = ((1, 2, 1, 2), (2, 2, 2, 2), (1, 3, 2, 2),
-                                                                       (1, 2, 2, 3), (1, 4, 2, 2), (1, 3, 2, 3))) -> ProofReport:
+def check_prefix_classes(sizes: Sequence[tuple[int, int, int, int]] = (
+        (1, 2, 1, 2), (2, 2, 2, 2), (1, 3, 2, 2), (1, 2, 2, 3), (1, 4, 2, 2), (1, 3, 2, 3))) -> ProofReport:
     """Exhaustive: the brute-force class count equals :func:`prefix_class_count` for each ``(n, m, L, R)``."""
     rows = []
     for n, m, L, R in sizes:

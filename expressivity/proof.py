@@ -177,6 +177,7 @@ def _z3_unsat(constraints: Sequence[Any], negated_claim: Any, timeout_ms: int = 
     return "unknown", solver.reason_unknown()
 
 
+@_timed
 def parity_invariant_from_inputs(inputs: dict[str, tuple[np.ndarray, ...]], expect_flip: bool = True,
                                  name: str | None = None, scope_note: str = "") -> ProofReport:
     """Z3, every length: given a parity head's exact per-kind core inputs ``{kind: (q, k, v, alpha, beta)}`` (kinds
@@ -185,7 +186,6 @@ def parity_invariant_from_inputs(inputs: dict[str, tuple[np.ndarray, ...]], expe
     (``expect_flip=False``); the readout has the sign of ``s``; from ``S0 = 0`` the BOS step gives ``s > 0``."""
     import z3
 
-    start = time.perf_counter()
     K = inputs["BOS"][1].shape[0]
     V = inputs["BOS"][2].shape[0]
     s = z3.Real("s")
@@ -199,8 +199,7 @@ def parity_invariant_from_inputs(inputs: dict[str, tuple[np.ndarray, ...]], expe
         return o[0, 0], S[0]  # [V], [K, V]
 
     zero = z3.RealVal(0)
-    symbolic = np.empty((K, V), dtype=object)
-    symbolic[...] = zero
+    symbolic = np.full((K, V), zero, dtype=object)
     symbolic[0, 0] = s
     failures = []
     for kind in sorted(inputs):
@@ -216,9 +215,7 @@ def parity_invariant_from_inputs(inputs: dict[str, tuple[np.ndarray, ...]], expe
         details[kind] = {"flips_sign": flips, "status": status}
         if status != "proved":
             failures.append((kind, status, str(witness)))
-    concrete = np.empty((K, V), dtype=object)
-    concrete[...] = zero
-    o, S = one_step("BOS", concrete)
+    o, S = one_step("BOS", np.full((K, V), zero, dtype=object))
     claim = z3.And(S[0, 0] > 0, o[0] > 0, *[S[i, j] == 0 for i in range(K) for j in range(V) if (i, j) != (0, 0)],
                    *[o[j] == 0 for j in range(1, V)])
     status, witness = _z3_unsat([], z3.Not(claim))
@@ -232,15 +229,12 @@ def parity_invariant_from_inputs(inputs: dict[str, tuple[np.ndarray, ...]], expe
         final = "proved"
     what = "flips exactly on bit-1 tokens" if expect_flip else "never flips"
     name = name or ("parity_invariant" if expect_flip else "ablation_sign_never_flips")
-    return ProofReport(name, final, f"every input length (induction); the readout sign {what}{scope_note}", details,
-                       time.perf_counter() - start)
+    return ProofReport(name, final, f"every input length (induction); the readout sign {what}{scope_note}", details)
 
 
 def prove_parity_invariant(construction: HybridConstruction, expect_flip: bool = True) -> ProofReport:
-    """Z3, every length: the parity head keeps ``S = s e1 e0^T`` and flips the sign of ``s`` exactly on bit-1 tokens
-    (``expect_flip=True``, the construction), or never flips it (``expect_flip=False``: the claim of the
-    ``beta < 1`` ablation). One step of :func:`lumotree.reference.gdn.chain` per token kind on Z3 terms
-    (:func:`parity_invariant_from_inputs`)."""
+    """:func:`parity_invariant_from_inputs` on the construction's parity head: the sign flips exactly on bit-1 tokens
+    (``expect_flip=True``) or never (``expect_flip=False``, the ``beta < 1`` ablation)."""
     return parity_invariant_from_inputs(parity_token_inputs(construction), expect_flip,
                                         scope_note=f"; reflection_beta = {construction.reflection_beta}")
 

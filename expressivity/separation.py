@@ -274,6 +274,7 @@ def claims(out: dict[str, Any]) -> list[dict[str, Any]]:
     fx_parity, fx_encoding = _part(proof, "fixed_point_parity"), _part(proof, "fixed_point_encoding")
     longest = h["float64_key_length"]["longest_solved"]
     table = h["cache_precision"]
+    per_letter = table["frac_bits_per_letter"]
     rows = [
         ("The hybrid's parity head: readout sign = parity of the bits so far, for every n (exact arithmetic on its "
          "float64 inputs)", "proved for all sizes", "Z3 induction over token kinds",
@@ -290,7 +291,8 @@ def claims(out: dict[str, Any]) -> list[dict[str, Any]]:
          f"exhaustive: {retrieval['scope']}; softmax step by Z3",
          retrieval["status"] == "proved" and _part(proof, "softmax_margin")["status"] == "proved"),
         (f"In {fx_parity['details']['format']} fixed-point arithmetic the parity head is exact for every n",
-         "proved for all sizes", "every state of the invariant set (finite induction)", fx_parity["status"] == "proved"),
+         "proved for all sizes", "every state of the invariant set (finite induction)",
+         fx_parity["status"] == "proved"),
         (f"In {fx_encoding['details']['format']} arithmetic the encode head is exact and injective for keys up to "
          f"{fx_encoding['details']['exact_up_to']} letters", "bounded", "every key up to the stated length",
          fx_encoding["status"] == "proved"),
@@ -299,7 +301,7 @@ def claims(out: dict[str, Any]) -> list[dict[str, Any]]:
          f"the hardest keys solved up to L = {longest}", "measured", "random and near-key instances",
          h["accuracy_min"] == 1.0 and h["tree_path"]["accuracy"] == 1.0 and longest >= 8),
         ("At a p-bit fixed-point cache the hybrid needs about "
-         f"{table['frac_bits_per_letter'] if table['frac_bits_per_letter'] is None else round(table['frac_bits_per_letter'], 2)}"
+         f"{None if per_letter is None else round(per_letter, 2)}"
          " fraction bits per key letter (p logarithmic in the number of keys)", "measured",
          "smallest fx<p>.<f> per L on near keys", all(r["frac_bits"] is not None for r in table["rows"])),
         ("Pure GDN: any model whose cache is s numbers at p bits answers some PCR-S input wrongly once m >= "

@@ -2,9 +2,9 @@ r"""A hand-built pure Gated DeltaNet for PCR-S: parity plus an exact associative
 
 This is the pure-GDN solver of single-token PCR (a first layer computing the parity as the hybrid's does, a second
 an exact associative memory over one-hot keys in place of attention) carried over to string keys. It is the
-strongest pure-GDN solver we know, and it is what the lower bound must hold against: it answers **every** input whose keys have
-at most ``L0`` letters (its width grows as ``2^L0``), and it must fail once keys are longer, as every fixed-size
-pure-GDN model must (:mod:`~lumotree.expressivity.lower_bound`); the adversary exhibits such failures.
+strongest pure-GDN solver we know, and it is what the lower bound must hold against: it answers **every** input
+whose keys have at most ``L0`` letters (its width grows as ``2^L0``), and it must fail once keys are longer, as every
+fixed-size pure-GDN model must (:mod:`~lumotree.expressivity.lower_bound`); the adversary exhibits such failures.
 
 Three GDN layers (every layer ``linear_attention``), ``N = 2^L0`` slots:
 

@@ -400,7 +400,8 @@ def prove_string_hybrid(num_values: int = 4, max_key_length: int = 16, quick: bo
              retrieval,
              prove_margin(d["longest_input"], d["logit_gap_min"], d["right_value_min"], d["other_value_abs_max"]),
              fixed_point_parity(construction, FixedFormat(12, 3) if quick else FixedFormat(16, 6)),
-             fixed_point_encoding(construction, FixedFormat(12, 1) if quick else FixedFormat(16, 4), 8 if quick else 12)]
+             fixed_point_encoding(construction, FixedFormat(12, 1) if quick else FixedFormat(16, 4),
+                                  8 if quick else 12)]
     statuses = {p.status for p in parts}
     status = "proved" if statuses == {"proved"} else ("refuted" if "refuted" in statuses else "unknown")
     return {"status": status, "scope": f"R = {num_values}, max_key_length = {max_key_length}; see each part",

@@ -178,7 +178,8 @@ class Fixed:
         another format."""
         if isinstance(other, Fixed):
             if other.fmt != self.fmt:
-                raise TypeError(f"mixing fixed-point formats {self.fmt.name} and {other.fmt.name}; convert one explicitly")
+                raise TypeError(f"mixing fixed-point formats {self.fmt.name} and {other.fmt.name}; "
+                                "convert one explicitly")
             return other.value
         if isinstance(other, bool):
             return None
