@@ -1,4 +1,5 @@
-"""Parity-conditioned retrieval: the task, a hybrid construction, checked claims, lower bounds, learned separation.
+"""Parity-conditioned retrieval: the tasks (single-token keys, string keys), hybrid constructions, checked claims,
+lower bounds, learned separation.
 
 Submodules are imported on first use (``lumotree.expressivity.task`` etc.) so that importing the package stays cheap.
 """
@@ -8,7 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_SUBMODULES = {"task", "hybrid", "proof", "scratchpad", "adversary", "learned", "cli"}
+_SUBMODULES = {"task", "hybrid", "proof", "scratchpad", "adversary", "learned", "cli", "check", "string_task",
+               "string_hybrid", "string_proof", "string_memory", "lower_bound", "separation"}
 
 __all__ = sorted(_SUBMODULES)
 

@@ -14,11 +14,14 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    check = sub.add_parser("check", help="run every claim (hybrid accuracy, proof, ablation, scratchpad, adversary)")
+    check = sub.add_parser("check", help="run every claim (PCR-1: hybrid, proof, ablation, scratchpad, adversary; "
+                                         "PCR-S: the separation) and list each claim's status")
     check.add_argument("--json", action="store_true", help="print the full report as JSON on stdout")
     check.add_argument("--quick", action="store_true", help="small grids and proof scope (about a minute)")
     check.add_argument("--max-n", type=int, default=10_000, help="largest number of bits to run (default 10000)")
     check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--sections", default="pcr1,separation",
+                       help="comma-separated: pcr1 (single-token keys), separation (string keys); default both")
     sample = sub.add_parser("sample", help="print one random instance and the hybrid construction's answer")
     sample.add_argument("--n", type=int, default=8, help="bits")
     sample.add_argument("--m", type=int, default=4, help="key-value pairs")
@@ -32,6 +35,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _summary(report: dict) -> str:
+    lines = []
+    if "hybrid" in report:
+        lines += _pcr1_summary(report)
+    if "separation" in report:
+        lines += _separation_summary(report["separation"])
+    lines.append("claims:")
+    for c in report["claims"]:
+        mark = "ok " if c["holds"] else "NO "
+        lines.append(f"  {mark} [{c['status']}] {c['claim']}")
+    lines.append(f"ok = {report['ok']}  ({report['seconds']} s)")
+    return "\n".join(lines)
+
+
+def _separation_summary(s: dict) -> list[str]:
+    lines = []
+    h = s["hybrid"]
+    c = h["construction"]
+    lines.append(f"PCR-S hybrid: layers {c['layers']}, hidden size {c['hidden_size']} (R = {c['R']}), "
+                 f"max_key_length {c['max_key_length']}, scratchpad tokens 0")
+    for row in h["accuracy"]:
+        lines.append(f"  n={row['n']:>5} m={row['m']:>3} L={row['L']:>3} accuracy {row['accuracy']:.3f} "
+                     f"({row['correct']}/{row['total']})")
+    t = h["tree_path"]
+    lines.append(f"  tree path: {t['leaves']} leaves, accuracy {t['accuracy']:.3f}, "
+                 f"max |logit tree - chain| = {t['max_abs_logit_difference_tree_vs_chain']:.2e}")
+    lines.append("  float64, near keys: " + ", ".join(f"L={r['L']}: {r['accuracy']:.2f}"
+                                                     for r in h["float64_key_length"]["rows"]))
+    lines.append("  cache precision: " + ", ".join(f"L={r['L']}: {r.get('format')}"
+                                                   for r in h["cache_precision"]["rows"]))
+    lines.append(f"  proof {s['proof']['status']}:")
+    for part in s["proof"]["parts"]:
+        lines.append(f"    {part['name']:<28} {part['status']:<8} {part['scope']}")
+    lines.append(f"  ablation beta<=1: at chance = {s['ablation']['at_chance']}, "
+                 f"sign never flips (Z3) = {s['ablation']['sign_never_flips']}")
+    lines.append(f"lower bound {s['lower_bound']['status']}:")
+    for part in s["lower_bound"]["parts"]:
+        lines.append(f"    {part['name']:<28} {part['status']:<8} {part['scope']}")
+    m = s["memory"]
+    lines.append(f"pure-GDN memory ({1 << m['slot_bits']} slots, hidden {m['hidden_size']}): "
+                 + ", ".join(f"L={r['L']}: {r['accuracy']:.2f}" for r in m["rows"]))
+    for a in s["attacks"]["rows"]:
+        ce = a["counterexample"]
+        found = f"fails at m={ce['pairs']} ({ce['strategy']}), verified={ce['verified']}" if ce else "none found"
+        lines.append(f"  {a['model']:<46} {a['precision']:<8} bound m*={a['counting']['pairs_for_a_collision']:>6}: "
+                     f"{found}")
+    return lines
+
+
+def _pcr1_summary(report: dict) -> list[str]:
     lines = []
     h = report["hybrid"]
     for row in h["accuracy"]:
@@ -64,15 +116,16 @@ def _summary(report: dict) -> str:
                  else "none found")
         lines.append(f"gdn-adv  {attack['model']['layers']}L h={attack['model']['hidden_size']} "
                      f"{attack['precision']:<5} state {attack['state_bits']} bits: {found}")
-    lines.append(f"ok = {report['ok']}  ({report['seconds']} s)")
-    return "\n".join(lines)
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "check":
         from .check import run_check, stderr_progress
 
-        report = run_check(quick=args.quick, max_n=args.max_n, seed=args.seed, progress=stderr_progress)
+        sections = tuple(x.strip() for x in args.sections.split(",") if x.strip())
+        report = run_check(quick=args.quick, max_n=args.max_n, seed=args.seed, progress=stderr_progress,
+                           sections=sections)
         print(json.dumps(report, indent=2, default=str) if args.json else _summary(report))
         return 0 if report["ok"] else 1
     if args.action == "sample":

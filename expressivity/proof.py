@@ -67,6 +67,7 @@ from .task import BOS, NUM_SPECIAL, ONE, QUERY, SEP, ZERO, Instance, Vocabulary
 __all__ = [
     "ProofReport",
     "parity_token_inputs",
+    "parity_invariant_from_inputs",
     "prove_parity_invariant",
     "exhaustive_parity_tree",
     "check_symmetry",
@@ -177,13 +178,14 @@ def _z3_unsat(constraints: Sequence[Any], negated_claim: Any, timeout_ms: int = 
 
 
 @_timed
-def prove_parity_invariant(construction: HybridConstruction, expect_flip: bool = True) -> ProofReport:
-    """Z3, every length: the parity head keeps ``S = s e1 e0^T`` and flips the sign of ``s`` exactly on bit-1 tokens
-    (``expect_flip=True``, the construction), or never flips it (``expect_flip=False``: the claim of the
-    ``beta < 1`` ablation). One step of :func:`lumotree.reference.gdn.chain` per token kind on Z3 terms."""
+def parity_invariant_from_inputs(inputs: dict[str, tuple[np.ndarray, ...]], expect_flip: bool = True,
+                                 name: str | None = None, scope_note: str = "") -> ProofReport:
+    """Z3, every length: given a parity head's exact per-kind core inputs ``{kind: (q, k, v, alpha, beta)}`` (kinds
+    ``"BOS"``, ``"bit1"`` and any others), one step of :func:`lumotree.reference.gdn.chain` on Z3 terms keeps
+    ``S = s e1 e0^T`` (``s != 0``) and flips the sign of ``s`` exactly on ``bit1`` (``expect_flip=True``) or never
+    (``expect_flip=False``); the readout has the sign of ``s``; from ``S0 = 0`` the BOS step gives ``s > 0``."""
     import z3
 
-    inputs = parity_token_inputs(construction)
     K = inputs["BOS"][1].shape[0]
     V = inputs["BOS"][2].shape[0]
     s = z3.Real("s")
@@ -197,8 +199,7 @@ def prove_parity_invariant(construction: HybridConstruction, expect_flip: bool =
         return o[0, 0], S[0]  # [V], [K, V]
 
     zero = z3.RealVal(0)
-    symbolic = np.empty((K, V), dtype=object)
-    symbolic[...] = zero
+    symbolic = np.full((K, V), zero, dtype=object)
     symbolic[0, 0] = s
     failures = []
     for kind in sorted(inputs):
@@ -214,9 +215,7 @@ def prove_parity_invariant(construction: HybridConstruction, expect_flip: bool =
         details[kind] = {"flips_sign": flips, "status": status}
         if status != "proved":
             failures.append((kind, status, str(witness)))
-    concrete = np.empty((K, V), dtype=object)
-    concrete[...] = zero
-    o, S = one_step("BOS", concrete)
+    o, S = one_step("BOS", np.full((K, V), zero, dtype=object))
     claim = z3.And(S[0, 0] > 0, o[0] > 0, *[S[i, j] == 0 for i in range(K) for j in range(V) if (i, j) != (0, 0)],
                    *[o[j] == 0 for j in range(1, V)])
     status, witness = _z3_unsat([], z3.Not(claim))
@@ -229,9 +228,15 @@ def prove_parity_invariant(construction: HybridConstruction, expect_flip: bool =
     else:
         final = "proved"
     what = "flips exactly on bit-1 tokens" if expect_flip else "never flips"
-    return ProofReport("parity_invariant" if expect_flip else "ablation_sign_never_flips", final,
-                       f"every input length (induction); the readout sign {what}; "
-                       f"reflection_beta = {construction.reflection_beta}", details)
+    name = name or ("parity_invariant" if expect_flip else "ablation_sign_never_flips")
+    return ProofReport(name, final, f"every input length (induction); the readout sign {what}{scope_note}", details)
+
+
+def prove_parity_invariant(construction: HybridConstruction, expect_flip: bool = True) -> ProofReport:
+    """:func:`parity_invariant_from_inputs` on the construction's parity head: the sign flips exactly on bit-1 tokens
+    (``expect_flip=True``) or never (``expect_flip=False``, the ``beta < 1`` ablation)."""
+    return parity_invariant_from_inputs(parity_token_inputs(construction), expect_flip,
+                                        scope_note=f"; reflection_beta = {construction.reflection_beta}")
 
 
 # ====================================================================================================== part 2
@@ -548,8 +553,9 @@ def prove_margin(max_length: int, delta_min: float, a_lo: float, a_hi: float) ->
 
     if not (delta_min > 0 and a_lo > 0 and a_hi >= 0):
         return ProofReport("softmax_margin", "refuted", "inputs", {"delta_min": delta_min, "a_lo": a_lo, "a_hi": a_hi})
-    # rational bounds on the safe side of the measured floats
-    delta_q = Fraction(math.floor(delta_min * 10**6), 10**6)
+    # rational bounds on the safe side of the measured floats; a gap above 256 is used as 256 (exp(-256) bounds
+    # exp(-gap) from above, and the series bound stays short)
+    delta_q = Fraction(math.floor(min(delta_min, 256.0) * 10**6), 10**6)
     a_lo_q = Fraction(math.floor(a_lo * 10**9), 10**9)
     a_hi_q = Fraction(math.ceil(a_hi * 10**9), 10**9)
     eps = exp_neg_upper_bound(delta_q)

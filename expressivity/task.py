@@ -227,6 +227,11 @@ class Instance:
         out += [QUERY, vocab.key(self.queries[0]), vocab.key(self.queries[1])]
         return np.asarray(out, dtype=np.int64)
 
+    @property
+    def prefix_length(self) -> int:
+        """Tokens up to and including the last value (everything before ``? q_0 q_1``): ``n + 2m + 2``."""
+        return len(self.bits) + 2 * len(self.keys) + 2
+
     def render(self) -> str:
         return self.vocab.render(self.tokens)
 
