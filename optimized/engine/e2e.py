@@ -248,11 +248,13 @@ def run(args: argparse.Namespace) -> int:
     def plan_run(B: int, label: str, mode: str, kind: tuple[str, Any], budget: str, nodes: int,
                  deferred: bool | None = None) -> None:
         name, p = kind
-        if deferred is not None:
-            model.set_deferred_commits(deferred)
-            label += " deferred commits" if deferred else " in-place commits"
         drafter = (SyntheticDrafter(p, oracles[B], config.vocab_size, seed=args.seed) if name == "synthetic"
                    else DraftModelDrafter(draft, top_k=4, max_depth=6))
+        if deferred is not None:  # switching drops the model's graphs: capture every shape again before timing
+            model.set_deferred_commits(deferred)
+            Engine(target, drafter, mode=mode, budget="fixed", max_nodes=nodes, node_buckets=node_buckets,
+                   profile=profile).warm_up()
+            label += " deferred commits" if deferred else " in-place commits"
         try:
             one_run(B, label, mode, drafter, budget, nodes)
         except Exception as exc:
