@@ -162,3 +162,32 @@ def test_our_checkpoint_loads_in_transformers_and_matches(tmp_path):
     prompt, steps = rng.integers(0, VOCAB, 6), rng.integers(0, VOCAB, 20)
     err = max_rel_error(our_logits(ours, prompt, steps), hf_logits(tmp_path, torch.float64, prompt, steps))
     assert err < PARITY_BOUND, err
+
+
+def test_long_speculative_run_equals_transformers_greedy(tmp_path, capsys):
+    """Hundreds of tree-speculative steps through ``lumotree generate`` (reference backend, the layer-skip draft
+    model, trees of 8 nodes) on a transformers-saved checkpoint: the greedy continuation equals transformers' own
+    ``generate`` token for token."""
+    import json
+
+    from lumotree.cli import main
+
+    config = transformers.Qwen3NextConfig(**BASE, **HF_CONFIGS["dense-gva1"])
+    torch.manual_seed(0)
+    hf_model = transformers.Qwen3NextForCausalLM(config)
+    randomise(hf_model, seed=2)
+    hf_model.save_pretrained(tmp_path)
+    prompt = np.random.default_rng(3).integers(0, VOCAB, 12).tolist()
+    new = 240
+    hf_model = transformers.Qwen3NextForCausalLM.from_pretrained(tmp_path, dtype=torch.float64,
+                                                                 attn_implementation="eager")
+    want = hf_model.generate(torch.tensor([prompt]), max_new_tokens=new, do_sample=False, eos_token_id=None,
+                             pad_token_id=0)[0, len(prompt):].tolist()
+    out = tmp_path / "out.json"
+    code = main(["generate", "--model", str(tmp_path), "--backend", "reference", "--spec", "tree", "--drafter",
+                 "draft-model", "--draft-layers", "0,1", "--budget", "fixed", "--max-nodes", "8", "--max-new-tokens",
+                 str(new), "--prompt", " ".join(map(str, prompt)), "--json", str(out), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    result = json.loads(out.read_text())
+    assert result["results"][0]["tokens"] == want
+    assert result["summary"]["speculative_steps"] >= 100 and result["summary"]["mean_accepted"] > 0

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..ops.gdn_tree.common import check_decay_rates
 from ..ops.gemv import interleave_gate_up
 from ..ops.tree_attention import rope_inv_freq
 
@@ -115,6 +116,10 @@ def load_weights(config: Any, tensors: Mapping[str, Any], device: torch.device, 
         in_norm = 1.0 + get(f"{p}.input_layernorm.weight", f32)
         if kind == "linear_attention":
             a = f"{p}.linear_attn"
+            try:
+                check_decay_rates(get(f"{a}.A_log", f32))
+            except ValueError as exc:
+                raise ValueError(f"tensor '{a}.A_log': {exc}") from None
             w_in = torch.cat([get(f"{a}.in_proj_qkvz.weight")[qkvz_perm], get(f"{a}.in_proj_ba.weight")[ba_perm]])
             layers.append(GDNLayerWeights(
                 in_norm, w_in.contiguous(), get(f"{a}.conv1d.weight")[:, 0, :].contiguous(),

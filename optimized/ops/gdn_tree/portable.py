@@ -22,7 +22,8 @@ from ..checks import (FLOAT_DTYPES, MAX_NODES, check_finite_nodes, check_range_n
 from ..pdl import pdl_supported
 from ..tree_meta import WORD_BITS, TreeMeta, check_meta, tree_metadata
 from .apply import _gdn_tree_apply_kernel, _gdn_tree_verify_kernel
-from .common import GATE_PIECE, OutputGate, TreeFactors, check_precision, pow2_dim, tma_descriptors
+from .common import (GATE_PIECE, OutputGate, TreeFactors, check_decay_rates, check_precision, pow2_dim,
+                     tma_descriptors)
 from .config import (KernelConfig, check_config, fused_constants, padded_nodes, solve_constants, use_row_halves,
                      verify_config)
 from .solve import _gdn_tree_solve_kernel, _gdn_tree_solve_rows_kernel
@@ -141,6 +142,7 @@ def portable_verify(
             check_finite_nodes(name, t, real)
         if gated:
             check_finite_nodes("A_log", A_log[None, None], None)
+            check_decay_rates(A_log)
             check_finite_nodes("dt_bias", dt_bias[None, None], None)
         else:
             check_range_nodes("g", gate_a, float("-inf"), 0.0, real)
