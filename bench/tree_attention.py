@@ -114,9 +114,10 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
         runs += [(q1, g1, meta1.words, cfg, waves, cfg[1]) for cfg in DECODE_CONFIGS for waves in DECODE_WAVES]
         for qq, gg, words, (bm, bn, nw, ns), waves, min_chunk in runs:
             rb = triton.cdiv(qq.shape[1], bm // (HQ // HKV))
-            splits = ta.choose_num_splits(B, HKV, rb, L, torch.device(dev), block_n=bn, waves=waves, min_chunk=min_chunk)
-            ta.tree_attention(qq, k_cache, v_cache, slots, lens, words, gate=gg, num_splits=splits, block_m=bm,
-                              block_n=bn, num_warps=nw, num_stages=ns, validate=False)
+            splits = ta.choose_num_splits(B, HKV, rb, L, torch.device(dev), block_n=bn, waves=waves,
+                                          min_chunk=min_chunk)
+            ta.tree_attention(qq, k_cache, v_cache, slots, lens, words, gate=gg, num_splits=splits,
+                              launch=ta.AttentionLaunch(bm, bn, nw, ns), validate=False)
         for qq, gg, words in ((q, gate, meta.words), (q1, g1, meta1.words)):
             ta.tree_attention(qq, k_cache, v_cache, slots, lens, words, gate=gg, max_len=L, validate=False)
         torch.cuda.synchronize()
@@ -137,7 +138,7 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
             splits = ta.choose_num_splits(B, HKV, row_blocks, L, torch.device(dev), block_n=bn, waves=waves)
             fn = lambda: ta.tree_attention(  # noqa: E731
                 q, k_cache, v_cache, slots, lens, meta.words, gate=gate, out=out, num_splits=splits,
-                block_m=bm, block_n=bn, num_warps=nw, num_stages=ns, validate=False)
+                launch=ta.AttentionLaunch(bm, bn, nw, ns), validate=False)
             try:
                 t = graph_time(fn, rep_ms=20)
             except Exception as e:  # a config that does not compile (shared memory) is skipped, not fatal
@@ -167,7 +168,7 @@ def run_point(B: int, L: int, N: int, rng: np.random.Generator, bw: float, flops
                                               min_chunk=bn)
                 fn = lambda: ta.tree_attention(  # noqa: E731
                     q1, k_cache, v_cache, slots, lens, meta1.words, gate=g1, out=out1, num_splits=splits,
-                    block_m=bm, block_n=bn, num_warps=nw, num_stages=ns, validate=False)
+                    launch=ta.AttentionLaunch(bm, bn, nw, ns), validate=False)
                 t = graph_time(fn, rep_ms=20)
                 if best1 is None or t < best1[0]:
                     best1 = (t, (bm, bn, nw, ns, splits))

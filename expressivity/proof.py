@@ -10,8 +10,8 @@ at the last token is the answer. The proof has five parts; each is a function he
    taken from the reference layer's input path and converted *exactly* to rationals. With a symbolic state
    ``S = s e1 e0^T`` (``s != 0``), one step of :func:`lumotree.reference.gdn.chain` on Z3 terms keeps that form for
    every token kind, multiplies ``s`` by a negative factor on bit-1 tokens and a positive one on all others, and the
-   readout ``o = S^T q`` has the sign of ``s`` and no other component. From ``S0 = 0`` the BOS step gives ``s > 0``.
-   By induction, ``sign(o_t[0]) = (-1)^{p_t}`` for every input of every length.
+   readout ``o = S^T q`` has the sign of ``s`` and no other component. From ``S0 = 0`` the BOS step gives ``s > 0``:
+   by induction, ``sign(o_t[0]) = (-1)^{p_t}`` for every input of every length.
 2. :func:`exhaustive_parity_tree` (**exact, exhaustive**): the reference tree recurrence
    (:func:`lumotree.reference.gdn.tree_recurrent`) in ``Fraction`` arithmetic on the complete binary tree of bit
    strings of depth 12 (8191 nodes: every bit string up to n = 12 is a root-to-node path) confirms every sign and
@@ -64,21 +64,9 @@ from . import hybrid
 from .hybrid import PARITY_HEAD, HybridConstruction
 from .task import BOS, NUM_SPECIAL, ONE, QUERY, SEP, ZERO, Instance, Vocabulary
 
-__all__ = [
-    "ProofReport",
-    "parity_token_inputs",
-    "parity_invariant_from_inputs",
-    "prove_parity_invariant",
-    "exhaustive_parity_tree",
-    "check_symmetry",
-    "canonical_regions",
-    "probe",
-    "exhaustive_retrieval",
-    "exp_neg_upper_bound",
-    "margin_condition",
-    "prove_margin",
-    "prove_hybrid",
-]
+__all__ = ["ProofReport", "parity_token_inputs", "parity_invariant_from_inputs", "prove_parity_invariant",
+           "exhaustive_parity_tree", "check_symmetry", "canonical_regions", "probe", "exhaustive_retrieval",
+           "exp_neg_upper_bound", "margin_condition", "prove_margin", "prove_hybrid"]
 
 
 @dataclass
@@ -323,7 +311,7 @@ def _relabelled_weights(construction: HybridConstruction, key_perm: np.ndarray, 
         return out
 
     spec = model.config.gdn_spec()
-    H, HV, K, V = spec.num_k_heads, spec.num_v_heads, spec.head_k_dim, spec.head_v_dim
+    H, HV, V = spec.num_k_heads, spec.num_v_heads, spec.head_v_dim
     value_rows = np.arange(HV * V)  # heads 1 and 2 carry key identities on their value channels
     for head in (hybrid.VALUE_COPY_HEAD, hybrid.PREV_HEAD):
         value_rows[head * V : head * V + M] = head * V + key_perm

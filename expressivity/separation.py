@@ -43,7 +43,7 @@ def near_keys(key_length: int) -> tuple[str, ...]:
     return tuple(dict.fromkeys(k for k in candidates if len(k) == L))
 
 
-def _near_instances(key_length: int, num_values: int, pairs_limit: int | None = None) -> list[StringInstance]:
+def near_instances(key_length: int, num_values: int, pairs_limit: int | None = None) -> list[StringInstance]:
     """Hard instances of one key length: the target ``b^L`` holds value 0 while its crowded neighbours all hold
     value 1 (a too-flat attention averages them and answers 1), asked under both parities; then ordered query pairs
     of :func:`near_keys` with values ``0, 1, 2, ..`` (at most ``pairs_limit`` pairs)."""
@@ -73,7 +73,7 @@ def hybrid_accuracy(construction: string_hybrid.StringHybrid, grid: list[tuple[i
 def near_key_accuracy(construction: string_hybrid.StringHybrid, key_length: int) -> float:
     """Accuracy on the hard instances of one key length (:func:`near_keys`: crowded neighbours, every ordered query
     pair, both parities)."""
-    instances = _near_instances(key_length, construction.layout.num_values)
+    instances = near_instances(key_length, construction.layout.num_values)
     return score(string_hybrid.predict(construction, instances), instances).accuracy
 
 
@@ -89,7 +89,7 @@ def longest_key_length(lengths: list[int], num_values: int = 6, progress: Progre
     return {"rows": rows, "longest_solved": longest}
 
 
-def _right_at_precision(construction: string_hybrid.StringHybrid, instances: list[StringInstance],
+def right_at_precision(construction: string_hybrid.StringHybrid, instances: list[StringInstance],
                         fmt: FixedFormat) -> bool:
     """Every instance right with every cache array rounded to ``fmt`` after each token (prefixes shared)."""
     runner = adversary.RoundedRunner(construction.model, fmt, pure_gdn=False)
@@ -117,10 +117,10 @@ def cache_precision(lengths: list[int], num_values: int = 4, int_bits: int = 10,
     for L in lengths:
         progress(f"string hybrid: cache precision for L = {L}")
         construction = string_hybrid.build_string_hybrid(num_values, L)
-        instances = _near_instances(L, num_values, pairs_limit=3)
+        instances = near_instances(L, num_values, pairs_limit=3)
 
         def ok(f: int) -> bool:
-            return _right_at_precision(construction, instances, FixedFormat(int_bits + f, f))
+            return right_at_precision(construction, instances, FixedFormat(int_bits + f, f))
 
         lo, hi = 0, max_frac_bits
         if not ok(hi):

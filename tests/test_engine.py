@@ -382,8 +382,8 @@ def test_sampling_through_the_engine_matches_autoregressive(variant, params, cop
     if check_lossy and variant == "deterministic":
         # deterministic drafts draw each node's token with its output position's coin: one coin for every depth
         # of a tree (positions forgotten) couples the step's tokens, and the test sees it
-        real = Engine._position_coins
-        monkeypatch.setattr(Engine, "_position_coins", lambda self, requests, offsets: real(self, requests, 0 * offsets))
+        real = Engine.position_coins
+        monkeypatch.setattr(Engine, "position_coins", lambda self, requests, offsets: real(self, requests, 0 * offsets))
         assert chi_square_pvalue(run(SampledTableDrafter(V, variant)), expected) < 1e-4
     elif check_lossy:
 

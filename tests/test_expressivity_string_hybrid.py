@@ -62,10 +62,10 @@ def test_cache_precision_decides():
     table = separation.cache_precision([4], 4)
     row = table["rows"][0]
     assert row["frac_bits"] >= 4 and row["fails_one_bit_below"]  # right at fx<10+f>.<f>, wrong one bit below
-    instances = separation._near_instances(4, 4, pairs_limit=2)
+    instances = separation.near_instances(4, 4, pairs_limit=2)
     model = string_hybrid.build_string_hybrid(4, 4)
-    assert separation._right_at_precision(model, instances, FixedFormat(40, 30))
-    assert not separation._right_at_precision(model, instances, FixedFormat(12, 2))
+    assert separation.right_at_precision(model, instances, FixedFormat(40, 30))
+    assert not separation.right_at_precision(model, instances, FixedFormat(12, 2))
 
 
 def test_beta_at_most_one_is_parity_blind():

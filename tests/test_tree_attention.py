@@ -166,7 +166,7 @@ def test_tree_attention_matches_reference(tree_list, lens, gqa, num_splits, seed
     meta = tree_metadata(_batch_parents(rows))
     out = torch.full_like(q, float("nan"))
     ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=num_splits, out=out,
-                      block_n=16)
+                      launch=ta.AttentionLaunch(block_n=16))
     expected = _reference_output(q, gate, k_cache, v_cache, slots, lens, rows)
     assert not torch.isnan(out).any()
     np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
@@ -193,7 +193,7 @@ def test_tree_attention_tree_slack_matches_reference(tree_list, lens, num_splits
     meta = tree_metadata(_batch_parents(rows))
     out = torch.full_like(q, float("nan"))
     ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=num_splits, out=out,
-                      block_n=16, tree_slack=tree_slack, combine_block_d=combine_block_d)
+                      launch=ta.AttentionLaunch(block_n=16, tree_slack=tree_slack, combine_block_d=combine_block_d))
     expected = _reference_output(q, gate, k_cache, v_cache, slots, lens, rows)
     assert not torch.isnan(out).any()
     np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
@@ -211,7 +211,7 @@ def test_tree_attention_tree_slack_at_bench_shape_ratio(tree_slack):
     for splits in range(1, 8):
         out = torch.full_like(q, float("nan"))
         ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=splits, out=out,
-                          block_m=32, block_n=16, tree_slack=tree_slack)
+                          launch=ta.AttentionLaunch(block_m=32, block_n=16, tree_slack=tree_slack))
         np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6, err_msg=str(splits))
 
 
@@ -234,7 +234,7 @@ def test_tree_attention_many_splits_merge_in_chunks(HQ, monkeypatch):
         meta = tree_metadata(_batch_parents(rows))
         out = torch.full_like(q, float("nan"))
         ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=37, out=out,
-                          block_n=16)
+                          launch=ta.AttentionLaunch(block_n=16))
         expected = _reference_output(q, gate, k_cache, v_cache, slots, lens, rows)
         np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
 
@@ -250,7 +250,7 @@ def test_tree_attention_pdl_request_gives_the_reference_output():
         meta = tree_metadata(_batch_parents(rows))
         out = torch.full_like(q, float("nan"))
         ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, gate=gate, num_splits=6, out=out,
-                          block_n=16, pdl=True)
+                          launch=ta.AttentionLaunch(block_n=16), pdl=True)
         expected = _reference_output(q, gate, k_cache, v_cache, slots, lens, rows)
         np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
 
@@ -262,7 +262,8 @@ def test_tree_attention_without_gate_and_wide_tree_words(block_n):
     rows = [build_tree_parents("deep_wide", 40, rng)]
     q, _, k_cache, v_cache, slots, lens_t = _make_batch(rng, rows, [9], 2, 1, 16, torch.float32)
     meta = tree_metadata(_batch_parents(rows))
-    out = ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, num_splits=2, block_n=block_n)
+    out = ta.tree_attention(q, k_cache, v_cache, slots, lens_t, meta.words, num_splits=2,
+                            launch=ta.AttentionLaunch(block_n=block_n))
     ones = torch.full_like(q, 80.0)  # sigmoid(80) == 1 in float64
     expected = _reference_output(q, ones, k_cache, v_cache, slots, [9], rows)
     np.testing.assert_allclose(out.double().cpu().numpy(), expected, rtol=2e-5, atol=2e-6)
@@ -296,11 +297,14 @@ def test_tree_attention_validates_inputs():
     with pytest.raises(TypeError, match="slots"):
         ta.tree_attention(q, k_cache, v_cache, slots.long(), lens_t, words, num_splits=2)
     with pytest.raises(ValueError, match="block_n"):
-        ta.tree_attention(q, k_cache, v_cache, slots, lens_t, words, num_splits=2, block_n=128)
+        ta.tree_attention(q, k_cache, v_cache, slots, lens_t, words, num_splits=2,
+                          launch=ta.AttentionLaunch(block_n=128))
     with pytest.raises(ValueError, match="tree_slack"):
-        ta.tree_attention(q, k_cache, v_cache, slots, lens_t, words, num_splits=2, tree_slack=-1)
+        ta.tree_attention(q, k_cache, v_cache, slots, lens_t, words, num_splits=2,
+                          launch=ta.AttentionLaunch(tree_slack=-1))
     with pytest.raises(ValueError, match="combine_block_d"):
-        ta.tree_attention(q, k_cache, v_cache, slots, lens_t, words, num_splits=2, combine_block_d=24)
+        ta.tree_attention(q, k_cache, v_cache, slots, lens_t, words, num_splits=2,
+                          launch=ta.AttentionLaunch(combine_block_d=24))
 
 
 # ------------------------------------------------------------------------------------------------- kv commit

@@ -24,7 +24,6 @@ memory mid-way); ``submit`` validates prompts and sampling parameters before any
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -44,6 +43,7 @@ from .budget import (
     RatioRuleBudget,
     make_budget,
 )
+from . import profiling
 from .drafters import Draft, DraftRequest, EngineDrafter
 from .records import EngineStats, GenerationResult, Request, StepRecord, TokenEvent
 from .targets import OptimizedTarget, ReferenceTarget, TargetModel
@@ -182,128 +182,18 @@ class Engine:
         )
 
     def measure_profile(self, repeats: int = 5, prompt_len: int = 16, time_limit: float | None = None) -> CostProfile:
-        """Time decode (+ argmax to the host) and a greedy speculative step's model part (tree packing, verify, greedy
-        acceptance, commit, emitted tokens: :meth:`step`'s path) at every (batch, node) bucket on free slots, with
-        random tokens and random trees (median of ``repeats`` after two warm-up calls). Slots are prefilled again
-        (untimed) when the next call could run out of context. Needs every slot free. ``time_limit``: seconds after
-        which the verify buckets not yet measured are extrapolated (:meth:`CostProfile.measure`)."""
-        if len(self.free_slots) < self.model.num_slots:
-            raise RuntimeError("measure_profile needs every slot free (call it before submitting requests)")
-        dev = self.model.device
-        gen = torch.Generator().manual_seed(1234)
-        V = self.model.vocab_size
-        prompt_len = min(prompt_len, self.model.max_seq_len - self.max_nodes - 2)
-        if prompt_len < 1:
-            raise ValueError(f"max_seq_len = {self.model.max_seq_len} is too short to measure a cost profile")
-        rng = np.random.default_rng(0)
-        length: dict[int, int] = {}  # cache length of each slot in use
-
-        def make_room(batch: int, nodes: int) -> None:
-            """Slots 0..batch-1, each prefilled (again) unless it has room for a step of ``nodes`` nodes."""
-            for s in range(batch):
-                if length.get(s, self.model.max_seq_len) + nodes + 1 >= self.model.max_seq_len:
-                    if s in length:
-                        self.model.release(s)
-                    self.model.prefill(s, torch.randint(V, (prompt_len,), generator=gen).tolist())
-                    length[s] = prompt_len
-
-        def run_timed(fn: Callable[[], None], prepare: Callable[[], None]) -> float:
-            times = []
-            for i in range(repeats + 2):  # two warm-up calls: the first compiles and captures, the second replays
-                prepare()
-                _sync(dev)
-                t0 = time.perf_counter()
-                fn()
-                _sync(dev)
-                if i >= 2:
-                    times.append(time.perf_counter() - t0)
-            return float(np.median(times))
-
-        def time_decode(batch: int) -> float:
-            slots = torch.tensor(list(range(batch)), dtype=torch.int64)
-            tokens = torch.randint(V, (batch,), generator=gen).to(dev)
-
-            def once() -> None:
-                self.model.decode(slots, tokens).argmax(-1).tolist()
-                for s in range(batch):
-                    length[s] += 1
-
-            return run_timed(once, lambda: make_room(batch, 1))
-
-        def time_verify(batch: int, nodes: int) -> float:
-            slots = torch.tensor(list(range(batch)), dtype=torch.int64)
-            parents = [[-1] + [int(rng.integers(0, i)) for i in range(1, nodes)] for _ in range(batch)]
-            tokens = [[i % V for i in range(nodes)] for _ in range(batch)]  # distinct where the vocabulary allows
-
-            def once() -> None:  # the model part of a greedy speculative step as the engine runs it
-                trees = TreeBatch.pack(tokens, parents, width=nodes)  # on the host
-                outcome = self._speculate_greedy(slots, trees)
-                outcome.emitted(trees)
-                for s, a in enumerate(outcome.accepted_len.tolist()):
-                    length[s] += a + 1
-
-            return run_timed(once, lambda: make_room(batch, nodes))
-
-        try:
-            profile = CostProfile.measure(
-                time_decode, time_verify, self.batch_buckets, self.node_buckets, device=str(dev),
-                note=f"measured by Engine.measure_profile, median of {repeats}", time_limit=time_limit,
-            )
-        finally:
-            for s in length:
-                self.model.release(s)
-        return profile
+        """The step costs of this engine's model at every (batch, node) bucket
+        (:func:`~lumotree.optimized.engine.profiling.measure_profile`)."""
+        return profiling.measure_profile(self, repeats, prompt_len, time_limit)
 
     def profile_key(self) -> dict:
-        """What a cost profile depends on: the model (config, dtype, slots, nodes), the device and the buckets (the
-        key of :func:`~lumotree.optimized.engine.budget.profile_cache_path`)."""
-        import dataclasses
-
-        from lumotree import __version__
-
-        inner = getattr(self.model, "model", self.model)
-        config = getattr(inner, "config", None)
-        dev = torch.device(self.model.device)
-        return {
-            "lumotree": __version__, "target": type(self.model).__name__,
-            "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else repr(config),
-            "dtype": str(getattr(inner, "dtype", "float64")), "slots": self.model.num_slots,
-            "max_seq_len": self.model.max_seq_len, "max_nodes": self.max_nodes,
-            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else dev.type,
-            "interpreter": os.environ.get("TRITON_INTERPRET", "0"), "batch_buckets": list(self.batch_buckets),
-            "node_buckets": list(self.node_buckets),
-        }
+        """What a cost profile depends on (:func:`~lumotree.optimized.engine.profiling.profile_key`)."""
+        return profiling.profile_key(self)
 
     def warm_up(self, sampling: bool = False, progress: Callable[[str], None] | None = None) -> float:
-        """Run every step shape this engine can take once on free slots, so that kernels compile and CUDA graphs are
-        captured before the first request: a prefill, the decode step at every batch bucket and (speculative modes)
-        the greedy tree step at every (batch, node) bucket, with ``sampling`` the verify + commit too. Returns the
-        seconds it took. Needs every slot free."""
-        if len(self.free_slots) < self.model.num_slots:
-            raise RuntimeError("warm_up needs every slot free (call it before submitting requests)")
-        start = time.perf_counter()
-        nodes = self.node_buckets if self.mode != "autoregressive" else ()
-        shapes = [(b, 1) for b in self.batch_buckets] + [(b, n) for b in self.batch_buckets for n in nodes if n > 1]
-        for i, (batch, n) in enumerate(shapes):
-            if progress is not None:
-                progress(f"{i + 1}/{len(shapes)}: {'decode' if n == 1 else 'tree'} B={batch} N={n}")
-            for s in range(batch):
-                self.model.prefill(s, [s % self.model.vocab_size] * 4)
-            slots = torch.arange(batch, dtype=torch.int64)
-            if n == 1:
-                self.model.decode(slots, torch.zeros(batch, dtype=torch.int64))
-                continue
-            trees = TreeBatch.pack([list(range(n))] * batch, [[-1] + [i // 2 for i in range(1, n)]] * batch,
-                                   width=n)  # [B, N] a binary tree of distinct tokens
-            for _ in range(2):  # the first call compiles, the second captures
-                self._speculate_greedy(slots, trees)
-                if sampling:
-                    self.model.verify(slots, trees)
-                    self.model.commit(slots, trees, torch.zeros(batch, dtype=torch.int64))
-        for s in range(max(self.batch_buckets)):
-            self.model.release(s)
-        _sync(torch.device(self.model.device))
-        return time.perf_counter() - start
+        """Compile the kernels and capture the CUDA graphs of every step shape before the first request
+        (:func:`~lumotree.optimized.engine.profiling.warm_up`); returns the seconds it took."""
+        return profiling.warm_up(self, sampling, progress)
 
     # ------------------------------------------------------------------------------------------------ requests
     def submit(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
@@ -345,7 +235,7 @@ class Engine:
         counters = torch.tensor([r.counter for r in requests], dtype=torch.int64)
         return counter_uniforms(seeds, counters, n, stream).to(dev)
 
-    def _position_coins(self, requests: Sequence[Request], offsets: torch.Tensor) -> torch.Tensor:
+    def position_coins(self, requests: Sequence[Request], offsets: torch.Tensor) -> torch.Tensor:
         """``[B, N]`` coins by output position: request b's token at position ``len(output) + offsets[b, i]`` is
         drawn with the coin of ``(seed, position)``, whatever step draws it. ``offsets: [B, N]`` int64 (a node's
         depth), on the host."""
@@ -369,7 +259,7 @@ class Engine:
         dev = logits.device
         temperature, top_k, top_p = (t.to(dev) for t in self._param_tensors(requests))
         probs = target_probs(logits[:, None, :], temperature, top_k, top_p)[:, 0]  # [B, V]
-        coins = self._position_coins(requests, torch.zeros(len(requests), 1, dtype=torch.int64))[:, 0].to(dev)
+        coins = self.position_coins(requests, torch.zeros(len(requests), 1, dtype=torch.int64))[:, 0].to(dev)
         return sample_from(probs, coins).tolist()
 
     def _emit(self, request: Request, tokens: Sequence[int]) -> TokenEvent:
@@ -526,7 +416,7 @@ class Engine:
         host_trees = TreeBatch.pack([c.tokens for c in cut], [c.parents for c in cut], width=width, draws=draws)
         slots = torch.tensor([r.slot for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
         if all(r.params.greedy for r in batch):
-            outcome = self._speculate_greedy(slots, host_trees)
+            outcome = self.speculate_greedy_step(slots, host_trees)
         else:
             outcome = self._speculate_sampled(batch, cut, slots, host_trees)
         emitted = outcome.emitted(host_trees)
@@ -535,7 +425,7 @@ class Engine:
         predicted = float(np.concatenate([c.confidence[1:] for c in cut]).sum())
         return committed, emitted, accepted, predicted, width
 
-    def _speculate_greedy(self, slots: torch.Tensor, host_trees: TreeBatch) -> VerifyOutcome:
+    def speculate_greedy_step(self, slots: torch.Tensor, host_trees: TreeBatch) -> VerifyOutcome:
         """Verify, greedy acceptance, commit: the model's fused call if it has one, else the three calls (queued
         behind each other; the outcome is the one read back). Returns the outcome on the host."""
         fused = getattr(self.model, "speculate_greedy", None)
@@ -550,7 +440,7 @@ class Engine:
     def _speculate_sampled(self, batch: list[Request], cut: list[Draft], slots: torch.Tensor,
                            host_trees: TreeBatch) -> VerifyOutcome:
         """Verify, lossless acceptance, commit. Deterministic drafts: every node draws the target's token at its
-        output position with that position's coin (:meth:`_position_coins`) and the deepest path of drafted tokens
+        output position with that position's coin (:meth:`position_coins`) and the deepest path of drafted tokens
         equal to those draws is accepted: the text is the one autoregressive sampling draws with the same seed,
         whatever trees the budget verifies (and the acceptance that of recursive rejection sampling with point-mass
         proposals). Sampled drafts: recursive rejection sampling. The coins and the trees go to the device before
@@ -562,7 +452,7 @@ class Engine:
         variant = variants.pop() if variants else "deterministic"
         temperature, top_k, top_p = self._param_tensors(batch)
         if variant == "deterministic":
-            position_coins = self._position_coins(batch, host_trees.depth.to(torch.int64))  # [B, N]
+            position_coins = self.position_coins(batch, host_trees.depth.to(torch.int64))  # [B, N]
             trees = host_trees.to(self.model.device)
             logits = self.model.verify(slots, trees)  # [B, N, V]
             dev = logits.device

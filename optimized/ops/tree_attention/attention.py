@@ -28,6 +28,7 @@ Layouts (all tensors on one device):
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -38,9 +39,23 @@ from ..checks import (check_cache_slots, check_finite, check_kv_cache, check_len
 from ..pdl import allow_dependents, pdl_supported, prefetch_l2
 from ..tree_meta import WORD_BITS
 
-__all__ = ["tree_attention", "choose_num_splits", "default_launch", "default_tree_slack"]
+__all__ = ["tree_attention", "AttentionLaunch", "choose_num_splits", "default_launch", "default_tree_slack"]
 
 _LOG2E = 1.4426950408889634
+
+
+class AttentionLaunch(NamedTuple):
+    """Launch parameters of :func:`tree_attention` (None: the default, :func:`default_launch`): ``block_m`` query rows
+    and ``block_n`` keys (16, 32 or 64) a tile, ``num_warps``, ``num_stages``, ``tree_slack`` (committed key tiles the
+    last split gives up per tile of tree keys it walks; 0: an even split; default :func:`default_tree_slack`) and
+    ``combine_block_d`` (columns per program of the split combine, a power of two; default up to 4096 / splits)."""
+
+    block_m: int | None = None
+    block_n: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    tree_slack: int | None = None
+    combine_block_d: int | None = None
 
 
 @triton.jit
@@ -327,12 +342,7 @@ def tree_attention(
     num_splits: int | None = None,
     max_len: int | None = None,
     out: torch.Tensor | None = None,
-    block_m: int | None = None,
-    block_n: int | None = None,
-    num_warps: int | None = None,
-    num_stages: int | None = None,
-    tree_slack: int | None = None,
-    combine_block_d: int | None = None,
+    launch: AttentionLaunch | None = None,
     validate: bool = True,
     pdl: bool = False,
 ) -> torch.Tensor:
@@ -346,13 +356,16 @@ def tree_attention(
     ``num_splits`` (default :func:`choose_num_splits` over ``max_len``, default the longest ``cache_lens``, one
     host sync) fixes the grid; pass both for CUDA graphs. ``validate`` checks values (slot range, lengths against
     the capacity, finiteness of q and gate) with device-to-host copies: switch it off inside graph capture.
-    Key tiles ``block_n`` of 16, 32 or 64. ``tree_slack`` (default :func:`default_tree_slack`): committed key tiles
-    the last split gives up per tile of tree keys it walks (0: even split). ``combine_block_d``: columns per
-    program of the split combine (power of two, default up to 4096 / splits). ``pdl``: a programmatic dependent
+    ``launch``: an :class:`AttentionLaunch` overriding the default launch (:func:`default_launch`). ``pdl``: a programmatic dependent
     launch where the device supports it (:mod:`~lumotree.optimized.ops.pdl`), which prefetches each split's committed
     K / V into L2 before it waits for the previous kernel; that kernel must not write ``slots``, ``cache_lens`` or
     the committed K / V (:func:`prepare_qkv`, which signals at its start for this, writes only the tree's).
     """
+    if launch is None:
+        launch = AttentionLaunch()
+    if not isinstance(launch, AttentionLaunch):
+        raise TypeError(f"launch must be an AttentionLaunch or None, got {type(launch).__name__}")
+    block_m, block_n, num_warps, num_stages, tree_slack, combine_block_d = launch
     device = q.device
     float_types = (torch.float32, torch.bfloat16, torch.float16)
     check_rank("q", q, 4, float_types, device)
