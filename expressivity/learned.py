@@ -122,7 +122,7 @@ def build(spec: ModelSpec, seed: int = 0):
             k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + EPS)
             g = -torch.exp(self.A_log) * F.softplus(x @ self.w_a.T + self.dt_bias)  # [B, T, H]
             beta = torch.sigmoid(x @ self.w_b.T) * (2.0 if spec.allow_neg_eigval else 1.0)  # [B, T, H]
-            # the chain closed form (DESIGN.md section 2 on a path, S0 = 0): one triangular solve, no time loop
+            # the chain closed form (the tree closed form on a path, S0 = 0): one triangular solve, no time loop
             q, k, v = (u.transpose(1, 2) for u in (q, k, v))  # [B, H, T, K|V]
             cum = g.transpose(1, 2).cumsum(-1)  # [B, H, T] log Gamma
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()

@@ -128,7 +128,7 @@ def test_tests_use_public_names_and_benchmarks_stay_apart():
 #: development history in product text: sessions, numbered runs and issues, lab folders, work logs
 HISTORY = re.compile(
     r"\bsessions?\b|\bruns? [0-9]+\b|\bissues? #?[0-9]+\b|bench/results|\bNOTES-|(?-i:\bRESULTS\.md\b)"
-    r"|development log|\bwork ?log\b|\bprobe scripts?\b",
+    r"|development log|\bwork ?log\b|\bprobe scripts?\b|DESIGN\.md",
     re.I,
 )
 #: phrases of the product itself that the pattern above would take for history
@@ -147,7 +147,7 @@ def history_lines(path: Path, dates: bool) -> list[str]:
 
 def test_no_development_history_in_docs_or_product_code():
     """Docs and code state what the code does and its current numbers; git keeps the history. Code carries no dates
-    (a docs table names the date of its measurement)."""
+    (a docs table names the date of its measurement), and neither cites the design notes outside the repository."""
     lines = []
     for path in python_files(*PRODUCT, "bench"):
         lines += history_lines(path, dates=True)

@@ -1,7 +1,7 @@
 """Sampling parameters, counter-based coins, and lossless tree verification batched over requests (torch).
 
 Everything here runs on whatever device its tensors live on (the GPU in the engine, the CPU in the tests) and is the
-batched counterpart of :mod:`lumotree.reference.verify` (DESIGN.md §5):
+batched counterpart of :mod:`lumotree.reference.verify`:
 
 - **Greedy**: node i is accepted iff its token is the argmax at its parent and its parent is accepted; the deepest
   accepted node wins and the argmax there is the next pending token. All nodes of all requests are checked at once;
@@ -509,7 +509,7 @@ def verify_sampling(
     variant: str,
     proposal: torch.Tensor | None = None,
 ) -> VerifyOutcome:
-    """Lossless recursive rejection sampling on B trees (DESIGN.md §5), batched over requests.
+    """Lossless recursive rejection sampling on B trees, batched over requests.
 
     ``probs: [B, N, V]`` the target distribution at every node (see :func:`target_probs`); ``coins: [B, D + 1]``
     uniforms (``coins[b, 1 + d]`` tests draw d, ``coins[b, 0]`` draws the final token); ``variant`` in

@@ -102,12 +102,17 @@ def load_weights(config: Any, tensors: Mapping[str, Any], device: torch.device, 
     if "linear_attention" in config.layer_types:
         gs = config.gdn_spec()
         gdn_dims = (gs.num_k_heads, gs.num_v_heads, gs.head_k_dim, gs.head_v_dim, gs.conv_kernel)
+        for key, value in (("linear_key_head_dim", gs.head_k_dim), ("linear_value_head_dim", gs.head_v_dim)):
+            if not 16 <= value <= 256 or value & (value - 1):
+                raise ValueError(f"config key {key!r} = {value}: the GDN kernels need a power of two in [16, 256] "
+                                 "(the reference backend takes any size)")
         qkvz_perm, ba_perm = gdn_row_orders(gs.num_k_heads, gs.num_v_heads, gs.head_k_dim, gs.head_v_dim)
     if "full_attention" in config.layer_types:
         spec = config.attention_spec()
         attn_dims = (spec.num_heads, spec.num_kv_heads, spec.head_dim)
         if spec.rotary_dim == 0:
-            raise ValueError("rotary_dim = 0 (partial_rotary_factor = 0) is not supported by the fused RoPE kernel")
+            raise ValueError("config key 'partial_rotary_factor' = 0 (no RoPE): the optimized attention kernels rotate "
+                             "at least one pair (the reference backend takes it)")
         inv_freq = rope_inv_freq(spec.rotary_dim, spec.rope_theta, device)  # [rd / 2]
     layers: list[GDNLayerWeights | AttentionLayerWeights] = []
     mlps: list[MLPWeights] = []

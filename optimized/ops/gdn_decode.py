@@ -9,8 +9,8 @@ SiLU, and the conv state shifted by one row in place (:func:`lumotree.reference.
 
     y[c] = act(sum_{t < W-1} weight[c, t] state[t, c] + weight[c, W-1] x[c]),    state <- (state[1:], x)
 
-:func:`gdn_decode` (one program per (request, value head, V block)): gates, L2 norms and the delta rule
-(DESIGN.md §2) with the state tile ``S [K, BV]`` read once from the pool by slot and written back in place::
+:func:`gdn_decode` (one program per (request, value head, V block)): gates, L2 norms and the delta rule with the state
+tile ``S [K, BV]`` read once from the pool by slot and written back in place::
 
     g = -exp(A_log) softplus(a + dt_bias),  alpha = exp(g),  beta = sigmoid(b)  (2 sigmoid(b): allow_neg_eigval)
     q = scale l2norm(q),  k = l2norm(k)       (value head hv reads q/k head hv // (HV // H))
