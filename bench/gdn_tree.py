@@ -4,7 +4,8 @@ K = V = 128), one GPU, against flash-linear-attention and the baselines engines 
 For every (B requests, N nodes, tree kind) it times, with CUDA-graph replay and the median of
 ``triton.testing.do_bench``, side by side in one run:
 
-- ``deferred``: one step in steady state (tensor-core precision, ``tf32``) of :func:`lumotree.optimized.ops.gdn_tree.gdn_tree_verify` with
+- ``deferred``: one step in steady state (tensor-core precision, ``tf32``) of
+  :func:`lumotree.optimized.ops.gdn_tree.gdn_tree_verify` with
   ``pending`` (the previous step's recorded commit applied while the state is streamed) plus
   :func:`~lumotree.optimized.ops.gdn_tree.gdn_tree_commit` with ``pending`` (the accepted path recorded); the
   dispatch takes the fused sm_90 kernel where :func:`~lumotree.optimized.ops.gdn_tree.fused_preferred` (``path``
@@ -186,7 +187,7 @@ def deferred_fns(x: dict) -> tuple:
 def closed_form64(x: dict, pool64: torch.Tensor, sub: int):
     """Float64 outputs and factors of the first ``sub`` requests from the states ``pool64`` (indexed by slot)."""
     args = [x[n][:sub].double() for n in ("q", "k", "v", "g", "beta")]
-    return R.gdn_tree_closed_form_ref(*args, pool64, x["slots"][:sub], x["parents"][:sub], use_qk_l2norm=True)
+    return R.gdn_tree_closed_form_ref(*args, pool64, x["slots"][:sub], x["parents"][:sub], use_qk_l2norm_in_kernel=True)
 
 
 def inplace_errors(x: dict, mode: str, sub: int) -> tuple[float, float]:
@@ -269,7 +270,7 @@ def fla_errors(x: dict, ar, branch, paths, sub: int = 2) -> tuple[float, float]:
 def pernode_fn(x: dict):
     levels = [tuple(t.to(DEVICE) for t in lv) for lv in R.tree_levels(x["parents"])]
     return lambda: R.gdn_tree_pernode_ref(x["q"], x["k"], x["v"], x["g"], x["beta"], x["pool"], x["slots"],
-                                         x["parents"], use_qk_l2norm=True, levels=levels, return_states=False)
+                                         x["parents"], use_qk_l2norm_in_kernel=True, levels=levels, return_states=False)
 
 
 # -------------------------------------------------------------------------------------------------------------- main

@@ -249,7 +249,8 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
             tensors = random_tensors(config, args.seed, _device(), _dtype(args))
     draft_layers = [int(x) for x in args.draft_layers.split(",") if x.strip()] if args.drafter == "draft-model" else []
     if draft_layers and max(draft_layers) >= config.num_hidden_layers:
-        raise UsageError(f"--draft-layers {args.draft_layers!r}: the model has layers 0..{config.num_hidden_layers - 1}")
+        raise UsageError(f"--draft-layers {args.draft_layers!r}: the model has layers "
+                         f"0..{config.num_hidden_layers - 1}")
     if backend == "reference":
         from lumotree.reference.model import HybridModel, weights_from_tensors
 

@@ -182,7 +182,8 @@ def test_conv_bad_input():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_qwen_channels(dtype):
     rng = np.random.default_rng(5)
-    rows = [build_tree_parents(kind, n, rng) for kind, n in [("random", 64), ("chain", 128), ("star", 9), ("single", 1)]]
+    shapes = [("random", 64), ("chain", 128), ("star", 9), ("single", 1)]
+    rows = [build_tree_parents(kind, n, rng) for kind, n in shapes]
     case = make_conv_case(rows, C=8192, width=4, seed=2, dtype=dtype)
     out = CT.tree_conv(case["x"], case["weight"], case["pool"], case["slots"], case["parents"],
                        num_nodes=case["num_nodes"])

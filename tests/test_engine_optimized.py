@@ -247,7 +247,8 @@ def test_gpu_sampling_is_lossless_on_device():
 @pytest.mark.gpu
 def test_gpu_long_speculative_run_memory_and_state_drift():
     """10^4 decode steps of tree speculation on one request (bf16 weights, fp32 GDN state; trees of 4 nodes):
-    device memory flat after warm-up; then the GDN state is compared with a float64 replay of the same tokens through the reference model built
+    device memory flat after warm-up; then the GDN state is compared with a float64 replay of the same tokens through
+    the reference model built
     from the same (bf16-rounded) weights; the relative Frobenius drift is reported and bounded. The GDN layer comes
     first, so its state depends on the tokens alone and the replay runs that layer only (a one-layer reference model
     with the same weights)."""

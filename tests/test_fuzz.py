@@ -192,7 +192,7 @@ def test_kernels_at_the_gate_edges_match_float64(log_decay, beta, seed):
                            case["parents"], num_nodes=case["num_nodes"], use_qk_l2norm_in_kernel=True)
     want, _ = R.gdn_tree_closed_form_ref(*[case[n].double() for n in ("q", "k", "v", "a", "b")],
                                          torch.nan_to_num(case["pool"].double()), case["slots"], case["parents"],
-                                         num_nodes=case["num_nodes"], use_qk_l2norm=True)
+                                         num_nodes=case["num_nodes"], use_qk_l2norm_in_kernel=True)
     n = case["num_nodes"]
     got = torch.cat([o[b, : int(n[b])] for b in range(2)])
     ref = torch.cat([want[b, : int(n[b])] for b in range(2)])

@@ -26,7 +26,7 @@ def float64_step(case, accepted, *, l2norm=True):
     args = [case[n].double() for n in ("q", "k", "v", "a", "b")]
     pool64 = torch.nan_to_num(case["pool"].double())
     o, f = R.gdn_tree_closed_form_ref(*args, pool64, case["slots"], case["parents"], num_nodes=case["num_nodes"],
-                                      use_qk_l2norm=l2norm)
+                                      use_qk_l2norm_in_kernel=l2norm)
     states = R.gdn_tree_commit_ref(pool64, case["slots"], f, case["parents"], accepted, num_nodes=case["num_nodes"])
     return o, states
 

@@ -152,7 +152,7 @@ def test_gpu_fused_step_matches_float64(kind, sized, norm):
     pool64 = torch.zeros(pool.shape, dtype=torch.float64, device="cuda")
     pool64[slots.long()] = s1
     want_o, want_f = R.gdn_tree_closed_form_ref(*(t.double() for t in args2), pool64, slots, parents,
-                                                use_qk_l2norm=norm, **sizes)
+                                                use_qk_l2norm_in_kernel=norm, **sizes)
     assert rel_err(o2, want_o) < 3e-3
     assert f2.delta.dtype == torch.float16  # the values the outputs' product used
     assert rel_err(f2.delta, want_f.delta) < 2e-3

@@ -447,7 +447,7 @@ def test_torch_baselines_match_reference(rows, group, seed):
     case = make_case(rows, H=1, group=group, seed=seed, device="cpu")
     case = {n: (t.double() if t.is_floating_point() else t) for n, t in case.items()}
     args = (case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"], case["slots"], case["parents"])
-    kw = dict(num_nodes=case["num_nodes"], use_qk_l2norm=True)
+    kw = dict(num_nodes=case["num_nodes"], use_qk_l2norm_in_kernel=True)
     o_node, states = R.gdn_tree_pernode_ref(*args, **kw)
     o_branch = R.gdn_tree_branch_ref(*args, **kw)
     o_closed, factors = R.gdn_tree_closed_form_ref(*args, **kw)
@@ -597,7 +597,7 @@ def test_gpu_qwen_shapes_error_bounds(precision, tol, gated, large_batch_config)
                                case["dt_bias"].double(), True) if gated else (case["a"], case["b"]))
     args = [case[n].double() for n in ("q", "k", "v")] + [g.double(), beta.double(), case["pool"].double()]
     ref_o, ref_f = R.gdn_tree_closed_form_ref(*args, case["slots"], case["parents"], num_nodes=case["num_nodes"],
-                                              use_qk_l2norm=True)
+                                              use_qk_l2norm_in_kernel=True)
     real = torch.arange(o.shape[1], device=o.device)[None, :] < case["num_nodes"][:, None]
     assert rel_err(o[real], ref_o[real]) < tol
     assert rel_err(factors.delta[real], ref_f.delta[real]) < tol
@@ -807,7 +807,7 @@ def test_gpu_bf16_inputs_within_2x_of_torch_bf16():
     case = make_case(rows, **QWEN, seed=4, dtype=torch.bfloat16)
     o, _ = run_verify(case, l2norm=True, gated=False, precision="tf32")
     args = [case[n] for n in ("q", "k", "v", "a", "b")]
-    kw = dict(num_nodes=case["num_nodes"], use_qk_l2norm=True)
+    kw = dict(num_nodes=case["num_nodes"], use_qk_l2norm_in_kernel=True)
     ref_o, _ = R.gdn_tree_closed_form_ref(*[a.double() for a in args], case["pool"].double(), case["slots"],
                                           case["parents"], **kw)
     bf16_o, _ = R.gdn_tree_pernode_ref(*[a.bfloat16() for a in args], case["pool"].bfloat16(), case["slots"],
@@ -827,7 +827,7 @@ def test_gpu_k_split_commit_error_bounds(precision, tol):
     o, factors = run_verify(case, l2norm=True, gated=False, precision=precision)
     args = [case[n].double() for n in ("q", "k", "v", "a", "b", "pool")]
     ref_o, ref_f = R.gdn_tree_closed_form_ref(*args, case["slots"], case["parents"], num_nodes=case["num_nodes"],
-                                              use_qk_l2norm=True)
+                                              use_qk_l2norm_in_kernel=True)
     real = torch.arange(o.shape[1], device=o.device)[None, :] < case["num_nodes"][:, None]
     assert rel_err(o[real], ref_o[real]) < tol
     assert rel_err(factors.delta[real], ref_f.delta[real]) < tol

@@ -77,7 +77,7 @@ def factors_of(case, l2norm: bool):
     case["a"] = case["a"] / 20
     return R.gdn_tree_closed_form_ref(case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"],
                                       case["slots"], case["parents"], num_nodes=case["num_nodes"],
-                                      use_qk_l2norm=l2norm)[1]
+                                      use_qk_l2norm_in_kernel=l2norm)[1]
 
 
 def true_states(pool, pending, slots):

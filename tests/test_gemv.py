@@ -85,7 +85,8 @@ def test_split_k_is_deterministic_and_reuses_its_scratch(config):
         assert torch.equal(first, again)  # bit-identical: fixed-order split-K sum
     assert {k: v[0].data_ptr() for k, v in G.split_k_scratch_cache().items()} == scratch  # cached, not reallocated
     assert _counters_zero()
-    assert any(k[2:] == (4, 100, config.block_n, config.split_k) for k in G.split_k_scratch_cache())  # (M, N, block_n, split)
+    # keys (device type, index, M, N, block_n, split)
+    assert any(k[2:] == (4, 100, config.block_n, config.split_k) for k in G.split_k_scratch_cache())
 
 
 def test_split_k_scratch_counters_start_at_zero():

@@ -62,7 +62,8 @@ def test_package_map():
     for package, modules in PACKAGE_MAP.items():
         folder = ROOT / package
         assert (folder / "__init__.py").is_file(), f"{package} is not a package"
-        have = {p.stem for p in folder.glob("*.py")} | {p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
+        have = {p.stem for p in folder.glob("*.py")}
+        have |= {p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
         assert modules <= have, f"{package} lacks {sorted(modules - have)}"
     stray = sorted(p.name for p in (ROOT / "optimized").glob("*.py") if p.name != "__init__.py")
     assert not stray, f"modules outside the runtime's packages: {stray}"

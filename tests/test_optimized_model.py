@@ -91,7 +91,8 @@ def test_verify_commit_then_decode_equals_plain_decode(tiny):
     for pool in (*opt.caches.state_pools, *opt.caches.conv_pools):  # the two slots hold the same GDN and conv states
         np.testing.assert_allclose(pool[1].numpy(), pool[3].numpy(), atol=1e-5)
     L = opt.cache_length(1)
-    np.testing.assert_allclose(opt.caches.k_pools[0][1, :, :L].numpy(), opt.caches.k_pools[0][3, :, :L].numpy(), atol=1e-5)
+    k_pool = opt.caches.k_pools[0]
+    np.testing.assert_allclose(k_pool[1, :, :L].numpy(), k_pool[3, :, :L].numpy(), atol=1e-5)
 
 
 def test_commit_is_one_launch_per_kind_of_cache_for_all_layers(monkeypatch):
@@ -162,7 +163,8 @@ def test_speculate_greedy_equals_verify_accept_commit(monkeypatch):
         for pool in (*opt.caches.state_pools, *opt.caches.conv_pools):
             np.testing.assert_allclose(pool[pair].numpy(), pool[pair + 2].numpy(), atol=1e-6)
         L = opt.cache_length(pair)
-        np.testing.assert_allclose(opt.caches.k_pools[0][pair, :, :L].numpy(), opt.caches.k_pools[0][pair + 2, :, :L].numpy(),
+        k_pool = opt.caches.k_pools[0]
+        np.testing.assert_allclose(k_pool[pair, :, :L].numpy(), k_pool[pair + 2, :, :L].numpy(),
                                    atol=1e-6)
     with pytest.raises(ValueError, match="num_nodes"):
         opt.speculate_greedy(_slots(2, 3), tokens, parents, torch.tensor([9, 5], dtype=torch.int32))

@@ -1,5 +1,6 @@
 """The decoding engine: continuous batching over slots, autoregressive / chain / tree speculation, the verification
-budget, the drafters, lossless verification and sampling, and the end-to-end benchmark (:mod:`~lumotree.optimized.engine.e2e`)."""
+budget, the drafters, lossless verification and sampling, and the end-to-end benchmark
+(:mod:`~lumotree.optimized.engine.e2e`)."""
 
 from .budget import CostProfile, make_budget
 from .drafters import DRAFTERS, Draft, DraftRequest, EngineDrafter, layer_skip_checkpoint, make_drafter

@@ -2,7 +2,8 @@ r"""The GPU path of ``lumotree demo``: the demo's seeded model and drafter throu
 
 Same model as the CPU path (:func:`lumotree.reference.demo.build_target`, converted once with
 :func:`lumotree.optimized.model.from_reference`), same prompt, same drafter kind (the target's own layers as a
-layer-skip draft model with EAGLE-2 style trees, or prompt lookup), decoded by :class:`~lumotree.optimized.engine.Engine`
+layer-skip draft model with EAGLE-2 style trees, or prompt lookup), decoded by
+:class:`~lumotree.optimized.engine.Engine`
 with tree speculation at a fixed tree size (``--tree-budget``), then by the same engine autoregressively. Printed:
 every step's tree size and accepted path (the first trees drawn), the mean accepted length, tokens per second of both
 runs (after a warm-up run that compiles the kernels and captures the CUDA graphs), and the check:

@@ -72,7 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", choices=("bench", "small", "tiny"), default="bench", help="model size")
     parser.add_argument("--batches", type=_positive_int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--acceptance", type=_probability, nargs="+", default=[0.6, 0.8, 0.9])
-    parser.add_argument("--new-tokens", type=_positive_int, default=128, help="tokens each request generates (at least)")
+    parser.add_argument("--new-tokens", type=_positive_int, default=128,
+                        help="tokens each request generates (at least)")
     parser.add_argument("--min-decode-tokens", type=_positive_int, default=2048,
                         help="tokens a run generates in all, at least: small batches generate longer (at B = 1 a "
                              "128-token run has ~25 speculative steps, too few to tell a chain from a tree)")
@@ -86,7 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-draft-model", action="store_true", help="skip the real draft model runs")
     parser.add_argument("--device", default=None, help="default: cuda when available")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=_positive_int, default=2, help="timed generations per run (the fastest is kept)")
+    parser.add_argument("--repeats", type=_positive_int, default=2,
+                        help="timed generations per run (the fastest is kept)")
     parser.add_argument("--linear", choices=("cublas", "gemv", "auto"), default="auto",
                         help="decode projections (few rows): cuBLAS, ops.gemv, or whichever replays the B=1 "
                              "(smallest batch) decode step faster (both times recorded)")

@@ -8,8 +8,8 @@ pools (GDN recurrent and conv states, KV) from admission to its end; requests jo
 - **speculative** (``mode="chain"``: one path per request, ``"tree"``: a tree): the drafter proposes a tree rooted at
   each pending token, the budget picks the node bucket N (or falls back to autoregressive), the trees are cut to N,
   the model verifies all of them in one batched pass (logits of every node), the lossless verification of
-  :mod:`lumotree.optimized.engine.sampling` picks each request's accepted path and next token, and the model commits every
-  accepted path in one call.
+  :mod:`lumotree.optimized.engine.sampling` picks each request's accepted path and next token, and the model commits
+  every accepted path in one call.
 
 Per request, the context is ``prompt + output``; its last token is *pending* (sampled, not yet run through the
 model), so the model's cache holds ``context[:-1]``. The first output token comes from the prompt's prefill.
@@ -91,8 +91,8 @@ class Engine:
     - ``drafter``: an :class:`~lumotree.optimized.engine.drafters.EngineDrafter` (required for chain / tree).
     - ``budget``: ``"expected"`` (maximise expected tokens/s from confidences), ``"ratio"`` (baseline rule, ``eps``),
       ``"fixed"`` (always ``max_nodes``), or a :class:`~lumotree.optimized.engine.budget.BudgetPolicy`.
-    - ``profile``: a :class:`~lumotree.optimized.engine.budget.CostProfile` or a JSON path; None measures one at start-up
-      when the budget needs it (:meth:`measure_profile`).
+    - ``profile``: a :class:`~lumotree.optimized.engine.budget.CostProfile` or a JSON path; None measures one at
+      start-up when the budget needs it (:meth:`measure_profile`).
     - ``max_batch``: most requests decoded at once (default: the model's slots); more wait in the queue.
     """
 

@@ -17,7 +17,8 @@ __all__ = ["TargetModel", "ReferenceTarget", "OptimizedTarget"]
 @runtime_checkable
 class TargetModel(Protocol):
     """What the engine needs from a model. Slots index the cache pools; the engine passes ``slots`` and decode
-    ``tokens`` as host tensors and ``trees`` as a :class:`~lumotree.optimized.engine.sampling.TreeBatch` on the host (node i
+    ``tokens`` as host tensors and ``trees`` as a :class:`~lumotree.optimized.engine.sampling.TreeBatch` on the host
+    (node i
     at position ``cache_length + depth(i)``); a model moves what it needs. ``accepted`` may live on either side.
 
     - ``prefill(slot, tokens) -> [V]``: reset the slot, run ``tokens``, return the logits after the last one.
@@ -27,7 +28,8 @@ class TargetModel(Protocol):
     - ``release(slot)``: the slot is free again.
 
     Optional: ``speculate_greedy(slots [B], trees) -> VerifyOutcome`` (on the host): ``verify``, greedy acceptance
-    (:func:`~lumotree.optimized.engine.sampling.verify_greedy`) and ``commit`` of the accepted nodes in one call. A model
+    (:func:`~lumotree.optimized.engine.sampling.verify_greedy`) and ``commit`` of the accepted nodes in one call. A
+    model
     that has it runs a greedy speculative step with it (fused: fewer launches); without it the engine makes the three
     calls.
     """

@@ -17,7 +17,8 @@ __all__ = ["add_rmsnorm", "silu_mul", "step_prologue", "launch_opts"]
 @triton.jit
 def _add_rmsnorm_kernel(h_ptr, delta_ptr, w_ptr, out_ptr, D, eps, HAS_DELTA: tl.constexpr, BLOCK: tl.constexpr,
                         PDL: tl.constexpr):
-    """One program per token row: ``h += delta`` (rounded to h's dtype, in place), ``out = h rsqrt(mean h^2 + eps) w``."""
+    """One program per token row: ``h += delta`` (rounded to h's dtype, in place), ``out = h rsqrt(mean h^2 + eps)
+    w``."""
     allow_dependents(PDL)  # the GEMV after it may launch now (ops.pdl)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)  # [BLOCK]

@@ -96,7 +96,8 @@ def check_tensor(
     if t.ndim != len(shape) or any(e is not None and s != e for s, e in zip(t.shape, shape)):
         raise ValueError(f"{name} has shape {tuple(t.shape)}, expected [{dims}] = {tuple(shape)}")
     if t.dtype not in dtypes:
-        raise TypeError(f"{name} has dtype {t.dtype}, expected one of {[str(d).removeprefix('torch.') for d in dtypes]}")
+        names = [str(d).removeprefix("torch.") for d in dtypes]
+        raise TypeError(f"{name} has dtype {t.dtype}, expected one of {names}")
     check_device(name, t, device)
     if contiguous and not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (strides {t.stride()})")

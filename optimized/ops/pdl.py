@@ -5,7 +5,8 @@ previous kernel has completed and its writes are visible) before it touches any 
 
 In this project :func:`~lumotree.optimized.ops.gemv.small_batch_linear` is launched with PDL (its programs then sit
 resident at the wait when the previous kernel ends: the B = 1 decode step of the bench model replays in 1583 instead
-of 1629 us on the H200; prefetching weight tiles into L2 before the wait made it slower, 1669-1960 us). The kernels that precede it in a decode step call :func:`allow_dependents`
+of 1629 us on the H200; prefetching weight tiles into L2 before the wait made it slower, 1669-1960 us). The kernels
+that precede it in a decode step call :func:`allow_dependents`
 at their start, so that the GEMV can launch under their tail; a GEMV signals before its own wait at decode sizes
 and after it for tree steps (``gemv.EARLY_TRIGGER_MAX_ROWS``: a chain of tree-step GEMVs all resident and waiting
 made the B = 16 decode step 7 % slower). Two more kernels are PDL-launched where it measured faster, each moving

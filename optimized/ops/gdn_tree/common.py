@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 import torch
 
-from ..checks import (FLOAT_DTYPES, MAX_NODES, check_node_index, check_sizes, check_slots, check_tensor, check_tree_rows,
-                      tma_possible)
+from ..checks import (FLOAT_DTYPES, MAX_NODES, check_node_index, check_sizes, check_slots, check_tensor,
+                      check_tree_rows, tma_possible)
 from ..tree_meta import check_meta, tree_metadata
 
 __all__ = ["TreeFactors", "OutputGate", "GATE_PIECE", "PRECISIONS", "check_factors", "check_commit_tree",

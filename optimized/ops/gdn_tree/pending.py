@@ -3,7 +3,8 @@ r"""Deferred GDN tree commits: the accepted path recorded per pool slot, applied
 :func:`~lumotree.optimized.ops.gdn_tree.gdn_tree_commit` rebuilds the accepted node's state in place:
 ``S_a = Gamma_a S0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j delta_j^T``, one read and one write of every state.
 A verify that streams the state anyway can apply that update to each chunk as it reads it, and write it back, so
-the commit's own pass over the state goes (:func:`~lumotree.optimized.ops.gdn_tree.fused.fused_verify`). Between the two, the
+the commit's own pass over the state goes (:func:`~lumotree.optimized.ops.gdn_tree.fused.fused_verify`). Between the
+two, the
 update is held here, per pool slot, in the form that verify reads::
 
     S_true = gamma_a S + kpt dp        kpt = K^_p^T  [K, PATH] per key head,  dp = diag(w) Delta_p  [PATH, V]

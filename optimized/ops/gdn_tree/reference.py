@@ -59,14 +59,14 @@ def tree_levels(parents: torch.Tensor, num_nodes: torch.Tensor | None = None) ->
     return out
 
 
-def _prepare(q, k, g, beta, use_qk_l2norm):
-    if use_qk_l2norm:
+def _prepare(q, k, g, beta, use_qk_l2norm_in_kernel):
+    if use_qk_l2norm_in_kernel:
         q, k = l2norm_ref(q), l2norm_ref(k)
     return q, k, torch.exp(g), beta
 
 
 def gdn_tree_pernode_ref(q, k, v, g, beta, state_pool, slots, parents, *, num_nodes=None, scale=None,
-                         use_qk_l2norm=False, levels=None, return_states=True):
+                         use_qk_l2norm_in_kernel=False, levels=None, return_states=True):
     """Tree definition with one state per node, level by level: returns ``(o [B, N, HV, V], states)``.
 
     ``states``: ``[B, N, HV, K, V]`` (padding zeros) with ``return_states``, else the list of per-level
@@ -79,7 +79,7 @@ def gdn_tree_pernode_ref(q, k, v, g, beta, state_pool, slots, parents, *, num_no
     group = HV // H
     scale = K**-0.5 if scale is None else scale
     dtype = torch.promote_types(q.dtype, state_pool.dtype)
-    q, k, alpha, beta = _prepare(q.to(dtype), k.to(dtype), g.to(dtype), beta.to(dtype), use_qk_l2norm)
+    q, k, alpha, beta = _prepare(q.to(dtype), k.to(dtype), g.to(dtype), beta.to(dtype), use_qk_l2norm_in_kernel)
     v = v.to(dtype)
     S0 = state_pool[slots.long()].to(dtype)  # [B, HV, K, V]
     o = torch.zeros((B, N, HV, V), dtype=dtype, device=q.device)  # [B, N, HV, V]
@@ -104,7 +104,7 @@ def gdn_tree_pernode_ref(q, k, v, g, beta, state_pool, slots, parents, *, num_no
 
 
 def gdn_tree_branch_ref(q, k, v, g, beta, state_pool, slots, parents, *, num_nodes=None, scale=None,
-                        use_qk_l2norm=False):
+                        use_qk_l2norm_in_kernel=False):
     """Branch by branch: every root-to-leaf path re-run from ``S0`` as a chain (all branches stepped together).
 
     Returns ``o [B, N, HV, V]`` (a node's output from the first branch through it; padding zeros).
@@ -114,7 +114,7 @@ def gdn_tree_branch_ref(q, k, v, g, beta, state_pool, slots, parents, *, num_nod
     group = HV // H
     scale = K**-0.5 if scale is None else scale
     dtype = torch.promote_types(q.dtype, state_pool.dtype)
-    q, k, alpha, beta = _prepare(q.to(dtype), k.to(dtype), g.to(dtype), beta.to(dtype), use_qk_l2norm)
+    q, k, alpha, beta = _prepare(q.to(dtype), k.to(dtype), g.to(dtype), beta.to(dtype), use_qk_l2norm_in_kernel)
     v = v.to(dtype)
     branches = [(b, tree.path(leaf)) for b, tree in enumerate(token_trees(parents, num_nodes)) for leaf in tree.leaves]
     L, T = len(branches), max(len(p) for _, p in branches)
@@ -142,7 +142,7 @@ def gdn_tree_branch_ref(q, k, v, g, beta, state_pool, slots, parents, *, num_nod
 
 
 def gdn_tree_closed_form_ref(q, k, v, g, beta, state_pool, slots, parents, *, num_nodes=None, scale=None,
-                             use_qk_l2norm=False):
+                             use_qk_l2norm_in_kernel=False):
     """The closed form with dense torch ops per request: returns ``(o, TreeFactors)`` like the kernel (padding 0)."""
     B, N, H, K = q.shape
     HV, V = v.shape[2:]
@@ -150,7 +150,7 @@ def gdn_tree_closed_form_ref(q, k, v, g, beta, state_pool, slots, parents, *, nu
     scale = K**-0.5 if scale is None else scale
     dtype = torch.promote_types(q.dtype, state_pool.dtype)
     k_raw = k
-    q, k, _, beta = _prepare(q.to(dtype), k.to(dtype), g.to(dtype), beta.to(dtype), use_qk_l2norm)
+    q, k, _, beta = _prepare(q.to(dtype), k.to(dtype), g.to(dtype), beta.to(dtype), use_qk_l2norm_in_kernel)
     g, v = g.to(dtype), v.to(dtype)
     o = torch.zeros((B, N, HV, V), dtype=dtype, device=q.device)
     delta = torch.zeros((B, N, HV, V), dtype=dtype, device=q.device)
@@ -171,14 +171,15 @@ def gdn_tree_closed_form_ref(q, k, v, g, beta, state_pool, slots, parents, *, nu
         dl = torch.linalg.solve_triangular(eye + A, rhs, upper=False, unitriangular=True)  # [HV, n, V]
         oh = scale * (torch.exp(lg)[..., None] * (Qh @ S0) + (Qh @ Kh.transpose(1, 2) * D) @ dl)  # [HV, n, V]
         o[b, :n], delta[b, :n], log_gamma[b, :n] = oh.transpose(0, 1), dl.transpose(0, 1), lg.T
-    k_rnorm = torch.rsqrt((k_raw.to(dtype) ** 2).sum(-1) + 1e-6) if use_qk_l2norm else None
+    k_rnorm = torch.rsqrt((k_raw.to(dtype) ** 2).sum(-1) + 1e-6) if use_qk_l2norm_in_kernel else None
     if k_rnorm is not None and num_nodes is not None:
         k_rnorm = k_rnorm * (torch.arange(N, device=q.device)[None, :] < num_nodes[:, None].to(q.device))[..., None]
     return o, TreeFactors(delta, log_gamma, k_raw, k_rnorm)
 
 
 def gdn_tree_commit_ref(state_pool, slots, factors: TreeFactors, parents, accepted, *, num_nodes=None):
-    """Out of place: ``[B, HV, K, V]`` with ``S_a = Gamma_a S0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j delta_j^T``."""
+    """Out of place: ``[B, HV, K, V]`` with
+    ``S_a = Gamma_a S0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j delta_j^T``."""
     delta, log_gamma, k, k_rnorm = factors
     HV = delta.shape[2]
     group = HV // k.shape[2]

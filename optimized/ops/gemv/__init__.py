@@ -7,6 +7,6 @@ from .kernels import (MAX_NORM_PARTS, MAX_ROWS, MAX_SUM_ROWS, OUT_DTYPES, WIDE_N
 from .linear import (gemv_config, interleave_gate_up, preferred, residual_linear, small_batch_linear, split_k_scratch,
                      split_k_scratch_cache)
 
-__all__ = ["small_batch_linear", "residual_linear", "gemv_config", "preferred", "interleave_gate_up",
-           "split_k_scratch", "split_k_scratch_cache", "GemvConfig", "RowNorm", "ResidualRows", "ConvStep", "TreeConv", "MAX_ROWS",
-           "MAX_SUM_ROWS", "MAX_NORM_PARTS", "WIDE_N", "OUT_DTYPES"]
+__all__ = ["small_batch_linear", "residual_linear", "gemv_config", "preferred", "interleave_gate_up", "split_k_scratch",
+           "split_k_scratch_cache", "GemvConfig", "RowNorm", "ResidualRows", "ConvStep", "TreeConv",
+           "MAX_ROWS", "MAX_SUM_ROWS", "MAX_NORM_PARTS", "WIDE_N", "OUT_DTYPES"]

@@ -76,8 +76,8 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["GemvConfig", "RowNorm", "ResidualRows", "ConvStep", "TreeConv", "MAX_ROWS", "MAX_SUM_ROWS", "MAX_NORM_PARTS",
-           "WIDE_N", "OUT_DTYPES"]
+__all__ = ["GemvConfig", "RowNorm", "ResidualRows", "ConvStep", "TreeConv", "MAX_ROWS", "MAX_SUM_ROWS",
+           "MAX_NORM_PARTS", "WIDE_N", "OUT_DTYPES"]
 
 MAX_ROWS = 64  # the largest M (token rows) the kernel is built for
 MAX_SUM_ROWS = 8  # the broadcast + sum form's limit (its registers grow with M)
@@ -187,7 +187,8 @@ def _tile_product(acc, x, w, seg_rstd, seg_off, IEEE: tl.constexpr, SEGMENTED: t
                   SEG_BLOCK: tl.constexpr):
     """``acc + x w^T`` on the tensor cores (``IEEE``: fp32 FMA). ``SEGMENTED`` (a per-segment :class:`RowNorm`):
     the tile lies in the split's ``seg_off``-th segment, whose factors (column ``seg_off`` of the split's
-    ``seg_rstd [M_PAD, SEG_BLOCK]``) scale its product. Measured slower on the H200: scaling the x tile instead, rounded to x's dtype, so that the accumulation stays on the tensor
+    ``seg_rstd [M_PAD, SEG_BLOCK]``) scale its product. Measured slower on the H200: scaling the x tile instead,
+    rounded to x's dtype, so that the accumulation stays on the tensor
     cores (the model's ``[2048, 4096]`` launch at 64 rows 12 -> 98 us), and two tiles' products formed before
     either is scaled (11.6 -> 14.0 us)."""
     if SEGMENTED:

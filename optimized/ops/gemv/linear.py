@@ -100,7 +100,8 @@ def preferred(M: int, N: int) -> bool:
     cuBLAS: every shape up to :data:`MAX_ROWS` rows. Up to 8 rows (decode) every bench shape measured at least as
     fast as cuBLAS (``bench/gemv.py``); from 9 to 64 rows (tree steps) single projections range from 0.87x
     (``[9216, 2048]``) to 1.16x cuBLAS, and whole tree steps are faster because the residual add + RMSNorm and the
-    tree conv then live in the GEMVs (H200, whole-model verify N = 16 / 32 / 64 at B = 1 in 1700 / 1971 / 2089 us against 1886 / 2025 / 2254 with cuBLAS)."""
+    tree conv then live in the GEMVs (H200, whole-model verify N = 16 / 32 / 64 at B = 1 in 1700 / 1971 / 2089 us
+    against 1886 / 2025 / 2254 with cuBLAS)."""
     return 1 <= M <= MAX_ROWS and N >= 1
 
 

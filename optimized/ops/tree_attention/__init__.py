@@ -6,5 +6,5 @@ from .attention import AttentionLaunch, choose_num_splits, default_launch, defau
 from .kv_commit import kv_commit
 from .prepare import prepare_qkv, rope_inv_freq
 
-__all__ = ["tree_attention", "AttentionLaunch", "prepare_qkv", "rope_inv_freq", "kv_commit", "choose_num_splits", "default_launch",
-           "default_tree_slack"]
+__all__ = ["tree_attention", "AttentionLaunch", "prepare_qkv", "rope_inv_freq", "kv_commit", "choose_num_splits",
+           "default_launch", "default_tree_slack"]

@@ -325,7 +325,8 @@ def default_tree_slack(batch: int, num_nodes: int, num_heads: int, num_kv_heads:
                        num_splits: int) -> int:
     """The default ``tree_slack`` of :func:`tree_attention`: 2 when the committed keys are split (the last split,
     which also walks the tree's keys, gives up two committed tiles per tree tile), else 0. H200, cold KV: at every
-    split point measured 1 and 2 beat the even split, by 0.4-2.1 us (B = 1, N = 64: 36.2 -> 35.6 us over 8k keys, 24.5 -> 22.4 us over 1k)."""
+    split point measured 1 and 2 beat the even split, by 0.4-2.1 us (B = 1, N = 64: 36.2 -> 35.6 us over 8k keys, 24.5
+    -> 22.4 us over 1k)."""
     return 2 if num_splits > 1 else 0
 
 
@@ -356,7 +357,8 @@ def tree_attention(
     ``num_splits`` (default :func:`choose_num_splits` over ``max_len``, default the longest ``cache_lens``, one
     host sync) fixes the grid; pass both for CUDA graphs. ``validate`` checks values (slot range, lengths against
     the capacity, finiteness of q and gate) with device-to-host copies: switch it off inside graph capture.
-    ``launch``: an :class:`AttentionLaunch` overriding the default launch (:func:`default_launch`). ``pdl``: a programmatic dependent
+    ``launch``: an :class:`AttentionLaunch` overriding the default launch (:func:`default_launch`). ``pdl``: a
+    programmatic dependent
     launch where the device supports it (:mod:`~lumotree.optimized.ops.pdl`), which prefetches each split's committed
     K / V into L2 before it waits for the previous kernel; that kernel must not write ``slots``, ``cache_lens`` or
     the committed K / V (:func:`prepare_qkv`, which signals at its start for this, writes only the tree's).
