@@ -175,7 +175,16 @@ def attention_on_trees(ctx: Context) -> Outcome:
                         f"path {path}",
                         counterexample=_attention_counterexample(attention, tree, dims, L, i, idx),
                     )
-            k_new, v_new = attention.kv_commit(x["kc"], x["vc"], x["kt"], x["vt"], tree, i)
+            try:
+                k_new, v_new = attention.kv_commit(x["kc"], x["vc"], x["kt"], x["vt"], tree, i)
+            except (ArithmeticError, ValueError, IndexError) as err:  # the sequential cache is defined
+                return Outcome(
+                    "refuted",
+                    scope,
+                    detail=f"kv_commit(node {i}) raised {type(err).__name__}: {err} where sequential decoding is "
+                    "defined",
+                    counterexample={"tree": list(parents), "cache_length": L, "node": i, "error": repr(err)},
+                )
             k_seq = np.concatenate([x["kc"], x["kt"][path]], axis=0)  # [L + d + 1, Hkv, Dh]
             v_seq = np.concatenate([x["vc"], x["vt"][path]], axis=0)
             for what, got, want_cache in (("keys", k_new, k_seq), ("values", v_new, v_seq)):

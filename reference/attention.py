@@ -28,8 +28,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .numerics import check_finite, check_shape, coerce_inputs, validate_weight_fields
-from .tree import TokenTree
+from .numerics import check_finite, check_scale, check_shape, coerce_inputs, validate_weight_fields
+from .tree import TokenTree, check_tree, node_position, tree_slot
 
 __all__ = [
     "AttentionSpec",
@@ -203,6 +203,7 @@ def tree_attention_core(
     ``e_ij = exp(scale * q_i . k_j)``. Float64 subtracts the row maximum first (the ratio is unchanged); object
     arrays need ``exp`` for their element type (e.g. ``sympy.exp``) and skip the shift.
     """
+    tree = check_tree(tree)
     arrays = coerce_inputs(q=q, k_cache=k_cache, v_cache=v_cache, k_tree=k_tree, v_tree=v_tree)
     q, k_cache, v_cache, k_tree, v_tree = (arrays[n] for n in ("q", "k_cache", "v_cache", "k_tree", "v_tree"))
     N = tree.num_nodes
@@ -218,6 +219,7 @@ def tree_attention_core(
     for name, a in arrays.items():
         check_finite(name, a)
     exact = q.dtype == object
+    check_scale(scale, exact)
     if exact and exp is None:
         raise TypeError("tree_attention_core on object arrays needs exp= for the element type (e.g. sympy.exp)")
     L = k_cache.shape[0]
@@ -241,10 +243,24 @@ def tree_attention_core(
 
 def kv_commit(k_cache, v_cache, k_tree, v_tree, tree: TokenTree, node: int) -> tuple[np.ndarray, np.ndarray]:
     """Compaction after accepting ``node``: the cache followed by the tree K/V of the path root..node in path order,
-    ``([L + depth(node) + 1, Hkv, Dh], same)``. Rejected nodes are dropped."""
+    ``([L + depth(node) + 1, Hkv, Dh], same)``. Rejected nodes are dropped.
+
+    Done as the kernels do it, in place behind the cache: the tree pass left node j at slot
+    :func:`~lumotree.reference.tree.tree_slot` ``(L, j)``; in path order each path node moves to
+    :func:`~lumotree.reference.tree.node_position` ``(L, depth(j))``, then the cache ends after the accepted node.
+    """
+    tree = check_tree(tree)
     path = tree.path(node)
-    return (np.concatenate([np.asarray(k_cache), np.asarray(k_tree)[path]], axis=0),
-            np.concatenate([np.asarray(v_cache), np.asarray(v_tree)[path]], axis=0))
+    depth = tree.depth
+    length = np.asarray(k_cache).shape[0]
+    keys = np.concatenate([np.asarray(k_cache), np.asarray(k_tree)], axis=0)  # [L + N, Hkv, Dh] slots
+    values = np.concatenate([np.asarray(v_cache), np.asarray(v_tree)], axis=0)
+    for j in path:  # root first: a move never overwrites a slot still to be read (position <= slot)
+        source, destination = tree_slot(length, j), node_position(length, int(depth[j]))
+        keys[destination] = keys[source]
+        values[destination] = values[source]
+    end = node_position(length, int(depth[path[-1]])) + 1
+    return keys[:end].copy(), values[:end].copy()
 
 
 def _project(x: np.ndarray, weights: AttentionWeights, spec: AttentionSpec, positions: np.ndarray):
@@ -267,7 +283,8 @@ def attention_layer_tree(x, weights: AttentionWeights, spec: AttentionSpec, cach
 
     ``x: [N, D]`` normed hidden states. Returns ``(out [N, D], AttentionTreeRecord)``.
     """
-    positions = cache.length + tree.depth  # [N]
+    tree = check_tree(tree)
+    positions = node_position(cache.length, tree.depth)  # [N]
     query, gate, key, value = _project(x, weights, spec, positions)
     o = tree_attention_core(query, cache.keys, cache.values, key, value, tree, spec.scale)  # [N, Hq, Dh]
     gated = o.reshape(o.shape[0], -1) * (0.5 * (1.0 + np.tanh(0.5 * gate)))  # [N, Hq Dh], o * sigmoid(gate)

@@ -19,6 +19,9 @@ Closed form (all nodes at once), with path products ``Gamma_i = prod_{j in path(
     O     = scale * (diag(Gamma) Q S0 + (Q K^T ⊙ D) Delta)
     S_i   = Gamma_i S0 + sum_{j in path(i)} (Gamma_i / Gamma_j) k_j delta_j^T
 
+Nothing here divides by a path product: ``Gamma_i / Gamma_j`` is always formed as the product of the alphas on the
+path strictly below j, so a decay of exactly 0 (or one that underflows in float64) is handled like any other.
+
 Derivation: with ``delta_i := beta_i (v_i - alpha_i S_{parent(i)}^T k_i)`` the recurrence reads
 ``S_i = alpha_i S_{parent(i)} + k_i delta_i^T``; unrolling along the path gives ``S_i`` above, and substituting it
 back into ``delta_i`` gives row i of the triangular system. See ``docs/closed-form.md`` and the proofs in
@@ -33,8 +36,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .numerics import check_finite, check_range, check_shape, coerce_inputs, default_scale, validate_weight_fields
-from .tree import TokenTree
+from .numerics import (
+    check_finite,
+    check_range,
+    check_scale,
+    check_shape,
+    coerce_inputs,
+    default_scale,
+    validate_weight_fields,
+)
+from .tree import TokenTree, check_tree
 
 __all__ = [
     "GDNFactors",
@@ -52,12 +63,15 @@ class GDNFactors(NamedTuple):
     """Token-level factors of a verified tree: all a commit needs besides ``S0``.
 
     ``delta: [N, HV, V]`` the solved update vectors, ``gamma: [N, HV]`` the path decay ``Gamma_i`` (the GPU keeps
-    ``log Gamma``), ``k: [N, H, K]`` the (normalised) keys as used.
+    ``log Gamma``), ``k: [N, H, K]`` the (normalised) keys as used, ``alpha: [N, HV]`` each node's own decay (the
+    commit multiplies these along the path instead of dividing path products; the GPU has them as the differences
+    of ``log Gamma`` along an edge).
     """
 
     delta: np.ndarray
     gamma: np.ndarray
     k: np.ndarray
+    alpha: np.ndarray
 
 
 def check_gdn_inputs(
@@ -72,9 +86,13 @@ def check_gdn_inputs(
         raise ValueError(f"q has {N} tokens but the tree has {num_nodes} nodes")
     if N == 0:
         raise ValueError("q has no tokens (N = 0)")
+    if H == 0 or K == 0:
+        raise ValueError(f"q has shape {tuple(q.shape)}: H (q/k heads) and K (key dim) must be at least 1")
     check_shape("k", k, (N, H, K), "N, H, K")
     check_shape("v", v, (N, None, None), "N, HV, V")
     HV, V = v.shape[1], v.shape[2]
+    if HV == 0 or V == 0:
+        raise ValueError(f"v has shape {tuple(v.shape)}: HV (value heads) and V (value dim) must be at least 1")
     if HV % H != 0:
         raise ValueError(f"v has HV = {HV} value heads, not a multiple of H = {H} q/k heads (GVA)")
     check_shape("alpha", alpha, (N, HV), "N, HV")
@@ -87,8 +105,8 @@ def check_gdn_inputs(
     exact = q.dtype == object
     if scale is None:
         scale = default_scale(K, exact)
-    elif exact and isinstance(scale, float):
-        raise TypeError("scale is a float but the inputs are exact; pass a Fraction or an exact expression")
+    else:
+        check_scale(scale, exact)
     return arrays, scale
 
 
@@ -121,6 +139,7 @@ def chain(q, k, v, alpha, beta, S0, scale=None):
 
 def tree_recurrent(q, k, v, alpha, beta, S0, tree: TokenTree, scale=None):
     """The tree definition: node i steps from its parent's state. Returns ``(o [N, HV, V], states [N, HV, K, V])``."""
+    tree = check_tree(tree)
     a, scale = check_gdn_inputs(q, k, v, alpha, beta, S0, scale, num_nodes=tree.num_nodes)
     q, k, v, alpha, beta, S0 = (a[n] for n in ("q", "k", "v", "alpha", "beta", "S0"))
     N, H, K = q.shape
@@ -144,6 +163,7 @@ def path_decay(alpha: np.ndarray, tree: TokenTree) -> tuple[np.ndarray, np.ndarr
     ``D_ij = prod_{l in path(i) \\ path(j)} alpha_l`` for j an ancestor of i (inclusive), else 0. ``D_ij`` equals
     ``gamma_i / gamma_j`` but is computed without division, so it is a polynomial in alpha.
     """
+    tree = check_tree(tree)
     N = tree.num_nodes
     gamma = np.empty(N, dtype=alpha.dtype)
     D = _zeros((N, N), alpha)
@@ -162,6 +182,7 @@ def tree_closed_form(q, k, v, alpha, beta, S0, tree: TokenTree, scale=None):
     Per value head: ``A = diag(beta)(K K^T ⊙ D ⊙ M°)``, ``Delta = (I + A)^{-1} diag(beta)(V - diag(Gamma) K S0)`` by
     forward substitution over ancestors, ``O = scale (diag(Gamma) Q S0 + (Q K^T ⊙ D) Delta)``.
     """
+    tree = check_tree(tree)
     a, scale = check_gdn_inputs(q, k, v, alpha, beta, S0, scale, num_nodes=tree.num_nodes)
     q, k, v, alpha, beta, S0 = (a[n] for n in ("q", "k", "v", "alpha", "beta", "S0"))
     N, H, _ = q.shape
@@ -185,34 +206,42 @@ def tree_closed_form(q, k, v, alpha, beta, S0, tree: TokenTree, scale=None):
         o[:, h] = (gamma_h[:, None] * (Qh @ S0[h]) + ((Qh @ Kh.T) * D) @ delta_h) * scale
         delta[:, h] = delta_h
         gamma[:, h] = gamma_h
-    return o, GDNFactors(delta=delta, gamma=gamma, k=k.copy())
+    return o, GDNFactors(delta=delta, gamma=gamma, k=k.copy(), alpha=alpha.copy())
 
 
 def commit(S0, factors: GDNFactors, tree: TokenTree, node: int):
     """The state of ``node`` rebuilt from ``S0`` and the factors on its path:
     ``S = Gamma_a S0 + sum_{j in path(a)} (Gamma_a / Gamma_j) k_j delta_j^T``. Returns ``[HV, K, V]``.
+
+    ``Gamma_a / Gamma_j`` is formed as the product of ``factors.alpha`` over the path nodes strictly below j (walking
+    the path from ``a`` up), never as a quotient: exact for every alpha in ``[0, 1]``, including 0, and a polynomial
+    in the inputs on exact number systems; in float64 a decay that underflows gives 0, not 0 / 0.
     """
-    delta, gamma, k = factors
-    arrays = coerce_inputs(S0=S0, delta=delta, gamma=gamma, k=k)
-    S0, delta, gamma, k = (arrays[n] for n in ("S0", "delta", "gamma", "k"))
+    tree = check_tree(tree)
+    if not isinstance(factors, GDNFactors):
+        raise TypeError(f"factors must be the GDNFactors of tree_closed_form, got {type(factors).__name__}")
+    arrays = coerce_inputs(S0=S0, delta=factors.delta, gamma=factors.gamma, k=factors.k, alpha=factors.alpha)
+    S0, delta, gamma, k, alpha = (arrays[n] for n in ("S0", "delta", "gamma", "k", "alpha"))
     N = tree.num_nodes
     check_shape("factors.delta", delta, (N, None, None), "N, HV, V")
     HV, V = delta.shape[1:]
     check_shape("factors.gamma", gamma, (N, HV), "N, HV")
+    check_shape("factors.alpha", alpha, (N, HV), "N, HV")
     check_shape("factors.k", k, (N, None, None), "N, H, K")
     H, K = k.shape[1:]
-    if HV % H != 0:
+    if H == 0 or HV % H != 0:
         raise ValueError(f"factors.delta has HV = {HV} value heads, not a multiple of H = {H} (factors.k)")
     check_shape("S0", S0, (HV, K, V), "HV, K, V")
     group = HV // H
     path = tree.path(node)
-    a = path[-1]
     S = _zeros((HV, K, V), S0)
     for h in range(HV):
-        acc = S0[h] * gamma[a, h]
-        for j in path:
-            acc = acc + np.outer(k[j, h // group], delta[j, h]) * (gamma[a, h] / gamma[j, h])
-        S[h] = acc
+        acc = _zeros((K, V), S0)
+        below = 1  # prod of alpha over the path nodes after j: Gamma_a / Gamma_j
+        for j in reversed(path):
+            acc = acc + np.outer(k[j, h // group], delta[j, h]) * below
+            below = alpha[j, h] * below
+        S[h] = acc + S0[h] * below  # below = Gamma_a
     return S
 
 
@@ -432,6 +461,7 @@ def conv_window_index(tree: TokenTree, kernel: int) -> np.ndarray:
     input. Row i lists node i's window oldest first: its ``W - 1`` nearest ancestors, then i itself; past the root the
     window continues into the conv state (the root's parent is the last committed token).
     """
+    tree = check_tree(tree)
     if isinstance(kernel, bool) or not isinstance(kernel, int) or kernel < 1:
         raise ValueError(f"kernel = {kernel!r} must be a positive integer")
     N = tree.num_nodes
@@ -448,6 +478,7 @@ def conv_window_index(tree: TokenTree, kernel: int) -> np.ndarray:
 
 
 def _conv_sources(inputs, conv_state, tree: TokenTree):
+    check_tree(tree)
     arrays = coerce_inputs(inputs=inputs, conv_state=conv_state)
     inputs, conv_state = arrays["inputs"], arrays["conv_state"]
     check_shape("inputs", inputs, (tree.num_nodes, None), "N, C")
@@ -494,6 +525,7 @@ def gdn_layer_inputs(x: np.ndarray, weights: GDNWeights, spec: GDNLayerSpec, con
     Returns ``(conv_inputs [N, C], q [N, H, K], k [N, H, K], v [N, HV, V], z [N, HV, V], alpha [N, HV],
     beta [N, HV])``: everything the core and the output gate need (q and k l2-normalised, q not yet scaled).
     """
+    tree = check_tree(tree)
     x = np.asarray(x, dtype=np.float64)
     check_shape("x", x, (tree.num_nodes, spec.hidden_size), "N, D")
     check_finite("x", x)

@@ -12,7 +12,7 @@ Writing rule for code that must run on z3 terms: put the array on the left of ev
 from __future__ import annotations
 
 from fractions import Fraction
-from math import isqrt
+from math import isfinite, isqrt
 from numbers import Real
 from typing import Any
 
@@ -24,6 +24,7 @@ __all__ = [
     "check_shape",
     "check_finite",
     "check_range",
+    "check_scale",
     "default_scale",
     "validate_weight_fields",
 ]
@@ -90,6 +91,18 @@ def check_range(name: str, a: np.ndarray, low: Any, high: Any, *, low_open: bool
             if not ok:
                 lb = "(" if low_open else "["
                 raise ValueError(f"{name}{list(idx)} = {x} is outside {lb}{low}, {high}]")
+
+
+def check_scale(scale: Any, exact: bool, name: str = "scale") -> None:
+    """Raise unless ``scale`` is a usable real: ``TypeError`` for a bool, a complex number, an array, or a float with
+    exact inputs (it would silently lose exactness); ``ValueError`` for a NaN or infinite float."""
+    if isinstance(scale, (bool, np.bool_, complex, np.complexfloating, np.ndarray, str, bytes)):
+        raise TypeError(f"{name} = {scale!r} must be a real scalar")
+    if isinstance(scale, (float, np.floating)):
+        if exact:
+            raise TypeError(f"{name} is a float but the inputs are exact; pass a Fraction or an exact expression")
+        if not isfinite(scale):
+            raise ValueError(f"{name} = {scale} is not finite")
 
 
 def default_scale(head_dim: int, exact: bool) -> Any:

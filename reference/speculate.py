@@ -57,10 +57,21 @@ class Sampling:
             )
 
     def probabilities(self, logits: np.ndarray) -> np.ndarray:
-        """``softmax(logits / temperature)`` along the last axis, float64 (``[..., vocab]``)."""
-        z = np.asarray(logits, dtype=np.float64) / self.temperature  # [..., vocab]
-        z = z - z.max(axis=-1, keepdims=True)
-        e = np.exp(z)  # [..., vocab]
+        """``softmax(logits / temperature)`` along the last axis, float64 (``[..., vocab]``).
+
+        The row maximum is subtracted *before* dividing by the temperature, so no temperature overflows: where
+        ``(logit - max) / temperature`` underflows to ``-inf`` the probability is 0, and a temperature so small that
+        every other logit vanishes gives the greedy limit (all mass on the maximum, split evenly between exact ties).
+        ``logits`` holding NaN or ``+inf``, or a row without a finite entry, raise ``ValueError``.
+        """
+        x = np.asarray(logits, dtype=np.float64)  # [..., vocab]
+        if np.isnan(x).any() or np.isposinf(x).any():
+            raise ValueError("logits contain NaN or +inf")
+        top = x.max(axis=-1, keepdims=True)  # [..., 1]
+        if not np.isfinite(top).all():
+            raise ValueError("logits have a row without a finite entry (every token masked to -inf)")
+        with np.errstate(over="ignore", under="ignore"):
+            e = np.exp((x - top) / self.temperature)  # [..., vocab] in [0, 1], 1 at the maximum
         return e / e.sum(axis=-1, keepdims=True)
 
 

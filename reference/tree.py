@@ -22,7 +22,11 @@ __all__ = [
     "ancestor_row",
     "ancestor_words",
     "mask_bit",
+    "child_depth",
+    "node_position",
+    "tree_slot",
     "validate_parents",
+    "check_tree",
     "WORD_BITS",
 ]
 
@@ -59,6 +63,20 @@ def validate_parents(parents: Sequence[int] | np.ndarray, name: str = "parents")
             )
         out.append(p)
     return tuple(out)
+
+
+def check_tree(tree: object, name: str = "tree") -> TokenTree:
+    """``tree`` itself if it is a :class:`TokenTree`, else ``TypeError`` naming ``name`` (a bare parent array is not
+    accepted where a tree is expected: wrap it as ``TokenTree(parents)``)."""
+    if not isinstance(tree, TokenTree):
+        raise TypeError(f"{name} must be a TokenTree (e.g. TokenTree(parents)), got {type(tree).__name__}")
+    return tree
+
+
+def _tree_size(name: str, n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, Integral) or n < 1:
+        raise ValueError(f"{name} = {n!r} must be a positive integer (a tree has at least its root)")
+    return int(n)
 
 
 def random_parents(n: int, rng: np.random.Generator, max_children: int = 4) -> list[int]:
@@ -121,6 +139,23 @@ def mask_bit(words: Sequence[Sequence[int]], i: int, j: int, word_bits: int = WO
     return (words[i][j // word_bits] >> (j % word_bits)) & 1
 
 
+def child_depth(parent_depth):
+    """``depth(i) = depth(parent(i)) + 1``; the root has depth 0. One step of :attr:`TokenTree.depth`."""
+    return parent_depth + 1
+
+
+def node_position(prefix_len, depth):
+    """The sequence position of a node at ``depth`` below the root, after ``prefix_len`` committed tokens:
+    ``prefix_len + depth`` (its RoPE position, and the cache slot its K/V moves to when its path is committed)."""
+    return prefix_len + depth
+
+
+def tree_slot(prefix_len, node):
+    """The cache slot a tree pass writes node ``node``'s K/V to, after ``prefix_len`` committed tokens:
+    ``prefix_len + node`` (nodes in index order behind the committed cache)."""
+    return prefix_len + node
+
+
 class TokenTree:
     """A validated draft tree, optionally carrying a token id per node.
 
@@ -155,12 +190,14 @@ class TokenTree:
     # ---------------------------------------------------------------- construction
     @classmethod
     def chain(cls, n: int, tokens: Sequence[int] | None = None) -> TokenTree:
-        """A single path of ``n`` nodes."""
+        """A single path of ``n >= 1`` nodes."""
+        n = _tree_size("n", n)
         return cls([-1] + list(range(n - 1)), tokens)
 
     @classmethod
     def star(cls, n: int, tokens: Sequence[int] | None = None) -> TokenTree:
-        """A root with ``n - 1`` children."""
+        """A root with ``n - 1`` children (``n >= 1``)."""
+        n = _tree_size("n", n)
         return cls([-1] + [0] * (n - 1), tokens)
 
     @classmethod
@@ -195,7 +232,7 @@ class TokenTree:
         """``depth[i]``: number of edges from the root (root has depth 0). ``[N]`` int64."""
         d = np.zeros(self.num_nodes, dtype=np.int64)
         for i in range(1, self.num_nodes):
-            d[i] = d[self.parents[i]] + 1
+            d[i] = child_depth(d[self.parents[i]])
         return d
 
     @property
@@ -275,7 +312,12 @@ class TokenTree:
         return f"TokenTree(parents={list(self.parents)}, tokens={list(self.tokens)})"
 
     def render(self, labels: Sequence[str] | None = None) -> str:
-        """An indented text drawing of the tree (one node a line)."""
+        """An indented text drawing of the tree (one node a line); ``labels``: one string per node."""
+        if labels is not None:
+            if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
+                raise TypeError(f"labels must be a sequence of one label per node, got {type(labels).__name__}")
+            if len(labels) != self.num_nodes:
+                raise ValueError(f"labels has {len(labels)} entries but the tree has {self.num_nodes} nodes")
         lines: list[str] = []
 
         def walk(node: int, prefix: str, last: bool, top: bool) -> None:

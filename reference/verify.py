@@ -99,6 +99,8 @@ class RandomCoins:
         self.rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
 
     def bernoulli(self, p: Prob) -> bool:
+        if _is_nan(p):
+            raise ValueError(f"bernoulli(p): p = {p} is not a number")
         if p <= 0:
             return False
         if p >= 1:
@@ -107,8 +109,12 @@ class RandomCoins:
 
     def categorical(self, probs: Distribution) -> int:
         weights = np.array([float(x) for x in probs], dtype=np.float64)  # [vocab]
+        if np.isnan(weights).any():
+            raise ValueError(f"categorical(probs): probs[{int(np.flatnonzero(np.isnan(weights))[0])}] is NaN")
         if weights.ndim != 1 or weights.size == 0 or not np.all(weights >= 0) or weights.sum() <= 0:
             raise ValueError(f"probs must be a non-empty non-negative vector with positive mass, got {list(probs)}")
+        if not np.isfinite(weights.sum()):
+            raise ValueError(f"categorical(probs): probs has infinite mass, got {list(probs)}")
         cumulative = np.cumsum(weights)  # [vocab]
         # first index whose cumulative mass exceeds u: an index of zero weight is never the first
         index = int(np.searchsorted(cumulative, self.rng.random() * cumulative[-1], side="right"))
@@ -145,7 +151,7 @@ class _ReplayCoins:
         return value
 
     def bernoulli(self, p: Prob) -> bool:
-        if p < 0 or p > 1:
+        if _is_nan(p) or p < 0 or p > 1:
             raise ValueError(f"bernoulli(p) needs 0 <= p <= 1, got p = {p}")
         options = [(v, q) for v, q in ((True, p), (False, 1 - p)) if q != 0]
         return self._choose(options)
@@ -153,8 +159,8 @@ class _ReplayCoins:
     def categorical(self, probs: Distribution) -> int:
         options = []
         for i, q in enumerate(probs):
-            if q < 0:
-                raise ValueError(f"categorical(probs): probs[{i}] = {q} is negative")
+            if _is_nan(q) or q < 0:
+                raise ValueError(f"categorical(probs): probs[{i}] = {q} is negative or not a number")
             if q != 0:
                 options.append((i, q))
         if not options:
@@ -204,6 +210,11 @@ def enumerate_outcomes(fn: Callable[[Coins], Hashable]) -> dict[Hashable, Prob]:
 # ---------------------------------------------------------------------------------------------------- validation
 def _is_float(x: Any) -> bool:
     return isinstance(x, (float, np.floating))
+
+
+def _is_nan(x: Any) -> bool:
+    """True for a float NaN (exact numbers are never NaN; ``x != x`` would not be decidable for every type)."""
+    return _is_float(x) and math.isnan(x)
 
 
 _VALIDATED_EXACT: set[tuple] = set()  # exact vectors already found valid (equal values are equally valid)

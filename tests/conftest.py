@@ -29,10 +29,35 @@ settings.register_profile(
     "ci", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], derandomize=True
 )
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# ``pytest --hypothesis-profile=deep``: random (not derandomized) examples, DEEP_FACTOR times as many as each test asks
+# for (at least DEEP_EXAMPLES): the on-demand search for inputs the fixed CI examples miss
+DEEP_FACTOR = 10
+DEEP_EXAMPLES = 200
+settings.register_profile(
+    "deep",
+    max_examples=DEEP_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=False,
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def _deepen(items) -> None:
+    """Under the ``deep`` profile, scale the examples of tests that fix their own ``max_examples``."""
+    scaled = set()
+    for item in items:
+        test = getattr(item, "obj", None)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if own is not None and id(test) not in scaled:  # parametrized items share one test function
+            scaled.add(id(test))
+            examples = max(DEEP_EXAMPLES, DEEP_FACTOR * own.max_examples)
+            test._hypothesis_internal_use_settings = settings(own, max_examples=examples, derandomize=False)
+
+
 def pytest_collection_modifyitems(config, items):
+    if settings.get_current_profile_name() == "deep":
+        _deepen(items)
     if HAS_CUDA:
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (pytest -m gpu on a GPU machine)")

@@ -157,3 +157,24 @@ def test_bad_inputs_name_the_argument():
     weights.q_proj = weights.q_proj[:-1]
     with pytest.raises(ValueError, match=r"AttentionWeights\.q_proj has shape"):
         weights.validate(spec)
+
+
+def test_nan_scale_and_a_parent_list_in_place_of_a_tree_name_the_argument():
+    tree = TokenTree([-1, 0])
+    q, kc, kt = np.zeros((2, 2, 4)), np.zeros((3, 1, 4)), np.zeros((2, 1, 4))
+    with pytest.raises(ValueError, match=r"^scale = nan is not finite$"):
+        attn.tree_attention_core(q, kc, kc, kt, kt, tree, float("nan"))
+    with pytest.raises(TypeError, match=r"^tree must be a TokenTree .*got list$"):
+        attn.tree_attention_core(q, kc, kc, kt, kt, [-1, 0], 0.5)
+    with pytest.raises(TypeError, match=r"^tree must be a TokenTree"):
+        attn.kv_commit(kc, kc, kt, kt, (-1, 0), 1)
+
+
+def test_kv_commit_compacts_in_place_behind_the_cache():
+    """The tree pass leaves node j at slot L + j; each path node moves to L + depth(j), root first, and the cache
+    ends after the accepted node: the same cache as appending the path (a move never clobbers a later source)."""
+    tree = TokenTree([-1, 0, 1, 0, 3, 4, 2, 6])
+    k_cache, k_tree = np.full((3, 1, 1), -1.0), np.arange(8.0).reshape(8, 1, 1)
+    for node in range(8):
+        keys, _ = attn.kv_commit(k_cache, k_cache, k_tree, k_tree, tree, node)
+        assert keys.ravel().tolist() == [-1, -1, -1] + [float(j) for j in tree.path(node)]

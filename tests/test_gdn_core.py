@@ -155,3 +155,71 @@ def test_exact_default_scale():
     inputs = random_gdn_inputs(np.random.default_rng(2), 2, 1, 1, 2, 2, exact=True)
     with pytest.raises(ValueError, match="irrational"):
         gdn.chain(*inputs)
+
+
+# ---------------------------------------------------------------------------------------------------- zero decay
+@pytest.mark.parametrize("exact, decay", [(False, "zero"), (False, "underflow"), (True, "zero")])
+def test_commit_and_closed_form_at_zero_or_underflowing_decay(exact, decay):
+    """alpha = 0 (accepted by the input checks, handled by the recurrence) and alpha = 1e-200 on a short path (whose
+    path product underflows in float64): the commit multiplies alphas along the path and never divides Gamma_a by
+    Gamma_j, which would be 0 / 0 (NaN in float64, ZeroDivisionError with Fractions)."""
+    tree = TokenTree([-1, 0, 1, 1, 3])
+    inputs = list(random_gdn_inputs(np.random.default_rng(3), 5, 1, 2, 2, 2, exact=exact))
+    small = 0 if decay == "zero" else 1e-200
+    alpha = inputs[3].copy()
+    alpha[0, 0] = alpha[1, 1] = alpha[3, 0] = alpha[3, 1] = Fraction(small) if exact else small
+    inputs[3] = alpha
+    scale = Fraction(1, 2) if exact else 0.5
+    o_rec, states = gdn.tree_recurrent(*inputs, tree, scale=scale)
+    o_cf, factors = gdn.tree_closed_form(*inputs, tree, scale=scale)
+    for node in range(tree.num_nodes):
+        S = gdn.commit(inputs[-1], factors, tree, node)
+        if exact:
+            assert (S == states[node]).all()
+        else:
+            assert np.isfinite(S).all() and np.abs(S - states[node]).max() < 1e-12
+    if exact:
+        assert (o_cf == o_rec).all()
+    else:
+        assert np.isfinite(o_cf).all() and np.abs(o_cf - o_rec).max() < 1e-12
+
+
+@pytest.mark.parametrize(
+    "shapes, match",
+    [
+        ({"q": (3, 0, 2), "k": (3, 0, 2)}, r"^q has shape \(3, 0, 2\): H \(q/k heads\) and K"),
+        ({"q": (3, 2, 0), "k": (3, 2, 0), "S0": (4, 0, 2)}, r"^q has shape \(3, 2, 0\): H \(q/k heads\) and K"),
+        ({"v": (3, 0, 2), "alpha": (3, 0), "beta": (3, 0), "S0": (0, 2, 2)}, r"^v has shape \(3, 0, 2\): HV"),
+        ({"v": (3, 4, 0), "S0": (4, 2, 0)}, r"^v has shape \(3, 4, 0\): HV \(value heads\) and V"),
+    ],
+)
+def test_empty_head_or_key_dimensions_name_the_argument(shapes, match):
+    inputs = dict(zip(("q", "k", "v", "alpha", "beta", "S0"), _good()))
+    inputs.update({name: np.zeros(shape) for name, shape in shapes.items()})
+    for run in (lambda: gdn.chain(*inputs.values()), lambda: gdn.tree_closed_form(*inputs.values(), TokenTree.chain(3))):
+        with pytest.raises(ValueError, match=match):
+            run()
+
+
+def test_a_parent_list_in_place_of_a_tree_is_a_type_error():
+    for fn in (gdn.tree_recurrent, gdn.tree_closed_form):
+        with pytest.raises(TypeError, match=r"^tree must be a TokenTree .*got list$"):
+            fn(*_good(), [-1, 0, 1])
+    _, factors = gdn.tree_closed_form(*_good(), TokenTree([-1, 0, 1]))
+    with pytest.raises(TypeError, match=r"^tree must be a TokenTree"):
+        gdn.commit(_good()[-1], factors, [-1, 0, 1], 2)
+    with pytest.raises(TypeError, match=r"^factors must be the GDNFactors"):
+        gdn.commit(_good()[-1], tuple(factors)[:3], TokenTree([-1, 0, 1]), 2)
+    with pytest.raises(TypeError, match=r"^tree must be a TokenTree"):
+        gdn.conv_window_index([-1, 0], 4)
+
+
+@pytest.mark.parametrize("scale, error, match", [(float("nan"), ValueError, r"^scale = nan is not finite$"),
+                                                 (float("inf"), ValueError, r"^scale = inf is not finite$"),
+                                                 (True, TypeError, r"^scale = True must be a real scalar$"),
+                                                 (np.ones(2), TypeError, r"^scale = .* must be a real scalar")])
+def test_a_bad_scale_names_the_argument(scale, error, match):
+    for fn in (lambda: gdn.chain(*_good(), scale=scale), lambda: gdn.tree_closed_form(*_good(), TokenTree.chain(3),
+                                                                                         scale=scale)):
+        with pytest.raises(error, match=match):
+            fn()

@@ -315,3 +315,35 @@ def test_bad_requests_raise_clear_errors():
     with pytest.raises(ValueError, match="not the pending token"):
         speculative_decode(model, WrongRoot(), [0, 1], 3)
     assert speculative_decode(model, NGramDrafter(), [0], 0).tokens == []
+
+
+# ---------------------------------------------------------------------------------------------------- temperature
+@pytest.mark.parametrize("temperature", [1e-300, 5e-324, 1e-305])
+def test_a_vanishing_temperature_samples_greedily(temperature):
+    """logits / temperature would overflow (inf - inf = NaN): the maximum is subtracted first, so the probabilities
+    are the greedy limit, a point mass on the argmax (even split between exact ties), and sampling emits greedy
+    tokens."""
+    sampling = Sampling(temperature)
+    probs = sampling.probabilities(np.array([[1e10, 3e10, -2e10, 3e10], [0.5, -np.inf, 0.25, 0.0]]))
+    np.testing.assert_array_equal(probs, [[0, 0.5, 0, 0.5], [1, 0, 0, 0]])
+    model = TableModel(5, seed=3)
+    greedy = autoregressive_decode(model, [0, 1], 8).tokens
+    assert autoregressive_decode(model, [0, 1], 8, sampling=sampling, coins=RandomCoins(1)).tokens == greedy
+    assert speculative_decode(model, NGramDrafter(), [0, 1, 0, 1], 8, sampling=sampling).tokens == \
+        autoregressive_decode(model, [0, 1, 0, 1], 8).tokens
+
+
+def test_nan_logits_and_nan_probabilities_raise_instead_of_sampling():
+    with pytest.raises(ValueError, match=r"^logits contain NaN"):
+        Sampling(0.7).probabilities(np.array([0.0, np.nan]))
+    with pytest.raises(ValueError, match=r"^logits have a row without a finite entry"):
+        Sampling(0.7).probabilities(np.array([-np.inf, -np.inf]))
+    coins = RandomCoins(0)
+    with pytest.raises(ValueError, match=r"^categorical\(probs\): probs\[1\] is NaN"):
+        coins.categorical([0.5, float("nan"), 0.5])
+    with pytest.raises(ValueError, match=r"^bernoulli\(p\): p = nan"):
+        coins.bernoulli(float("nan"))
+    with pytest.raises(ValueError, match=r"bernoulli\(p\) needs 0 <= p <= 1, got p = nan"):
+        enumerate_outcomes(lambda c: c.bernoulli(float("nan")))
+    with pytest.raises(ValueError, match=r"probs\[0\] = nan is negative or not a number"):
+        enumerate_outcomes(lambda c: c.categorical([float("nan"), 1.0]))

@@ -96,3 +96,29 @@ def test_random_parents_is_a_bounded_topological_tree():
     assert random_parents(50, np.random.default_rng(0), max_children=1) == list(range(-1, 49))  # k = 1: a chain
     with pytest.raises(ValueError, match="n = 0"):
         random_parents(0, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("build, n", [(TokenTree.chain, 0), (TokenTree.chain, -3), (TokenTree.star, 0),
+                                      (TokenTree.chain, 2.0), (TokenTree.star, True)])
+def test_chain_and_star_refuse_sizes_below_one(build, n):
+    with pytest.raises(ValueError, match=rf"^n = {n!r} must be a positive integer"):
+        build(n)
+    assert TokenTree.chain(1) == TokenTree.star(1) == TokenTree([-1])
+
+
+def test_render_needs_one_label_per_node():
+    tree = TokenTree([-1, 0, 0])
+    assert tree.render(["r", "a", "b"]).splitlines() == ["r", "├─ a", "└─ b"]
+    with pytest.raises(ValueError, match=r"^labels has 2 entries but the tree has 3 nodes$"):
+        tree.render(["r", "a"])
+    with pytest.raises(TypeError, match=r"^labels must be a sequence"):
+        tree.render("rab")
+
+
+def test_positions_and_slots_are_prefix_plus_depth_and_index():
+    from lumotree.reference.tree import child_depth, node_position, tree_slot
+
+    tree = TokenTree([-1, 0, 0, 2, 3])
+    assert tree.depth.tolist() == [0, 1, 1, 2, 3] and child_depth(2) == 3
+    assert node_position(7, tree.depth).tolist() == [7, 8, 8, 9, 10]
+    assert [tree_slot(7, i) for i in range(5)] == [7, 8, 9, 10, 11]
