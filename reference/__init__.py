@@ -7,13 +7,12 @@ Everything here is slow, readable and exact. The GDN core runs unchanged on floa
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import Any
 
 from .tree import TokenTree
 
-_SUBMODULES = {
-    "tree", "gdn", "attention", "model", "config", "checkpoint", "verify", "speculate", "numerics", "demo", "drafters"
-}
+_SUBMODULES = frozenset(m.name for m in pkgutil.iter_modules(__path__))
 
 __all__ = ["TokenTree", *sorted(_SUBMODULES)]
 

@@ -11,7 +11,7 @@ Per token (HF ``Qwen3NextAttention``)::
 ``rotary_dim = head_dim * partial_rotary_factor`` channels with HF's ``rotate_half`` convention (pairs
 ``(c, c + rd/2)``), ``inv_freq_m = theta^(-2m / rd)``. Keys are cached after norm and RoPE.
 
-On a tree (DESIGN.md §3) node i sits at position ``prefix_len + depth(i)`` and attends to the whole cache plus its
+On a tree node i sits at position ``prefix_len + depth(i)`` and attends to the whole cache plus its
 ancestors (inclusive ancestor mask). Committing node a appends the K/V of the path root..a to the cache in path
 order (positions ``prefix_len ..``); the other nodes' K/V are dropped. A prefill or decode step is the same code on a
 chain tree.

@@ -101,7 +101,8 @@ class DecoderLayerWeights:
 @dataclass
 class ModelWeights:
     """All weights, float64: ``embed_tokens: [vocab, D]``, ``layers``, final ``norm: [D]`` (zero-centred),
-    ``lm_head: [vocab, D]`` (None when ``tie_word_embeddings``: the embedding is used)."""
+    ``lm_head: [vocab, D]`` (None: the embedding is used, as ``tie_word_embeddings`` asks; a tied checkpoint that
+    stores a different head keeps it, as transformers does)."""
 
     embed_tokens: np.ndarray
     layers: list[DecoderLayerWeights]
@@ -154,7 +155,7 @@ def weights_to_tensors(weights: ModelWeights, config: HybridConfig) -> dict[str,
     """HF tensor name -> array (HF shapes) for every weight."""
     asarray = np.asarray
     out = {"model.embed_tokens.weight": weights.embed_tokens, "model.norm.weight": weights.norm}
-    if not config.tie_word_embeddings:
+    if weights.lm_head is not None:
         out["lm_head.weight"] = weights.lm_head
     for i, layer in enumerate(weights.layers):
         p = _layer_prefix(i)
@@ -187,16 +188,18 @@ def weights_to_tensors(weights: ModelWeights, config: HybridConfig) -> dict[str,
 
 def weights_from_tensors(tensors: dict[str, np.ndarray], config: HybridConfig) -> ModelWeights:
     """Build :class:`ModelWeights` from HF-named tensors. A missing tensor, a wrong shape, a non-finite entry or an
-    unexpected tensor raises ``ValueError`` naming the tensor. With tied embeddings a stored ``lm_head.weight`` must
-    equal the embedding."""
+    unexpected tensor raises ``ValueError`` naming the tensor. With tied embeddings a stored ``lm_head.weight`` that
+    differs from the embedding is kept as the head (what transformers does, with a warning)."""
     expected = hf_tensor_shapes(config)
     for name in sorted(tensors):
         if name in expected or name.startswith(IGNORED_TENSOR_PREFIXES):
             continue
         if name == "lm_head.weight" and config.tie_word_embeddings:
-            if not np.array_equal(tensors[name], tensors.get("model.embed_tokens.weight")):
-                raise ValueError("tensor 'lm_head.weight' differs from 'model.embed_tokens.weight' but "
-                                 "tie_word_embeddings is true")
+            head = np.asarray(tensors[name], dtype=np.float64)
+            if head.shape != (config.vocab_size, config.hidden_size):
+                raise ValueError(f"tensor 'lm_head.weight' has shape {list(head.shape)}, expected "
+                                 f"{[config.vocab_size, config.hidden_size]}")
+            check_finite("tensor 'lm_head.weight'", head)
             continue
         raise ValueError(f"unexpected tensor {name!r} in the checkpoint (not part of this config's model)")
     for name, shape in expected.items():
@@ -242,7 +245,9 @@ def weights_from_tensors(tensors: dict[str, np.ndarray], config: HybridConfig) -
             block = dense(f"{p}.mlp")
         layers.append(DecoderLayerWeights(get(f"{p}.input_layernorm.weight"), mixer,
                                           get(f"{p}.post_attention_layernorm.weight"), block))
-    lm_head = None if config.tie_word_embeddings else get("lm_head.weight")
+    lm_head = get("lm_head.weight") if "lm_head.weight" in tensors else None  # tied: a stored head is kept
+    if lm_head is not None and config.tie_word_embeddings and np.array_equal(lm_head, get("model.embed_tokens.weight")):
+        lm_head = None
     return ModelWeights(get("model.embed_tokens.weight"), layers, get("model.norm.weight"), lm_head)
 
 
@@ -250,8 +255,8 @@ def _validated_weights(weights: ModelWeights, config: HybridConfig) -> ModelWeig
     """Hand-built weights checked (shapes, finiteness; errors name the HF tensor) and copied to float64 arrays."""
     if len(weights.layers) != config.num_hidden_layers:
         raise ValueError(f"weights.layers has {len(weights.layers)} layers, config says {config.num_hidden_layers}")
-    if config.tie_word_embeddings != (weights.lm_head is None):
-        raise ValueError("weights.lm_head must be None exactly when config.tie_word_embeddings is true")
+    if not config.tie_word_embeddings and weights.lm_head is None:
+        raise ValueError("weights.lm_head is None but config.tie_word_embeddings is false")
     for i, (kind, layer) in enumerate(zip(config.layer_types, weights.layers)):
         want_mixer = GDNWeights if kind == "linear_attention" else AttentionWeights
         want_mlp = MoEWeights if config.is_moe_layer(i) else MLPWeights

@@ -81,7 +81,7 @@ def _tree_size(name: str, n: object) -> int:
 
 def random_parents(n: int, rng: np.random.Generator, max_children: int = 4) -> list[int]:
     """Parents of a random ``n``-node tree in topological order: node i picks a uniform parent among 0..i-1 that has
-    fewer than ``max_children`` children (the benchmarks' random tree, as in DESIGN.md's anchors)."""
+    fewer than ``max_children`` children (the benchmarks' random tree)."""
     if n < 1 or max_children < 1:
         raise ValueError(f"n = {n} and max_children = {max_children} must be >= 1")
     parents, kids = [-1], [0]

@@ -25,11 +25,9 @@ tree's shape does not depend on the target's randomness. Three proposal variants
 - ``"deterministic"``: the children are chosen without randomness (top-k of ``Q_u``, an n-gram lookup, ...), so
   ``Q_c`` is the point mass at ``x_c``: accept with probability ``R(x_c)``; on rejection zero ``R(x_c)``, renormalise.
 
-**Random coins are passed in** (:class:`Coins`): ``bernoulli(p) -> bool`` and ``categorical(probs) -> int``.
-:class:`RandomCoins` draws them from a seeded numpy generator; :func:`enumerate_outcomes` runs a function under every
-coin outcome and returns the exact distribution of its results. With the drafting side (:func:`draw_tree`) and the
-composition helpers (:func:`step_distribution`, :func:`speculative_distribution`, :func:`autoregressive_distribution`)
-this is what ``lumotree.proofs`` uses to check losslessness exactly on rational distributions.
+**Random coins are passed in** (:mod:`~lumotree.reference.coins`): sampled, or enumerated exactly. With the drafting
+side (:func:`draw_tree`) and the composition helpers (:func:`step_distribution`, :func:`speculative_distribution`,
+:func:`autoregressive_distribution`) this is what ``lumotree.proofs`` uses to check losslessness exactly.
 
 Probabilities may be Python floats / float64 arrays (sums checked to 1e-9) or exact numbers (``Fraction``, sympy
 numbers; sums checked exactly). Comparisons must be decidable, so sympy expressions with free symbols are refused.
@@ -38,185 +36,27 @@ numbers; sums checked exactly). Comparisons must be decidable, so sympy expressi
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
+from .coins import FLOAT_SUM_TOLERANCE, Coins, RandomCoins, enumerate_outcomes, is_float
 from .tree import TokenTree, validate_parents
 
-__all__ = [
-    "VARIANTS",
-    "Coins",
-    "RandomCoins",
-    "enumerate_outcomes",
-    "DraftProposal",
-    "VerifyResult",
-    "check_distribution",
-    "argmax",
-    "residual",
-    "verify_greedy",
-    "verify_sampling",
-    "verify_sampling_lossy_unnormalised_residual",
-    "DraftBuilder",
-    "draw_tree",
-    "speculative_step",
-    "step_distribution",
-    "speculative_distribution",
-    "autoregressive_distribution",
-]
+__all__ = ["VARIANTS", "Coins", "RandomCoins", "enumerate_outcomes", "DraftProposal", "VerifyResult",
+           "check_distribution", "argmax", "residual", "verify_greedy", "verify_sampling",
+           "verify_sampling_lossy_unnormalised_residual", "DraftBuilder", "draw_tree", "speculative_step",
+           "step_distribution", "speculative_distribution", "autoregressive_distribution"]
 
 VARIANTS = ("iid", "without_replacement", "deterministic")
-FLOAT_SUM_TOLERANCE = 1e-9
 
 Prob = Any  # float, Fraction, sympy number: anything with +, -, *, / and decidable comparisons
 Distribution = Sequence[Prob]
 
 
-# ---------------------------------------------------------------------------------------------------- coins
-@runtime_checkable
-class Coins(Protocol):
-    """The source of randomness of verification and drafting.
-
-    ``bernoulli(p)`` returns True with probability ``p``; ``categorical(probs)`` returns index i with probability
-    ``probs[i]`` (``probs`` sums to 1). Implementations: :class:`RandomCoins`, and the replaying coins inside
-    :func:`enumerate_outcomes`.
-    """
-
-    def bernoulli(self, p: Prob) -> bool: ...
-
-    def categorical(self, probs: Distribution) -> int: ...
-
-
-class RandomCoins:
-    """Coins from a seeded ``numpy.random.Generator`` (exact probabilities are converted to float to draw).
-
-    A coin with ``p <= 0`` or ``p >= 1`` and an index with probability 0 are never drawn, whatever the generator says.
-    """
-
-    def __init__(self, seed: int | np.random.Generator = 0):
-        self.rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-
-    def bernoulli(self, p: Prob) -> bool:
-        if _is_nan(p):
-            raise ValueError(f"bernoulli(p): p = {p} is not a number")
-        if p <= 0:
-            return False
-        if p >= 1:
-            return True
-        return bool(self.rng.random() < float(p))
-
-    def categorical(self, probs: Distribution) -> int:
-        weights = np.array([float(x) for x in probs], dtype=np.float64)  # [vocab]
-        if np.isnan(weights).any():
-            raise ValueError(f"categorical(probs): probs[{int(np.flatnonzero(np.isnan(weights))[0])}] is NaN")
-        if weights.ndim != 1 or weights.size == 0 or not np.all(weights >= 0) or weights.sum() <= 0:
-            raise ValueError(f"probs must be a non-empty non-negative vector with positive mass, got {list(probs)}")
-        if not np.isfinite(weights.sum()):
-            raise ValueError(f"categorical(probs): probs has infinite mass, got {list(probs)}")
-        cumulative = np.cumsum(weights)  # [vocab]
-        # first index whose cumulative mass exceeds u: an index of zero weight is never the first
-        index = int(np.searchsorted(cumulative, self.rng.random() * cumulative[-1], side="right"))
-        if index >= weights.size:  # u rounded up onto the total mass
-            index = int(np.flatnonzero(weights > 0)[-1])
-        return index
-
-
-class _ReplayCoins:
-    """Coins that follow a recorded prefix of branch choices, then take the first option at every new branch point.
-
-    Every call is a branch point with its options of positive probability; the product of the chosen options'
-    probabilities is the weight of the run.
-    """
-
-    def __init__(self, prefix: list[int]):
-        self.prefix = prefix
-        self.choices: list[int] = []
-        self.counts: list[int] = []
-        self.weight: Prob = 1
-
-    def _choose(self, options: list[tuple[Any, Prob]]) -> Any:
-        k = len(self.choices)
-        choice = self.prefix[k] if k < len(self.prefix) else 0
-        if choice >= len(options):
-            raise RuntimeError(
-                "the enumerated function is not deterministic given its coins: a replayed branch point has fewer "
-                "options than when it was first seen"
-            )
-        self.choices.append(choice)
-        self.counts.append(len(options))
-        value, prob = options[choice]
-        self.weight = self.weight * prob
-        return value
-
-    def bernoulli(self, p: Prob) -> bool:
-        if _is_nan(p) or p < 0 or p > 1:
-            raise ValueError(f"bernoulli(p) needs 0 <= p <= 1, got p = {p}")
-        options = [(v, q) for v, q in ((True, p), (False, 1 - p)) if q != 0]
-        return self._choose(options)
-
-    def categorical(self, probs: Distribution) -> int:
-        options = []
-        for i, q in enumerate(probs):
-            if _is_nan(q) or q < 0:
-                raise ValueError(f"categorical(probs): probs[{i}] = {q} is negative or not a number")
-            if q != 0:
-                options.append((i, q))
-        if not options:
-            raise ValueError("categorical(probs): probs has no positive entry")
-        return self._choose(options)
-
-
-def enumerate_outcomes(fn: Callable[[Coins], Hashable]) -> dict[Hashable, Prob]:
-    """The exact distribution of ``fn(coins)`` over every outcome of its coins: ``{outcome: probability}``.
-
-    Depth-first over the tree of branch points by replay: each run follows a recorded prefix of choices and extends it
-    with first options; the next run advances the deepest branch point that has options left. Zero-probability
-    branches are never explored, outcomes that coincide are summed. ``fn`` must be deterministic given its coins and
-    return a hashable outcome. Cost: one run of ``fn`` per distinct coin path.
-
-    For exact probabilities the result sums to exactly 1 (checked: a ``categorical`` fed an unnormalised vector
-    raises here), for floats to 1e-9.
-    """
-    distribution: dict[Hashable, Prob] = {}
-    prefix: list[int] = []
-    while True:
-        coins = _ReplayCoins(prefix)
-        outcome = fn(coins)
-        try:
-            hash(outcome)
-        except TypeError as exc:
-            raise TypeError(f"fn must return a hashable outcome, got {type(outcome).__name__}") from exc
-        distribution[outcome] = distribution.get(outcome, 0) + coins.weight
-        level = len(coins.choices) - 1
-        while level >= 0 and coins.choices[level] + 1 >= coins.counts[level]:
-            level -= 1
-        if level < 0:
-            break
-        prefix = coins.choices[:level] + [coins.choices[level] + 1]
-    total = sum(distribution.values())
-    if _is_float(total):
-        ok = abs(total - 1) <= FLOAT_SUM_TOLERANCE
-    else:
-        ok = total == 1
-    if not ok:
-        raise RuntimeError(
-            f"enumerated outcome probabilities sum to {total}, not 1: a coin was given an unnormalised distribution"
-        )
-    return distribution
-
-
 # ---------------------------------------------------------------------------------------------------- validation
-def _is_float(x: Any) -> bool:
-    return isinstance(x, (float, np.floating))
-
-
-def _is_nan(x: Any) -> bool:
-    """True for a float NaN (exact numbers are never NaN; ``x != x`` would not be decidable for every type)."""
-    return _is_float(x) and math.isnan(x)
-
-
 _VALIDATED_EXACT: set[tuple] = set()  # exact vectors already found valid (equal values are equally valid)
 _VALIDATED_EXACT_LIMIT = 1 << 16
 
@@ -242,14 +82,14 @@ def check_distribution(name: str, probs: Any, vocab_size: int | None = None) -> 
     if not values:
         raise ValueError(f"{name} is empty")
     key = None
-    if not _is_float(values[0]):  # exact vectors recur across the enumerator's replays: validate each once
+    if not is_float(values[0]):  # exact vectors recur across the enumerator's replays: validate each once
         try:
             key = tuple(values)
             if key in _VALIDATED_EXACT:
                 return values
         except TypeError:  # unhashable elements: validate every time
             key = None
-    floats = [_is_float(x) for x in values]
+    floats = [is_float(x) for x in values]
     if any(floats) and not all(floats):
         i = floats.index(False) if floats[0] else floats.index(True)
         raise TypeError(
@@ -291,7 +131,7 @@ def _check_rows(name: str, rows: Any, num_rows: int, vocab_size: int | None = No
     for i in range(num_rows):
         out.append(check_distribution(f"{name}[{i}]", rows[i], vocab_size))
         vocab_size = len(out[-1])
-    if any(_is_float(r[0]) for r in out) and not all(_is_float(r[0]) for r in out):
+    if any(is_float(r[0]) for r in out) and not all(is_float(r[0]) for r in out):
         raise TypeError(f"{name} mixes float rows and exact rows; use one number system")
     return out
 
@@ -314,7 +154,7 @@ def residual(R: Sequence[Prob], Q: Sequence[Prob]) -> list[Prob]:
     excess = [max(0, r - q) for r, q in zip(R, Q)]
     total = sum(excess)
     if total == 0:
-        if _is_float(total) or any(_is_float(r) for r in R):
+        if is_float(total) or any(is_float(r) for r in R):
             return list(R)
         raise ValueError("residual: R equals Q, so a rejection has probability 0 and no residual exists")
     return [x / total for x in excess]

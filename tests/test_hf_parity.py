@@ -191,3 +191,28 @@ def test_long_speculative_run_equals_transformers_greedy(tmp_path, capsys):
     result = json.loads(out.read_text())
     assert result["results"][0]["tokens"] == want
     assert result["summary"]["speculative_steps"] >= 100 and result["summary"]["mean_accepted"] > 0
+
+
+def test_tied_config_with_a_stored_head_keeps_the_head_in_both_backends(tmp_path):
+    """A checkpoint with ``tie_word_embeddings: true`` that stores an ``lm_head.weight`` different from the
+    embedding: transformers keeps the stored head (with a warning); so do the reference and the optimized model."""
+    from safetensors.torch import load_file, save_file
+
+    from lumotree.optimized.model import load_pretrained as load_optimized
+
+    sizes = {**BASE, "linear_key_head_dim": 16, "linear_value_head_dim": 16}  # the kernels' smallest head
+    config = transformers.Qwen3NextConfig(**sizes, **HF_CONFIGS["dense-gva2-tied-interval2"])
+    torch.manual_seed(0)
+    hf_model = transformers.Qwen3NextForCausalLM(config)
+    randomise(hf_model, seed=4)
+    hf_model.save_pretrained(tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    tensors["lm_head.weight"] = torch.randn(VOCAB, BASE["hidden_size"], generator=torch.Generator().manual_seed(9))
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    prompt = np.random.default_rng(5).integers(0, VOCAB, 6)
+    want = hf_logits(tmp_path, torch.float64, prompt, [])[-1]
+    ours = load_pretrained(tmp_path)
+    assert max_rel_error(our_logits(ours, prompt, [])[-1:], want[None]) < PARITY_BOUND
+    opt = load_optimized(tmp_path, num_slots=1, max_seq_len=16, max_nodes=8, graphs=False, dtype=torch.float32)
+    got = opt.prefill(0, prompt.tolist()).double().numpy()
+    assert max_rel_error(got[None], want[None]) < 1e-4
