@@ -12,7 +12,8 @@ from typing import Any
 from .tree import TokenTree
 
 _SUBMODULES = {
-    "tree", "gdn", "attention", "model", "config", "checkpoint", "verify", "speculate", "numerics", "demo", "drafters"
+    "tree", "gdn", "attention", "model", "config", "checkpoint", "verify", "speculate", "numerics", "demo", "drafters",
+    "solve",
 }
 
 __all__ = ["TokenTree", *sorted(_SUBMODULES)]
