@@ -91,3 +91,15 @@ def test_symbolic_lossless_counterexample_is_a_distribution_where_the_rule_fails
                                     example["variant"])
     first = example["emitted"][0]
     assert sum(p for emitted, p in step.items() if emitted[0] == first) != target_row[first]
+
+
+def test_the_symbolic_sweep_refutes_the_lossy_verifier_at_vocabulary_three():
+    """At vocabulary 2 the residual after a rejection is a point mass and the lossy verifier is lossless; at 3 the
+    symbolic sweep finds the region where it is not, with a distribution in it."""
+    from lumotree.proofs.lossless_symbolic import prove_template
+    from lumotree.reference import verify
+
+    lossy = "verify_sampling_lossy_unnormalised_residual"
+    assert prove_template(verify, (-1, 0, 0), 2, "iid", lossy)[0] == "proved"
+    status, _, example = prove_template(verify, (-1, 0, 0), 3, "iid", lossy)
+    assert status == "refuted" and example["distributions at the node"]
