@@ -57,11 +57,16 @@ class Reference:
     ancestor_row: Callable[..., Any]  # (parent_row, node, word_bits) -> row
     mask_bit: Callable[..., Any]  # (words, i, j, word_bits) -> 0 | 1
     depth: Callable[[Any], Any]  # tree -> [N] depths
-    # the layer parts (reference/gdn.py layer part, reference/attention.py) and verification (reference/verify.py)
-    # are looked up by name in these modules; None while the module does not exist
+    # the layer parts (reference/gdn.py layer part, reference/attention.py), verification (reference/verify.py), the
+    # solve schedules (reference/solve.py), the tree module (reference/tree.py: the word fold, depth and position
+    # arithmetic) and the hybrid model (reference/model.py) are looked up by name in these modules; None while the
+    # module does not exist
     layer: Any = None
     attention: Any = None
     verify: Any = None
+    solve: Any = None
+    tree: Any = None
+    model: Any = None
 
     def need(self, field_name: str) -> Any:
         """The named field, or raise :class:`Unavailable` if that part of the reference does not exist yet."""
@@ -103,6 +108,9 @@ def default_reference() -> Reference:
         layer=gdn,
         attention=_optional_module("lumotree.reference.attention"),
         verify=_optional_module("lumotree.reference.verify"),
+        solve=_optional_module("lumotree.reference.solve"),
+        tree=tree,
+        model=_optional_module("lumotree.reference.model"),
     )
 
 
@@ -170,21 +178,23 @@ class CheckSpec:
     claim: str
     expected: str
     docs: str
+    weight: float = 1.0  # relative run time: worker processes start the heaviest checks first
 
 
 REGISTRY: dict[str, CheckSpec] = {}
 
 
-def check(name: str, *, claim: str, expected: str = "proved", docs: str = "") -> Callable:
+def check(name: str, *, claim: str, expected: str = "proved", docs: str = "", weight: float = 1.0) -> Callable:
     """Register a check under ``name`` (``family/part``). ``claim`` states what it establishes; ``expected`` is the
-    status the project expects (``refuted`` for a deliberately wrong variant); ``docs`` the page deriving it."""
+    status the project expects (``refuted`` for a deliberately wrong variant); ``docs`` the page deriving it;
+    ``weight`` its relative run time (parallel runs start the heaviest first)."""
     if expected not in STATUSES:
         raise ValueError(f"expected = {expected!r} is not one of {STATUSES}")
 
     def register(func: Callable[[Context], Outcome]) -> Callable[[Context], Outcome]:
         if name in REGISTRY:
             raise ValueError(f"check {name!r} registered twice")
-        REGISTRY[name] = CheckSpec(name=name, func=func, claim=claim, expected=expected, docs=docs)
+        REGISTRY[name] = CheckSpec(name=name, func=func, claim=claim, expected=expected, docs=docs, weight=weight)
         return func
 
     return register
@@ -192,7 +202,10 @@ def check(name: str, *, claim: str, expected: str = "proved", docs: str = "") ->
 
 def _load_checks() -> None:
     """Import the modules that register checks."""
-    from . import gdn_checks, index_checks, layer_checks, verify_checks  # noqa: F401
+    # registry order (the order `lumotree prove` lists and runs them): the GDN core, its solve, every tree size, the
+    # index arithmetic, the layers, the code around them, verification
+    from . import gdn_checks, solve_checks, induction_checks, index_checks  # noqa: F401, I001
+    from . import layer_checks, conformance_checks, verify_checks, lossless_symbolic  # noqa: F401, I001
 
 
 def select_checks(only: str | None = None) -> list[CheckSpec]:
@@ -284,7 +297,8 @@ def _run_parallel(
 
     by_name: dict[str, CheckResult] = {}
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(run_check, spec.name, quick=quick) for spec in specs]
+        heaviest_first = sorted(specs, key=lambda spec: -spec.weight)
+        futures = [pool.submit(run_check, spec.name, quick=quick) for spec in heaviest_first]
         for future in as_completed(futures):
             result = future.result()
             by_name[result.name] = result

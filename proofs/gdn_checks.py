@@ -2,17 +2,19 @@
 
 1. ``closed-form/*``: ``tree_closed_form`` outputs equal ``tree_recurrent`` outputs.
 2. ``commit/*``: ``commit(S0, factors, tree, i)`` equals the recurrent state of node i.
-3. ``chunk/sympy``: on a chain, the closed form equals flash-linear-attention's chunkwise (UT transform) form,
-   written out independently below, for every chunk size.
-4. ``nilpotent/sympy``: ``(I + A)^{-1} = sum_{m <= depth} (-A)^m = prod_{k < bitlen(depth)} (I + (-A)^(2^k))`` for any
-   A supported on the strict ancestor mask, and its inverse by blocks at every split point (the kernels' halves).
+3. ``deep/fractions``: both identities on trees deeper than any window a solve might use (past the kernels' 64 and
+   128 padded nodes), every solve schedule.
+4. ``heads/sympy``: the grouped-value-head convention (value head h reads q/k head ``h // (HV // H)``), written here
+   independently of both sides of the identities above, which could share a wrong head map.
+
+Every identity runs with several q/k heads, each read by a group of value heads (``H = 2, HV = 4``), and key / value
+dimensions 2, in every engine (sympy, Z3, fractions): a transposed product or a wrong head map is visible there.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -33,22 +35,23 @@ from .exact import (
     show,
     symbolic_arrays,
     z3_arrays,
+    z3_solver,
     z3_value,
 )
 
 DOCS_CLOSED_FORM = "closed-form.md"
 DOCS_COMMIT = "factor-commit.md"
 
-# Symbolic scope (the issue's): every shape up to 5 nodes, K = V = 2, HV = H and HV = 2H. The full scope adds H = 2,
-# HV = 4, where the GVA head mapping h // (HV // H) is exercised (with H = 1 every value head reads q/k head 0).
-SYMBOLIC_DIMS = {
-    "quick": (Dims(H=1, HV=1, K=2, V=2), Dims(H=1, HV=2, K=2, V=2)),
-    "full": (Dims(H=1, HV=1, K=2, V=2), Dims(H=1, HV=2, K=2, V=2), Dims(H=2, HV=4, K=2, V=2)),
+GVA = Dims(H=2, HV=4, K=2, V=2)  # two q/k heads, each read by two value heads
+# (max nodes, dims): every shape up to max nodes with those dims
+SYMBOLIC_SCOPE = {
+    "quick": ((5, Dims(H=1, HV=2, K=2, V=2)), (4, GVA)),
+    "full": ((6, Dims(H=1, HV=1, K=2, V=2)), (6, Dims(H=1, HV=2, K=2, V=2)), (6, GVA)),
 }
-SYMBOLIC_MAX_NODES = {"quick": 5, "full": 6}
-Z3_DIMS = (Dims(H=1, HV=1, K=1, V=1), Dims(H=1, HV=2, K=1, V=1))
-Z3_MAX_NODES = {"quick": 4, "full": 6}
-Z3_TIMEOUT_MS = 300_000
+Z3_SCOPE = {
+    "quick": ((4, Dims(H=1, HV=2, K=2, V=2)), (3, GVA)),
+    "full": ((6, Dims(H=1, HV=2, K=2, V=2)), (6, GVA)),
+}
 RANDOM_MAX_NODES = 12
 RANDOM_SAMPLES = {"quick": 24, "full": 300}
 COUNTEREXAMPLE_TRIES = 64
@@ -66,29 +69,42 @@ def _gdn_args(x: dict[str, Any]) -> tuple[Any, ...]:
     return x["q"], x["k"], x["v"], x["alpha"], x["beta"], x["S0"]
 
 
+def _closed_form(ref: Reference, tree: TokenTree, x: dict[str, Any]):
+    """``ref.tree_closed_form`` on ``x`` (with ``x["solve"]`` as the solve schedule when given)."""
+    extra = {"solve": x["solve"]} if "solve" in x else {}
+    return ref.tree_closed_form(*_gdn_args(x), tree, scale=x["scale"], **extra)
+
+
+def _schedules(ref: Reference) -> tuple[str, ...]:
+    return tuple(ref.solve.SCHEDULES) if ref.solve is not None else ("substitution",)
+
+
 def closed_form_sides(ref: Reference, tree: TokenTree, x: dict[str, Any]):
     """``o`` of the closed form against ``o`` of the recurrence."""
-    o_closed, _ = ref.tree_closed_form(*_gdn_args(x), tree, scale=x["scale"])
+    o_closed, _ = _closed_form(ref, tree, x)
     o_recurrent, _ = ref.tree_recurrent(*_gdn_args(x), tree, scale=x["scale"])
     return {"o": o_closed}, {"o": o_recurrent}
 
 
 def commit_sides(ref: Reference, tree: TokenTree, x: dict[str, Any]):
     """``commit(S0, factors, tree, i)`` against the recurrent state of node i, every node i."""
-    _, factors = ref.tree_closed_form(*_gdn_args(x), tree, scale=x["scale"])
+    _, factors = _closed_form(ref, tree, x)
     _, states = ref.tree_recurrent(*_gdn_args(x), tree, scale=x["scale"])
     committed = {f"S@{i}": ref.commit(x["S0"], factors, tree, i) for i in range(tree.num_nodes)}
     recurrent = {f"S@{i}": states[i] for i in range(tree.num_nodes)}
     return committed, recurrent
 
 
-def alpha_positive(x: dict[str, Any]) -> list[Any]:
-    """The commit divides by path products of alpha: alpha > 0 (the GPU's alpha = exp(g) always is)."""
-    return [a > 0 for a in x["alpha"].flat]
+def _symbolic_cases(scope: Iterable[tuple[int, Dims]]) -> list[tuple[tuple[int, ...], Dims]]:
+    return [(p, d) for max_nodes, d in scope for n in range(1, max_nodes + 1) for p in all_parent_arrays(n)]
 
 
-def _symbolic_cases(max_nodes: int, dims_list: Iterable[Dims]) -> list[tuple[tuple[int, ...], Dims]]:
-    return [(p, d) for n in range(1, max_nodes + 1) for p in all_parent_arrays(n) for d in dims_list]
+def _scope_text(scope: Iterable[tuple[int, Dims]]) -> dict[str, str]:
+    scope = list(scope)
+    return {
+        "trees": "; ".join(f"all {count_parent_arrays(n)} parent arrays with 1..{n} nodes ({d})" for n, d in scope),
+        "dims": "; ".join(str(d) for _, d in scope),
+    }
 
 
 def _fraction_counterexample(
@@ -120,22 +136,21 @@ def _counterexample(parents, dims, x, entry, lhs_value, rhs_value, names) -> dic
 
 
 def prove_identity_sympy(
-    ctx: Context, sides: Sides, names: tuple[str, str], max_nodes: int, dims_list, fractions: bool, what: str
+    ctx: Context, sides: Sides, names: tuple[str, str], scope_cases, fractions: bool, what: str
 ) -> Outcome:
-    """Run ``sides`` on independent symbols for every shape and dims; equal iff the difference is zero in ``QQ[...]``.
+    """Run ``sides`` on independent symbols for every shape and dims of ``scope_cases`` (``(max nodes, dims)``
+    pairs); equal iff the difference is zero in ``QQ[...]``.
 
     With ``fractions`` the code may divide: sympy's ``QQ[...]`` divides exactly (a quotient that is not a polynomial
     raises), and such a case is redone in the fraction field ``QQ(...)``, where equality is again canonical.
     """
-    cases = _symbolic_cases(max_nodes, dims_list)
+    cases = _symbolic_cases(scope_cases)
     system = (
         "sympy QQ[...] polynomials with exact division (QQ(...) rational functions where a quotient is not exact)"
         if fractions
         else "sympy QQ[...] polynomials"
     )
-    scope = {
-        "trees": f"all {count_parent_arrays(max_nodes)} parent arrays with 1..{max_nodes} nodes",
-        "dims": "; ".join(map(str, dims_list)),
+    scope = _scope_text(scope_cases) | {
         "numbers": f"{system}: every input entry (q, k, v, alpha, beta, S0, scale) an independent symbol",
     }
     fallbacks = 0
@@ -168,17 +183,17 @@ def prove_identity_sympy(
 
 
 def prove_identity_z3(
-    ctx: Context, sides: Sides, names: tuple[str, str], max_nodes: int, dims_list, premises: Premises | None, what: str
+    ctx: Context, sides: Sides, names: tuple[str, str], scope_cases, premises: Premises | None, what: str
 ) -> Outcome:
-    """Z3 over the reals: the negation ``premises and some entry differs`` is unsat for every shape and dims."""
+    """Z3 over the reals: the negation ``premises and some entry differs`` is unsat for every shape and dims, each
+    query under the resource limit :data:`~lumotree.proofs.exact.Z3_RLIMIT` (deterministic, not wall-clock)."""
     import z3
 
-    cases = _symbolic_cases(max_nodes, dims_list)
-    scope = {
-        "trees": f"all {count_parent_arrays(max_nodes)} parent arrays with 1..{max_nodes} nodes",
-        "dims": "; ".join(map(str, dims_list)),
+    cases = _symbolic_cases(scope_cases)
+    scope = _scope_text(scope_cases) | {
         "numbers": "Z3 reals, all inputs (q, k, v, alpha, beta, S0, scale) free"
-        + ("; premise alpha > 0" if premises else "; no premises"),
+        + ("; premises" if premises else "; no premises")
+        + "; one query per output entry, rlimit per query",
     }
     queries = 0
     for parents, dims in ctx.cases(cases, note=what):
@@ -196,8 +211,7 @@ def prove_identity_z3(
         for name in lhs:
             for idx, a, b in _entries(lhs[name], rhs[name]):
                 entry = f"{name}[{', '.join(map(str, idx))}]" if idx else name
-                solver = z3.Solver(ctx=context)
-                solver.set("timeout", Z3_TIMEOUT_MS)
+                solver = z3_solver(context)
                 if premises is not None:
                     solver.add(*premises(x))
                 solver.add(a != b)
@@ -239,20 +253,26 @@ def _entries(a: Any, b: Any):
 
 
 def check_identity_fractions(ctx: Context, sides: Sides, names: tuple[str, str], what: str, seed: int) -> Outcome:
-    """Exact agreement on random rational inputs and random shapes up to 12 nodes (a sample, hence ``checked``)."""
+    """Exact agreement on random rational inputs and random shapes up to 12 nodes (a sample, hence ``checked``), every
+    solve schedule of the closed form in turn, some decays exactly 0."""
     rng = random.Random(seed)
     samples = RANDOM_SAMPLES[_scope_key(ctx)]
+    schedules = _schedules(ctx.ref)
     scope = {
         "trees": f"{samples} random shapes (chain / star / uniform parents) with 1..{RANDOM_MAX_NODES} nodes",
         "dims": "H in {1, 2}, HV in {H, 2H}, K, V in {1, 2, 3}",
-        "numbers": "fractions.Fraction, random small rationals, alpha in (0, 1], beta in [0, 2]",
+        "numbers": "fractions.Fraction, random small rationals, alpha in [0, 1] (a tenth exactly 0), beta in [0, 2]; "
+        f"closed-form solve schedules {', '.join(schedules)} in turn",
     }
-    for _ in ctx.cases(range(samples), note=what):
+    for sample in ctx.cases(range(samples), note=what):
         parents = random_parent_array(rng.randint(1, RANDOM_MAX_NODES), rng)
         H = rng.choice((1, 2))
         dims = Dims(H=H, HV=H * rng.choice((1, 2)), K=rng.randint(1, 3), V=rng.randint(1, 3))
         tree = TokenTree(parents)
         x = random_fraction_arrays(InputSpec.gdn(tree.num_nodes, dims), rng)
+        x["alpha"] = np.array([0 * a if rng.random() < 0.1 else a for a in x["alpha"].flat], dtype=object).reshape(
+            x["alpha"].shape)
+        x["solve"] = schedules[sample % len(schedules)]
         lhs, rhs = sides(ctx.ref, tree, x)
         entry = first_difference(lhs, rhs, lambda d: d == 0)
         if entry is not None:
@@ -273,14 +293,14 @@ CLOSED_FORM_NAMES = ("tree_closed_form", "tree_recurrent")
     "closed-form/sympy",
     claim="tree_closed_form outputs = tree_recurrent outputs, as polynomials in all inputs",
     docs=DOCS_CLOSED_FORM,
+    weight=8,
 )
 def closed_form_sympy(ctx: Context) -> Outcome:
     return prove_identity_sympy(
         ctx,
         closed_form_sides,
         CLOSED_FORM_NAMES,
-        SYMBOLIC_MAX_NODES[_scope_key(ctx)],
-        SYMBOLIC_DIMS[_scope_key(ctx)],
+        SYMBOLIC_SCOPE[_scope_key(ctx)],
         fractions=False,
         what="outputs",
     )
@@ -290,10 +310,11 @@ def closed_form_sympy(ctx: Context) -> Outcome:
     "closed-form/z3",
     claim="tree_closed_form outputs = tree_recurrent outputs for all real inputs (Z3: negation unsat)",
     docs=DOCS_CLOSED_FORM,
+    weight=6,
 )
 def closed_form_z3(ctx: Context) -> Outcome:
     return prove_identity_z3(
-        ctx, closed_form_sides, CLOSED_FORM_NAMES, Z3_MAX_NODES[_scope_key(ctx)], Z3_DIMS, None, "outputs"
+        ctx, closed_form_sides, CLOSED_FORM_NAMES, Z3_SCOPE[_scope_key(ctx)], None, "outputs"
     )
 
 
@@ -313,16 +334,16 @@ COMMIT_NAMES = ("commit", "tree_recurrent")
 
 @check(
     "commit/sympy",
-    claim="commit(S0, factors, tree, i) = recurrent state of node i, every node, as rational functions",
+    claim="commit(S0, factors, tree, i) = recurrent state of node i, every node, as polynomials in all inputs",
     docs=DOCS_COMMIT,
+    weight=8,
 )
 def commit_sympy(ctx: Context) -> Outcome:
     return prove_identity_sympy(
         ctx,
         commit_sides,
         COMMIT_NAMES,
-        SYMBOLIC_MAX_NODES[_scope_key(ctx)],
-        SYMBOLIC_DIMS[_scope_key(ctx)],
+        SYMBOLIC_SCOPE[_scope_key(ctx)],
         fractions=True,
         what="states",
     )
@@ -330,12 +351,13 @@ def commit_sympy(ctx: Context) -> Outcome:
 
 @check(
     "commit/z3",
-    claim="commit(S0, factors, tree, i) = recurrent state of node i for all real inputs with alpha > 0 (Z3)",
+    claim="commit(S0, factors, tree, i) = recurrent state of node i for all real inputs (Z3: negation unsat)",
     docs=DOCS_COMMIT,
+    weight=10,
 )
 def commit_z3(ctx: Context) -> Outcome:
     return prove_identity_z3(
-        ctx, commit_sides, COMMIT_NAMES, Z3_MAX_NODES[_scope_key(ctx)], Z3_DIMS, alpha_positive, "states"
+        ctx, commit_sides, COMMIT_NAMES, Z3_SCOPE[_scope_key(ctx)], None, "states"
     )
 
 
@@ -349,219 +371,122 @@ def commit_fractions(ctx: Context) -> Outcome:
     return check_identity_fractions(ctx, commit_sides, COMMIT_NAMES, "states", seed=2)
 
 
-# ---------------------------------------------------------------------------------------------------- 3. chain = chunk
-def chunked_gated_delta_rule(q, k, v, alpha, beta, S0, scale, chunk_size: int):
-    """flash-linear-attention's chunkwise gated delta rule (WY / UT transform), one sequence, exact arithmetic.
-
-    Per chunk of L tokens and value head, with in-chunk decay ``g_t = prod_{s <= t} alpha_s`` and
-    ``decay[t, s] = prod_{s < r <= t} alpha_r`` (fla's ``exp(g_t - g_s)``, causal)::
-
-        T     = (I + tril(diag(beta) K K^T ⊙ decay, -1))^{-1}       (fla: solve_tril)
-        W     = T diag(beta g) K,   U = T diag(beta) V             (fla: recompute_w_u)
-        Vnew  = U - W S                                            (fla: chunk_gated_delta_rule_fwd_h)
-        O     = scale (diag(g) Q S + (Q K^T ⊙ decay) Vnew)         (fla: chunk_fwd_o)
-        S    <- g_L S + (K ⊙ decay[L-1, :])^T Vnew
-
-    Returns ``(o [N, HV, V], v_new [N, HV, V], S_last [HV, K, V])``.
-    """
-    N, H, K = q.shape
-    HV, V = v.shape[1:]
-    group = HV // H
-    o = np.zeros((N, HV, V), dtype=object)
-    v_new = np.zeros((N, HV, V), dtype=object)
-    S = S0.copy()  # [HV, K, V]
-    for start in range(0, N, chunk_size):
-        stop = min(start + chunk_size, N)
-        L = stop - start
-        for h in range(HV):
-            Qc, Kc = q[start:stop, h // group], k[start:stop, h // group]  # [L, K]
-            Vc = v[start:stop, h]  # [L, V]
-            a, b = alpha[start:stop, h], beta[start:stop, h]  # [L]
-            decay = np.zeros((L, L), dtype=object)  # [L, L] causal, inclusive
-            for t in range(L):
-                decay[t, t] = 1
-                for s in range(t - 1, -1, -1):
-                    decay[t, s] = decay[t, s + 1] * a[s + 1]
-            g = np.array([decay[t, 0] * a[0] for t in range(L)], dtype=object)  # [L]
-            strict = np.tril(np.ones((L, L), dtype=bool), -1)
-            A = np.where(strict, (Kc @ Kc.T) * decay, 0) * b[:, None]  # [L, L]
-            T = np.zeros((L, L), dtype=object)  # [L, L] = (I + A)^{-1} by forward substitution
-            for t in range(L):
-                row = np.zeros(L, dtype=object)
-                row[t] = 1
-                for s in range(t):
-                    row = row - T[s] * A[t, s]
-                T[t] = row
-            W = T @ (Kc * (b * g)[:, None])  # [L, K]
-            U = T @ (Vc * b[:, None])  # [L, V]
-            Vn = U - W @ S[h]  # [L, V]
-            causal = np.tril(np.ones((L, L), dtype=bool))
-            o[start:stop, h] = ((Qc * g[:, None]) @ S[h] + np.where(causal, (Qc @ Kc.T) * decay, 0) @ Vn) * scale
-            v_new[start:stop, h] = Vn
-            S[h] = S[h] * g[L - 1] + (Kc * decay[L - 1][:, None]).T @ Vn
-    return o, v_new, S
 
 
-CHUNK_MAX_NODES = {"quick": 5, "full": 6}
+# ---------------------------------------------------------------------------------------------------- 3. deep trees
+def deep_parent_array(kind: str, num_nodes: int, rng: random.Random) -> tuple[int, ...]:
+    """A deep tree: ``chain``; ``deep-wide`` (a spine of half the nodes, the rest hanging off random spine nodes);
+    ``broom`` (a chain of all but 4 nodes, its last node with 4 leaf children)."""
+    if kind == "chain":
+        return (-1, *range(num_nodes - 1))
+    if kind == "deep-wide":
+        spine = max(1, num_nodes // 2)
+        return (-1, *range(spine - 1), *(rng.randrange(spine) for _ in range(num_nodes - spine)))
+    if kind == "broom":
+        handle = max(1, num_nodes - 4)
+        return (-1, *range(handle - 1), *([handle - 1] * (num_nodes - handle)))
+    raise ValueError(f"kind = {kind!r} is not one of chain, deep-wide, broom")
 
 
-def _chunk_sides(ref: Reference, tree: TokenTree, x: dict[str, Any], chunk_sizes: Iterable[int]):
-    """(reference arrays, {chunk size: chunk-form arrays}): the reference once, the chunk form per chunk size."""
-    o_closed, factors = ref.tree_closed_form(*_gdn_args(x), tree, scale=x["scale"])
-    _, S_last = ref.chain(*_gdn_args(x), scale=x["scale"])
-    reference = {"o": o_closed, "delta": factors.delta, "S_last": S_last}
-    chunked = {}
-    for chunk_size in chunk_sizes:
-        o_chunk, v_new, S_chunk = chunked_gated_delta_rule(*_gdn_args(x), x["scale"], chunk_size)
-        chunked[chunk_size] = {"o": o_chunk, "delta": v_new, "S_last": S_chunk}
-    return reference, chunked
+DEEP_TREES = {
+    "quick": (("chain", 70), ("broom", 40)),
+    "full": (("chain", 130), ("deep-wide", 130), ("broom", 70), ("chain", 33), ("chain", 65)),
+}
 
 
 @check(
-    "chunk/sympy",
-    claim="on a chain, tree_closed_form outputs and deltas and chain's last state = fla's chunkwise form, "
-    "every chunk size",
+    "deep/fractions",
+    claim="tree_closed_form outputs = tree_recurrent outputs and commit = the recurrent state of every node on trees "
+    "deeper than any window (depths past 64 and 128)",
+    expected="checked",
     docs=DOCS_CLOSED_FORM,
+    weight=2,
 )
-def chain_equals_chunk(ctx: Context) -> Outcome:
-    max_nodes = CHUNK_MAX_NODES[_scope_key(ctx)]
-    dims_list = SYMBOLIC_DIMS[_scope_key(ctx)]
-    cases = [(n, d) for n in range(1, max_nodes + 1) for d in dims_list]
+def deep_trees(ctx: Context) -> Outcome:
+    shapes = DEEP_TREES[_scope_key(ctx)]
+    rng = random.Random(7)
     scope = {
-        "trees": f"chains of 1..{max_nodes} nodes, every chunk size 1..N",
-        "dims": "; ".join(map(str, dims_list)),
-        "numbers": "sympy QQ[...] polynomials, every input entry an independent symbol",
+        "trees": "; ".join(f"{kind} of {n} nodes" for kind, n in shapes) + " (depth up to "
+        f"{max(TokenTree(deep_parent_array(k, n, random.Random(0))).max_depth for k, n in shapes)})",
+        "dims": str(GVA),
+        "numbers": "fractions.Fraction, random small rationals (one sample per tree), alpha in (0, 1], beta in [0, 2]",
     }
-    names = ("tree_closed_form / chain", "fla chunk form")
-    compared = 0
-    for n, dims in ctx.cases(cases, note="chains x dims"):
-        tree = TokenTree.chain(n)
-        x, _ = symbolic_arrays(InputSpec.gdn(n, dims))
-        reference, chunked = _chunk_sides(ctx.ref, tree, x, range(1, n + 1))
-        for chunk_size, chunk in chunked.items():
-            compared += 1
-            entry = first_difference(reference, chunk, lambda d: d == 0)
-            if entry is None:
-                continue
-            rng = random.Random(n)
-            example: dict[str, Any] = {"tree": list(tree.parents), "dims": str(dims), "entry": entry}
-            for _ in range(COUNTEREXAMPLE_TRIES):
-                xf = random_fraction_arrays(InputSpec.gdn(n, dims), rng)
-                ref_f, chunk_f = _chunk_sides(ctx.ref, tree, xf, [chunk_size])
-                found = first_difference(ref_f, chunk_f[chunk_size], lambda d: d == 0)
-                if found is not None:
-                    example = _counterexample(
-                        tree.parents, dims, xf, found, lookup(ref_f, found), lookup(chunk_f[chunk_size], found), names
-                    )
-                    break
-            example["chunk_size"] = chunk_size
-            detail = f"differs at {entry}, chunk size {chunk_size}"
-            return Outcome("refuted", scope, detail=detail, counterexample=example)
-    return Outcome("proved", scope, detail=f"{compared} (chain, chunk size, dims) cases identical")
-
-
-# ---------------------------------------------------------------------------------------------------- 4. nilpotent
-NILPOTENT_MAX_NODES = {"quick": 6, "full": 7}
-
-
-def nilpotent_identities(A: np.ndarray, depth: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """For ``A`` strictly supported on ancestors and the tree's depth: the identities a depth-bounded solve uses.
-
-    ``A^(depth+1) = 0``; ``(I + A) series = series (I + A) = I`` with ``series = sum_{m <= depth} (-A)^m``; the
-    doubling product ``prod_{k < bitlen(depth)} (I + (-A)^(2^k)) = series``; and for every split point ``h`` the
-    inverse by blocks that the kernels use past N = 64 (``optimized.gdn_tree._inverse_unit_lower_halves``, there
-    ``h = N / 2``): ``A_12 = 0`` and ``[[T_11, 0], [-T_22 A_21 T_11, T_22]] = series`` with each ``T_ii`` the doubling
-    product of the diagonal block ``A_ii`` with the whole tree's ``bitlen(depth)`` factors. Returns name -> (lhs,
-    rhs)."""
-    n = A.shape[0]
-    eye = np.eye(n, dtype=int).astype(object)  # [N, N]
-    zero = np.zeros((n, n), dtype=int).astype(object)
-    term = eye.copy()
-    series = eye.copy()
-    for _ in range(depth):
-        term = term @ (-A)
-        series = series + term
-    power = eye.copy()
-    for _ in range(depth + 1):
-        power = power @ A
-    doubling = _doubling_product(A, depth)
-    out = {
-        "A^(depth+1)": (power, zero),
-        "(I+A) series": ((eye + A) @ series, eye),
-        "series (I+A)": (series @ (eye + A), eye),
-        "doubling product": (doubling, series),
-    }
-    for h in range(1, n):
-        t11 = _doubling_product(A[:h, :h], depth)  # [h, h]
-        t22 = _doubling_product(A[h:, h:], depth)  # [N - h, N - h]
-        blocks = zero.copy()  # [N, N]
-        blocks[:h, :h] = t11
-        blocks[h:, h:] = t22
-        blocks[h:, :h] = -(t22 @ A[h:, :h] @ t11)
-        blocks[:h, h:] = A[:h, h:]  # zero when the nodes are in topological order, as the upper block must be
-        out[f"halves at {h}"] = (blocks, series)
-    return out
-
-
-def _doubling_product(A: np.ndarray, depth: int) -> np.ndarray:
-    """``prod_{k < bitlen(depth)} (I + (-A)^(2^k))`` of a square block ``A`` (object entries)."""
-    eye = np.eye(A.shape[0], dtype=int).astype(object)
-    product, square = eye.copy(), -A
-    for _ in range(depth.bit_length()):
-        product = product @ (eye + square)
-        square = square @ square
-    return product
-
-
-@check(
-    "nilpotent/sympy",
-    claim="(I + A)^{-1} = sum_{m <= depth} (-A)^m = prod_{k < bitlen(depth)} (I + (-A)^(2^k)) for every A "
-    "supported on the strict ancestor mask, and = [[T_11, 0], [-T_22 A_21 T_11, T_22]] by blocks at every split",
-    docs=DOCS_CLOSED_FORM,
-)
-def nilpotent_solve(ctx: Context) -> Outcome:
-    from .exact import polynomial_ring
-
-    max_nodes = NILPOTENT_MAX_NODES[_scope_key(ctx)]
-    shapes = [p for n in range(1, max_nodes + 1) for p in all_parent_arrays(n)]
-    scope = {
-        "trees": f"all {len(shapes)} parent arrays with 1..{max_nodes} nodes",
-        "dims": "A: [N, N], one independent symbol per strict-ancestor entry (any GDN A is an instance)",
-        "numbers": "sympy QQ[...] polynomials",
-    }
-    for parents in ctx.cases(shapes, note="tree shapes"):
+    for kind, n in ctx.cases(shapes, note="deep trees"):
+        parents = deep_parent_array(kind, n, rng)
         tree = TokenTree(parents)
-        n = tree.num_nodes
-        strict = np.asarray(ctx.ref.ancestor_mask(tree), dtype=bool) & ~np.eye(n, dtype=bool)  # M°: [N, N]
-        depth = int(ctx.ref.max_depth(tree))
-        positions = list(zip(*np.nonzero(strict)))
-        _, gens = polynomial_ring([f"a_{i}_{j}" for i, j in positions] or ["unused"])
-        A = np.zeros((n, n), dtype=int).astype(object)  # [N, N]
-        for (i, j), g in zip(positions, gens):
-            A[i, j] = g
-        identities = nilpotent_identities(A, depth)
-        for name, (lhs, rhs) in identities.items():
-            entry = first_difference({name: lhs}, {name: rhs}, lambda d: d == 0)
-            if entry is None:
-                continue
-            rng = random.Random(n)
-            A_num = np.zeros((n, n), dtype=object)
-            for i, j in positions:
-                A_num[i, j] = Fraction(rng.randint(1, 5))
-            lf, rf = nilpotent_identities(A_num, depth)[name]
-            return Outcome(
-                "refuted",
-                scope,
-                detail=f"{name} fails at {entry} with depth = {depth}",
-                counterexample={
-                    "tree": list(parents),
-                    "depth_used": depth,
-                    "identity": name,
-                    "entry": entry,
-                    "A": show(A_num),
-                    "lhs": show(lookup({name: lf}, entry)),
-                    "rhs": show(lookup({name: rf}, entry)),
-                },
-            )
-    return Outcome("proved", scope, detail=f"{len(shapes)} shapes: all identities hold (four, and the blocks at "
-                   "every split)")
+        x = random_fraction_arrays(InputSpec.gdn(n, GVA), rng)
+        for names, sides in ((CLOSED_FORM_NAMES, closed_form_sides), (COMMIT_NAMES, commit_sides)):
+            lhs, rhs = sides(ctx.ref, tree, x)
+            entry = first_difference(lhs, rhs, lambda d: d == 0)
+            if entry is not None:
+                example = _counterexample(parents, GVA, x, entry, lookup(lhs, entry), lookup(rhs, entry), names)
+                return Outcome("refuted", scope, detail=f"{names[0]} != {names[1]} at {entry} on a {kind} of {n} "
+                               "nodes", counterexample=example | {"inputs": "(omitted: deep tree)"})
+    return Outcome("checked", scope, detail=f"{len(shapes)} deep trees: outputs and every node's commit agree exactly")
+
+
+# ---------------------------------------------------------------------------------------------------- 4. head map
+HEADS_SCOPE = {"quick": ((3, GVA),), "full": ((5, GVA), (4, Dims(H=3, HV=6, K=2, V=2)), (4, Dims(H=2, HV=2, K=2, V=2)))}
+
+
+def _one_head(x: dict[str, Any], h: int, group: int) -> dict[str, Any]:
+    """Value head ``h``'s single-head problem: q/k head ``h // group`` (the convention), value head h's v, alpha,
+    beta and S0."""
+    g = h // group
+    return {
+        "q": x["q"][:, g : g + 1],
+        "k": x["k"][:, g : g + 1],
+        "v": x["v"][:, h : h + 1],
+        "alpha": x["alpha"][:, h : h + 1],
+        "beta": x["beta"][:, h : h + 1],
+        "S0": x["S0"][h : h + 1],
+        "scale": x["scale"],
+    }
+
+
+def heads_sides(ref: Reference, tree: TokenTree, x: dict[str, Any]):
+    """Every GDN function on the multi-head problem (sliced per value head) against the same function on each value
+    head's single-head problem: outputs, states, factors, commits, and ``chain`` on a chain."""
+    H, HV = x["q"].shape[1], x["v"].shape[1]
+    group = HV // H
+    o_rec, states = ref.tree_recurrent(*_gdn_args(x), tree, scale=x["scale"])
+    o_cf, factors = _closed_form(ref, tree, x)
+    multi: dict[str, Any] = {}
+    single: dict[str, Any] = {}
+    for h in range(HV):
+        xh = _one_head(x, h, group)
+        o_rec_h, states_h = ref.tree_recurrent(*_gdn_args(xh), tree, scale=xh["scale"])
+        o_cf_h, factors_h = _closed_form(ref, tree, xh)
+        pairs = {
+            "tree_recurrent o": (o_rec[:, h], o_rec_h[:, 0]),
+            "tree_recurrent states": (states[:, h], states_h[:, 0]),
+            "tree_closed_form o": (o_cf[:, h], o_cf_h[:, 0]),
+            "factors.delta": (factors.delta[:, h], factors_h.delta[:, 0]),
+            "factors.gamma": (factors.gamma[:, h], factors_h.gamma[:, 0]),
+        }
+        for i in range(tree.num_nodes):
+            pairs[f"commit@{i}"] = (ref.commit(x["S0"], factors, tree, i)[h], ref.commit(xh["S0"], factors_h, tree,
+                                                                                          i)[0])
+        if tree.parents == tuple(range(-1, tree.num_nodes - 1)):
+            o_chain, S_last = ref.chain(*_gdn_args(x), scale=x["scale"])
+            o_chain_h, S_last_h = ref.chain(*_gdn_args(xh), scale=xh["scale"])
+            pairs |= {"chain o": (o_chain[:, h], o_chain_h[:, 0]), "chain S_last": (S_last[h], S_last_h[0])}
+        for name, (a, b) in pairs.items():
+            multi[f"{name} (value head {h})"], single[f"{name} (value head {h})"] = a, b
+    multi["factors.k"], single["factors.k"] = factors.k, x["k"]
+    return multi, single
+
+
+@check(
+    "heads/sympy",
+    claim="value head h of every GDN function (chain, tree_recurrent, tree_closed_form, its factors, commit) equals "
+    "the same function on head h alone with q/k head h // (HV // H): the GVA convention, stated independently of "
+    "both sides of the identities",
+    docs="conventions.md",
+    weight=4,
+)
+def heads_convention(ctx: Context) -> Outcome:
+    return prove_identity_sympy(
+        ctx, heads_sides, ("multi-head", "single head"), HEADS_SCOPE[_scope_key(ctx)], fractions=True,
+        what="heads",
+    )

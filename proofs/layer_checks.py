@@ -29,8 +29,11 @@ DOCS = "tree-layers.md"
 CONV_MAX_NODES = {"quick": 5, "full": 6}
 CONV_KERNELS = (1, 2, 3, 4)
 CONV_CHANNELS = 2
-ATTENTION_MAX_NODES = {"quick": 5, "full": 6}
-ATTENTION_DIMS = ({"Hq": 1, "Hkv": 1, "Dh": 2}, {"Hq": 2, "Hkv": 1, "Dh": 2})
+# (max nodes, dims): Hq = 4, Hkv = 2 has two kv heads each read by two query heads, so a wrong GQA map shows
+ATTENTION_SCOPE = {
+    "quick": ((5, {"Hq": 1, "Hkv": 1, "Dh": 2}), (4, {"Hq": 4, "Hkv": 2, "Dh": 2})),
+    "full": ((6, {"Hq": 1, "Hkv": 1, "Dh": 2}), (6, {"Hq": 2, "Hkv": 1, "Dh": 2}), (6, {"Hq": 4, "Hkv": 2, "Dh": 2})),
+}
 ATTENTION_CACHE_LENGTHS = (0, 2)
 
 
@@ -131,21 +134,23 @@ def sequential_attention(q_i, k_cache, v_cache, k_path, v_path, scale, exp, grou
     claim="ancestor-masked tree attention at node i and the KV cache after committing node a equal sequential "
     "decoding of the path root..i (root..a); softmax with exp kept symbolic",
     docs=DOCS,
+    weight=4,
 )
 def attention_on_trees(ctx: Context) -> Outcome:
     import sympy
 
     attention = ctx.ref.need("attention")
-    max_nodes = ATTENTION_MAX_NODES["quick" if ctx.quick else "full"]
-    shapes = [p for n in range(1, max_nodes + 1) for p in all_parent_arrays(n)]
+    attention_scope = ATTENTION_SCOPE["quick" if ctx.quick else "full"]
     scope = {
-        "trees": f"all {count_parent_arrays(max_nodes)} parent arrays with 1..{max_nodes} nodes, every node",
-        "dims": "; ".join(f"Hq={d['Hq']} Hkv={d['Hkv']} Dh={d['Dh']}" for d in ATTENTION_DIMS)
+        "trees": "; ".join(f"all {count_parent_arrays(n)} parent arrays with 1..{n} nodes (Hq={d['Hq']} "
+                           f"Hkv={d['Hkv']})" for n, d in attention_scope) + ", every node",
+        "dims": "; ".join(f"Hq={d['Hq']} Hkv={d['Hkv']} Dh={d['Dh']}" for _, d in attention_scope)
         + f"; cache length L in {set(ATTENTION_CACHE_LENGTHS)}",
         "numbers": "sympy expressions: every q, k, v, cache entry and the scale an independent symbol; exp symbolic; "
         "equal iff cancel(a - b) = 0",
     }
-    cases = [(p, d, L) for p in shapes for d in ATTENTION_DIMS for L in ATTENTION_CACHE_LENGTHS]
+    cases = [(p, d, L) for max_nodes, d in attention_scope for n in range(1, max_nodes + 1)
+             for p in all_parent_arrays(n) for L in ATTENTION_CACHE_LENGTHS]
     for parents, dims, L in ctx.cases(cases, note="shapes x dims x cache"):
         tree = TokenTree(parents)
         N, Hq, Hkv, Dh = tree.num_nodes, dims["Hq"], dims["Hkv"], dims["Dh"]
@@ -245,3 +250,126 @@ def _attention_counterexample(attention: Any, tree: TokenTree, dims: dict, L: in
                 "sequential": float(want[idx]),
             }
     return example
+
+
+# ---------------------------------------------------------------------------------------------------- layer commits
+MODEL_COMMIT_MAX_NODES = {"quick": 4, "full": 5}
+MODEL_COMMIT_CACHE_LENGTH = 2
+MODEL_LAYERS = ("linear_attention", "full_attention", "linear_attention")
+
+
+def commit_model(model_module: Any) -> Any:
+    """A tiny hybrid model (GDN, attention, GDN; GDN H = 1, HV = 2, K = V = 2, conv kernel 4; attention 2 query heads,
+    1 kv head, head dim 2): its weights do not enter a commit, only the layer layout and the cache shapes."""
+    config = model_module.HybridConfig(
+        vocab_size=4, hidden_size=4, intermediate_size=4, num_hidden_layers=len(MODEL_LAYERS),
+        layer_types=MODEL_LAYERS, num_attention_heads=2, num_key_value_heads=1, head_dim=2, linear_key_head_dim=2,
+        linear_value_head_dim=2, linear_num_key_heads=1, linear_num_value_heads=2, linear_conv_kernel_dim=4,
+        num_experts=0, partial_rotary_factor=1.0,
+    )
+    return model_module.build_random(config, seed=0)
+
+
+def _model_commit_case(ref: Any, model: Any, tree: TokenTree, length: int):
+    """Symbolic records and caches for every layer of ``model``, and what sequential decoding of each path leaves:
+    returns ``(records, layer caches, expected(node) -> per-layer dict of arrays)``."""
+    from lumotree.reference.attention import AttentionTreeRecord, KVCache
+    from lumotree.reference.gdn import GDNLayerCache, GDNTreeRecord
+
+    N = tree.num_nodes
+    gdn_spec, attention_spec = model._gdn_spec, model._attention_spec
+    W, C = gdn_spec.conv_kernel, gdn_spec.conv_dim
+    H, HV, K, V = gdn_spec.num_k_heads, gdn_spec.num_v_heads, gdn_spec.head_k_dim, gdn_spec.head_v_dim
+    Hkv, Dh = attention_spec.num_kv_heads, attention_spec.head_dim
+    shapes: dict[str, tuple[int, ...]] = {}
+    for layer, kind in enumerate(MODEL_LAYERS):
+        if kind == "linear_attention":
+            shapes |= {f"x{layer}": (N, C), f"cs{layer}": (W - 1, C), f"q{layer}": (N, H, K), f"k{layer}": (N, H, K),
+                       f"v{layer}": (N, HV, V), f"a{layer}": (N, HV), f"b{layer}": (N, HV), f"s{layer}": (HV, K, V)}
+        else:
+            shapes |= {f"kc{layer}": (length, Hkv, Dh), f"vc{layer}": (length, Hkv, Dh), f"kt{layer}": (N, Hkv, Dh),
+                       f"vt{layer}": (N, Hkv, Dh)}
+    x: dict[str, np.ndarray] = {}
+    scale = {}
+    for layer in range(len(MODEL_LAYERS)):  # one ring per layer: layers never mix, and small rings are fast
+        own = {name: shape for name, shape in shapes.items() if name.endswith(str(layer))}
+        names = [f"{name}_{'_'.join(map(str, idx))}" for name, shape in own.items() for idx in np.ndindex(*shape)]
+        _, gens = polynomial_ring(names + ["scale"])
+        values = iter(gens)
+        x |= {name: np.array([next(values) for _ in range(int(np.prod(shape)))], dtype=object).reshape(shape)
+              for name, shape in own.items()}
+        scale[layer] = next(values)
+    records, caches, expected = [], [], []
+    for layer, kind in enumerate(MODEL_LAYERS):
+        if kind == "linear_attention":
+            gdn_in = tuple(x[f"{n}{layer}"] for n in "qkvabs")
+            _, factors = ref.tree_closed_form(*gdn_in, tree, scale=scale[layer])
+            _, states = ref.tree_recurrent(*gdn_in, tree, scale=scale[layer])
+            records.append(GDNTreeRecord(conv_inputs=x[f"x{layer}"], factors=factors))
+            caches.append(GDNLayerCache(conv_state=x[f"cs{layer}"], state=x[f"s{layer}"]))
+            expected.append(lambda a, layer=layer, states=states: {
+                "state": states[a],
+                "conv_state": sequential_conv(x[f"x{layer}"][tree.path(a)], x[f"cs{layer}"],
+                                              np.ones((C, W), dtype=int))[1],
+            })
+        else:
+            records.append(AttentionTreeRecord(keys=x[f"kt{layer}"], values=x[f"vt{layer}"]))
+            caches.append(KVCache(x[f"kc{layer}"], x[f"vc{layer}"]))
+            expected.append(lambda a, layer=layer: {
+                "keys": np.concatenate([x[f"kc{layer}"], x[f"kt{layer}"][tree.path(a)]], axis=0),
+                "values": np.concatenate([x[f"vc{layer}"], x[f"vt{layer}"][tree.path(a)]], axis=0),
+            })
+    return records, caches, expected
+
+
+@check(
+    "commit/layers",
+    claim="the hybrid model's commit (HybridModel.commit_pass, through gdn_layer_commit and attention_layer_commit) "
+    "leaves every layer's cache as sequential decoding of the accepted path: recurrent state, conv state, KV cache, "
+    "length",
+    docs=DOCS,
+    weight=2,
+)
+def model_commit(ctx: Context) -> Outcome:
+    model_module = ctx.ref.need("model")
+    model = commit_model(model_module)
+    max_nodes = MODEL_COMMIT_MAX_NODES["quick" if ctx.quick else "full"]
+    shapes = [p for n in range(1, max_nodes + 1) for p in all_parent_arrays(n)]
+    scope = {
+        "trees": f"all {len(shapes)} parent arrays with 1..{max_nodes} nodes, every accepted node",
+        "dims": f"layers {', '.join(MODEL_LAYERS)}; GDN H=1 HV=2 K=2 V=2, conv kernel 4 (8 channels); attention "
+        f"Hkv=1 Dh=2; committed cache length {MODEL_COMMIT_CACHE_LENGTH}",
+        "numbers": "sympy QQ[...] polynomials: every record, cache and GDN input entry an independent symbol",
+    }
+    committed = 0
+    for parents in ctx.cases(shapes, note="shapes"):
+        tree = TokenTree(parents)
+        records, caches, expected = _model_commit_case(ctx.ref, model, tree, MODEL_COMMIT_CACHE_LENGTH)
+        for node in range(tree.num_nodes):
+            cache = model_module.HybridCache([c.copy() for c in caches], MODEL_COMMIT_CACHE_LENGTH)
+            tree_pass = model_module.TreePass(None, tuple(records), tuple([0] * tree.num_nodes), tree, cache.uid,
+                                              cache.version)
+            try:
+                model.commit_pass(tree_pass, node, cache)
+            except (ArithmeticError, IndexError, ValueError, TypeError) as err:  # decoding the path is defined
+                return Outcome("refuted", scope, detail=f"committing node {node} of {list(parents)} raised "
+                               f"{type(err).__name__}: {err}", counterexample={"tree": list(parents), "node": node,
+                                                                              "error": repr(err)})
+            committed += 1
+            want_length = MODEL_COMMIT_CACHE_LENGTH + len(tree.path(node))
+            diffs = [("length", cache.length, want_length)] if cache.length != want_length else []
+            for layer, (layer_cache, want) in enumerate(zip(cache.layers, expected)):
+                for field_name, array in want(node).items():
+                    got = np.asarray(getattr(layer_cache, field_name), dtype=object)
+                    if got.shape != array.shape or any(a != b for a, b in zip(got.flat, array.flat)):
+                        diffs.append((f"layer {layer} ({MODEL_LAYERS[layer]}) {field_name}", show(got), show(array)))
+            if diffs:
+                what, got, want = diffs[0]
+                return Outcome(
+                    "refuted",
+                    scope,
+                    detail=f"after committing node {node} of {list(parents)}: {what} differs from sequential decoding",
+                    counterexample={"tree": list(parents), "node": node, "path": tree.path(node), "which": what,
+                                    "committed": got, "sequential": want},
+                )
+    return Outcome("proved", scope, detail=f"{committed} (shape, accepted node) commits: every layer as decoding")

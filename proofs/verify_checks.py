@@ -4,17 +4,22 @@
 ``step_distribution`` = ``draw_tree`` + ``verify_sampling`` under the exact coin enumerator ``enumerate_outcomes``,
 composed over steps by ``speculative_distribution``) and compares the exact distribution of the first 3 emitted tokens
 with autoregressive sampling from the target, computed here independently as the product of the target's conditional
-probabilities. Every tree shape (draw template) up to 4 nodes, vocabularies of 2 to 4 tokens, exact rational target
+probabilities: every tree shape (draw template) up to 4 nodes, vocabularies of 2 to 4 tokens, exact rational target
 and draft distributions that depend on the whole context: random (with zeros), p = q, disjoint supports, one-hot q,
-one-hot p. Since every coin outcome is enumerated with its exact probability, equality over this finite scope is a
-proof for it (``proved``).
+one-hot p. Past 4 nodes it checks one step, every emitted position: for every prefix y of the step's emitted tokens,
+``P(emit y, then t) = P(emit y and go on) * target(context + y)[t]``, the condition under which repeated steps emit
+exactly autoregressive samples whatever follows (every token the step emits is distributed as the target given the
+tokens before it). That sweep covers every template of 5 nodes and stars whose root has 5 and 6 children. Since
+every coin outcome is enumerated with its exact probability, equality over this finite scope is a proof for it
+(``proved``).
 
 ``lossless/lossy-residual`` runs the same sweep with the deliberately wrong verifier that skips the residual
 renormalisation; it must come out ``refuted``, with the sequence whose probability differs.
 
 ``greedy/exhaustive``: for every shape, every labelling with distinct sibling tokens, every argmax at every node
 (rows with ties: the lowest token id wins, as for the autoregressive argmax), ``verify_greedy`` emits exactly the
-greedy autoregressive tokens, and accepts exactly the longest draft path that agrees with them.
+greedy autoregressive tokens, and accepts exactly the longest draft path that agrees with them, both for exact rows
+and for the same rows as a float64 array (the path the decoding loop takes with logits).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import itertools
 import random
 from collections.abc import Callable
 from fractions import Fraction
+
+import numpy as np
 
 from lumotree.reference.tree import TokenTree
 
@@ -35,6 +42,17 @@ ROOT_CONTEXT = (0,)
 LOSSLESS_MAX_NODES = 4
 LOSSLESS_VOCABS = {"quick": (2, 3, 4), "full": (2, 3, 4)}
 RANDOM_SEEDS = {"quick": (0,), "full": (0, 1, 2)}
+# one step, every emitted position: (templates, vocabularies, root contexts, families); each context seeds its own
+# random distributions, so more contexts are more distributions
+STEP_SCOPE = {
+    "quick": (("5 nodes", (2, 3), ((0,), (1,)), "all"), ("star 6", (5,), ((0,),), "random")),
+    "full": (
+        ("5 nodes", (2, 3, 4), ((0,), (1,), (0, 1)), "all"),
+        ("star 6", (5,), ((0,), (1,)), "all"),
+        ("star 6", (6,), ((0,),), "random"),
+        ("star 7", (5,), ((0,),), "random"),
+    ),
+}
 # (max nodes, vocab) pairs: every shape up to max nodes, every labelling, every argmax table
 GREEDY_SCOPE = {"quick": ((4, 2), (4, 3)), "full": ((5, 2), (5, 3), (4, 4))}
 
@@ -130,8 +148,13 @@ def _lossless_sweep(ctx: Context, variant: str, verifier_name: str, what: str) -
     shapes = [p for n in range(1, LOSSLESS_MAX_NODES + 1) for p in all_parent_arrays(n)]
     vocabs = LOSSLESS_VOCABS[key]
     seeds = RANDOM_SEEDS[key]
+    step_scope = STEP_SCOPE[key]
     scope = {
-        "trees": f"all {len(shapes)} draw templates with 1..{LOSSLESS_MAX_NODES} nodes (variant {variant!r})",
+        "trees": f"all {len(shapes)} draw templates with 1..{LOSSLESS_MAX_NODES} nodes, horizon {HORIZON}; one step "
+        "(every emitted position) on " + "; ".join(f"{t} (vocab {', '.join(map(str, v))}; root contexts "
+                                                   f"{', '.join(map(str, c))}; {f} families)"
+                                                   for t, v, c, f in step_scope)
+        + f" (variant {variant!r})",
         "dims": f"vocab in {set(vocabs)}, horizon {HORIZON} tokens from context {ROOT_CONTEXT}",
         "numbers": "exact Fractions; every drafting and verification coin enumerated with its exact probability",
         "distributions": "context-dependent random (with zeros), p = q, disjoint supports, one-hot q, one-hot p; "
@@ -171,7 +194,64 @@ def _lossless_sweep(ctx: Context, variant: str, verifier_name: str, what: str) -
                         "draft": {str(list(c)): show(draft(c)) for c in contexts},
                     },
                 )
+    steps = [(p, v, c, f) for templates, vs, cs, f in step_scope for p in _templates(templates) for v in vs
+             for c in cs]
+    for parents, vocab, context, families in ctx.cases(steps, note="one step, every position"):
+        for family, (target, draft) in distribution_families(vocab, 0).items():
+            if families != "all" and not family.startswith(families):
+                continue
+            step = verify.step_distribution(context, target, draft, list(parents), variant, verifier)
+            compared += 1
+            failure = step_failure(step, target, context)
+            if failure is not None:
+                prefix, got, want = failure
+                return Outcome(
+                    "refuted",
+                    scope,
+                    detail=f"one step emits {prefix} with probability {got}, not P(reach it) * target = {want} "
+                    f"({family}, vocab {vocab}, template {list(parents)})",
+                    counterexample={
+                        "variant": variant,
+                        "verifier": verifier_name,
+                        "template": list(parents),
+                        "vocab": vocab,
+                        "family": family,
+                        "context": list(context),
+                        "emitted_prefix": list(prefix),
+                        "step_probability": show(got),
+                        "expected": show(want),
+                        "target": {str(list(context + prefix[:t])): show(target(context + prefix[:t]))
+                                   for t in range(len(prefix))},
+                    },
+                )
     return Outcome("proved", scope, detail=f"{compared} (template, vocab, distributions) cases: exactly autoregressive")
+
+
+def _templates(name: str) -> list[tuple[int, ...]]:
+    """``"5 nodes"``: every template of exactly 5 nodes; ``"star n"``: the root with ``n - 1`` children."""
+    count = int(name.split()[-1] if name.startswith("star") else name.split()[0])
+    return [(-1, *([0] * (count - 1)))] if name.startswith("star") else list(all_parent_arrays(count))
+
+
+def step_failure(
+    step: dict, target: ContextDistribution, context: tuple[int, ...]
+) -> tuple[tuple[int, ...], Fraction, Fraction] | None:
+    """For one step's exact distribution of emitted tuples from ``context``: the first prefix ``y + (t,)`` with
+    ``P(emit y + (t,) ...) != P(emit y and more) * target(context + y)[t]``, or None."""
+    reach: dict[tuple[int, ...], Fraction] = {}  # P(the step emits a sequence starting with y)
+    more: dict[tuple[int, ...], Fraction] = {}  # P(it emits y and at least one more token)
+    for emitted, p in step.items():
+        for t in range(len(emitted) + 1):
+            reach[emitted[:t]] = reach.get(emitted[:t], 0) + p
+            if t < len(emitted):
+                more[emitted[:t]] = more.get(emitted[:t], 0) + p
+    for prefix in sorted(set(more) | {y[:-1] for y in reach if y}, key=lambda y: (len(y), y)):
+        row = target(context + prefix)
+        for t in range(len(row)):
+            want = more.get(prefix, 0) * row[t]
+            if reach.get(prefix + (t,), 0) != want:
+                return prefix + (t,), reach.get(prefix + (t,), 0), want
+    return None
 
 
 def _variant_check(variant: str) -> Callable[[Context], Outcome]:
@@ -182,12 +262,14 @@ def _variant_check(variant: str) -> Callable[[Context], Outcome]:
     return run
 
 
-for _variant, _label in (("iid", "iid"), ("without_replacement", "without-replacement"), ("deterministic", "top-k")):
+for _variant, _label, _weight in (("iid", "iid", 12), ("without_replacement", "without-replacement", 7),
+                                  ("deterministic", "top-k", 2)):
     check(
         f"lossless/{_label}",
         claim=f"tree verification with {_variant} proposals emits tokens distributed exactly as autoregressive "
-        f"sampling from the target ({HORIZON}-token horizon)",
+        f"sampling from the target ({HORIZON}-token horizon, and every position of one step on larger templates)",
         docs=DOCS,
+        weight=_weight,
     )(_variant_check(_variant))
 
 
@@ -257,7 +339,7 @@ def greedy_exhaustive(ctx: Context) -> Outcome:
         )
         + "; every labelling with distinct sibling tokens",
         "dims": "every argmax at every node (rows with ties, lowest id wins)",
-        "numbers": "exact Fractions",
+        "numbers": "exact Fractions, and the same rows as a float64 array",
     }
     cases = [(p, v) for n, v in pairs for m in range(1, n + 1) for p in all_parent_arrays(m)]
     runs = 0
@@ -270,11 +352,15 @@ def greedy_exhaustive(ctx: Context) -> Outcome:
             draft_paths = set(contexts)
             for argmaxes in itertools.product(range(vocab), repeat=n):
                 rows = [_row_with_argmax(argmaxes[i], vocab, i) for i in range(n)]
-                result = verify.verify_greedy(tree, rows)
-                runs += 1
-                emitted = list(result.emitted)
                 greedy = _greedy_autoregressive(dict(zip(contexts, rows)), n, vocab)
                 longest = max(m for m in range(n) if tuple(greedy[:m]) in draft_paths)
+                for number_system in ("exact", "float64"):
+                    table = rows if number_system == "exact" else np.array(rows, dtype=np.float64)  # [N, vocab]
+                    result = verify.verify_greedy(tree, table)
+                    runs += 1
+                    emitted = list(result.emitted)
+                    if emitted != greedy[: longest + 1] or len(result.accepted_tokens) != longest:
+                        break
                 if emitted != greedy[: longest + 1] or len(result.accepted_tokens) != longest:
                     return Outcome(
                         "refuted",
@@ -285,6 +371,7 @@ def greedy_exhaustive(ctx: Context) -> Outcome:
                             "tree": list(parents),
                             "tokens": list(tokens),
                             "vocab": vocab,
+                            "number_system": number_system,
                             "target_rows": show(rows),
                             "emitted": emitted,
                             "greedy_autoregressive": greedy[: longest + 1],

@@ -45,6 +45,7 @@ from .numerics import (
     default_scale,
     validate_weight_fields,
 )
+from .solve import SCHEDULES, solve_unit_lower
 from .tree import TokenTree, check_tree
 
 __all__ = [
@@ -176,13 +177,17 @@ def path_decay(alpha: np.ndarray, tree: TokenTree) -> tuple[np.ndarray, np.ndarr
     return gamma, D
 
 
-def tree_closed_form(q, k, v, alpha, beta, S0, tree: TokenTree, scale=None):
+def tree_closed_form(q, k, v, alpha, beta, S0, tree: TokenTree, scale=None, solve: str = "substitution"):
     """All nodes at once from ``S0``: returns ``(o [N, HV, V], GDNFactors)``; no per-node state is formed.
 
-    Per value head: ``A = diag(beta)(K K^T ⊙ D ⊙ M°)``, ``Delta = (I + A)^{-1} diag(beta)(V - diag(Gamma) K S0)`` by
-    forward substitution over ancestors, ``O = scale (diag(Gamma) Q S0 + (Q K^T ⊙ D) Delta)``.
+    Per value head: ``A = diag(beta)(K K^T ⊙ D ⊙ M°)``, ``Delta = (I + A)^{-1} diag(beta)(V - diag(Gamma) K S0)``,
+    ``O = scale (diag(Gamma) Q S0 + (Q K^T ⊙ D) Delta)``. ``solve`` is the schedule of the triangular solve
+    (:data:`~lumotree.reference.solve.SCHEDULES`): forward substitution over ancestors by default, or the kernels'
+    doubling product / inverse by halves.
     """
     tree = check_tree(tree)
+    if solve not in SCHEDULES:
+        raise ValueError(f"solve = {solve!r} is not one of {SCHEDULES}")
     a, scale = check_gdn_inputs(q, k, v, alpha, beta, S0, scale, num_nodes=tree.num_nodes)
     q, k, v, alpha, beta, S0 = (a[n] for n in ("q", "k", "v", "alpha", "beta", "S0"))
     N, H, _ = q.shape
@@ -197,12 +202,7 @@ def tree_closed_form(q, k, v, alpha, beta, S0, tree: TokenTree, scale=None):
         gamma_h, D = path_decay(alpha[:, h], tree)  # [N], [N, N]
         A = beta[:, h, None] * np.where(strict, (Kh @ Kh.T) * D, 0)  # [N, N] strictly lower
         rhs = beta[:, h, None] * (v[:, h] - gamma_h[:, None] * (Kh @ S0[h]))  # [N, V]
-        delta_h = _zeros((N, V), q)
-        for i in range(N):  # unit-lower-triangular solve; only ancestors contribute
-            acc = rhs[i]
-            for j in tree.path(i)[:-1]:
-                acc = acc - delta_h[j] * A[i, j]
-            delta_h[i] = acc
+        delta_h = solve_unit_lower(A, rhs, tree, solve)  # [N, V] (I + A)^{-1} rhs; only ancestors contribute
         o[:, h] = (gamma_h[:, None] * (Qh @ S0[h]) + ((Qh @ Kh.T) * D) @ delta_h) * scale
         delta[:, h] = delta_h
         gamma[:, h] = gamma_h

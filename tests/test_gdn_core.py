@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import random_gdn_inputs, trees
+from strategies import build_tree_parents, random_gdn_inputs, trees
 
 from lumotree.reference import TokenTree, gdn
 
@@ -196,7 +196,8 @@ def test_commit_and_closed_form_at_zero_or_underflowing_decay(exact, decay):
 def test_empty_head_or_key_dimensions_name_the_argument(shapes, match):
     inputs = dict(zip(("q", "k", "v", "alpha", "beta", "S0"), _good()))
     inputs.update({name: np.zeros(shape) for name, shape in shapes.items()})
-    for run in (lambda: gdn.chain(*inputs.values()), lambda: gdn.tree_closed_form(*inputs.values(), TokenTree.chain(3))):
+    tree = TokenTree.chain(3)
+    for run in (lambda: gdn.chain(*inputs.values()), lambda: gdn.tree_closed_form(*inputs.values(), tree)):
         with pytest.raises(ValueError, match=match):
             run()
 
@@ -223,3 +224,20 @@ def test_a_bad_scale_names_the_argument(scale, error, match):
                                                                                          scale=scale)):
         with pytest.raises(error, match=match):
             fn()
+
+
+@pytest.mark.parametrize("solve", ["substitution", "doubling", "halves"])
+def test_every_solve_schedule_gives_the_same_closed_form(solve):
+    """The kernels' doubling product and inverse by halves solve the same triangular system as forward substitution:
+    exactly on Fractions (a deep tree: the doubling's every level), to rounding in float64."""
+    tree = TokenTree(build_tree_parents("deep_wide", 20, np.random.default_rng(4)))
+    exact = random_gdn_inputs(np.random.default_rng(5), 20, 1, 2, 2, 2, exact=True)
+    o_rec, _ = gdn.tree_recurrent(*exact, tree, scale=Fraction(1, 2))
+    o_cf, factors = gdn.tree_closed_form(*exact, tree, scale=Fraction(1, 2), solve=solve)
+    assert (o_cf == o_rec).all()
+    floats = random_gdn_inputs(np.random.default_rng(6), 20, 2, 4, 3, 2, exact=False)
+    o_sub, _ = gdn.tree_closed_form(*floats, tree, solve="substitution")
+    o_sched, _ = gdn.tree_closed_form(*floats, tree, solve=solve)
+    assert np.abs(o_sched - o_sub).max() < 1e-10
+    with pytest.raises(ValueError, match=r"^solve = 'lu' is not one of"):
+        gdn.tree_closed_form(*floats, tree, solve="lu")

@@ -24,17 +24,28 @@ EXPECTED_CHECKS = {
     "commit/sympy": "proved",
     "commit/z3": "proved",
     "commit/fractions": "checked",
+    "deep/fractions": "checked",
+    "heads/sympy": "proved",
     "chunk/sympy": "proved",
     "nilpotent/sympy": "proved",
-    "conv/sympy": "proved",
-    "attention/sympy": "proved",
+    "nilpotent/deep": "checked",
+    "induction/sympy": "proved",
+    "nilpotent/blocks": "proved",
     "index/ancestor-words": "proved",
     "index/positions": "proved",
+    "tree/structure": "proved",
+    "conv/sympy": "proved",
+    "attention/sympy": "proved",
+    "commit/layers": "proved",
+    "layers/attention": "checked",
+    "layers/gdn": "checked",
+    "model/tree-pass": "checked",
     "lossless/iid": "proved",
     "lossless/without-replacement": "proved",
     "lossless/top-k": "proved",
     "lossless/lossy-residual": "refuted",
     "greedy/exhaustive": "proved",
+    "lossless/symbolic": "proved",
 }
 
 
@@ -99,7 +110,7 @@ def test_outcome_rejects_unknown_status():
 
 def test_progress_callback_sees_every_case():
     seen = []
-    run_checks("index/ancestor-words", quick=True, on_progress=lambda done, total, note: seen.append((done, total)))
+    run_checks("index/positions", quick=True, on_progress=lambda done, total, note: seen.append((done, total)))
     assert seen and seen[-1][0] == seen[-1][1] == len(seen)
     ctx = Context(ref=default_reference())
     assert list(ctx.cases(iter(range(3)), total=3)) == [0, 1, 2]
@@ -143,3 +154,30 @@ def test_z3_checks_do_not_depend_on_earlier_queries_in_the_process():
     result = run_check("commit/z3", quick=True)
     assert result.status == "proved", result.detail
     assert result.seconds < 60
+
+
+def test_z3_verdicts_use_a_resource_limit_not_a_clock(monkeypatch):
+    """Deterministic verdicts: the checks' Z3 solvers come from ``exact.z3_solver`` (rlimit: a count of solver steps),
+    none sets a wall-clock timeout, so a loaded machine cannot turn a proof into unknown; a tiny rlimit gives unknown
+    every time."""
+    import inspect
+
+    import z3
+
+    from lumotree.proofs import exact, gdn_checks, index_checks, lossless_symbolic
+
+    x, y = z3.Reals("x y")
+    query = (x + y) ** 3 != x**3 + 3 * x * x * y + 3 * x * y * y + y**3
+    solver = exact.z3_solver()
+    solver.add(query)
+    assert solver.check() == z3.unsat
+    monkeypatch.setattr(exact, "Z3_RLIMIT", 50)
+    verdicts = set()
+    for _ in range(3):
+        tight = exact.z3_solver()
+        tight.add(query)
+        verdicts.add(str(tight.check()))
+    assert verdicts == {"unknown"}
+    for module in (gdn_checks, index_checks, lossless_symbolic):
+        source = inspect.getsource(module)
+        assert '"timeout"' not in source and "z3.Solver(" not in source
