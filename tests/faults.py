@@ -1,9 +1,11 @@
 """Realistic faults a kernel author could make, planted one at a time in the reference's source text.
 
-Each :class:`Fault` edits the source of one or more reference functions (an exact snippet, which must occur as often
-as stated, so a fault can never silently stop applying when the reference changes), recompiles them in their module
-and installs them everywhere the original object was bound (a function imported by name into another reference module
-is replaced there too, as an edit of the file would). ``killers`` are the checks of ``lumotree prove --quick`` that
+Each :class:`Fault` edits the source of one or more reference or kernel functions (an exact snippet, which must occur
+as often as stated, so a fault can never silently stop applying when the code changes), recompiles them in their
+module and installs them everywhere the original object was bound (a function imported by name into another module
+is replaced there too, as an edit of the file would). A kernel function (``@triton.jit`` / ``@gluon.jit``) is
+installed as the plain Python function of its edited source: the checks that reach the kernels run that function
+on exact numbers (:mod:`lumotree.proofs.kernel_shim`), never a GPU build of it. ``killers`` are the checks of ``lumotree prove --quick`` that
 cover the mistake: each must come out ``refuted`` with the fault installed. ``mistake`` names the class of mistake
 the fault stands for.
 """
@@ -15,6 +17,7 @@ import __future__
 import importlib
 import inspect
 import pkgutil
+import sys
 import textwrap
 from dataclasses import dataclass
 from functools import cached_property
@@ -34,7 +37,8 @@ LOSSLESS = "rejection-sampling rule"
 @dataclass(frozen=True)
 class Edit:
     """Replace ``old`` by ``new`` (``count`` occurrences, all of them) in the source of ``target``
-    (``"module.function"`` or ``"module.Class.member"`` under ``lumotree.reference``)."""
+    (``"module.function"`` or ``"module.Class.member"`` under ``lumotree.reference``, or ``"optimized.<module
+    path>.function"`` for a kernel module's function)."""
 
     target: str
     old: str
@@ -52,6 +56,10 @@ class Fault:
 
 
 def _resolve(target: str) -> tuple[Any, Any, str, Any]:
+    if target.startswith("optimized."):
+        module_name, _, name = target.rpartition(".")
+        module = importlib.import_module(f"lumotree.{module_name}")
+        return module, module, name, inspect.getattr_static(module, name)
     module_name, *path = target.split(".")
     module = importlib.import_module(f"lumotree.reference.{module_name}")
     owner = module
@@ -65,7 +73,7 @@ def _function_of(member: Any) -> Any:
         return member.func
     if isinstance(member, property):
         return member.fget
-    return member
+    return getattr(member, "fn", member)  # a kernel function: its Python function
 
 
 def mutated(target: str, edits: list[Edit]) -> tuple[Any, Any, str, Any, Any]:
@@ -74,6 +82,8 @@ def mutated(target: str, edits: list[Edit]) -> tuple[Any, Any, str, Any, Any]:
     module, owner, name, original = _resolve(target)
     function = _function_of(original)
     source = textwrap.dedent(inspect.getsource(function))
+    if hasattr(original, "fn"):  # a kernel function: its source without the decorator, a plain function
+        source = source[source.index("def "):]
     for edit in edits:
         found = source.count(edit.old)
         if found != edit.count:
@@ -93,6 +103,7 @@ def install(fault: Fault, monkeypatch: Any) -> None:
     """Plant ``fault`` (undone by ``monkeypatch`` at the end of the test)."""
     reference_modules = [importlib.import_module(f"lumotree.reference.{info.name}")
                          for info in pkgutil.iter_modules(lumotree.reference.__path__)]
+    kernel_modules = [m for name, m in list(sys.modules.items()) if name.startswith("lumotree.optimized.")]
     targets: dict[str, list[Edit]] = {}
     for edit in fault.edits:
         targets.setdefault(edit.target, []).append(edit)
@@ -100,7 +111,7 @@ def install(fault: Fault, monkeypatch: Any) -> None:
         module, owner, name, original, mutant = mutated(target, edits)
         monkeypatch.setattr(owner, name, mutant)
         if owner is module:  # every `from .module import name` binding too
-            for other in reference_modules:
+            for other in (kernel_modules if target.startswith("optimized.") else reference_modules):
                 if other is not module and getattr(other, name, None) is original:
                     monkeypatch.setattr(other, name, mutant)
 
@@ -243,6 +254,36 @@ FAULTS: tuple[Fault, ...] = (
     F("doubling-starts-with-plus-a", SCHEDULE, "the doubling's first factor is I + A instead of I - A",
       (E("solve.inverse_by_doubling", "power = -A  # [n, n] P_0", "power = A  # [n, n] P_0"),),
       ("nilpotent/sympy", "nilpotent/blocks")),
+    # ------------------------------------------------------------------ the kernels' schedules and launch constants
+    F("kernel-levels-strict-comparison", OFF_BY_ONE,
+      "the Triton kernels count doubling factors for depths > 2^e instead of >= 2^e (one factor short at 2^e)",
+      (E("optimized.ops.gdn_tree.primitives._levels_of", "(depth_max >= (1 << e))", "(depth_max > (1 << e))"),),
+      ("kernel-solve/sympy", "kernel-solve/deep")),
+    F("kernel-factor-cap-one-short", PAST_SCOPE,
+      "the launch passes LOG_NP = log2 NP - 1: the doubling stops one factor short on trees deeper than NP / 2",
+      (E("optimized.ops.gdn_tree.config.tile_constants", "NP.bit_length() - 1", "NP.bit_length() - 2"),),
+      ("kernel-solve/deep",)),
+    F("kernel-overlap-skips-a-factor", SCHEDULE, "the overlapped doubling starts its loop one round late",
+      (E("optimized.ops.gdn_tree.primitives._inverse_unit_lower", "for _ in range(2, levels):",
+         "for _ in range(3, levels):"),),
+      ("kernel-solve/sympy", "kernel-solve/deep")),
+    F("kernel-halves-drop-lower-block", SCHEDULE, "the kernels' inverse by halves leaves its lower-left block zero",
+      (E("optimized.ops.gdn_tree.primitives._inverse_unit_lower_halves",
+         "tl.join(tl.join(t11, t21), tl.join(zero, t22))", "tl.join(tl.join(t11, zero), tl.join(zero, t22))"),),
+      ("kernel-solve/sympy", "kernel-solve/deep")),
+    F("fused-count-at-least-one", OFF_BY_ONE, "the fused kernel runs one round for trees two deep (at least 1, not 2)",
+      (E("optimized.ops.gdn_tree.fused_kernel._doubling_count", "gl.maximum(levels, 2)", "gl.maximum(levels, 1)"),),
+      ("kernel-solve/sympy",)),
+    F("fused-last-square-dropped", SCHEDULE, "the fused doubling leaves out the last round's square P^(2^L)",
+      (E("optimized.ops.gdn_tree.fused_kernel._doubling_rounds", "return inv + gl.where(levels > 1, power, 0.0)",
+         "return inv"),),
+      ("kernel-solve/sympy", "kernel-solve/deep")),
+    F("fused-b-operand-untransposed", TRANSPOSE,
+      "the fused doubling stores P row-major into the buffer it reads through the transposed (K-major) view",
+      (E("optimized.ops.gdn_tree.fused_kernel._doubling_rounds",
+         "cols_smem.permute((1, 0)).store(power.to(rows_smem.dtype))", "cols_smem.store(power.to(rows_smem.dtype))",
+         2),),
+      ("kernel-solve/sympy", "kernel-solve/deep")),
     # ------------------------------------------------------------------ the rejection-sampling rule
     F("residual-not-renormalised", LOSSLESS, "after a rejection the residual max(0, R - Q) is not renormalised",
       (E("verify.verify_sampling", "_recursive_rejection(proposal, target, coins, residual)",

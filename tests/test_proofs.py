@@ -31,6 +31,8 @@ EXPECTED_CHECKS = {
     "nilpotent/deep": "checked",
     "induction/sympy": "proved",
     "nilpotent/blocks": "proved",
+    "kernel-solve/sympy": "proved",
+    "kernel-solve/deep": "checked",
     "index/ancestor-words": "proved",
     "index/positions": "proved",
     "tree/structure": "proved",
@@ -79,7 +81,8 @@ def test_every_parent_array_is_enumerated_once():
     assert all(len(random_parent_array(7, rng)) == 7 for _ in range(10))
 
 
-@pytest.mark.parametrize("name", ["index/ancestor-words", "index/positions", "conv/sympy", "nilpotent/sympy"])
+@pytest.mark.parametrize("name", ["index/ancestor-words", "index/positions", "conv/sympy", "nilpotent/sympy",
+                                  "kernel-solve/sympy"])
 def test_cheap_checks_prove_the_reference(name):
     result = run_check(name, quick=True)
     assert result.status == "proved", result.detail
@@ -181,3 +184,38 @@ def test_z3_verdicts_use_a_resource_limit_not_a_clock(monkeypatch):
     for module in (gdn_checks, index_checks, lossless_symbolic):
         source = inspect.getsource(module)
         assert '"timeout"' not in source and "z3.Solver(" not in source
+
+
+# ---------------------------------------------------------------------------------------------------- kernel shim
+def test_shared_memory_views_store_and_read_the_transpose():
+    import numpy as np
+
+    from lumotree.proofs.kernel_shim import NotModelled, SharedTile, Tile
+
+    buffer = SharedTile((2, 2))
+    with pytest.raises(NotModelled, match="never written"):
+        buffer.read()
+    p = np.array([[1, 0], [5, 1]], dtype=object)
+    buffer.permute((1, 0)).store(Tile(p, None))  # as a K-major B operand is stored
+    assert (buffer.read() == p.T).all() and (buffer.permute((1, 0)).read() == p).all()
+    with pytest.raises(NotModelled, match="store of"):
+        buffer.store(Tile(np.zeros((3, 2), dtype=object), None))
+
+
+def test_exact_tiles_refuse_what_they_do_not_model():
+    from lumotree.proofs.kernel_shim import ExactTiles, NotModelled, Polynomials, PrimeField, executable
+
+    tiles = ExactTiles(Polynomials())
+    with pytest.raises(NotModelled, match="not exact"):
+        tiles.tl.where(tiles.tl.arange(0, 2) == 0, 0.5, 0)
+    with pytest.raises(NotModelled, match="bit cast"):
+        tiles.tl.arange(0, 2).to("int32", bitcast=True)
+    with pytest.raises(NotModelled, match="global memory"):
+        tiles.tl.load(None)
+    with pytest.raises(TypeError, match="not a function of the kernels"):
+        executable(len, tiles)
+    with pytest.raises(ValueError, match="prime below 2"):
+        PrimeField(2**27)
+    field = ExactTiles(PrimeField(7))
+    product = field.tl.dot(field.tile([[3, 4], [0, 5]]), field.tile([[6, 0], [1, 2]]))
+    assert product.a.tolist() == [[(18 + 4) % 7, 8 % 7], [5, 10 % 7]]

@@ -87,7 +87,15 @@ class KernelConfig(NamedTuple):
 
 
 def padded_nodes(N: int) -> int:
+    """The tile of tree nodes for trees of up to ``N`` nodes: a power of two, 16 at least."""
     return max(16, triton.next_power_of_2(N))
+
+
+def tile_constants(NP: int) -> dict:
+    """The node tile's constants of the kernels that run the doubling: ``NP`` padded nodes and ``LOG_NP = log2 NP``,
+    the most doubling factors :func:`_levels_of` counts (a tree of at most ``NP`` nodes is at most ``NP - 1`` deep,
+    and ``bit_length(NP - 1) = log2 NP``)."""
+    return dict(NP=NP, LOG_NP=NP.bit_length() - 1)
 
 
 def solve_constants(cfg: KernelConfig, NP: int) -> dict:

@@ -46,6 +46,7 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 _reinterpret = getattr(gl.shared_memory_descriptor, "reinterpret", None) or gl.shared_memory_descriptor._reinterpret
 
 NODES = 64  # the tile of tree nodes (N must be this)
+LOG_NODES = gl.constexpr(NODES.bit_length() - 1)
 BK = 16  # state rows a chunk
 STAGES = 3  # the loader's ring
 SOLVER_SLOTS = 2  # the solve's q / k ring
@@ -117,6 +118,18 @@ def _doubling_rounds(power, inv, levels, rows_smem, cols_smem, acc: gl.constexpr
                             is_async=True)
         power, inv = warpgroup_mma_wait(0, deps=(power, inv))
     return inv + gl.where(levels > 1, power, 0.0)  # + P_levels, the last round's square
+
+
+@gluon.jit
+def _doubling_count(depth, LOG_N: gl.constexpr):
+    """The rounds ``L`` of :func:`_unit_lower_inverse` for a tree's depths ``[N]`` (padding 0), in every entry: the
+    least ``L >= 2`` with ``2^L >= `` the largest depth (``bit_length(depth - 1)``), 1 for trees at most one deep
+    (``N = 2^LOG_N``, so a depth is below ``2^LOG_N``)."""
+    depth_max = gl.reduce(depth, 0, _larger)
+    levels = depth * 0  # [N] int32
+    for e in gl.static_range(LOG_N):
+        levels += (depth_max > (1 << e)).to(gl.int32)
+    return gl.where(depth_max > 1, gl.maximum(levels, 2), 1)
 
 
 @gluon.jit
@@ -411,12 +424,7 @@ def _vectors(sq_ring, sk_ring, sready, sfree, nvec, lvl, gvec, norm_ready, norm_
         gl.store(log_gamma_ptr + ((b * N + nodes) * HV + hv), log_gamma)
         gvec.index(count % 4).store(gl.exp(log_gamma))  # Gamma for the consumer (its item count - 4 is done)
         depth = gl.load(depth_ptr + b * N + nodes, mask=nodes < n_b, other=0)  # [N]
-        depth_max = gl.reduce(depth, 0, _larger)
-        levels = depth * 0  # [N] int32: L with 2^L >= max depth (bit_length(depth - 1), 2 at least; N = 64)
-        for e in gl.static_range(6):
-            levels += (depth_max > (1 << e)).to(gl.int32)
-        levels = gl.where(depth_max > 1, gl.maximum(levels, 2), 1)
-        lvl.index(par).store(levels)
+        lvl.index(par).store(_doubling_count(depth, LOG_NODES))
         lg2 = log_gamma * LOG2E  # [N]
         nvec.index(4 * par + 2).store(lg2 + gl.log2(scale))
         if NORM:

@@ -24,8 +24,8 @@ from ..tree_meta import WORD_BITS, TreeMeta, check_meta, tree_metadata
 from .apply import _gdn_tree_apply_kernel, _gdn_tree_verify_kernel
 from .common import (GATE_PIECE, OutputGate, TreeFactors, check_decay_rates, check_precision, pow2_dim,
                      tma_descriptors)
-from .config import (KernelConfig, check_config, fused_constants, padded_nodes, solve_constants, use_row_halves,
-                     verify_config)
+from .config import (KernelConfig, check_config, fused_constants, padded_nodes, solve_constants, tile_constants,
+                     use_row_halves, verify_config)
 from .solve import _gdn_tree_solve_kernel, _gdn_tree_solve_rows_kernel
 
 __all__ = ["portable_verify"]
@@ -198,7 +198,7 @@ def portable_verify(
                                     block_v, tb=tb, qkd=qkd)
         solve_args = (q, k, gate_a, gate_b, A_log if gated else gate_a, dt_bias if gated else gate_a,
                       meta.words, meta.depth, num_nodes, log_gamma, k_rnorm_arg, q_rnorm, tb, qkd)
-        solve_consts = dict(H=H, HV=HV, K=K, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
+        solve_consts = dict(H=H, HV=HV, K=K, W=meta.words.shape[2], **tile_constants(NP), BK=block_k,
                             WORD_BITS=WORD_BITS, num_warps=cfg.solve_warps,
                             num_stages=cfg.solve_stages or cfg.num_stages, PDL=apply_pdl, SCRATCH16=scratch16,
                             **flags, **gram_flags, **sizes,
@@ -233,7 +233,7 @@ def portable_verify(
             state_pool, slots, meta.words, meta.depth, num_nodes,
             o, delta, log_gamma, k_rnorm_arg, *gate_args, scale, N,
             *qk_strides, v.stride(0), v.stride(1), v.stride(2), *gate_strides, *z_strides,
-            H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], NP=NP, LOG_NP=NP.bit_length() - 1, BK=block_k,
+            H=H, HV=HV, K=K, V=V, W=meta.words.shape[2], **tile_constants(NP), BK=block_k,
             BV=block_v, WORD_BITS=WORD_BITS, PDL=pdl, STATE_LINES=max(1, block_v * 4 // 128), SIGNAL=signal,
             **fused_constants(cfg, NP), **descs, TMA=descs["pool_desc"] is not None,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags, **gram_flags, **gate_flags, **sizes,

@@ -27,8 +27,8 @@ from ..tree_meta import PATH_BLOCK, WORD_BITS
 from .apply import _gdn_tree_apply_kernel, _gdn_tree_verify_kernel
 from .commit import _gdn_tree_commit_kernel
 from .common import GATE_PIECE, PRECISIONS
-from .config import RANK_ONE_BLOCK, commit_config, fused_constants, padded_nodes, solve_constants, use_row_halves, \
-    verify_config
+from .config import RANK_ONE_BLOCK, commit_config, fused_constants, padded_nodes, solve_constants, tile_constants, \
+    use_row_halves, verify_config
 from .solve import _gdn_tree_solve_kernel, _gdn_tree_solve_rows_kernel
 
 __all__ = ["default_kernel_resources", "tools_present"]
@@ -105,7 +105,7 @@ def _default_kernels(N: int, precision: str) -> list[tuple]:
     """(label, kernel, constexprs, warps, stages, register cap, descriptor types) of the default configs."""
     NP = padded_nodes(N)
     flags = dict(H=H, HV=HV, K=K, NP=NP, GATED=False, BETA_TWO=False, L2NORM=True, PRECISION=precision, QK16=False)
-    words = dict(W=(N + WORD_BITS - 1) // WORD_BITS, LOG_NP=NP.bit_length() - 1, WORD_BITS=WORD_BITS)
+    words = dict(W=(N + WORD_BITS - 1) // WORD_BITS, LOG_NP=tile_constants(NP)["LOG_NP"], WORD_BITS=WORD_BITS)
     device = torch.device("cuda", 0)
     out, seen = [], set()
     for B in (1, 64):
