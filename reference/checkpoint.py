@@ -100,7 +100,8 @@ def tensor_table(path: str | os.PathLike) -> dict[str, TensorInfo]:
             raise FileNotFoundError(f"shard {name!r} named in {INDEX_FILE} is missing from {str(path)!r}")
         try:
             with safe_open(str(file), framework="pt") as f:
-                headers = {key: (f.get_slice(key).get_dtype(), f.get_slice(key).get_shape()) for key in f.keys()}
+                views = {key: f.get_slice(key) for key in f.keys()}
+                headers = {key: (view.get_dtype(), view.get_shape()) for key, view in views.items()}
         except Exception as exc:
             raise _open_error(file, exc) from None
         for key, (dtype, shape) in headers.items():
