@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--seed", type=int, default=0, help="seed of the random model and of unseeded requests (>= 0)")
     src.add_argument("--backend", choices=("auto", "optimized", "reference"), default="auto",
                      help="optimized: Triton kernels (CUDA GPU; with TRITON_INTERPRET=1 the CPU interpreter, slow); "
-                          "reference: the exact float64 model (CPU); auto: optimized on a GPU, else reference")
+                          "reference: the exact float64 model (CPU; checkpoints up to 2^28 parameters); auto: "
+                          "optimized on a GPU, else reference")
     src.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
                      help="optimized backend dtype (default: bfloat16 on GPU, float32 on CPU)")
     src.add_argument("--num-slots", type=int, default=16, help="requests held at once (cache pools)")

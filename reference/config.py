@@ -81,7 +81,7 @@ _ABSENT_KEYS: dict[str, dict[str, tuple[Any, ...] | None]] = {
         "num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
         "decoder_sparse_step", "norm_topk_prob", "mlp_only_layers")},
     "qwen3_5_moe_text": {"intermediate_size": None, "decoder_sparse_step": (1,), "norm_topk_prob": (True,),
-                         "mlp_only_layers": ([], ())},
+                         "mlp_only_layers": ([], (), None)},
 }
 # top-level keys of a conditional-generation config besides text_config / vision_config: they concern images
 _CONDITIONAL_KEYS = frozenset({"image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",

@@ -1,8 +1,8 @@
-r"""The optimized hybrid model (Qwen3-Next layout) on the GPU: prefill, decode, batched tree verify and commit.
+r"""The optimized hybrid model (Qwen3-Next, Qwen3.5) on the GPU: prefill, decode, batched tree verify and commit.
 
-Same function as :mod:`lumotree.reference.model` (and HF ``Qwen3NextForCausalLM``), computed in bf16 with fp32
-states on the Triton kernels of :mod:`lumotree.optimized.ops`. Every request owns a *slot* of the caches
-(:class:`~lumotree.optimized.model.caches.Caches`); the layers run in one loop for every kind of step
+Same function as :mod:`lumotree.reference.model` (and transformers' classes of every supported model type), computed
+in bf16 with fp32 states on the Triton kernels of :mod:`lumotree.optimized.ops`. Every request owns a *slot* of the
+caches (:class:`~lumotree.optimized.model.caches.Caches`); the layers run in one loop for every kind of step
 (:mod:`~lumotree.optimized.model.layers`).
 
 - ``verify`` = a tree step (logits of every node), caches untouched until ``commit``;
