@@ -1,11 +1,14 @@
 """``lumotree generate``: decode prompts with the engine (autoregressive, chain or tree speculation), streaming.
 
-The model is a HF ``Qwen3NextForCausalLM`` checkpoint directory (``--model DIR``) or a seeded random model
-(``--random tiny|small|bench``). Prompts are text when the directory holds a tokenizer (transformers'
-``AutoTokenizer``), else whitespace-separated token ids. One prompt streams its tokens as they are accepted; several
-(``--prompt`` repeated, or ``--batch-file`` with one prompt a line) are decoded together with continuous batching and
-printed when done. A progress line on stderr shows tokens, live tokens/s and the mean accepted length (left out while a
-single answer streams to the same terminal); a summary with the decode tokens/s ends every run.
+The model is a HF checkpoint directory (``--model DIR``: Qwen3-Next, Qwen3.5 dense or MoE, or the text model of a
+Qwen3.5 conditional-generation checkpoint) or a seeded random model (``--random tiny|small|bench``). The optimized
+backend streams the checkpoint to the device tensor by tensor (a loading bar on stderr); the reference backend reads
+it in float64 and refuses models above its size limit. Prompts are text when the directory holds a tokenizer
+(transformers' ``AutoTokenizer``), else whitespace-separated token ids. One prompt streams its tokens as they are
+accepted; several (``--prompt`` repeated, or ``--batch-file`` with one prompt a line) are decoded together with
+continuous batching and printed when done. A progress line on stderr shows tokens, live tokens/s and the mean accepted
+length (left out while a single answer streams to the same terminal); a summary with the decode tokens/s ends every
+run.
 
 Backends: ``optimized`` (the Triton kernels, CUDA graphs; needs a CUDA GPU, or ``TRITON_INTERPRET=1`` to run the
 kernels in Triton's CPU interpreter, slowly) and ``reference`` (the exact float64 model on the CPU); ``auto`` takes
@@ -39,12 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     src = parser.add_argument_group("model")
     which = src.add_mutually_exclusive_group(required=True)
-    which.add_argument("--model", metavar="DIR", help="HF Qwen3-Next checkpoint directory (config.json + safetensors)")
+    which.add_argument("--model", metavar="DIR", help="HF checkpoint directory (config.json + safetensors) of "
+                                                      "Qwen3-Next, Qwen3.5 or Qwen3.5-MoE")
     which.add_argument("--random", choices=sorted(RANDOM_CONFIGS), help="a seeded random model of this size instead")
     src.add_argument("--seed", type=int, default=0, help="seed of the random model and of unseeded requests (>= 0)")
     src.add_argument("--backend", choices=("auto", "optimized", "reference"), default="auto",
                      help="optimized: Triton kernels (CUDA GPU; with TRITON_INTERPRET=1 the CPU interpreter, slow); "
-                          "reference: the exact float64 model (CPU); auto: optimized on a GPU, else reference")
+                          "reference: the exact float64 model (CPU; checkpoints up to 2^28 parameters); auto: "
+                          "optimized on a GPU, else reference")
     src.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
                      help="optimized backend dtype (default: bfloat16 on GPU, float32 on CPU)")
     src.add_argument("--num-slots", type=int, default=16, help="requests held at once (cache pools)")
@@ -218,63 +223,68 @@ def load_prompts(args: argparse.Namespace, tokenizer: Any, vocab_size: int
 
 # ------------------------------------------------------------------------------------------------------ model
 def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, Any]:
-    """(target, draft target or None, tokenizer or None, config) for the command-line options."""
-    import torch
-
+    """(target, draft target or None, tokenizer or None, config) for the command-line options. A checkpoint loads
+    through the reference's float64 reader (small models only) or streams to the device (optimized backend)."""
     from lumotree.optimized.engine import OptimizedTarget, ReferenceTarget, layer_skip_checkpoint
-    from lumotree.reference.checkpoint import read_config, read_tensors
+    from lumotree.reference.checkpoint import read_config
     from lumotree.reference.config import HybridConfig
+    from lumotree.reference.drafters import layer_skip_config, layer_skip_draft
 
     tokenizer = None
     if args.model:
-        config = HybridConfig.from_dict(read_config(args.model))
-        tensors: dict[str, Any] = read_tensors(args.model)
-        if any(os.path.exists(os.path.join(args.model, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
-            from transformers import AutoTokenizer
-
-            try:
-                tokenizer = AutoTokenizer.from_pretrained(args.model)
-            except Exception as exc:  # noqa: BLE001 - a malformed tokenizer file is the user's input
-                raise UsageError(f"{args.model}: its tokenizer does not load ({str(exc).splitlines()[0][:120]})") \
-                    from None
+        raw = read_config(args.model)
+        config = HybridConfig.from_dict(raw)  # config errors before anything is read
+        tokenizer = _tokenizer(args.model)
     else:
         config = HybridConfig(**RANDOM_CONFIGS[args.random])
-        if backend == "reference":
-            from lumotree.reference.model import build_random, weights_to_tensors
-
-            tensors = weights_to_tensors(build_random(config, seed=args.seed).weights, config)
-        else:
-            from lumotree.optimized.model import random_tensors
-
-            tensors = random_tensors(config, args.seed, _device(), _dtype(args))
     draft_layers = [int(x) for x in args.draft_layers.split(",") if x.strip()] if args.drafter == "draft-model" else []
     if draft_layers and max(draft_layers) >= config.num_hidden_layers:
         raise UsageError(f"--draft-layers {args.draft_layers!r}: the model has layers "
                          f"0..{config.num_hidden_layers - 1}")
+    if args.model and "vision_config" in raw:
+        sys.stderr.write("note: the checkpoint's vision tower (model.visual.*) is skipped: lumotree runs its text "
+                         "model\n")
     if backend == "reference":
-        from lumotree.reference.model import HybridModel, weights_from_tensors
+        from lumotree.reference.model import build_random, load_pretrained
 
-        target = ReferenceTarget(HybridModel(config, weights_from_tensors(tensors, config)), args.num_slots,
-                                 args.max_seq_len, args.max_nodes)
-        draft = None
-        if draft_layers:
-            dc, dt = layer_skip_checkpoint(config, tensors, draft_layers)
-            draft = ReferenceTarget(HybridModel(dc, weights_from_tensors(dt, dc)), args.num_slots, args.max_seq_len,
-                                    128)
-        return target, draft, tokenizer, config
-    from lumotree.optimized.model import OptimizedModel
+        model = load_pretrained(args.model) if args.model else build_random(config, seed=args.seed)
+        target = ReferenceTarget(model, args.num_slots, args.max_seq_len, args.max_nodes)
+        draft = ReferenceTarget(layer_skip_draft(model, draft_layers), args.num_slots, args.max_seq_len, 128) \
+            if draft_layers else None
+        return target, draft, tokenizer, model.config
+    from lumotree.optimized.model import OptimizedModel, ProgressBar, load_checkpoint, random_tensors, select_layers
 
     dev, dtype = _device(), _dtype(args)
-    tensors = {k: (torch.from_numpy(v) if not isinstance(v, torch.Tensor) else v).to(dev, dtype)
-               for k, v in tensors.items()}  # converted once: the draft model shares embedding and head
     common = dict(num_slots=args.num_slots, max_seq_len=args.max_seq_len, device=dev, dtype=dtype)
+    draft = None
+    if args.model:
+        config, weights, _ = load_checkpoint(args.model, dev, dtype, progress=None if args.quiet else ProgressBar())
+        target = OptimizedTarget(OptimizedModel(config, weights, max_nodes=max(args.max_nodes, 1), **common),
+                                 validate=dev.type != "cuda")
+        if draft_layers:  # the draft shares the target's tensors
+            dc, chosen = layer_skip_config(config, draft_layers)
+            draft = OptimizedTarget(OptimizedModel(dc, select_layers(weights, chosen), max_nodes=64, **common),
+                                    validate=dev.type != "cuda")
+        return target, draft, tokenizer, config
+    tensors = random_tensors(config, args.seed, dev, dtype)
     target = OptimizedTarget(OptimizedModel(config, tensors, max_nodes=max(args.max_nodes, 1), **common),
                              validate=dev.type != "cuda")
-    draft = None
     if draft_layers:
         dc, dt = layer_skip_checkpoint(config, tensors, draft_layers)
         draft = OptimizedTarget(OptimizedModel(dc, dt, max_nodes=64, **common), validate=dev.type != "cuda")
     return target, draft, tokenizer, config
+
+
+def _tokenizer(model_dir: str) -> Any:
+    """transformers' tokenizer of the checkpoint directory, or None when it holds none."""
+    if not any(os.path.exists(os.path.join(model_dir, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(model_dir)
+    except Exception as exc:  # noqa: BLE001 - a malformed tokenizer file is the user's input
+        raise UsageError(f"{model_dir}: its tokenizer does not load ({str(exc).splitlines()[0][:120]})") from None
 
 
 def _device():

@@ -1,8 +1,8 @@
-r"""The optimized hybrid model (Qwen3-Next layout) on the GPU: prefill, decode, batched tree verify and commit.
+r"""The optimized hybrid model (Qwen3-Next, Qwen3.5) on the GPU: prefill, decode, batched tree verify and commit.
 
-Same function as :mod:`lumotree.reference.model` (and HF ``Qwen3NextForCausalLM``), computed in bf16 with fp32
-states on the Triton kernels of :mod:`lumotree.optimized.ops`. Every request owns a *slot* of the caches
-(:class:`~lumotree.optimized.model.caches.Caches`); the layers run in one loop for every kind of step
+Same function as :mod:`lumotree.reference.model` (and transformers' classes of every supported model type), computed
+in bf16 with fp32 states on the Triton kernels of :mod:`lumotree.optimized.ops`. Every request owns a *slot* of the
+caches (:class:`~lumotree.optimized.model.caches.Caches`); the layers run in one loop for every kind of step
 (:mod:`~lumotree.optimized.model.layers`).
 
 - ``verify`` = a tree step (logits of every node), caches untouched until ``commit``;
@@ -45,7 +45,7 @@ from .caches import Caches
 from .graphs import GraphCache
 from .kernels import step_prologue
 from .layers import Layers, Residual, StepBuffers
-from .weights import load_weights
+from .weights import GDNLayerWeights, ModelWeights, load_weights
 
 __all__ = ["OptimizedModel", "HEAD_ROWS"]
 
@@ -72,7 +72,10 @@ class StepRecord:
 
 
 class OptimizedModel(Layers):
-    """Qwen3-Next hybrid model on the optimized kernels, with slot-addressed caches (see the module docstring).
+    """The hybrid model (every supported type) on the optimized kernels, with slot-addressed caches (see the module
+    docstring). ``tensors``: canonical HF-named tensors (:func:`~lumotree.optimized.model.weights.load_weights`) or
+    :class:`~lumotree.optimized.model.weights.ModelWeights` already on the device in ``dtype`` (a streamed checkpoint,
+    :func:`~lumotree.optimized.model.loader.load_checkpoint`; a layer-skip draft sharing the target's).
 
     API (the engine builds on these):
 
@@ -98,7 +101,7 @@ class OptimizedModel(Layers):
     def __init__(
         self,
         config: Any,
-        tensors: Mapping[str, Any],
+        tensors: Mapping[str, Any] | ModelWeights,
         *,
         num_slots: int = 8,
         max_seq_len: int = 4096,
@@ -143,7 +146,18 @@ class OptimizedModel(Layers):
         self.fused_norms = True  # residual add + RMSNorm inside the GEMVs around them wherever both run on the GEMV
         self.pdl = pdl_supported(self.device) if pdl is None else bool(pdl) and pdl_supported(self.device)
 
-        self.weights = load_weights(config, tensors, self.device, self.dtype)
+        if isinstance(tensors, ModelWeights):  # already in the kernels' layouts (a streamed checkpoint, a draft)
+            where = tensors.embed.device
+            if where.type != self.device.type or self.device.index not in (None, where.index) or \
+                    tensors.embed.dtype != self.dtype:
+                raise ValueError(f"weights are {tensors.embed.dtype} on {tensors.embed.device}; the model asks for "
+                                 f"{self.dtype} on {self.device}")
+            kinds = ["linear_attention" if isinstance(w, GDNLayerWeights) else "full_attention" for w in tensors.layers]
+            if kinds != list(config.layer_types):
+                raise ValueError(f"weights have layers {kinds}, config.layer_types = {list(config.layer_types)}")
+            self.weights = tensors
+        else:
+            self.weights = load_weights(config, tensors, self.device, self.dtype)
         gdn = self.weights.gdn_dims
         fusable = (gdn is not None and gdn[2:4] == (128, 128) and max_nodes >= 64 and self.gdn_precision == "tf32"
                    and fused_verify_supported(self.device))
