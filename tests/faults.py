@@ -3,9 +3,11 @@
 Each :class:`Fault` edits the source of one or more reference or kernel functions (an exact snippet, which must occur
 as often as stated, so a fault can never silently stop applying when the code changes), recompiles them in their
 module and installs them everywhere the original object was bound (a function imported by name into another module
-is replaced there too, as an edit of the file would). A kernel function (``@triton.jit`` / ``@gluon.jit``) is
-installed as the plain Python function of its edited source: the checks that reach the kernels run that function
-on exact numbers (:mod:`lumotree.proofs.kernel_shim`), never a GPU build of it. ``killers`` are the checks of ``lumotree prove --quick`` that
+is replaced there too, as an edit of the file would). A ``@gluon.jit`` function is installed as the plain Python
+function of its edited source, a ``@triton.jit`` one as a kernel again (its edited text registered with
+``linecache``, so Triton reads that text): the schedule checks run either on exact numbers
+(:mod:`lumotree.proofs.kernel_shim`), the index checks compile the Triton kernel to TTIR on the CPU
+(:mod:`lumotree.proofs.kernel_ir`); never a GPU build. ``killers`` are the checks of ``lumotree prove --quick`` that
 cover the mistake: each must come out ``refuted`` with the fault installed. ``mistake`` names the class of mistake
 the fault stands for.
 """
@@ -16,6 +18,7 @@ import __future__
 
 import importlib
 import inspect
+import linecache
 import pkgutil
 import sys
 import textwrap
@@ -32,6 +35,7 @@ PAST_SCOPE = "size just past a bounded scope"
 OFF_BY_ONE = "off-by-one / inclusive-exclusive"
 SCHEDULE = "solve schedule"
 LOSSLESS = "rejection-sampling rule"
+INDEX = "kernel index arithmetic (stride, slot, head map, int32 offset)"
 
 
 @dataclass(frozen=True)
@@ -90,10 +94,20 @@ def mutated(target: str, edits: list[Edit]) -> tuple[Any, Any, str, Any, Any]:
             raise AssertionError(f"{target}: {edit.old!r} occurs {found} times, the fault expects {edit.count}")
         source = source.replace(edit.old, edit.new)
     namespace: dict[str, Any] = {}
-    code = compile(source, inspect.getsourcefile(function) or "<fault>", "exec",
-                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    filename = inspect.getsourcefile(function) or "<fault>"
+    triton_kernel = type(original).__name__ in ("JITFunction", "InterpretedFunction")  # not Gluon's subclass
+    if triton_kernel:  # Triton reads a kernel's source with inspect: the edited text, under a name of its own
+        filename = f"<fault {target} {hash(source) & 0xFFFFFFFF:08x}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    code = compile(source, filename, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True)
     exec(code, module.__dict__, namespace)
     mutant = namespace[function.__name__]
+    if triton_kernel:  # a kernel again (the interpreter's under TRITON_INTERPRET=1), as the launch code calls it
+        import triton
+
+        options = {k: v for k, v in (getattr(original, "kwargs", None) or {}).items()
+                   if k in ("do_not_specialize", "do_not_specialize_on_alignment", "noinline") and v}
+        mutant = triton.jit(mutant, **options)
     if isinstance(mutant, cached_property):
         mutant.__set_name__(owner, name)
     return module, owner, name, original, mutant
@@ -103,13 +117,14 @@ def install(fault: Fault, monkeypatch: Any) -> None:
     """Plant ``fault`` (undone by ``monkeypatch`` at the end of the test)."""
     reference_modules = [importlib.import_module(f"lumotree.reference.{info.name}")
                          for info in pkgutil.iter_modules(lumotree.reference.__path__)]
-    kernel_modules = [m for name, m in list(sys.modules.items()) if name.startswith("lumotree.optimized.")]
     targets: dict[str, list[Edit]] = {}
     for edit in fault.edits:
         targets.setdefault(edit.target, []).append(edit)
     for target, edits in targets.items():
         module, owner, name, original, mutant = mutated(target, edits)
         monkeypatch.setattr(owner, name, mutant)
+        # the kernel modules imported by now (resolving the target imports its package)
+        kernel_modules = [m for key, m in list(sys.modules.items()) if key.startswith("lumotree.optimized.")]
         if owner is module:  # every `from .module import name` binding too
             for other in (kernel_modules if target.startswith("optimized.") else reference_modules):
                 if other is not module and getattr(other, name, None) is original:
@@ -284,6 +299,33 @@ FAULTS: tuple[Fault, ...] = (
          "cols_smem.permute((1, 0)).store(power.to(rows_smem.dtype))", "cols_smem.store(power.to(rows_smem.dtype))",
          2),),
       ("kernel-solve/sympy", "kernel-solve/deep")),
+    # ------------------------------------------------------------------ the kernels' index arithmetic (TTIR, Z3)
+    F("conv-step-state-row-stride", INDEX,
+      "the decode conv step strides pool slots by W C instead of (W - 1) C: the last slot reads past the pool",
+      (E("optimized.ops.gdn_decode._conv_step_kernel", "slot * ((WIDTH - 1) * C)", "slot * (WIDTH * C)"),),
+      ("kernels/gdn-decode",)),
+    F("conv-step-shift-mask-inclusive", OFF_BY_ONE,
+      "the decode conv step's state rows are masked rows <= W - 1: one row past the slot's W - 1 rows",
+      (E("optimized.ops.gdn_decode._conv_step_kernel", "row_ok = rows < WIDTH - 1", "row_ok = rows <= WIDTH - 1"),),
+      ("kernels/gdn-decode",)),
+    F("prepare-batch-offset-int32", INDEX,
+      "prepare_qkv forms the request offset b * sqb in int32 (overflows past 2^31 elements, 2^31 / (N X) requests)",
+      (E("optimized.ops.tree_attention.prepare._prepare_qkv_kernel", "b = tl.program_id(0).to(tl.int64)",
+         "b = tl.program_id(0)"),),
+      ("kernels/attention",)),
+    F("tree-conv-output-input-stride", INDEX,
+      "the tree convolution writes its output rows with the input's row stride (a view's X) instead of C",
+      (E("optimized.ops.conv_tree.kernels._tree_conv_kernel", "(b64 * N + nodes[:, None]) * C",
+         "(b64 * N + nodes[:, None]) * s_xn"),),
+      ("kernels/tree-conv",)),
+    F("pending-key-head-unmapped", INDEX,
+      "the pending flush reads value head hv's keys at key row hv, not at its key head hv // (HV / H)",
+      (E("optimized.ops.gdn_tree.pending._apply_pending", "(slot * H + hv // (HV // H))", "(slot * H + hv)"),),
+      ("kernels/gdn-commit",)),
+    F("apply-state-by-request", INDEX,
+      "the verify's apply kernel reads the state of request b instead of its pool slot (past the pool for B > P)",
+      (E("optimized.ops.gdn_tree.apply._gdn_tree_apply_kernel", "slot * HV + hv", "b * HV + hv", 2),),
+      ("kernels/gdn-verify",)),
     # ------------------------------------------------------------------ the rejection-sampling rule
     F("residual-not-renormalised", LOSSLESS, "after a rejection the residual max(0, R - Q) is not renormalised",
       (E("verify.verify_sampling", "_recursive_rejection(proposal, target, coins, residual)",

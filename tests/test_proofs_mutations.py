@@ -12,7 +12,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from faults import FAULTS, LOSSLESS, OFF_BY_ONE, OUTSIDE, PAST_SCOPE, SCHEDULE, SHARED, TRANSPOSE, Edit, Fault, install
+from faults import (FAULTS, INDEX, LOSSLESS, OFF_BY_ONE, OUTSIDE, PAST_SCOPE, SCHEDULE, SHARED, TRANSPOSE, Edit, Fault,
+                    install)
 
 from lumotree.proofs import REGISTRY, run_check, select_checks
 from lumotree.reference import gdn
@@ -34,7 +35,7 @@ def test_fault_is_killed(name, monkeypatch):
 def test_the_suite_covers_every_class_of_mistake_with_at_least_thirty_faults():
     assert len(FAULTS) >= 30 and len(BY_NAME) == len(FAULTS)
     assert {fault.mistake for fault in FAULTS} == {SHARED, TRANSPOSE, OUTSIDE, PAST_SCOPE, OFF_BY_ONE, SCHEDULE,
-                                                   LOSSLESS}
+                                                   LOSSLESS, INDEX}
     select_checks()
     killers = {killer for fault in FAULTS for killer in fault.killers}
     assert killers <= set(REGISTRY) and all(REGISTRY[k].expected != "refuted" for k in killers)

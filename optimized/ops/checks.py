@@ -37,9 +37,13 @@ __all__ = [
     "check_cache_slots",
     "check_lens_fit",
     "check_slot_range",
+    "INDEX_MAX",
+    "request_extent",
+    "check_request_rows",
 ]
 
 MAX_NODES = 128  # the largest tree (nodes per request) the kernels are built for
+INDEX_MAX = 2**31 - 1  # the kernels compute offsets within one request (one slot, one token) in int32
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -104,6 +108,22 @@ def check_tensor(
     if last_contiguous and t.ndim and t.shape[-1] > 1 and t.stride(-1) != 1:
         raise ValueError(f"{name} must have a contiguous last dimension (strides {t.stride()})")
     return t
+
+
+def request_extent(t: torch.Tensor) -> int:
+    """The largest element offset within one entry of ``t``'s first dimension (a request, a slot, a token):
+    ``sum_{d >= 1} (size_d - 1) stride_d``."""
+    return sum((size - 1) * stride for size, stride in zip(t.shape[1:], t.stride()[1:]) if size > 0)
+
+
+def check_request_rows(name: str, t: torch.Tensor) -> None:
+    """The offsets within one entry of ``t``'s first dimension fit int32 (:data:`INDEX_MAX`): the kernels compute
+    them in int32 (node row times node stride, head times head stride) and only the first dimension in int64. A
+    contiguous tensor passes up to 2^31 elements an entry; a view whose rows are far apart may not."""
+    extent = request_extent(t)
+    if extent > INDEX_MAX:
+        raise ValueError(f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) spans {extent + 1} elements within "
+                         f"one entry of its first dimension; the kernels index within an entry in int32 (< 2^31)")
 
 
 def node_mask(num_nodes: torch.Tensor, N: int) -> torch.Tensor:

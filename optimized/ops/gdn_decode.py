@@ -33,7 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .checks import FLOAT_DTYPES, check_finite_nodes, check_scalar, check_slots, check_tensor, interpreting, num_sms
+from .checks import (FLOAT_DTYPES, check_finite_nodes, check_request_rows, check_scalar, check_slots, check_tensor,
+                     interpreting, num_sms)
 from .gemv import split_k_scratch
 from .pdl import allow_dependents, pdl_supported
 
@@ -50,7 +51,7 @@ def _conv_step_kernel(
     WIDTH: tl.constexpr, RP: tl.constexpr, BC: tl.constexpr, SILU: tl.constexpr,
 ):  # fmt: skip
     """One program per (request, channel block): conv over (state rows, x), then the state shifted by one row."""
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # batch offsets (b * s_xb) may pass 2^31
     chans = tl.program_id(1) * BC + tl.arange(0, BC)  # [BC]
     chan_ok = chans < C
     slot = tl.load(slots_ptr + b).to(tl.int64)
@@ -96,7 +97,7 @@ def _gdn_decode_kernel(
     allow_dependents(PDL)  # the output projection's GEMV may launch now (ops.pdl)
     pid_bh = tl.program_id(0)
     pid_v = tl.program_id(1)
-    b = pid_bh // HV
+    b = (pid_bh // HV).to(tl.int64)  # batch offsets (b * s_qb) may pass 2^31
     hv = pid_bh % HV
     h = hv // (HV // H)
     slot = tl.load(slots_ptr + b).to(tl.int64)
@@ -197,6 +198,8 @@ def conv_step(
     slots = check_slots(slots, B, conv_pool.shape[0], device, validate, distinct=True)
     if out is not None:
         check_tensor("out", out, (B, C), "B, C", (x.dtype,), device)
+        check_request_rows("out", out)
+    check_request_rows("x", x)
     if validate:
         check_finite_nodes("x", x[:, None], None)
         check_finite_nodes("weight", weight[None], None)
@@ -268,6 +271,9 @@ def gdn_decode(
     out_dtype = z.dtype if gated else v.dtype
     if out is not None:
         check_tensor("out", out, (B, HV, V), "B, HV, V", (out_dtype,), device)
+    for name, t in (("q", q), ("k", k), ("v", v), ("a", a), ("b", b), ("z", z), ("out", out)):
+        if t is not None:
+            check_request_rows(name, t)
     if block_v is None:
         block_v = V if B * HV >= 2 * num_sms(device) else min(V, 32)
     if block_v not in (16, 32, 64, 128, 256) or V % block_v:
@@ -311,6 +317,8 @@ def gated_rmsnorm(o: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, *, eps
     if out is None:
         out = torch.empty((T, HV, V), dtype=z.dtype, device=device)  # [T, HV, V]
     check_tensor("out", out, (T, HV, V), "T, HV, V", FLOAT_DTYPES, device)
+    for name, t in (("o", o), ("z", z), ("out", out)):
+        check_request_rows(name, t)
     R = T * HV
     BR = max(1, min(16, 4096 // V))
     _gated_rmsnorm_kernel[(triton.cdiv(R, BR),)](

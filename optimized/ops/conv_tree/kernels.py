@@ -28,6 +28,7 @@ from ..checks import (
     MAX_NODES,
     check_finite_nodes,
     check_node_index,
+    check_request_rows,
     check_sizes,
     check_slots,
     check_tensor,
@@ -141,6 +142,7 @@ def _common(x, conv_pool, slots, parents, num_nodes, validate, *, distinct):
         raise ValueError(f"x has N = {N} nodes per request; the kernels support 1 <= N <= {MAX_NODES}")
     check_tensor("conv_pool", conv_pool, (None, None, C), "P, W - 1, C", FLOAT_DTYPES, device, contiguous=True)
     check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
+    check_request_rows("x", x)
     slots = check_slots(slots, B, conv_pool.shape[0], device, validate, distinct=distinct)
     num_nodes = check_sizes(num_nodes, B, N, device, validate)
     if validate:
@@ -175,6 +177,7 @@ def tree_conv(
     _check_activation(activation)
     if out is not None:
         check_tensor("out", out, (B, N, C), "B, N, C", FLOAT_DTYPES, device, contiguous=True)
+        check_request_rows("out", out)
     if validate:
         real = node_mask(num_nodes, N)
         check_finite_nodes("x", x, real)

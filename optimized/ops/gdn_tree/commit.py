@@ -14,7 +14,7 @@ import triton.language as tl
 from ..pdl import pdl_supported
 from ..tree_meta import tree_size
 from ..tree_meta import PATH_BLOCK, WORD_BITS, TreeMeta, accepted_path, path_chunk
-from ..checks import check_tensor
+from ..checks import check_request_rows, check_tensor
 from .common import TreeFactors, check_commit_tree, check_factors, check_precision, pow2_dim, tma_descriptors
 from .config import RANK_ONE_BLOCK, KernelConfig, check_config, commit_config, padded_nodes
 from .primitives import _tf32_round
@@ -170,6 +170,7 @@ def commit_in_place(
     for name, t in (("factors.delta", delta), ("factors.log_gamma", log_gamma), ("factors.k_rnorm", k_rnorm)):
         if t is not None and not t[0].is_contiguous():
             raise ValueError(f"{name} must be contiguous within each layer (strides {tuple(t.stride())})")
+    check_request_rows("factors.k", k[0])
     pow2_dim("K", K)
     pow2_dim("V", V)
     slots, num_nodes, accepted, meta, has_num = check_commit_tree(parents, slots, num_nodes, accepted, meta, B, N, P,

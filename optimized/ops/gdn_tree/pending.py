@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import check_slots, check_tensor
+from ..checks import check_request_rows, check_slots, check_tensor
 from ..tree_meta import WORD_BITS, TreeMeta, ancestor_words, path_chunk, path_of_words, tree_size
 from .commit import add_path_terms
 from .common import TreeFactors, check_commit_tree, check_factors, pow2_dim
@@ -241,6 +241,7 @@ def gdn_tree_record(
     for name, t in (("factors.delta", delta), ("factors.log_gamma", log_gamma), ("factors.k_rnorm", k_rnorm)):
         if t is not None and not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (strides {tuple(t.stride())})")
+    check_request_rows("factors.k", k)
     slots, num_nodes, accepted, meta, has_num = check_commit_tree(parents, slots, num_nodes, accepted, meta, B, N, P,
                                                                   device, validate)
     kr = k_rnorm if k_rnorm is not None else log_gamma  # an unused pointer when k was not normalised

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import (FLOAT_DTYPES, MAX_NODES, check_finite_nodes, check_range_nodes, check_scalar, check_sizes,
-                      check_slots, check_tensor, check_tree_rows, node_mask)
+from ..checks import (FLOAT_DTYPES, MAX_NODES, check_finite_nodes, check_range_nodes, check_request_rows, check_scalar,
+                      check_sizes, check_slots, check_tensor, check_tree_rows, node_mask)
 from ..pdl import pdl_supported
 from ..tree_meta import WORD_BITS, TreeMeta, check_meta, tree_metadata
 from .apply import _gdn_tree_apply_kernel, _gdn_tree_verify_kernel
@@ -115,6 +115,8 @@ def portable_verify(
         check_tensor("A_log", A_log, (HV,), "HV", (torch.float32, q.dtype), device, contiguous=True)
         check_tensor("dt_bias", dt_bias, (HV,), "HV", (torch.float32, q.dtype), device, contiguous=True)
     check_tensor("state_pool", state_pool, (None, HV, K, V), "P, HV, K, V", (torch.float32,), device, contiguous=True)
+    for name, t in (("q", q), ("k", k), ("v", v), (names[0], gate_a), (names[1], gate_b)):
+        check_request_rows(name, t)
     check_tensor("parents", parents, (B, N), "B, N", (torch.int32, torch.int64), device)
     if N > MAX_NODES:
         raise ValueError(f"parents has N = {N} nodes per request; the kernels support at most {MAX_NODES}")
@@ -135,6 +137,7 @@ def portable_verify(
             check_tensor("out[3] (k_rnorm)", out[3], (B, N, H), "B, N, H", (torch.float32,), device, contiguous=True)
     if gate is not None:
         _check_gate(gate, B, N, HV, V, device)
+        check_request_rows("gate.z", gate.z)
     if validate:
         check_tree_rows(parents, num_nodes)
         real = node_mask(num_nodes, N)  # [B, N]

@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from ..checks import (check_cache_slots, check_finite, check_kv_cache, check_lens_fit, check_rank,
-                      check_slot_range, interpreting, num_sms)
+                      check_request_rows, check_slot_range, interpreting, num_sms)
 from ..pdl import allow_dependents, pdl_supported, prefetch_l2
 from ..tree_meta import WORD_BITS
 
@@ -129,7 +129,7 @@ def _tree_attn_kernel(
     pid_bh = tl.program_id(1)
     pid_s = tl.program_id(2)
     HKV = HQ // G
-    b = pid_bh // HKV
+    b = (pid_bh // HKV).to(tl.int64)  # batch offsets (b * sqb) may pass 2^31
     kvh = pid_bh % HKV
     NODES: tl.constexpr = BLOCK_M // G  # nodes per row block
     offs_r = tl.arange(0, BLOCK_M)  # [BLOCK_M]
@@ -219,9 +219,10 @@ def _tree_attn_kernel(
                  o.to(Out.dtype.element_ty), mask=io_mask)
     else:  # normalised partial
         part = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-        tl.store(PartAcc + pid_s * spa_s + b * spa_b + node[:, None] * spa_n + head[:, None] * spa_h + offs_d[None, :],
+        split = pid_s.to(tl.int64)  # split offsets (pid_s * spa_s) may pass 2^31
+        tl.store(PartAcc + split * spa_s + b * spa_b + node[:, None] * spa_n + head[:, None] * spa_h + offs_d[None, :],
                  part, mask=io_mask)
-        ml = PartML + pid_s * spm_s + b * spm_b + node * spm_n + head * spm_h
+        ml = PartML + split * spm_s + b * spm_b + node * spm_n + head * spm_h
         tl.store(ml, m_i, mask=row_ok)
         tl.store(ml + 1, l_i, mask=row_ok)
 
@@ -244,7 +245,7 @@ def _combine_kernel(
     pid = tl.program_id(0)
     h = pid % HQ
     n = (pid // HQ) % N
-    b = pid // (HQ * N)
+    b = (pid // (HQ * N)).to(tl.int64)  # batch and split offsets may pass 2^31
     if SKIP_EMPTY:
         L = tl.load(Lens + b)
         per = _tiles_per_split(L, tl.minimum((n // NODES + 1) * NODES, N), NUM_SPLITS, TREE_SLACK, KEY_BLOCK)
@@ -259,10 +260,10 @@ def _combine_kernel(
         s_ok = s < NUM_SPLITS
         if SKIP_EMPTY:
             s_ok = s_ok & _split_holds_keys(s, per, L, NUM_SPLITS, KEY_BLOCK)
-        ml = PartML + s * spm_s + b * spm_b + n * spm_n + h * spm_h
+        ml = PartML + s.to(tl.int64) * spm_s + b * spm_b + n * spm_n + h * spm_h
         m_s = tl.load(ml, mask=s_ok, other=float("-inf"))  # [BLOCK_S] (-inf: a split that saw no key)
         l_s = tl.load(ml + 1, mask=s_ok, other=0.0)
-        o_s = tl.load(PartAcc + s[:, None] * spa_s + b * spa_b + n * spa_n + h * spa_h + offs_d[None, :],
+        o_s = tl.load(PartAcc + s[:, None].to(tl.int64) * spa_s + b * spa_b + n * spa_n + h * spa_h + offs_d[None, :],
                       mask=s_ok[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_S, BLOCK_D]
         m_new = tl.maximum(m_run, tl.max(m_s, axis=0))  # [1]
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -428,6 +429,9 @@ def tree_attention(
         out = torch.empty((B, N, HQ, D), dtype=q.dtype, device=device)  # [B, N, HQ, D]
     elif out.shape != (B, N, HQ, D) or out.stride(-1) != 1 or out.dtype != q.dtype:
         raise ValueError(f"out must be [B, N, HQ, D] = {(B, N, HQ, D)} of dtype {q.dtype}, contiguous last dim")
+    for name, t in (("q", q), ("gate", gate), ("out", out)):
+        if t is not None:
+            check_request_rows(name, t)
     if num_splits > 1:
         part_acc = torch.empty((num_splits, B, N, HQ, D), dtype=torch.float32, device=device)  # [S, B, N, HQ, D]
         part_ml = torch.empty((num_splits, B, N, HQ, 2), dtype=torch.float32, device=device)  # [S, B, N, HQ, (m, l)]

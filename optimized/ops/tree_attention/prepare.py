@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import (check_cache_slots, check_kv_cache, check_lens_fit, check_rank)
+from ..checks import check_cache_slots, check_kv_cache, check_lens_fit, check_rank, check_request_rows
 from ..pdl import allow_dependents, pdl_supported
 
 __all__ = ["rope_inv_freq", "prepare_qkv"]
@@ -37,7 +37,7 @@ def _prepare_qkv_kernel(
     matching value head into the cache slot at position ``L_b + node``.
     """
     allow_dependents(PDL)  # a PDL-launched tree attention may launch now and prefetch the committed K / V
-    b = tl.program_id(0)
+    b = tl.program_id(0).to(tl.int64)  # batch offsets (b * sqb) may pass 2^31
     n = tl.program_id(1)
     h = tl.program_id(2)
     offs_d = tl.arange(0, BLOCK_D)  # [BLOCK_D]
@@ -135,6 +135,8 @@ def prepare_qkv(
         out = torch.empty((B, N, HQ, D), dtype=q.dtype, device=device)  # [B, N, HQ, D]
     elif out.shape != (B, N, HQ, D) or out.stride(-1) != 1:
         raise ValueError(f"out must be [B, N, HQ, D] = {(B, N, HQ, D)} with a contiguous last dim")
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        check_request_rows(name, t)
     qw = q_norm_weight.to(torch.float32).contiguous()  # [D]
     kw = k_norm_weight.to(torch.float32).contiguous()  # [D]
     _prepare_qkv_kernel[(B, N, HQ + HKV)](
