@@ -161,8 +161,11 @@ def _compiling(world: JitWorld) -> Iterator[None]:
         for owner, name, value in swapped:
             target = value if isinstance(value, InterpretedFunction) else value.__closure__[0].cell_contents
             setattr(owner, name, world.jit(target))
-        with knobs.runtime.scope():
-            knobs.runtime.interpret = False
+        if getattr(knobs.runtime, "interpret", False):
+            with knobs.runtime.scope():
+                knobs.runtime.interpret = False
+                yield
+        else:
             yield
     finally:
         for owner, name, value in swapped:
