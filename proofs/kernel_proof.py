@@ -40,9 +40,8 @@ SEARCH_LIMIT = 2**44
 #: Z3 configurations for the nonlinear integer queries (products of symbolic sizes), tried in this order, each under
 #: its share of the resource limit: a query one of them proves at once can send another wandering, and which one
 #: depends on the query. Preprocessing first (simplify, propagate the values, solve the equations), Z3's defaults,
-#: without the nlsat fallback, the older arithmetic solver; first with a fiftieth of the limit each, then four
-#: times the limit (the row-halves solve's q load over slices of wider rows, N 65..96, needs more than one limit).
-SOLVER_CONFIGS = tuple((tactic, options, limit) for limit in (Z3_RLIMIT // 50, 4 * Z3_RLIMIT)
+#: without the nlsat fallback, the older arithmetic solver; first with a fiftieth of the limit each, then the whole.
+SOLVER_CONFIGS = tuple((tactic, options, limit) for limit in (Z3_RLIMIT // 50, Z3_RLIMIT)
                        for tactic, options in ((True, {}), (False, {}), (False, {"smt.arith.nl.nra": False}),
                                                (False, {"smt.arith.solver": 2})))
 

@@ -38,6 +38,11 @@ from .ttir_values import INT_BITS, MAX_RANK, Access, ConeOp, ParamFact, Unsuppor
 __all__ = ["Val", "Access", "ConeOp", "ParamFact", "KernelModel", "Unsupported", "names_in"]
 
 
+def _truncated(a: int, b: int) -> int:
+    """``a / b`` rounded toward zero (``arith.divsi``), exactly; ``b > 0``."""
+    return a // b if a >= 0 else -((-a) // b)
+
+
 class KernelModel(FlowOps):
     """Runs the TTIR of one kernel over Z3 terms. ``params``: name -> :class:`ParamFact`; ``pids``: the program id
     symbols (x, y, z) with their numeric intervals."""
@@ -236,7 +241,8 @@ class KernelModel(FlowOps):
             term = z3.If(a.term >= 0, a.term / b.term, -((-a.term) / b.term))  # truncation toward zero
         iv = None
         if a.iv:
-            iv = (min(int(a.iv[0] / b.iv[0]), int(a.iv[0] / b.iv[1])), max(int(a.iv[1] / b.iv[0]), int(a.iv[1] / b.iv[1])))
+            quotients = [_truncated(x, y) for x in a.iv for y in b.iv]  # exact: floats lose bits past 2^53
+            iv = (min(quotients), max(quotients))
         self._set(op, self._combine(op, term, iv, a, b, claim=False))
 
     _op_arith_divui = _op_arith_divsi

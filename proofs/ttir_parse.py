@@ -1,9 +1,10 @@
-"""A reader for the TTIR the Triton compiler prints (``module.str_nodebug()``): the ops of one kernel, their operands,
-attributes, result types and nested regions (``scf.for``, ``scf.if``, ``tt.reduce``, ``tt.scan``).
+"""A reader for the TTIR the Triton compiler prints (``module.str()``, locations stripped): the ops of one kernel,
+their operands, attributes, result types and nested regions (``scf.for``, ``scf.if``, ``tt.reduce``, ``tt.scan``).
 
 One op per line, as MLIR prints them; a region opens with a line ending in ``{`` (or ``({`` for the generic form of
-``tt.reduce`` / ``tt.scan``) and closes with ``}`` (``} else {`` / ``} do {`` start an ``scf.if``'s / ``scf.while``'s second region). Types are
-read as ``(shape, element)``: ``tensor<64x32xi32>`` is ``((64, 32), "i32")``, ``!tt.ptr<f32>`` is ``((), "ptr")``.
+``tt.reduce`` / ``tt.scan``) and closes with ``}`` (``} else {`` / ``} do {`` start an ``scf.if``'s /
+``scf.while``'s second region). Types are read as ``(shape, element)``: ``tensor<64x32xi32>`` is
+``((64, 32), "i32")``, ``!tt.ptr<f32>`` is ``((), "ptr")``.
 """
 
 from __future__ import annotations
