@@ -4,6 +4,7 @@ head for a frozen target).
     lumotree train organism --out DIR [--device cuda] [--seconds N | --steps N] [--seed S] [--checkpoint-dir DIR]
                             [--resume] [--packages a,b,...]
     lumotree train mtp --model DIR --out DIR [--device cuda] [--seconds N | --steps N] [--seed S]
+    lumotree train card --model DIR      # redraw loss_curve.png and README.md from recipe.json and training_log.json
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     organism = sub.add_parser("organism", help="train the organism from scratch (corpus, tokenizer, model, card)")
     mtp = sub.add_parser("mtp", help="train a fresh MTP head for the frozen model in --model")
     mtp.add_argument("--model", required=True, metavar="DIR", help="the target's checkpoint directory")
+    card = sub.add_parser("card", help="redraw an organism's loss curve and model card from its recipe.json and "
+                          "training_log.json (e.g. where matplotlib was missing at training time)")
+    card.add_argument("--model", required=True, metavar="DIR", help="the organism's directory")
     for p in (organism, mtp):
         p.add_argument("--out", required=True, metavar="DIR", help="where the checkpoint and its files are written")
         p.add_argument("--device", default="cuda", help="torch device (cuda: fla's chunk kernel for GDN layers)")
@@ -43,7 +47,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     organism.add_argument("--resume", action="store_true", help="continue from --checkpoint-dir's checkpoint.pt")
 
 
+def _card(model_dir: str) -> int:
+    import json
+    from pathlib import Path
+
+    from .organism import plot_loss_curve, write_model_card
+
+    out = Path(model_dir)
+    for name in ("recipe.json", "training_log.json"):
+        if not (out / name).is_file():
+            raise FileNotFoundError(f"--model {model_dir}: no {name}")
+    rows = json.loads((out / "training_log.json").read_text())["rows"]
+    write_model_card(out, json.loads((out / "recipe.json").read_text()), plot_loss_curve(rows, out / "loss_curve.png"))
+    print(f"wrote {out / 'README.md'}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.what == "card":
+        return _card(args.model)
     from .organism import ORGANISM_TRAINING, RECIPE, train_mtp, train_organism
 
     if args.seed < 0:

@@ -55,7 +55,7 @@ def default_sources(packages: tuple[str, ...] = PINNED_PACKAGES) -> list[Source]
     stdlib = sysconfig.get_paths()["stdlib"]
     sources = [Source("stdlib", stdlib, CODE_SUFFIXES, exclude=("site-packages", "dist-packages", "__pycache__"))]
     for doc in sorted(glob.glob("/usr/share/doc/python3.[0-9]*")):
-        if any(Path(doc).rglob("*" + s) for s in DOC_SUFFIXES):
+        if any(next(Path(doc).rglob("*" + s), None) is not None for s in DOC_SUFFIXES):
             sources.append(Source("doc/" + Path(doc).name, doc, DOC_SUFFIXES))
     for package in packages:
         try:

@@ -35,7 +35,7 @@ from .tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from .trainer import TrainConfig, train
 
 __all__ = ["ORGANISM_CONFIG", "ORGANISM_TRAINING", "RECIPE", "train_organism", "train_mtp", "prepare_corpus",
-           "write_model_card"]
+           "write_model_card", "plot_loss_curve"]
 
 _LAYERS = tuple("full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(12))
 #: the organism's architecture: 12 layers (GDN : gated attention 3:1), dense MLPs, one MTP layer, tied head
@@ -153,12 +153,14 @@ def train_organism(out_dir: str | Path, device: str = "cuda", seconds: float | N
     record["workloads"] = {"items_each": recipe["workload_items"], "seed": seed,
                            "sha256": write_workloads(out / "workloads", heldout_files, recipe["workload_items"], seed)}
     (out / "recipe.json").write_text(json.dumps(record, indent=2) + "\n")
-    plot = _plot(history["steps"], out / "loss_curve.png")
+    plot = plot_loss_curve(history["steps"], out / "loss_curve.png")
     write_model_card(out, record, plot)
     return record
 
 
-def _plot(rows: list, path: Path) -> bool:
+def plot_loss_curve(rows: list, path: str | Path) -> bool:
+    """Plot ``training_log.json``'s rows (both heads' training loss per step) to ``path``; False without
+    matplotlib."""
     try:
         import matplotlib
 
