@@ -22,7 +22,7 @@ from lumotree.reference.model import load_pretrained  # noqa: E402
 from lumotree.training.corpus import CorpusFile, Source, collect, corpus_digest, is_heldout, split  # noqa: E402
 from lumotree.training.data import batch, documents, encode  # noqa: E402
 from lumotree.training.formats import SPECIAL_TOKENS  # noqa: E402
-from lumotree.training.gdn import gated_delta_rule, recurrent_gated_delta_rule  # noqa: E402
+from lumotree.training.gdn import chunked_gated_delta_rule, gated_delta_rule, recurrent_gated_delta_rule  # noqa: E402
 from lumotree.training.model import HybridLM, load_checkpoint, save_checkpoint  # noqa: E402
 from lumotree.training.organism import ORGANISM_CONFIG, ORGANISM_TRAINING, train_organism  # noqa: E402
 from lumotree.training.tokenizer import save_tokenizer, train_tokenizer  # noqa: E402
@@ -129,6 +129,33 @@ def test_gdn_backend_argument_is_checked():
     with pytest.raises(ValueError, match="heads"):
         recurrent_gated_delta_rule(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 4, 4),
                                    torch.zeros(1, 2, 4), torch.zeros(1, 2, 4))
+
+
+def gdn_inputs(device: str, T: int, K: int, V: int, seed: int = 0):
+    g = torch.Generator(device=device).manual_seed(seed)
+    B, H, HV = 2, 2, 4
+    q, k = (torch.randn(B, T, H, K, device=device, generator=g) for _ in range(2))
+    v = torch.randn(B, T, HV, V, device=device, generator=g)
+    gate = -2 * torch.rand(B, T, HV, device=device, generator=g)
+    beta = torch.rand(B, T, HV, device=device, generator=g)
+    weights = torch.randn(B, T, HV, V, device=device, generator=g)
+    return [t.requires_grad_() for t in (q, k, v, gate, beta)], weights
+
+
+def values_and_grads(fn, inputs, weights):
+    out = fn(*inputs)
+    return out.detach(), torch.autograd.grad((out * weights).sum(), inputs)
+
+
+def test_chunked_form_equals_the_recurrence_with_gradients():
+    inputs, weights = gdn_inputs("cpu", T=45, K=16, V=8)
+    want, want_grads = values_and_grads(recurrent_gated_delta_rule, inputs, weights)
+    got, grads = values_and_grads(lambda *x: chunked_gated_delta_rule(*x, chunk=16), inputs, weights)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    got = gated_delta_rule(*inputs, backend="chunk").detach()  # chunk 64 > T: one padded chunk
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_learning_rate_schedule():
@@ -252,20 +279,10 @@ def test_fla_chunk_kernel_matches_the_recurrence_with_gradients():
     pytest.importorskip("fla")
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    g = torch.Generator(device="cuda").manual_seed(0)
-    B, T, H, HV, K, V = 2, 150, 2, 4, 64, 64
-    q, k = (torch.randn(B, T, H, K, device="cuda", generator=g) for _ in range(2))
-    v = torch.randn(B, T, HV, V, device="cuda", generator=g)
-    gate = -torch.rand(B, T, HV, device="cuda", generator=g)
-    beta = torch.rand(B, T, HV, device="cuda", generator=g)
-    inputs = [t.requires_grad_() for t in (q, k, v, gate, beta)]
-    weights = torch.randn(B, T, HV, V, device="cuda", generator=g)
-    results = []
-    for backend in ("fla", "torch"):
-        out = gated_delta_rule(*inputs, backend=backend)
-        grads = torch.autograd.grad((out * weights).sum(), inputs)
-        results.append((out.detach(), grads))
-    (o1, g1), (o2, g2) = results
-    torch.testing.assert_close(o1, o2, rtol=2e-3, atol=2e-3)
-    for a, b in zip(g1, g2):
-        torch.testing.assert_close(a, b, rtol=5e-3, atol=5e-3)
+    inputs, weights = gdn_inputs("cuda", T=150, K=64, V=64)
+    want, want_grads = values_and_grads(recurrent_gated_delta_rule, inputs, weights)
+    for backend in ("fla", "chunk"):
+        got, grads = values_and_grads(lambda *x: gated_delta_rule(*x, backend=backend), inputs, weights)
+        torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+        for a, b in zip(grads, want_grads):
+            torch.testing.assert_close(a, b, rtol=5e-3, atol=5e-3)

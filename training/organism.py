@@ -30,6 +30,7 @@ import torch
 from ..reference.config import HybridConfig
 from .corpus import PINNED_PACKAGES, CorpusFile, Source, collect, corpus_digest, default_sources, split
 from .data import documents, encode
+from .gdn import fla_available
 from .model import HybridLM, load_checkpoint, parameter_count, save_checkpoint
 from .tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from .trainer import TrainConfig, train
@@ -126,6 +127,9 @@ def train_organism(out_dir: str | Path, device: str = "cuda", seconds: float | N
     heldout = encode(tokenizer, documents(heldout_files, seed))
     timings["encode_s"] = time.perf_counter() - t
     _log(progress, f"tokens: {len(stream):,} training, {len(heldout):,} held out ({timings['encode_s']:.0f} s)")
+    cuda = str(device).startswith("cuda")
+    kernel = ("fla" if fla_available() else "chunk (torch; fla not importable)") if cuda else "torch recurrence"
+    _log(progress, f"GDN kernel: {kernel}")
     torch.manual_seed(seed)
     model = HybridLM(config)
     model.initialize(seed)
@@ -138,7 +142,7 @@ def train_organism(out_dir: str | Path, device: str = "cuda", seconds: float | N
     record = {
         "model": {"parameters": parameter_count(model), "config": config.to_dict()},
         "training": {**asdict(training), "steps": history["total"], "tokens": history["tokens"],
-                     "device": torch.cuda.get_device_name() if str(device).startswith("cuda") else str(device),
+                     "device": torch.cuda.get_device_name() if cuda else str(device), "gdn_kernel": kernel,
                      "seed": seed},
         "corpus": corpus, "data": {k: v for k, v in recipe.items() if k != "packages"} | {
             "packages": list(recipe["packages"]), "train_tokens": int(len(stream)), "heldout_tokens": int(len(heldout))},
