@@ -236,6 +236,7 @@ def small_corpus(tmp_path) -> list[Source]:
 def test_tokenizer_loads_in_autotokenizer_and_round_trips(tmp_path):
     files = collect(small_corpus(tmp_path))
     tokenizer = train_tokenizer([f.text for f in files], vocab_size=400)
+    assert train_tokenizer([f.text for f in files], vocab_size=400).to_str() == tokenizer.to_str()  # deterministic
     save_tokenizer(tokenizer, tmp_path, model_max_length=128)
     auto = transformers.AutoTokenizer.from_pretrained(tmp_path)
     text = files[0].text[:500] + "<|edit|>Rename `x`.\n<|result|>  déjà vu\t€"
