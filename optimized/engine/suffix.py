@@ -168,20 +168,33 @@ class SuffixTree:
         min_token_prob: float = 0.1,
         tree: bool = True,
     ) -> SuffixCandidate:
-        """The best-scoring candidate over all match lengths of ``pattern``'s suffixes (module docstring); ``tree``:
-        a tree grown best-first, else the single path of the most frequent child at each step."""
+        """The best-scoring candidate over all match lengths of ``pattern``'s suffixes (module docstring; of equal
+        scores, the one of the larger score bound, then the longer match); ``tree``: a tree grown best-first, else the
+        single path of the most frequent child at each step."""
         best = SuffixCandidate()
-        longest = min(len(pattern), self.max_depth - 1)  # a match of max_depth tokens has no continuation
-        for length in range(1, longest + 1):  # a suffix that does not occur has no longer suffix that does
-            node = self.find(pattern[len(pattern) - length :])
-            if node is None:
-                break
+        # the longest suffix of the pattern that occurs (a match of max_depth tokens has no continuation), by bisection:
+        # a suffix that does not occur has no longer suffix that does
+        low, high = 0, min(len(pattern), self.max_depth - 1)
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.find(pattern[len(pattern) - mid :]) is not None:
+                low = mid
+            else:
+                high = mid - 1
+        grow = self._grow_tree if tree else self._grow_path
+        # a candidate of match length L scores at most its size bound and at most one per level below the match (the
+        # confidences of one level sum to <= 1), of which there are max_depth - L: try the lengths by that bound,
+        # largest first (then the longer match), and stop once no bound beats the best score found
+        bounds = []
+        for length in range(1, low + 1):
             budget = min(int(max_spec_tokens), int(length * max_spec_factor + max_spec_offset + 1e-9))
-            if budget <= 0:
-                continue
-            grow = self._grow_tree if tree else self._grow_path
-            candidate = grow(node, budget, min_token_prob)
-            if candidate.tokens and candidate.score >= best.score:  # ties: the longer match
+            bounds.append((min(budget, self.max_depth - length), length, budget))
+        bounds.sort(key=lambda b: (-b[0], -b[1]))
+        for bound, length, budget in bounds:
+            if bound <= best.score:
+                break
+            candidate = grow(self.find(pattern[len(pattern) - length :]), budget, min_token_prob)
+            if candidate.tokens and candidate.score > best.score:
                 candidate.match_len = length
                 best = candidate
         return best
