@@ -1,6 +1,7 @@
 """Benchmark: the drafters side by side through the engine: autoregressive, prompt lookup (``ngram``), suffix decoding
 (``suffix``), LayerSkip early exit (``layer-skip``) and the GDN-only subgraph (``gdn-only``), plus the self-speculation
-acceptance study (alpha at k = 1..4 and the perplexity-ablation ratio).
+acceptance study (alpha at k = 1..4 and the perplexity-ablation ratio; for the two drafters' subgraphs and for the
+component-level ablation: every GDN sublayer and MLP, the attention mixers skipped).
 
 Model: a seeded random hybrid (``--config small``: 8 layers = 6 GDN + 2 gated attention, hidden 512, vocabulary 8192)
 with *greedy-stable* weights (``random_tensors(..., successor=True)``: the greedy next token of t is a fixed
@@ -38,18 +39,20 @@ import torch
 
 from lumotree.optimized.engine import Engine, OptimizedTarget, ReferenceTarget, layer_skip_checkpoint, make_drafter
 from lumotree.optimized.engine.sampling import SamplingParams
-from lumotree.optimized.engine.selfspec import acceptance_study, self_speculation_layers
+from lumotree.optimized.engine.selfspec import (SELF_SPECULATION, acceptance_study, attention_ablated_tensors,
+                                                self_speculation_layers)
 from lumotree.optimized.model import RANDOM_CONFIGS, OptimizedModel, random_tensors
 from lumotree.reference import model as rm
 from lumotree.reference.config import HybridConfig
 
 DRAFTERS = ("ngram", "suffix", "layer-skip", "gdn-only")
 WORKLOADS = ("fresh", "copy", "rerun")
+ABLATED = "attention-ablated"  # study only: every GDN sublayer and every MLP, the attention mixers skipped
 
 
 def build(args: argparse.Namespace, max_seq_len: int, slots: int) -> tuple[Any, dict[str, Any], HybridConfig]:
-    """(target, {self-speculation kind: draft target}, config) on the chosen backend, the drafts sharing the target's
-    weights."""
+    """(target, {self-speculation kind: draft target, and the attention-ablated model of the study}, config) on the
+    chosen backend, the drafts sharing the target's weights."""
     config = HybridConfig(**RANDOM_CONFIGS[args.config])
     optimized = args.backend == "optimized"
     cuda = optimized and torch.cuda.is_available()  # optimized on a CPU: the Triton interpreter (TRITON_INTERPRET=1)
@@ -58,12 +61,14 @@ def build(args: argparse.Namespace, max_seq_len: int, slots: int) -> tuple[Any, 
     tensors = random_tensors(config, args.seed, dev, dtype, successor=True)
     layers = {"layer-skip": self_speculation_layers(config, "layer-skip", args.exit_layer),
               "gdn-only": self_speculation_layers(config, "gdn-only")}
+    ablated = attention_ablated_tensors(config, tensors)  # the study's third subgraph: attention mixers skipped
     if optimized:
         common = dict(num_slots=slots, max_seq_len=max_seq_len, device=dev, dtype=dtype)
         target = OptimizedTarget(OptimizedModel(config, tensors, max_nodes=args.max_nodes, **common), validate=False)
         drafts = {kind: OptimizedTarget(OptimizedModel(*layer_skip_checkpoint(config, tensors, chosen), max_nodes=32,
                                                        **common), validate=False)
                   for kind, chosen in layers.items()}
+        drafts[ABLATED] = OptimizedTarget(OptimizedModel(config, ablated, max_nodes=32, **common), validate=False)
         return target, drafts, config
     model = rm.HybridModel(config, rm.weights_from_tensors({k: v.numpy() for k, v in tensors.items()}, config))
     target = ReferenceTarget(model, slots, max_seq_len, args.max_nodes)
@@ -71,6 +76,9 @@ def build(args: argparse.Namespace, max_seq_len: int, slots: int) -> tuple[Any, 
 
     drafts = {kind: ReferenceTarget(layer_skip_draft(model, chosen), slots, max_seq_len, 32)
               for kind, chosen in layers.items()}
+    ablated_model = rm.HybridModel(config, rm.weights_from_tensors({k: v.numpy() for k, v in ablated.items()},
+                                                                   config))
+    drafts[ABLATED] = ReferenceTarget(ablated_model, slots, max_seq_len, 32)
     return target, drafts, config
 
 
@@ -117,7 +125,7 @@ def main() -> int:
                       node_buckets=node_buckets, seed=args.seed)
 
     def new_drafter(name: str) -> Any:
-        if name in drafts:  # binary trees up to depth 6: deeper than the default 4-ary ones, within the budget
+        if name in SELF_SPECULATION:  # binary trees up to depth 6: deeper than the default 4-ary ones
             return make_drafter(name, draft_model=drafts[name], top_k=2, max_depth=6)
         return make_drafter(name)
 
@@ -158,8 +166,8 @@ def main() -> int:
     study = {}
     for kind, draft in drafts.items():
         study[kind] = acceptance_study(target, draft, study_prompts, ks=args.ks, max_new_tokens=32)
-        study[kind]["layers"] = self_speculation_layers(config, kind, args.exit_layer if kind == "layer-skip"
-                                                        else None)
+        study[kind]["layers"] = "all (attention mixers skipped)" if kind == ABLATED else self_speculation_layers(
+            config, kind, args.exit_layer if kind == "layer-skip" else None)
         log(f"study {kind}: alpha {study[kind]['alpha']}  PPL ratio {study[kind]['ppl_ratio']:.3f}")
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({args.backend} backend)"
     summary = {"config": args.config, "backend": args.backend, "device": device, "budget": args.budget,
@@ -176,8 +184,9 @@ def main() -> int:
 def markdown(summary: dict[str, Any]) -> str:
     lines = ["| workload | B | drafter | tokens/s | speed-up | mean accepted | = AR |", "|---|---|---|---|---|---|---|"]
     for r in summary["rows"]:
+        equal = "yes" if r["equal_to_autoregressive"] else "no"
         lines.append(f"| {r['workload']} | {r['B']} | {r['drafter']} | {r['tokens_per_s']:.1f} | "
-                     f"{r['speedup']:.2f}x | {r['mean_accepted']:.2f} | {'yes' if r['equal_to_autoregressive'] else 'no'} |")
+                     f"{r['speedup']:.2f}x | {r['mean_accepted']:.2f} | {equal} |")
     lines += ["", "| drafter | layers | " + " | ".join(f"alpha k={k}" for k in next(iter(summary["study"].values()))[
         "ks"]) + " | PPL ratio |", "|---" * (3 + len(next(iter(summary["study"].values()))["ks"])) + "|"]
     for kind, s in summary["study"].items():

@@ -16,6 +16,7 @@ from lumotree.optimized.engine.sampling import SamplingParams
 from lumotree.optimized.engine.selfspec import (
     SelfSpeculationDrafter,
     acceptance_study,
+    attention_ablated_tensors,
     self_speculation_layers,
     sequence_log_probs,
 )
@@ -134,3 +135,28 @@ def test_generate_with_the_new_drafters(capsys):
         assert main(base + extra) == 2
         last = capsys.readouterr().err.strip().splitlines()[-1]
         assert last.startswith("error:") and words in last, last
+
+
+def test_attention_ablation_is_the_gdn_and_mlp_subgraph(model):
+    """Zeroing the attention output projections skips the attention mixers exactly: with the attention layers' MLPs
+    zeroed too, the model is the GDN-only draft (layers dropped) logit for logit; with them kept it is not."""
+    from lumotree.reference import model as rm
+
+    config = model.config
+    tensors = rm.weights_to_tensors(model.weights, config)
+    ablated = attention_ablated_tensors(config, tensors)
+    assert all(ablated[k] is tensors[k] for k in tensors if "o_proj" not in k)
+    attention = [i for i, t in enumerate(config.layer_types) if t == "full_attention"]
+    no_mlp = dict(ablated)
+    for i in attention:
+        no_mlp[f"model.layers.{i}.mlp.down_proj.weight"] = tensors[f"model.layers.{i}.mlp.down_proj.weight"] * 0
+    seq = [3, 1, 4, 1, 5, 9, 2, 6]
+
+    def logits(m):
+        return m.forward(seq, m.new_cache())
+
+    gdn_only = layer_skip_draft(model, self_speculation_layers(config, "gdn-only"))
+    assert np.allclose(logits(rm.HybridModel(config, rm.weights_from_tensors(no_mlp, config))), logits(gdn_only),
+                       atol=1e-12)
+    kept = logits(rm.HybridModel(config, rm.weights_from_tensors(ablated, config)))
+    assert not np.allclose(kept, logits(gdn_only)) and not np.allclose(kept, logits(model))

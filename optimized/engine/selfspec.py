@@ -16,13 +16,14 @@ The acceptance study (:func:`acceptance_study`) measures, for greedy chains of `
 the engine (so the speculative output is checked equal to the autoregressive one), and next to it the
 *perplexity-ablation ratio* ``PPL(draft) / PPL(target)`` on the same text (:func:`perplexity_ratio`): a subgraph that
 barely changes the target's perplexity drafts well, one that blows it up accepts little, which the ratio tells without
-running speculation.
+running speculation. Besides the two drafters' subgraphs, the study takes the component-level ablation
+(:func:`attention_ablated_tensors`: the attention mixers skipped, every MLP kept).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,8 @@ import torch
 from .drafters import Draft, DraftModelDrafter, DraftRequest, EngineDrafter
 from .sampling import SamplingParams, TreeBatch
 
-__all__ = ["SELF_SPECULATION", "self_speculation_layers", "SelfSpeculationDrafter", "DraftCounter",
+__all__ = ["SELF_SPECULATION", "self_speculation_layers", "attention_ablated_tensors", "SelfSpeculationDrafter",
+           "DraftCounter",
            "sequence_log_probs", "perplexity", "perplexity_ratio", "acceptance_study"]
 
 SELF_SPECULATION = ("layer-skip", "gdn-only")
@@ -57,6 +59,21 @@ def self_speculation_layers(config: Any, kind: str, exit_layer: int | None = Non
             raise ValueError("kind = 'gdn-only': the model has no attention layers (the subgraph is the model)")
         return chosen
     raise ValueError(f"kind = {kind!r} is not one of {SELF_SPECULATION}")
+
+
+def attention_ablated_tensors(config: Any, tensors: Mapping[str, Any]) -> dict[str, Any]:
+    """The target's HF-named tensors with every gated-attention layer's output projection (``self_attn.o_proj``)
+    zeroed: the attention sublayers add nothing to the residual stream, every GDN sublayer and every MLP (those of the
+    attention layers included) runs. Its outputs are exactly those of the GDN + MLP subgraph with the attention mixers
+    skipped, the component-level ablation of the acceptance study; it still computes the attention, so as a drafter
+    use ``"gdn-only"`` (whole attention layers dropped). Only the zeroed tensors are new; the rest are the target's
+    (numpy arrays or torch tensors alike)."""
+    out = dict(tensors)
+    for i, kind in enumerate(config.layer_types):
+        if kind == "full_attention":
+            name = f"model.layers.{i}.self_attn.o_proj.weight"
+            out[name] = tensors[name] * 0
+    return out
 
 
 class SelfSpeculationDrafter(DraftModelDrafter):
