@@ -69,7 +69,7 @@ def test_self_speculation_drafters_are_lossless_on_the_reference(model):
 
 def test_gdn_only_and_suffix_drafters_are_lossless_on_the_optimized_model_fp32():
     """The optimized model (fp32, Triton interpreter on the CPU): the GDN-only draft (its checkpoint-level subgraph)
-    and the suffix drafter emit the greedy autoregressive tokens."""
+    and the suffix drafter emit the greedy autoregressive tokens; the study's log-probabilities match the reference."""
     config = HybridConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                           layer_types=("linear_attention", "full_attention"), num_attention_heads=4,
                           num_key_value_heads=2, head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16,
@@ -88,6 +88,11 @@ def test_gdn_only_and_suffix_drafters_are_lossless_on_the_optimized_model_fp32()
     for drafter in (make_drafter("gdn-only", draft_model=draft, top_k=2, max_depth=2), make_drafter("suffix")):
         engine = Engine(target(ref), drafter, mode="tree", budget="fixed", max_nodes=4)
         assert [r.tokens for r in engine.generate(prompts, params)] == [r.tokens for r in ar], drafter.name
+    # teacher-forced log-probabilities through the optimized model (two chunks of its 4-node trees) = the reference's
+    seq = [5, 9, 2, 5, 9, 2, 7]
+    logits = ref.forward(seq, ref.new_cache())  # [T, V] float64
+    want = torch.log_softmax(torch.from_numpy(logits), -1)[torch.arange(len(seq) - 1), seq[1:]].numpy()
+    assert np.allclose(sequence_log_probs(target(ref), seq), want, atol=1e-4)
 
 
 def test_sequence_log_probs_match_the_models_own_forward(model):
