@@ -201,3 +201,23 @@ def test_suffix_drafter_is_lossless_through_the_engine_and_reuses_finished_outpu
         assert [r.tokens for r in first] == [r.tokens for r in reference], mode
         assert [r.tokens for r in second] == [r.tokens for r in reference], mode
         assert drafter.picks["global"] > 0 and sum(r.accepted for r in second) > accepted_first + 10
+
+
+def test_sampled_text_with_the_suffix_drafter_is_the_autoregressive_text():
+    """Sampling (temperature 1, top-p 0.9): deterministic drafts are verified with the coins of each output position,
+    so the suffix drafter's text is the one autoregressive sampling draws with the same seed."""
+    config = HybridConfig(vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, linear_num_key_heads=2,
+                          linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8, num_experts=0,
+                          layer_types=("linear_attention", "full_attention"))
+    model = build_random(config, seed=4)
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4, 5, 4, 5, 4]]
+    params = [SamplingParams(max_new_tokens=12, temperature=1.0, top_p=0.9, seed=s) for s in (7, 8)]
+    ar = Engine(ReferenceTarget(model, num_slots=2, max_seq_len=64), mode="autoregressive").generate(prompts, params)
+    drafter = SuffixDrafter(max_depth=8)
+    engine = Engine(ReferenceTarget(model, num_slots=2, max_seq_len=64), drafter, mode="tree", budget="fixed",
+                    max_nodes=6)
+    for _ in range(2):  # the second pass drafts from the first's outputs
+        out = engine.generate(prompts, params)
+        assert [r.tokens for r in out] == [r.tokens for r in ar]
+    assert drafter.picks["global"] > 0 and sum(r.accepted for r in out) >= 10
