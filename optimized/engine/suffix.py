@@ -45,14 +45,44 @@ def _check_int(name: str, value: object, minimum: int) -> int:
 
 
 class _Node:
-    """A trie node: occurrences of its substring, children by token, the latest sequence that passed through it."""
+    """A trie node: occurrences of its substring, the latest sequence that passed through it, and its children: one
+    child inline (``key``, ``child``; most nodes have at most one), a dict from the second on (``children``)."""
 
-    __slots__ = ("count", "children", "last")
+    __slots__ = ("count", "last", "key", "child", "children")
 
     def __init__(self) -> None:
         self.count = 0
-        self.children: dict[int, _Node] = {}
         self.last = -1
+        self.key: int | None = None
+        self.child: _Node | None = None
+        self.children: dict[int, _Node] | None = None
+
+    def get(self, tok: int) -> _Node | None:
+        if self.children is not None:
+            return self.children.get(tok)
+        return self.child if self.key == tok else None
+
+    def items(self) -> Iterable[tuple[int, _Node]]:
+        if self.children is not None:
+            return self.children.items()
+        return () if self.child is None else ((self.key, self.child),)
+
+    def add(self, tok: int) -> _Node:
+        node = _Node()
+        if self.children is not None:
+            self.children[tok] = node
+        elif self.child is None:
+            self.key, self.child = tok, node
+        else:
+            self.children = {self.key: self.child, tok: node}
+            self.key = self.child = None
+        return node
+
+    def drop(self, tok: int) -> None:
+        if self.children is not None:
+            del self.children[tok]
+        else:
+            self.key = self.child = None
 
 
 @dataclass
@@ -95,9 +125,9 @@ class SuffixTree:
             seq.append(tok)
             grown: list[_Node] = [self.root]
             for node in active:
-                child = node.children.get(tok)
+                child = node.get(tok)
                 if child is None:
-                    child = node.children[tok] = _Node()
+                    child = node.add(tok)
                     self.num_nodes += 1
                 child.count += 1
                 child.last = seq_id
@@ -113,16 +143,18 @@ class SuffixTree:
 
     def remove(self, seq_id: int) -> None:
         """Take sequence ``seq_id`` out: every occurrence it added is uncounted, nodes left with none are freed."""
+        if seq_id not in self.sequences:
+            raise ValueError(f"seq_id = {seq_id!r} is not in the tree")
         seq = self.sequences.pop(seq_id)
         self._active.pop(seq_id, None)
         self.num_tokens -= len(seq)
         for start in range(len(seq)):
             parent = self.root
             for tok in seq[start : start + self.max_depth]:
-                node = parent.children[tok]
+                node = parent.get(tok)
                 node.count -= 1
                 if node.count == 0:
-                    del parent.children[tok]
+                    parent.drop(tok)
                     self.num_nodes -= 1
                 parent = node
 
@@ -137,7 +169,7 @@ class SuffixTree:
             return None
         node: _Node | None = self.root
         for tok in pattern:
-            node = node.children.get(int(tok))
+            node = node.get(int(tok))
             if node is None:
                 return None
         return node
@@ -154,7 +186,7 @@ class SuffixTree:
         stack = [((), start)] if start is not None else []
         while stack:
             prefix, node = stack.pop()
-            for tok, child in node.children.items():
+            for tok, child in node.items():
                 out[prefix + (tok,)] = child.count
                 stack.append((prefix + (tok,), child))
         return out
@@ -204,7 +236,7 @@ class SuffixTree:
         out = SuffixCandidate()
         heap: list[tuple[float, int, int, int, _Node]] = []  # (-confidence, tie, parent index, token, node)
         tie = 0
-        for tok, child in match.children.items():
+        for tok, child in match.items():
             heapq.heappush(heap, (-child.count / match.count, tie, -1, tok, child))
             tie += 1
         while heap and len(out.tokens) < budget:
@@ -216,7 +248,7 @@ class SuffixTree:
             out.parents.append(parent)
             out.probs.append(-neg)
             out.sources.add(node.last)
-            for ctok, child in node.children.items():
+            for ctok, child in node.items():
                 heapq.heappush(heap, (-child.count / match.count, tie, index, ctok, child))
                 tie += 1
         out.score = float(sum(out.probs))
@@ -226,8 +258,11 @@ class SuffixTree:
     def _grow_path(match: _Node, budget: int, min_prob: float) -> SuffixCandidate:
         out = SuffixCandidate()
         node = match
-        while len(out.tokens) < budget and node.children:
-            tok, child = max(node.children.items(), key=lambda kv: kv[1].count)  # first of equal counts
+        while len(out.tokens) < budget:
+            kids = node.items()
+            if not kids:
+                break
+            tok, child = max(kids, key=lambda kv: kv[1].count)  # first of equal counts
             prob = child.count / match.count
             if prob < min_prob:
                 break
@@ -244,10 +279,10 @@ class SuffixCache:
     """The global suffix tree over finished outputs, with bounded memory and LRU eviction of whole outputs.
 
     ``max_requests``: most outputs held (0: none, the cache is off); ``capacity``: most entries (trie nodes plus
-    stored tokens, :attr:`SuffixTree.memory`) held after every insertion. An output that alone needs more than
-    ``capacity`` is not kept."""
+    stored tokens, :attr:`SuffixTree.memory`; about 75 bytes each on CPython) held after every insertion. An output
+    that alone needs more than ``capacity`` is not kept."""
 
-    def __init__(self, max_depth: int = 24, max_requests: int = 10_000, capacity: int = 4_000_000):
+    def __init__(self, max_depth: int = 24, max_requests: int = 10_000, capacity: int = 2_000_000):
         self.tree = SuffixTree(max_depth)
         self.max_requests = _check_int("max_requests", max_requests, 0)
         self.capacity = _check_int("capacity", capacity, 1)
@@ -316,7 +351,7 @@ class SuffixDrafter:
         max_spec_offset: float = 0.0,
         min_token_prob: float = 0.1,
         max_cached_requests: int = 10_000,
-        cache_capacity: int = 4_000_000,
+        cache_capacity: int = 2_000_000,
         cache: SuffixCache | None = None,
     ):
         self.max_depth = _check_int("max_depth", max_depth, 2)
