@@ -35,8 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--out", required=True, metavar="DIR", help="where the checkpoint and its files are written")
         p.add_argument("--device", default="cuda", help="torch device (cuda: fla's chunk kernel for GDN layers)")
         length = p.add_mutually_exclusive_group()
-        length.add_argument("--seconds", type=_positive(float), help="training-loop time budget; the step count is "
-                            "measured during warm-up and recorded (default: the recipe's 300 s)")
+        length.add_argument("--seconds", type=_positive(float), help="time budget (organism: corpus, tokenizer, "
+                            "encoding and training together; mtp: training); the step count is measured during "
+                            "warm-up and recorded (default: a training loop of 300 s)")
         length.add_argument("--steps", type=_positive(int), help="exact step count (reproducible)")
         p.add_argument("--seed", type=int, default=0, help="seed of the initialisation, the data order and the split "
                        "of edit / tool examples")

@@ -103,10 +103,14 @@ def train_organism(out_dir: str | Path, device: str = "cuda", seconds: float | N
                    training: TrainConfig = ORGANISM_TRAINING, recipe: dict | None = None,
                    progress: IO[str] | None = sys.stderr) -> dict:
     """Run the organism recipe (module docstring) and write the model into ``out_dir``; returns ``recipe.json``'s
-    dict. ``seconds`` / ``steps`` override the training length (``steps``: exact and reproducible)."""
+    dict. ``seconds``: the budget of corpus, tokenizer, encoding and training together (the training loop gets what
+    is left and measures its step count against it); without it the loop gets ``training.seconds``. ``steps``: an exact
+    step count instead (reproducible)."""
     recipe = {**RECIPE, **(recipe or {})}
-    if seconds is not None or steps is not None:
-        training = replace(training, seconds=None if steps is not None else seconds, steps=steps)
+    if seconds is not None and not seconds > 0:
+        raise ValueError(f"seconds = {seconds!r} must be positive")
+    if steps is not None:
+        training = replace(training, seconds=None, steps=steps)
     training = replace(training, seed=seed)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -130,6 +134,14 @@ def train_organism(out_dir: str | Path, device: str = "cuda", seconds: float | N
     cuda = str(device).startswith("cuda")
     kernel = ("fla" if fla_available() else "chunk (torch; fla not importable)") if cuda else "torch recurrence"
     _log(progress, f"GDN kernel: {kernel}")
+    if steps is None and (seconds is not None or training.steps is None):  # the loop gets what the budget left
+        budget = seconds if seconds is not None else training.seconds + time.perf_counter() - t0
+        timings["budget_s"] = budget
+        left = budget - (time.perf_counter() - t0)
+        if left < 30:
+            raise ValueError(f"seconds = {budget}: only {left:.0f} s are left for training after the corpus, the "
+                             "tokenizer and the encoding; give more")
+        training = replace(training, seconds=left, steps=None)
     torch.manual_seed(seed)
     model = HybridLM(config)
     model.initialize(seed)
