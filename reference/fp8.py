@@ -12,8 +12,9 @@ which :func:`dequantize_blocks` evaluates exactly in float64 (an e4m3 value has 
 scale 24: the product fits a double's 53). The reference backend runs this dequantised model; the optimized backend
 keeps ``q`` and the scales on the device and dequantises in its kernels.
 
-Which tensors may be quantised (:func:`fp8_eligible`): the linear projections (``*_proj.weight``, the MTP head's
-``mtp.fc.weight``, fused experts). The embedding, the LM head, the norms, the router (``mlp.gate``) and the shared
+Which tensors may be quantised (:func:`fp8_eligible`): the linear projections (``*proj*.weight``: ``q_proj``,
+``in_proj_qkvz``, ``in_proj_b``, ``down_proj``, ...; the MTP head's ``mtp.fc.weight``; fused experts). Each may also
+stay float (a release's ``modules_to_not_convert``): the stored dtype decides. The embedding, the LM head, the norms, the router (``mlp.gate``) and the shared
 expert's gate stay in their float dtype, as the releases ship them. :func:`quantize_blocks` is the writer's side
 (tests and tiny checkpoints): ``scale_inv = amax(|W| over the block) / 448``, ``q = round_e4m3(W / scale_inv)``.
 """
@@ -39,7 +40,8 @@ def fp8_eligible(name: str) -> bool:
     """Whether the stored tensor ``name`` is a linear weight a block-FP8 checkpoint may quantise."""
     if name.endswith(_FUSED):
         return True
-    return name.endswith("_proj.weight") or name == "mtp.fc.weight"
+    parts = name.rsplit(".", 2)
+    return name == "mtp.fc.weight" or (len(parts) == 3 and parts[2] == "weight" and "proj" in parts[1])
 
 
 def scale_name(name: str) -> str:

@@ -103,11 +103,13 @@ class Fp8Weight(NamedTuple):
         return Fp8Weight(self.weight[..., index, :].contiguous(), self.scale, self.scale_rows[index].contiguous())
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """``W = weight * scale[scale_rows, k // 128]`` in fp32, rounded to ``dtype``: ``[..., N, K]``."""
+        """``W = weight * scale[scale_rows, k // 128]`` in fp32 (float64: exact), rounded to ``dtype``:
+        ``[..., N, K]``."""
         K = self.weight.shape[-1]
-        per_row = self.scale[..., self.scale_rows.long(), :]  # [..., N, Kb]
+        compute = torch.float64 if dtype == torch.float64 else torch.float32
+        per_row = self.scale[..., self.scale_rows.long(), :].to(compute)  # [..., N, Kb]
         full = per_row.repeat_interleave(FP8_BLOCK_K, dim=-1)[..., :K]  # [..., N, K]
-        return (self.weight.float() * full).to(dtype)
+        return (self.weight.to(compute) * full).to(dtype)
 
 
 def fp8_cat(parts: list[Fp8Weight]) -> Fp8Weight:
