@@ -202,6 +202,24 @@ def test_generate_greedy_tokens_equal_the_reference_on_the_dequantised_model(tmp
     assert len(set(map(tuple, tokens.values()))) == 1, tokens
 
 
+def test_transformers_reads_our_fp8_checkpoint_as_the_same_model(tmp_path):
+    """transformers (without a GPU it dequantises block-FP8 linears on load) reads the checkpoint that
+    :func:`write_fp8` writes to the reference's dequantised weights and logits. The dense type only: transformers'
+    CPU fallback leaves the experts' scales unapplied."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")  # transformers' FP8 loading needs it
+    write_fp8(tmp_path, "qwen3_5_text")
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ref = rm.load_pretrained(tmp_path)
+    prompt = [3, 1, 4, 1, 5]
+    with torch.no_grad():
+        hf = model(torch.tensor([prompt])).logits[0].double().numpy()
+    mine = ref.forward(prompt, ref.new_cache())
+    assert np.abs(mine - hf).max() <= 1e-5 * np.abs(mine).max()
+
+
 P = "model.layers"
 MALFORMED = {  # case -> (edit(stored, raw), words of the one-line error)
     "other method": (lambda t, c: c.update(quantization_config={"quant_method": "gptq", "bits": 4}),
@@ -240,6 +258,28 @@ def test_malformed_fp8_checkpoints_end_in_one_line_naming_the_key_or_tensor(tmp_
 
 
 # ------------------------------------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_gpu_fp8_checkpoint_steps_match_the_reference(tmp_path, name):
+    """Prefill and decode logits of a tiny block-FP8 checkpoint on the GPU (fp32, every projection on the FP8 GEMV)
+    against the reference backend on the dequantised model."""
+    from lumotree.optimized.model import load_pretrained as load_optimized
+
+    write_fp8(tmp_path, name)
+    ref = rm.load_pretrained(tmp_path)
+    prompt, steps = [3, 1, 4, 1, 5, 9], [2, 6, 5]
+    want = ref.forward(prompt + steps, ref.new_cache())[len(prompt) - 1:]
+    opt = load_optimized(tmp_path, num_slots=1, max_seq_len=32, max_nodes=4, dtype=torch.float32,
+                         small_batch_linear=True, device="cuda")
+    got = [opt.prefill(0, prompt).double().cpu().numpy()[None]]
+    for token in steps:
+        got.append(opt.decode(torch.tensor([0], dtype=torch.int32, device="cuda"),
+                              torch.tensor([token], device="cuda")).double().cpu().numpy())
+    got = np.concatenate(got)
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("M", [1, 4, 16, 64, 300])

@@ -77,6 +77,22 @@ class Fp8Weight(NamedTuple):
         rows = torch.arange(N, device=weight.device, dtype=torch.int32) // block_rows  # [N]
         return cls(weight.contiguous(), scale_inv.contiguous(), rows).checked()
 
+    @classmethod
+    def quantize(cls, w: torch.Tensor) -> Fp8Weight:
+        """Block FP8 of a float weight ``w: [..., N, K]`` (as :func:`lumotree.reference.fp8.quantize_blocks`, on
+        w's device): per 128 x 128 block ``scale = amax|w| / 448`` (1 for a zero block), ``q = e4m3(w / scale)``."""
+        *lead, N, K = w.shape
+        rb, kb = triton.cdiv(N, 128), triton.cdiv(K, FP8_BLOCK_K)
+        padded = torch.zeros((*lead, rb * 128, kb * FP8_BLOCK_K), dtype=torch.float32, device=w.device)
+        padded[..., :N, :K] = w
+        tiles = padded.view(*lead, rb, 128, kb, FP8_BLOCK_K)  # [..., rb, 128, kb, 128]
+        amax = tiles.abs().amax(dim=(-3, -1))  # [..., rb, kb]
+        scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))  # [..., rb, kb]
+        q = (tiles / scale[..., :, None, :, None]).clamp(-448.0, 448.0).to(_FP8)
+        q = q.view(*lead, rb * 128, kb * FP8_BLOCK_K)[..., :N, :K].contiguous()  # [..., N, K]
+        del padded, tiles
+        return cls.from_blocks(q, scale.contiguous())
+
     def checked(self) -> Fp8Weight:
         """Self after checking dtypes, shapes and the row indices (reads them to the host once)."""
         w, s, r = self
