@@ -15,8 +15,8 @@ Keys that would change it but are unsupported (RoPE scaling, sliding windows, at
 SiLU, an ungated attention output, dedicated MTP embeddings) raise with the key's name. A ``quantization_config`` is
 read when it is the fine-grained FP8 format of the family's FP8 releases (``quant_method`` ``"fp8"``,
 ``weight_block_size`` ``[128, 128]``, dynamic activations, float32 scales: :mod:`~lumotree.reference.fp8`) and sets
-:attr:`HybridConfig.fp8_block_size`; any other method or setting raises naming the key. Defaults are the model type's HF defaults, so
-a ``config.json`` that omits a key means what it means to HF. Qwen3.5's multimodal RoPE keys
+:attr:`HybridConfig.fp8_block_size`; any other method or setting raises naming the key. Defaults are the model type's HF
+defaults, so a ``config.json`` that omits a key means what it means to HF. Qwen3.5's multimodal RoPE keys
 (``rope_parameters.mrope_section``, ``mrope_interleaved``) are read and checked: text tokens carry the same position
 on all three sections, which makes interleaved M-RoPE the plain RoPE of the other types.
 
@@ -34,7 +34,8 @@ from typing import Any
 from .attention import AttentionSpec
 from .gdn import GDNLayerSpec
 
-__all__ = ["HybridConfig", "FP8_BLOCK", "FP8_NOT_CONVERTED", "IGNORED_HF_KEYS", "LAYER_KINDS", "MODEL_TYPES", "CONDITIONAL_MODEL_TYPES"]
+__all__ = ["HybridConfig", "FP8_BLOCK", "FP8_NOT_CONVERTED", "IGNORED_HF_KEYS", "LAYER_KINDS", "MODEL_TYPES",
+           "CONDITIONAL_MODEL_TYPES"]
 
 LAYER_KINDS = ("linear_attention", "full_attention")
 #: text model types and the transformers class that runs each

@@ -14,9 +14,10 @@ keeps ``q`` and the scales on the device and dequantises in its kernels.
 
 Which tensors may be quantised (:func:`fp8_eligible`): the linear projections (``*proj*.weight``: ``q_proj``,
 ``in_proj_qkvz``, ``in_proj_b``, ``down_proj``, ...; the MTP head's ``mtp.fc.weight``; fused experts). Each may also
-stay float (a release's ``modules_to_not_convert``): the stored dtype decides. The embedding, the LM head, the norms, the router (``mlp.gate``) and the shared
-expert's gate stay in their float dtype, as the releases ship them. :func:`quantize_blocks` is the writer's side
-(tests and tiny checkpoints): ``scale_inv = amax(|W| over the block) / 448``, ``q = round_e4m3(W / scale_inv)``.
+stay float (a release's ``modules_to_not_convert``): the stored dtype decides. The embedding, the LM head, the norms,
+the router (``mlp.gate``) and the shared expert's gate stay in their float dtype, as the releases ship them.
+:func:`quantize_blocks` is the writer's side (tests and tiny checkpoints): ``scale_inv = amax(|W| over the block) /
+448``, ``q = round_e4m3(W / scale_inv)``.
 """
 
 from __future__ import annotations

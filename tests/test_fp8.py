@@ -220,6 +220,22 @@ def test_transformers_reads_our_fp8_checkpoint_as_the_same_model(tmp_path):
     assert np.abs(mine - hf).max() <= 1e-5 * np.abs(mine).max()
 
 
+def test_the_fp8_config_round_trips_and_sits_at_the_top_of_conditional_configs():
+    config = LAYOUTS["qwen3_5_moe-fused"][0].replace(fp8_block_size=(128, 128))
+    raw = config.to_dict()
+    assert raw["quantization_config"]["weight_block_size"] == [128, 128]
+    assert HybridConfig.from_dict(raw) == config
+    text = {k: v for k, v in raw.items() if k != "quantization_config"}
+    conditional = {"model_type": "qwen3_5_moe", "text_config": text, "quantization_config": raw["quantization_config"]}
+    assert HybridConfig.from_dict(conditional).fp8_block_size == (128, 128)
+    with pytest.raises(ValueError, match="'quantization_config' and 'text_config.quantization_config'"):
+        HybridConfig.from_dict({**conditional, "text_config": raw})
+    with pytest.raises(ValueError, match="unknown config key 'fp8_block_size'"):
+        HybridConfig.from_dict({**raw, "fp8_block_size": [128, 128]})
+    with pytest.raises(ValueError, match="'quantization_config.scale_fmt'"):
+        HybridConfig.from_dict({**raw, "quantization_config": {**raw["quantization_config"], "scale_fmt": "ue8m0"}})
+
+
 P = "model.layers"
 MALFORMED = {  # case -> (edit(stored, raw), words of the one-line error)
     "other method": (lambda t, c: c.update(quantization_config={"quant_method": "gptq", "bits": 4}),

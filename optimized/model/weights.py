@@ -15,7 +15,8 @@ from ..ops.gdn_tree.common import check_decay_rates
 from ..ops.gemv import Fp8Weight, fp8_cat, interleave_gate_up
 from ..ops.tree_attention import rope_inv_freq
 
-__all__ = ["finite", "GDNLayerWeights", "AttentionLayerWeights", "MLPWeights", "MTPWeights", "ModelWeights", "load_weights",
+__all__ = ["finite",
+           "GDNLayerWeights", "AttentionLayerWeights", "MLPWeights", "MTPWeights", "ModelWeights", "load_weights",
            "build_weights", "check_kernel_limits", "select_layers", "gdn_row_orders", "random_tensors",
            "successor_permutation"]
 

@@ -191,7 +191,8 @@ def _tile_product(acc, x, w, seg_rstd, seg_off, IEEE: tl.constexpr, SEGMENTED: t
     rounded to x's dtype, so that the accumulation stays on the tensor
     cores (the model's ``[2048, 4096]`` launch at 64 rows 12 -> 98 us), and two tiles' products formed before
     either is scaled (11.6 -> 14.0 us). ``FP8``: ``w`` holds float8_e4m3fn values (exact in x's dtype) and the
-    tile's product is scaled by its rows' block scales ``wscale: [BLOCK_N]`` (:mod:`~lumotree.optimized.ops.gemv.fp8`)."""
+    tile's product is scaled by its rows' block scales ``wscale: [BLOCK_N]``
+    (:mod:`~lumotree.optimized.ops.gemv.fp8`)."""
     if FP8:
         w = w.to(x.dtype)
         if IEEE:

@@ -219,7 +219,8 @@ def residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, *,
     if norm is not None:
         cfg = _check_norm(norm, M, K, cfg, config is None, x.device)
     check_tensor("residual", residual, (M, N), "M, N", (x.dtype,), x.device, contiguous=True)
-    if residual.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(), _weight(w).untyped_storage().data_ptr()):
+    if residual.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(),
+                                                 _weight(w).untyped_storage().data_ptr()):
         raise ValueError("residual shares memory with x or w: the programs reading them would race with its update")
     scaled = None
     if scale is not None:
