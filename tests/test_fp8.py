@@ -273,27 +273,35 @@ def test_malformed_fp8_checkpoints_end_in_one_line_naming_the_key_or_tensor(tmp_
     assert code == 2 and "Traceback" not in err and words[0] in err.strip().splitlines()[-1], err
 
 
+def _steps_match_the_reference(tmp_path, name):
+    """Prefill (chunks of 4: tree steps) and decode logits of a tiny block-FP8 checkpoint (fp32, every projection on
+    the FP8 GEMV with its fused norms and convs) against the reference backend on the dequantised model."""
+    from lumotree.optimized.model import load_pretrained as load_optimized
+
+    write_fp8(tmp_path, name)
+    ref = rm.load_pretrained(tmp_path)
+    prompt, steps = [3, 1, 4, 1, 5], [2, 6]  # a 4-node chunk, a 1-node chunk, two decode steps
+    want = ref.forward(prompt + steps, ref.new_cache())[len(prompt) - 1:]
+    opt = load_optimized(tmp_path, num_slots=1, max_seq_len=32, max_nodes=4, dtype=torch.float32,
+                         small_batch_linear=True, device=DEVICE, graphs=False)
+    got = [opt.prefill(0, prompt).double().cpu().numpy()[None]]
+    for token in steps:
+        got.append(opt.decode(torch.tensor([0], dtype=torch.int32, device=DEVICE),
+                              torch.tensor([token], device=DEVICE)).double().cpu().numpy())
+    got = np.concatenate(got)
+    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def test_fp8_checkpoint_steps_on_the_gemv_match_the_reference(tmp_path):
+    _steps_match_the_reference(tmp_path, "qwen3_next")
+
+
 # ------------------------------------------------------------------------------------------------------- GPU
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_gpu_fp8_checkpoint_steps_match_the_reference(tmp_path, name):
-    """Prefill and decode logits of a tiny block-FP8 checkpoint on the GPU (fp32, every projection on the FP8 GEMV)
-    against the reference backend on the dequantised model."""
-    from lumotree.optimized.model import load_pretrained as load_optimized
-
-    write_fp8(tmp_path, name)
-    ref = rm.load_pretrained(tmp_path)
-    prompt, steps = [3, 1, 4, 1, 5, 9], [2, 6, 5]
-    want = ref.forward(prompt + steps, ref.new_cache())[len(prompt) - 1:]
-    opt = load_optimized(tmp_path, num_slots=1, max_seq_len=32, max_nodes=4, dtype=torch.float32,
-                         small_batch_linear=True, device="cuda")
-    got = [opt.prefill(0, prompt).double().cpu().numpy()[None]]
-    for token in steps:
-        got.append(opt.decode(torch.tensor([0], dtype=torch.int32, device="cuda"),
-                              torch.tensor([token], device="cuda")).double().cpu().numpy())
-    got = np.concatenate(got)
-    assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
+    _steps_match_the_reference(tmp_path, name)
 
 
 @pytest.mark.gpu
