@@ -172,11 +172,47 @@ def test_fp8_checkpoints_load_as_float8_and_dequantise_to_the_reference(tmp_path
         assert torch.equal(got.dequantize(torch.float64), want)
 
 
-def test_a_fused_weight_of_fp8_and_float_parts_is_dequantised(tmp_path):
-    kept = ["model.layers.0.linear_attn.in_proj_b.weight", "model.layers.0.linear_attn.in_proj_a.weight"]
+def test_float_parts_after_fp8_ones_stay_a_float_tail_and_others_dequantise(tmp_path):
+    """A release keeps ``in_proj_b`` / ``in_proj_a`` float next to FP8 ``in_proj_qkv`` / ``in_proj_z``: ``w_in`` is
+    FP8 with a float tail; a float part before FP8 ones (``q_proj`` float, ``k_proj`` FP8) dequantises the fused
+    weight."""
+    kept = ["model.layers.0.linear_attn.in_proj_b.weight", "model.layers.0.linear_attn.in_proj_a.weight",
+            "model.layers.1.self_attn.q_proj.weight"]
     write_fp8(tmp_path, "qwen3_5_text", keep_float=kept)
+    ref = rm.load_pretrained(tmp_path)
     _, weights, _ = load_checkpoint(tmp_path, DEVICE, torch.float32)
-    assert weights.layers[0].w_in.dtype == torch.float32 and isinstance(weights.layers[0].w_out, G.Fp8Weight)
+    w_in = weights.layers[0].w_in
+    assert isinstance(w_in, G.Fp8Weight) and w_in.tail.dtype == torch.float32 and w_in.tail.shape == (8, 32)
+    assert weights.layers[1].w_qkv.dtype == torch.float32 and isinstance(weights.layers[1].w_o, G.Fp8Weight)
+    from lumotree.optimized.model.weights import load_weights
+    canonical = rm.weights_to_tensors(ref.weights, ref.config)
+    plain = load_weights(ref.config, {k: torch.from_numpy(np.asarray(v)) for k, v in canonical.items()}, DEVICE,
+                         torch.float64)
+    assert torch.equal(w_in.dequantize(torch.float64), plain.layers[0].w_in)
+
+
+def test_a_float_tail_runs_as_a_second_launch_with_the_norm_and_the_conv():
+    M, K, C, width = 2, 256, 96, 4
+    head, tail = _weight(160, K, 1), torch.randn(24, K, device=DEVICE)
+    w = head._replace(tail=tail).checked()
+    assert w.shape == (184, K)
+    x = _x(M, K, 2) * 0.05
+    parts = torch.rand(M, 3, device=DEVICE) * K  # [M, 3]
+    conv_w = torch.randn(C, width, device=DEVICE)
+    pool = torch.randn(3, width - 1, C, device=DEVICE)
+    slots = torch.tensor([2, 0], dtype=torch.int32, device=DEVICE)
+    want_pool = pool.clone()
+    dense = w.dequantize(torch.float64)  # [184, K]
+    plain = (x.double() @ dense.T) / (parts.double().sum(-1, keepdim=True) / K + 1e-6).sqrt()
+    from lumotree.optimized.ops.gdn_decode import conv_step
+    want = plain.clone()
+    want[:, :C] = conv_step(plain[:, :C].float(), conv_w, want_pool, slots).double()
+    got = G.small_batch_linear(x, w, norm=G.RowNorm(parts, 1e-6), conv=G.ConvStep(conv_w, pool, slots),
+                               out=_poisoned(M, 184))
+    assert _rel(got, want) < RTOL and torch.allclose(pool, want_pool, rtol=1e-5, atol=1e-5)
+    assert _rel(G.fp8_linear(_x(70, K, 3), w), _x(70, K, 3).double() @ dense.T) < RTOL
+    with pytest.raises(ValueError, match="float tail"):
+        G.residual_linear(x, w, torch.zeros(M, 184, device=DEVICE))
 
 
 RUNS = [("reference", "none", []), ("optimized", "tree", ["--drafter", "ngram"])]
@@ -190,7 +226,8 @@ MORE_RUNS = [("optimized", "none", []), ("optimized", "chain", ["--drafter", "ng
     pytest.param("qwen3_5_moe-fused", RUNS + MORE_RUNS, marks=pytest.mark.slow),
 ])
 def test_generate_greedy_tokens_equal_the_reference_on_the_dequantised_model(tmp_path, capsys, name, runs):
-    write_fp8(tmp_path, name)
+    """As a release stores it: ``in_proj_ba`` kept float (``w_in`` FP8 with a float tail)."""
+    write_fp8(tmp_path, name, keep_float=["model.layers.0.linear_attn.in_proj_ba.weight"] * (name == "qwen3_next"))
     out = tmp_path / "out.json"
     tokens = {}
     for backend, spec, extra in runs if runs[0][0] == "reference" else [RUNS[0], *runs]:

@@ -142,7 +142,8 @@ def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str
     Block-FP8 weights (``layout.fp8``) stay in float8 with their scales
     (:class:`~lumotree.optimized.ops.gemv.Fp8Weight`); fused from FP8 parts they stay FP8 (each row keeps its scales,
     nothing is requantised); a fused weight whose parts are stored some in FP8, some in float is dequantised to the
-    model's dtype."""
+    model's dtype, except float parts after the FP8 ones (a release's ``in_proj_ba`` / ``in_proj_b`` and ``in_proj_a``
+    next to an FP8 ``in_proj_qkvz``), which stay a float tail of the FP8 weight."""
     f32 = torch.float32
 
     def get(name: str, as_dtype: torch.dtype | None = None) -> torch.Tensor | Fp8Weight:
@@ -153,8 +154,12 @@ def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str
         return fetch(stored_name, as_dtype)
 
     def cat(parts: list) -> torch.Tensor | Fp8Weight:
-        if all(isinstance(p, Fp8Weight) for p in parts):
+        quantised = [isinstance(p, Fp8Weight) for p in parts]
+        lead = quantised.index(False) if False in quantised else len(parts)
+        if lead == len(parts):
             return fp8_cat(parts)
+        if lead and not any(quantised[lead:]):  # FP8 rows, then float ones: a float tail
+            return fp8_cat(parts[:lead])._replace(tail=torch.cat(parts[lead:]).contiguous()).checked()
         return torch.cat([p.dequantize(dtype) if isinstance(p, Fp8Weight) else p for p in parts])
 
     def pair(gate, up) -> torch.Tensor | Fp8Weight:  # interleave_gate_up of mixed parts: float

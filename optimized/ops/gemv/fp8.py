@@ -49,15 +49,25 @@ _FP8 = torch.float8_e4m3fn
 class Fp8Weight(NamedTuple):
     """A block-FP8 linear weight (module docstring): ``weight: [N, K]`` (experts: ``[E, N, K]``) float8_e4m3fn
     contiguous, ``scale: [R, cdiv(K, 128)]`` (``[E, R, cdiv(K, 128)]``) float32 contiguous, ``scale_rows: [N]`` int32
-    (values in ``[0, R)``)."""
+    (values in ``[0, R)``). ``tail``: more output rows ``[N2, K]`` stored in a float dtype (x's), after the FP8 ones
+    (a fused projection whose last parts a checkpoint keeps float, as releases keep ``in_proj_ba``): the weight is
+    then ``[N + N2, K]``, computed as two launches into one output (2-D weights only)."""
 
     weight: torch.Tensor
     scale: torch.Tensor
     scale_rows: torch.Tensor
+    tail: torch.Tensor | None = None
 
     @property
     def shape(self) -> torch.Size:
-        return self.weight.shape
+        if self.tail is None:
+            return self.weight.shape
+        return torch.Size((self.weight.shape[0] + self.tail.shape[0], self.weight.shape[1]))
+
+    @property
+    def head(self) -> Fp8Weight:
+        """The FP8 rows alone (no tail)."""
+        return self if self.tail is None else Fp8Weight(self.weight, self.scale, self.scale_rows)
 
     @property
     def device(self) -> torch.device:
@@ -95,8 +105,12 @@ class Fp8Weight(NamedTuple):
 
     def checked(self) -> Fp8Weight:
         """Self after checking dtypes, shapes and the row indices (reads them to the host once)."""
-        w, s, r = self
+        w, s, r, tail = self
         N, K = w.shape[-2:]
+        if tail is not None and (w.ndim != 2 or tail.ndim != 2 or tail.shape[1] != K or not tail.is_floating_point()
+                                 or not tail.is_contiguous() or tail.device != w.device):
+            raise ValueError(f"tail must be a contiguous float [N2, {K}] on the weight's device, got "
+                             f"{tail.dtype} {list(tail.shape)}")
         kb = triton.cdiv(K, FP8_BLOCK_K)
         if w.dtype != _FP8 or not w.is_contiguous():
             raise ValueError(f"weight must be contiguous float8_e4m3fn, got {w.dtype}")
@@ -112,10 +126,14 @@ class Fp8Weight(NamedTuple):
 
     def expert(self, e: int) -> Fp8Weight:
         """Expert ``e``'s ``[N, K]`` weight of a stacked ``[E, N, K]`` one (views, no copy)."""
+        if self.weight.ndim != 3:
+            raise ValueError(f"expert() needs a stacked [E, N, K] weight, got {list(self.weight.shape)}")
         return Fp8Weight(self.weight[e], self.scale[e], self.scale_rows)
 
     def take_rows(self, index: torch.Tensor) -> Fp8Weight:
-        """The weight of rows ``index`` (the scales shared, the row indices gathered)."""
+        """The weight of rows ``index`` (the scales shared, the row indices gathered; no tail)."""
+        if self.tail is not None:
+            raise ValueError("take_rows: permute the parts before giving the weight a float tail")
         return Fp8Weight(self.weight[..., index, :].contiguous(), self.scale, self.scale_rows[index].contiguous())
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -125,13 +143,16 @@ class Fp8Weight(NamedTuple):
         compute = torch.float64 if dtype == torch.float64 else torch.float32
         per_row = self.scale[..., self.scale_rows.long(), :].to(compute)  # [..., N, Kb]
         full = per_row.repeat_interleave(FP8_BLOCK_K, dim=-1)[..., :K]  # [..., N, K]
-        return (self.weight.to(compute) * full).to(dtype)
+        w = (self.weight.to(compute) * full).to(dtype)
+        return w if self.tail is None else torch.cat([w, self.tail.to(dtype)])  # [N + N2, K]
 
 
 def fp8_cat(parts: list[Fp8Weight]) -> Fp8Weight:
     """The row concatenation of block-FP8 weights of one K (and one expert count): weights and scale rows stacked,
     each part's row indices shifted past the scale rows before it."""
     rows, at = [], 0
+    if any(p.tail is not None for p in parts):
+        raise ValueError("fp8_cat: the parts must have no float tail")
     for p in parts:
         rows.append(p.scale_rows + at)
         at += p.scale.shape[-2]
@@ -198,9 +219,16 @@ def fp8_linear(x: torch.Tensor, w: Fp8Weight, *, out_dtype: torch.dtype | None =
     y = torch.empty((M, N), dtype=out_dtype or x.dtype, device=x.device)  # [M, N]
     if M == 0:
         return y
+    if w.tail is not None:  # the float rows: cuBLAS, into their columns
+        n1 = w.weight.shape[0]
+        y[:, n1:] = x @ w.tail.T
+        w, y_all, y = w.head, y, y[:, :n1]
+    else:
+        y_all = y
+    N = w.shape[0]
     block_m, block_n, block_k = 64, 128, 128
     opts = {} if interpreting() else {"num_warps": 8, "num_stages": 3}
     _fp8_matmul_kernel[(triton.cdiv(M, block_m), triton.cdiv(N, block_n))](
         x, w.weight, w.scale, w.scale_rows, y, M, N, K, w.scale.shape[-1], x.stride(0), y.stride(0),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, IEEE=x.dtype == torch.float32, **opts)
-    return y
+    return y_all

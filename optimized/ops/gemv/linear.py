@@ -200,6 +200,18 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
             raise TypeError(f"conv.out has dtype {conv.out.dtype}, expected y's {y.dtype}")
         if conv.out.untyped_storage().data_ptr() in (y.untyped_storage().data_ptr(), x.untyped_storage().data_ptr()):
             raise ValueError("conv.out shares memory with y or x: the conv reads them while it stores")
+    if isinstance(w, Fp8Weight) and w.tail is not None:  # FP8 rows, then the float rows, into their columns
+        n1 = w.weight.shape[0]
+        if swiglu:
+            raise ValueError("swiglu takes an Fp8Weight without a float tail (interleaved gate / up rows)")
+        if conv is not None and conv.weight.shape[0] > n1:
+            raise ValueError(f"conv.weight has C = {conv.weight.shape[0]} channels, more than w's {n1} FP8 rows")
+        _launch(x, w.head, y[:, :n1], cfg, pdl, False, norm, None, None, conv)
+        tail_cfg = gemv_config(x.shape[0], w.tail.shape[0], K, x.device) if config is None else cfg
+        if norm is not None:
+            tail_cfg = _check_norm(norm, x.shape[0], K, tail_cfg, config is None, x.device)
+        _launch(x, w.tail, y[:, n1:], tail_cfg, pdl, False, norm, None, None, None)
+        return y
     _launch(x, w, y, cfg, pdl, swiglu, norm, None, None, conv)
     return y
 
@@ -215,6 +227,8 @@ def residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, *,
     add + RMSNorm between two projections costs no launch of its own (module docstring). ``norm``: the product
     scaled as in :func:`small_batch_linear` before the add."""
     x, w, K, cfg, _ = _check_linear(x, w, None, config)
+    if isinstance(w, Fp8Weight) and w.tail is not None:
+        raise ValueError("residual_linear takes an Fp8Weight without a float tail")
     M, N = x.shape[0], w.shape[0]
     if norm is not None:
         cfg = _check_norm(norm, M, K, cfg, config is None, x.device)
@@ -250,7 +264,9 @@ def _check_linear(x, w, out_dtype, config) -> tuple[torch.Tensor, torch.Tensor, 
         check_tensor("w.weight", w.weight, (None, K), "N, K", (torch.float8_e4m3fn,), device, contiguous=True)
         check_tensor("w.scale", w.scale, (None, triton.cdiv(K, FP8_BLOCK_K)), "R, cdiv(K, 128)", (torch.float32,),
                      device, contiguous=True)
-        check_tensor("w.scale_rows", w.scale_rows, (w.shape[0],), "N", (torch.int32,), device, contiguous=True)
+        check_tensor("w.scale_rows", w.scale_rows, (w.weight.shape[0],), "N", (torch.int32,), device, contiguous=True)
+        if w.tail is not None:
+            check_tensor("w.tail", w.tail, (None, K), "N2, K", (x.dtype,), device, contiguous=True)
     else:
         check_tensor("w", w, (None, K), "N, K", (x.dtype,), device, contiguous=True)
     N = w.shape[0]
