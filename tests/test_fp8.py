@@ -11,6 +11,7 @@ GPU (``pytest -m gpu``): the model's bf16 decode shapes against torch on the deq
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -32,6 +33,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 RTOL = 1e-5  # float32 kernels against float64, norm-wise
 
 
+@functools.lru_cache(maxsize=8)  # the GPU tests reuse each shape's weight
 def _weight(N: int, K: int, seed: int, lead: tuple[int, ...] = ()) -> G.Fp8Weight:
     w = np.random.default_rng(seed).standard_normal((*lead, N, K)) * np.linspace(0.01, 3, K)  # varied blocks
     q, s = quantize_blocks(w)
@@ -315,7 +317,7 @@ def _steps_match_the_reference(tmp_path, name):
     the FP8 GEMV with its fused norms and convs) against the reference backend on the dequantised model."""
     from lumotree.optimized.model import load_pretrained as load_optimized
 
-    write_fp8(tmp_path, name)
+    write_fp8(tmp_path, name, keep_float=["model.layers.0.linear_attn.in_proj_ba.weight"] * (name == "qwen3_next"))
     ref = rm.load_pretrained(tmp_path)
     prompt, steps = [3, 1, 4, 1, 5], [2, 6]  # a 4-node chunk, a 1-node chunk, two decode steps
     want = ref.forward(prompt + steps, ref.new_cache())[len(prompt) - 1:]
