@@ -193,6 +193,20 @@ def test_float_parts_after_fp8_ones_stay_a_float_tail_and_others_dequantise(tmp_
     assert torch.equal(w_in.dequantize(torch.float64), plain.layers[0].w_in)
 
 
+@pytest.mark.parametrize("name, kept", [("qwen3_5_moe-fused", "model.layers.0.mlp.experts.down_proj"),
+                                        ("qwen3_next", "model.layers.1.mlp.experts.2.up_proj.weight")])
+def test_an_moe_block_of_fp8_and_float_experts_dequantises(tmp_path, name, kept):
+    write_fp8(tmp_path, name, keep_float=[kept])
+    ref = rm.load_pretrained(tmp_path)
+    _, weights, _ = load_checkpoint(tmp_path, DEVICE, torch.float32)
+    layer = int(kept.split(".")[2])
+    mixed, other = weights.mlps[layer], weights.mlps[1 - layer]
+    assert mixed.w_gate_up.dtype == mixed.w_down.dtype == torch.float32 and isinstance(other.w_down, G.Fp8Weight)
+    experts = rm.weights_to_tensors(ref.weights, ref.config)  # the exact dequantised weights, float64
+    down = np.stack([experts[f"model.layers.{layer}.mlp.experts.{e}.down_proj.weight"] for e in range(4)])
+    assert np.array_equal(mixed.w_down.cpu().numpy(), down.astype(np.float32))  # fp8 x fp32 rounds once
+
+
 def test_a_float_tail_runs_as_a_second_launch_with_the_norm_and_the_conv():
     M, K, C, width = 2, 256, 96, 4
     head, tail = _weight(160, K, 1), torch.randn(24, K, device=DEVICE)

@@ -196,7 +196,10 @@ def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str
                               get(f"{m}.down_proj.weight"))
         if layout.fused(f"{m}.experts"):
             gate_up, down = get(f"{m}.experts.gate_up_proj"), get(f"{m}.experts.down_proj")  # [E, 2I, Dm], [E, Dm, I]
-        elif layout.stored_name(f"{m}.experts.0.gate_proj.weight") in layout.fp8:
+            if isinstance(gate_up, Fp8Weight) != isinstance(down, Fp8Weight):  # one kind per block: float
+                gate_up, down = (w.dequantize(dtype) if isinstance(w, Fp8Weight) else w for w in (gate_up, down))
+        elif any(layout.stored_name(f"{m}.experts.{e}.{part}_proj.weight") in layout.fp8
+                 for e in range(config.num_experts) for part in ("gate", "up", "down")):
             gate_up, down = _fp8_experts(config, lambda e, part: get(f"{m}.experts.{e}.{part}_proj.weight"), dtype)
         else:
             E, inner, D = config.num_experts, config.moe_intermediate_size, config.hidden_size
