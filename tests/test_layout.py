@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("reference", "optimized", "proofs", "expressivity")
+LAYERS = ("reference", "optimized", "proofs", "expressivity", "training", "workloads")
 PRODUCT = (*LAYERS, "lumotree")
 MAX_LINES = 600  # product code and benchmarks
 
@@ -24,6 +24,8 @@ PACKAGE_MAP = {
     "optimized/ops/gemv": {"kernels", "linear"},
     "optimized/model": {"model", "weights", "loader", "caches", "layers", "kernels", "graphs", "presets", "memory"},
     "optimized/engine": {"engine", "targets", "records", "budget", "drafters", "sampling", "e2e", "demo"},
+    "training": {"model", "gdn", "corpus", "formats", "tokenizer", "data", "trainer", "organism", "cli"},
+    "workloads": {"build"},
 }
 
 
