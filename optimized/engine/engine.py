@@ -227,6 +227,22 @@ class Engine:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def abort(self, request_id: int) -> bool:
+        """End a waiting or running request now (``finish_reason`` ``"abort"``; a running one frees its slot and
+        drafter state for the next step). Call between steps. Returns False when no such request is waiting or
+        running."""
+        request = next((r for r in self.waiting if r.request_id == request_id), None)
+        if request is not None:
+            self.waiting.remove(request)
+            self.finished[request_id] = request
+        else:
+            request = next((r for r in self.running if r.request_id == request_id), None)
+            if request is None:
+                return False
+            self._finish(request)
+        request.finished, request.finish_reason = True, "abort"
+        return True
+
     def _coins(self, requests: Sequence[Request], n: int, stream: int = 0) -> torch.Tensor:
         """``[B, n]`` coins of each request's current model call (its step counter): recursive rejection sampling
         of sampled drafts, and the drafts' own draws."""
