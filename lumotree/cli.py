@@ -20,7 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "expressivity": ("lumotree.expressivity.cli",
                      "parity-conditioned retrieval: constructions, proofs, bounds, training"),
     "generate": ("lumotree.generate", "decode prompts with the engine (autoregressive / chain / tree speculation)"),
-    "bench": ("lumotree.optimized.engine.e2e", "benchmarks: `lumotree bench e2e` (end-to-end decoding throughput)"),
+    "serve": ("lumotree.server.cli", "an OpenAI-compatible HTTP server over the engine (completions, chat, streaming, "
+                                     "metrics)"),
+    "bench": ("lumotree.bench", "benchmarks: `lumotree bench e2e` (end-to-end decoding throughput), `lumotree bench "
+                                "serve` (a server under multi-turn agent load)"),
 }
 
 

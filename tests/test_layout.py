@@ -14,7 +14,7 @@ LAYERS = ("reference", "optimized", "proofs", "expressivity")
 PRODUCT = (*LAYERS, "lumotree")
 MAX_LINES = 600  # product code and benchmarks
 
-#: the runtime's packages and the modules each must have (each concept in one place)
+#: the runtime's packages and the server's, and the modules each must have (each concept in one place)
 PACKAGE_MAP = {
     "optimized/ops": {"checks", "pdl", "tree_meta", "gdn_decode"},
     "optimized/ops/gdn_tree": {"api", "config", "primitives", "solve", "apply", "portable", "fused", "fused_kernel",
@@ -24,6 +24,7 @@ PACKAGE_MAP = {
     "optimized/ops/gemv": {"kernels", "linear"},
     "optimized/model": {"model", "weights", "caches", "layers", "kernels", "graphs", "presets"},
     "optimized/engine": {"engine", "targets", "records", "budget", "drafters", "sampling", "e2e", "demo"},
+    "lumotree/server": {"app", "loop", "protocol", "text", "metrics", "cli", "loadgen"},
 }
 
 
