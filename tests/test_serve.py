@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numpy as np
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -355,9 +356,26 @@ def test_output_text_holds_back_what_may_change():
     assert text.add([1], final=False) == "ab"
     assert text.add([2], final=False) == ""  # "c" may begin the stop string
     assert text.add([3, 4], final=False) == "" and text.stopped and text.text == "ab"
-    broken = OutputText(lambda ids: "ok" + "\ufffd" * (len(ids) % 2))  # a character split over two tokens
-    assert broken.add([1], final=False) == "ok" and broken.add([2], final=False) == ""
-    assert broken.add([3], final=True) == "\ufffd"
+    utf8 = OutputText(lambda ids: bytes(ids).decode("utf-8", errors="replace"))
+    assert utf8.add([111, 107], final=False) == "ok"
+    assert utf8.add([0xC3], final=False) == ""  # the first byte of "é"
+    assert utf8.add([0xA9, 33], final=False) == "é!"
+    assert utf8.add([0xE2], final=True) == "\ufffd"  # an output that ends mid-character keeps what it has
+
+
+def test_output_text_is_the_whole_decode_in_any_chunking():
+    """The windowed detokenization gives the text of decoding every token at once, however the tokens arrive."""
+    rng = np.random.default_rng(0)
+    alphabet = list("ab é€😀\n")
+    for _ in range(200):
+        data = list("".join(rng.choice(alphabet, 12)).encode())
+        if rng.random() < 0.3:
+            data.insert(int(rng.integers(0, len(data))), int(rng.integers(128, 256)))  # a stray byte
+        text = OutputText(lambda ids: bytes(ids).decode("utf-8", errors="replace"))
+        cuts = sorted(rng.choice(np.arange(1, len(data)), 4, replace=False).tolist())
+        chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+        got = "".join(text.add(c, final=i == len(chunks) - 1) for i, c in enumerate(chunks))
+        assert got == bytes(data).decode("utf-8", errors="replace")
 
 
 def test_load_benchmark_runs_end_to_end(server, tmp_path):

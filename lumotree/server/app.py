@@ -5,7 +5,8 @@ A handler checks the request (:mod:`~lumotree.server.protocol`), submits it to t
 (:class:`~lumotree.server.loop.EngineLoop`), and reads its token events from its own queue. A streamed response starts
 (status 200) once the first token is there, so a request refused or timed out before it ran still gets its error
 status. A client that goes away (a closed stream, a dropped connection while waiting), a stop string, or a handler
-cancelled by the server's shutdown cancels the request, which frees its slot before the next step.
+cancelled by the server's shutdown cancels the request, which frees its slot before the next step; a streamed
+response cancels its request however it ends (:class:`EventStream`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -37,7 +38,7 @@ from .protocol import (
 )
 from .text import OutputText
 
-__all__ = ["create_app", "RETRY_AFTER_S", "DISCONNECT_POLL_S"]
+__all__ = ["create_app", "EventStream", "RETRY_AFTER_S", "DISCONNECT_POLL_S"]
 
 #: the ``Retry-After`` of a 503 (seconds)
 RETRY_AFTER_S = 1
@@ -131,20 +132,36 @@ def create_app(engine: Any, served: ServedModel, max_waiting: int = 64, request_
         except ShuttingDown as exc:
             raise _unavailable(str(exc), "shutting_down") from None
         reply = Reply(loop, ticket, spec, served, request)
+        streaming = False
         try:
             first = await reply.next_event()
             reply.check_started(first)
             if spec.stream:
-                return StreamingResponse(reply.stream(first), media_type="text/event-stream",
-                                         headers={"Cache-Control": "no-cache"})
+                streaming = True
+                return EventStream(reply.stream(first), on_close=lambda: loop.cancel(ticket))
             return JSONResponse(await reply.whole(first))
         except ClientGone:
             return Response(status_code=499)
         finally:
-            if not spec.stream:
+            if not streaming:
                 loop.cancel(ticket)  # no-op once finished; frees the slot of a client gone or a failed handler
 
     return app
+
+
+class EventStream(StreamingResponse):
+    """Server-sent events that cancel their request however the response ends: sent whole, the client gone, the
+    task cancelled, or never started."""
+
+    def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None]):
+        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self.on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()
 
 
 class Reply:
@@ -225,5 +242,3 @@ class Reply:
             yield "data: [DONE]\n\n"
         except ClientGone:
             pass
-        finally:
-            self.loop.cancel(self.ticket)

@@ -7,9 +7,10 @@ handlers hand it requests and read their token events from per-request asyncio q
 - **Admission**: a request is refused (:class:`QueueFull`, HTTP 503) when the requests not yet holding a slot (the
   inbox and the engine's queue) would exceed the free slots plus ``max_waiting``; while draining (shutdown) every new
   request is refused (:class:`ShuttingDown`).
-- **Events**: each step's :class:`~lumotree.optimized.engine.TokenEvent` goes to its ticket's queue through
-  ``call_soon_threadsafe``. A ticket whose time limit passes ends with ``finish_reason`` ``"timeout"``; an engine
-  failure puts an :class:`EngineFailure` in the queue of every request it hit.
+- **Events**: a step's token events (:class:`~lumotree.optimized.engine.TokenEvent`) go to their tickets' queues
+  with one ``call_soon_threadsafe`` per step (one wake-up of the event loop, whatever the batch). A ticket whose
+  time limit passes ends with ``finish_reason`` ``"timeout"``; an engine failure puts an :class:`EngineFailure` in
+  the queue of every request it hit.
 - **Cancelling** (:meth:`EngineLoop.cancel`: a client gone, a stop string found, a handler cancelled) marks the ticket;
   the thread calls ``Engine.abort`` before the next step, so the slot is free for that step's admissions and is never
   released while a step runs.
@@ -70,10 +71,20 @@ class Ticket:
 
     def deliver(self, item: TokenEvent | EngineFailure) -> None:
         """Put ``item`` in the queue from the engine thread (dropped when the handler's event loop is closed)."""
-        try:
-            self.loop.call_soon_threadsafe(self.events.put_nowait, item)
-        except RuntimeError:
-            pass
+        _deliver_all(self.loop, [(self, item)])
+
+
+def _put_all(items: list[tuple[Ticket, Any]]) -> None:
+    for ticket, item in items:
+        ticket.events.put_nowait(item)
+
+
+def _deliver_all(loop: asyncio.AbstractEventLoop, items: list[tuple[Ticket, Any]]) -> None:
+    """Hand ``items`` to their queues on ``loop`` with one wake-up (one per step, not one per request)."""
+    try:
+        loop.call_soon_threadsafe(_put_all, items)
+    except RuntimeError:  # the event loop is closed: nobody reads these queues any more
+        pass
 
 
 class EngineLoop:
@@ -205,6 +216,7 @@ class EngineLoop:
         records = list(self.engine.stats.steps)
         self.engine.stats.steps.clear()  # consumed here: a long-running server keeps no per-step history
         self.metrics.record_steps(records, now)
+        deliveries: dict[asyncio.AbstractEventLoop, list[tuple[Ticket, Any]]] = {}
         for event in events:
             ticket = self._live.get(event.request_id)
             if ticket is None:
@@ -214,9 +226,10 @@ class EngineLoop:
                 self.metrics.first_token(ticket, start, now)
             ticket.emitted += len(event.tokens)
             if event.finished:
-                self._close(ticket, event, event.finish_reason)
-            else:
-                ticket.deliver(event)
+                self._close(ticket, None, event.finish_reason)
+            deliveries.setdefault(ticket.loop, []).append((ticket, event))
+        for loop, items in deliveries.items():
+            _deliver_all(loop, items)
 
     def _fail_all(self, message: str) -> None:
         """After a failed step: every live request ends with an error and leaves the engine."""

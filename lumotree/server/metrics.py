@@ -48,7 +48,7 @@ class ServerMetrics:
         self.accepted = Histogram("lumotree_accepted_tokens_per_step",
                                   "accepted draft tokens per request of each speculative step", buckets=_ACCEPTED,
                                   registry=r)
-        self.prompt_tokens = Counter("lumotree_prompt_tokens", "prompt tokens of the requests admitted", registry=r)
+        self.prompt_tokens = Counter("lumotree_prompt_tokens", "prompt tokens of the requests taken", registry=r)
         self.generation_tokens = Counter("lumotree_generation_tokens", "tokens generated", registry=r)
         self.finished = Counter("lumotree_requests_finished", "requests ended, by engine finish reason "
                                 "(stop, length, max_new_tokens, abort, timeout, error)", ["finish_reason"], registry=r)

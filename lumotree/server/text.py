@@ -1,9 +1,11 @@
-"""A request's output text as its tokens arrive: detokenization, stop strings, the text a stream may send.
+"""A request's output text as its tokens arrive: incremental detokenization, stop strings, the text a stream may send.
 
-The whole output is decoded again at each event (``decode(tokens)``), so a character split across tokens appears once
-complete. While the request runs, the text sent holds back a trailing replacement character (an incomplete UTF-8
-sequence) and the longest suffix that begins a stop string. A stop string ends the output at its first occurrence:
-the text is cut before it (the stop string is not part of the output, as in OpenAI's API).
+Detokenization decodes a short window at each event: the tokens from the last text boundary on, beside the same
+window without the new tokens; the difference is the new text, taken only when it does not end in a replacement
+character (an incomplete UTF-8 sequence, completed by a later token), so a character split across tokens appears once
+complete and the work per event does not grow with the output. While the request runs, the text handed out also holds
+back the longest suffix that begins a stop string. A stop string ends the output at its first occurrence: the text is
+cut before it (the stop string is not part of the output, as in OpenAI's API).
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ class OutputText:
     def __init__(self, decode: Callable[[list[int]], str], stop: Sequence[str] = ()):
         self.decode = decode
         self.stop = tuple(s for s in stop if s)
-        self.tokens: list[int] = []
+        self.longest_stop = max((len(s) for s in self.stop), default=0)
+        self.tokens: list[int] = []  # every token received (a final stop token included)
+        self.ids: list[int] = []  # the tokens the text is made of
+        self.prefix_offset = 0  # ids[prefix_offset:read_offset]: the window's context, decoded already
+        self.read_offset = 0
         self.text = ""
         self.sent = 0  # characters of ``text`` handed out
         self.stopped = False  # a stop string was found
@@ -31,21 +37,27 @@ class OutputText:
         is sent); ``drop_last``: the last token is a stop token, left out of the text."""
         if self.stopped:
             return ""
-        self.tokens.extend(int(t) for t in tokens)
-        text = self.decode(self.tokens[:-1] if drop_last and self.tokens else self.tokens)
-        hits = [i for i in (text.find(s) for s in self.stop) if i >= 0]
+        tokens = [int(t) for t in tokens]
+        self.tokens += tokens
+        self.ids += tokens[:-1] if drop_last and tokens else tokens
+        searched = max(len(self.text) - self.longest_stop + 1, 0)
+        self.text += self._new_text(final)
+        hits = [i for i in (self.text.find(s, searched) for s in self.stop) if i >= 0]
         if hits:
-            text, self.stopped, final = text[: min(hits)], True, True
-        self.text = text
-        end = len(text)
-        if not final:
-            while end > self.sent and text[end - 1] == _INCOMPLETE:
-                end -= 1
-            end -= self._stop_prefix(text[:end])
+            self.text, self.stopped, final = self.text[: min(hits)], True, True
+        end = len(self.text) if final else len(self.text) - self._stop_prefix(self.text)
         if end <= self.sent:
             return ""
-        delta, self.sent = text[self.sent:end], end
+        delta, self.sent = self.text[self.sent:end], end
         return delta
+
+    def _new_text(self, final: bool) -> str:
+        context = self.decode(self.ids[self.prefix_offset:self.read_offset])
+        window = self.decode(self.ids[self.prefix_offset:])
+        if len(window) > len(context) and (final or not window.endswith(_INCOMPLETE)):
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+            return window[len(context):]
+        return ""
 
     def _stop_prefix(self, text: str) -> int:
         """Length of the longest suffix of ``text`` that is a proper prefix of a stop string."""
