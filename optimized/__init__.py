@@ -22,7 +22,7 @@ _PUBLIC = {
     **dict.fromkeys(("gdn_decode", "conv_step", "gated_rmsnorm"), "lumotree.optimized.ops.gdn_decode"),
     **dict.fromkeys(("small_batch_linear", "residual_linear"), "lumotree.optimized.ops.gemv"),
     **dict.fromkeys(("tree_metadata", "TreeMeta"), "lumotree.optimized.ops.tree_meta"),
-    **dict.fromkeys(("OptimizedModel", "load_pretrained", "from_reference", "build_random"),
+    **dict.fromkeys(("OptimizedModel", "load_pretrained", "load_checkpoint", "from_reference", "build_random"),
                     "lumotree.optimized.model"),
     **dict.fromkeys(("Engine", "OptimizedTarget", "ReferenceTarget", "SamplingParams", "make_drafter"),
                     "lumotree.optimized.engine"),
