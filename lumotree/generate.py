@@ -79,6 +79,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                           "the weights (optimized backend)")
     src.add_argument("--max-seq-len", type=_count_or_auto, default=2048,
                      help="context length per request; auto: the longest that fits (optimized backend)")
+    src.add_argument("--prefix-cache", default="0", metavar="SIZE",
+                     help="memory for the hybrid prefix cache (K / V blocks and GDN / conv state snapshots) such as "
+                          "512MiB or 4GiB (a bare number: MiB); 0: off. A prompt that extends a cached prefix "
+                          "prefills only the rest; on the optimized backend it is kept out of --num-slots auto")
+    src.add_argument("--prefix-block", type=int, default=64,
+                     help="tokens a prefix-cache block (the grid of the states kept inside a prompt)")
 
 
 def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,6 +116,16 @@ def _writable(path: str, option: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise UsageError(f"{option} {path}: cannot write there (no such folder, or not writable)")
+
+
+def prefix_cache_bytes(args: argparse.Namespace) -> int:
+    """``--prefix-cache`` in bytes (0: off)."""
+    from lumotree.optimized.engine.prefix_cache import parse_size
+
+    try:
+        return parse_size(args.prefix_cache)
+    except ValueError as exc:
+        raise UsageError(f"--prefix-cache {args.prefix_cache}: {exc}") from None
 
 
 def _count_or_auto(text: str) -> int | None:
@@ -151,6 +167,9 @@ def check_model_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--max-nodes = {args.max_nodes}: the kernels take trees of at most 128 nodes")
     if args.seed < 0:
         raise UsageError(f"--seed = {args.seed}: must be >= 0")
+    prefix_cache_bytes(args)
+    if args.prefix_block < 1:
+        raise UsageError(f"--prefix-block = {args.prefix_block}: must be at least 1")
     if not (math.isfinite(args.eps) and args.eps >= 0):
         raise UsageError(f"--eps = {args.eps}: must be finite and >= 0")
     if not args.profile_time_limit > 0:
@@ -305,7 +324,8 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
     from lumotree.optimized.model import OptimizedModel, ProgressBar, load_checkpoint, random_tensors, select_layers
 
     dev, dtype = _device(), _dtype(args)
-    common = dict(num_slots=args.num_slots, max_seq_len=args.max_seq_len, device=dev, dtype=dtype)
+    common = dict(num_slots=args.num_slots, max_seq_len=args.max_seq_len, device=dev, dtype=dtype,
+                  memory_reserved=prefix_cache_bytes(args))
     draft = None
     if args.model:
         config, weights, _ = load_checkpoint(args.model, dev, dtype, progress=None if args.quiet else ProgressBar())
@@ -402,6 +422,10 @@ def build_engine(args: argparse.Namespace, target: Any, draft: Any, sampling: bo
         sys.stderr.flush()
         seconds = engine.warm_up(sampling=sampling)
         sys.stderr.write(f" done in {seconds:.1f} s\n")
+    if prefix_cache_bytes(args):  # after the warm-up and the profile: their prompts are not kept
+        from lumotree.optimized.engine import PrefixCache
+
+        engine.set_prefix_cache(PrefixCache(prefix_cache_bytes(args), args.prefix_block))
     return engine
 
 

@@ -23,7 +23,8 @@ PACKAGE_MAP = {
     "optimized/ops/conv_tree": {"kernels", "reference"},
     "optimized/ops/gemv": {"kernels", "linear"},
     "optimized/model": {"model", "weights", "loader", "caches", "layers", "kernels", "graphs", "presets", "memory"},
-    "optimized/engine": {"engine", "targets", "records", "budget", "drafters", "sampling", "e2e", "demo"},
+    "optimized/engine": {"engine", "targets", "records", "budget", "drafters", "sampling", "e2e", "demo",
+                         "prefix_cache"},
     "lumotree/server": {"app", "loop", "protocol", "text", "metrics", "cli", "loadgen"},
 }
 

@@ -35,7 +35,7 @@ TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content']
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 #: the options of the checkpoint's server and of `lumotree generate` runs that must agree with it
 MODEL_OPTIONS = ["--backend", "reference", "--spec", "tree", "--budget", "fixed", "--max-nodes", "8", "--num-slots",
-                 "4", "--max-seq-len", "256"]
+                 "4", "--max-seq-len", "256", "--prefix-cache", "16", "--prefix-block", "8"]
 RANDOM_OPTIONS = ["--random", "tiny", "--backend", "reference", "--budget", "fixed", "--max-nodes", "8",
                   "--num-slots", "1", "--max-seq-len", "4096"]
 
@@ -389,6 +389,11 @@ def test_load_benchmark_runs_end_to_end(server, tmp_path):
     second_turns = [r for r in run["requests"] if r["turn"] == 1]
     first_turns = {r["conversation"]: r for r in run["requests"] if r["turn"] == 0}
     assert all(r["prompt_tokens"] > first_turns[r["conversation"]]["prompt_tokens"] + 4 for r in second_turns)
+    assert summary["prefix_cache_hit_share"] > 0 and summary["ttft_turn2_p50_s"] > 0  # turn 2 extends turn 1
+    page = httpx.get(f"{server.url}/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(page)}
+    hits = families["lumotree_prefix_cache_hit_tokens"].samples[0].value
+    assert hits > 0 and families["lumotree_prefix_cache_bytes"].samples[0].value <= 16 << 20
 
 
 def test_load_benchmark_launches_autoregressive_and_tree_servers(tmp_path):

@@ -11,12 +11,15 @@ are the same for every server and rate (``--seed``).
 
 Servers: ``--url`` measures a running server; ``--launch "OPTIONS"`` starts ``lumotree serve OPTIONS --spec S`` for each
 ``S`` of ``--specs`` (default ``none tree``: autoregressive against tree speculation on one model) on a free port,
-measures it at every rate, and stops it.
+measures it at every rate, and stops it; with ``--prefix-caches`` (sizes, ``0``: off) it does so for each size too
+(``lumotree serve ... --prefix-cache SIZE``): the prefix cache on against off.
 
 Per server and rate: time to first token (TTFT), time per output token after the first (TPOT) and end-to-end latency,
-each at p50 / p90 / p99; output tokens per second; goodput (completed requests per second whose TTFT and TPOT meet
+each at p50 / p90 / p99, and the TTFT of turns >= 2 alone (the prompts that extend a cached conversation);
+output tokens per second; goodput (completed requests per second whose TTFT and TPOT meet
 ``--slo-ttft`` and ``--slo-tpot``) and the share that met them; failed requests; and, read from the server's
-``/metrics``, the mean accepted draft tokens per request-step. The JSON (``--out``) holds the summaries and every
+``/metrics``, the mean accepted draft tokens per request-step and the share of prompt tokens restored from the prefix
+cache. The JSON (``--out``) holds the summaries and every
 request's numbers.
 """
 
@@ -51,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start `lumotree serve OPTIONS --spec S` for each of --specs (e.g. \"--model ckpt/\")")
     parser.add_argument("--specs", nargs="+", choices=("none", "chain", "tree"), default=["none", "tree"],
                         help="with --launch: the speculation modes to compare")
+    parser.add_argument("--prefix-caches", nargs="+", default=["0"], metavar="SIZE",
+                        help="with --launch: the --prefix-cache sizes to compare (0: off), e.g. 0 2GiB")
     parser.add_argument("--rates", type=float, nargs="+", default=[0.5, 1.0, 2.0], help="conversations per second")
     parser.add_argument("--conversations", type=int, default=32, help="conversations per run")
     parser.add_argument("--turns", type=int, default=4, help="turns per conversation")
@@ -81,6 +86,13 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError("--slo-ttft and --slo-tpot must be > 0 seconds")
     if not 0 <= args.temperature <= 2:
         raise UsageError(f"--temperature = {args.temperature}: must lie in [0, 2]")
+    from lumotree.optimized.engine.prefix_cache import parse_size
+
+    for size in args.prefix_caches:
+        try:
+            parse_size(size)
+        except ValueError as exc:
+            raise UsageError(f"--prefix-caches {size}: {exc}") from None
     folder = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(folder):
         raise UsageError(f"--out {args.out}: no such folder")
@@ -182,6 +194,14 @@ async def _conversation(client: Any, url: str, model: str, context: int, index: 
     return records
 
 
+def _metric_value(text: str, name: str) -> float:
+    """A counter's value in a Prometheus text page (0 when absent)."""
+    return next((float(line.split()[1]) for line in text.splitlines() if line.startswith(f"{name} ")), 0.0)
+
+
+_PREFIX = ("lumotree_prefix_cache_hit_tokens_total", "lumotree_prefix_cache_query_tokens_total")
+
+
 def _metric_sums(text: str, name: str) -> tuple[float, float]:
     """``(sum, count)`` of a histogram in a Prometheus text page."""
     values = {"sum": 0.0, "count": 0.0}
@@ -202,17 +222,22 @@ async def _run_rate(url: str, rate: float, conversations: list[list[list[str]]],
     limits = httpx.Limits(max_connections=len(conversations) + 4)
     async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30.0), limits=limits) as client:
         card = (await client.get(f"{url}/v1/models")).json()["data"][0]
-        before = _metric_sums((await client.get(f"{url}/metrics")).text, "lumotree_accepted_tokens_per_step")
+        page = (await client.get(f"{url}/metrics")).text
+        before = _metric_sums(page, "lumotree_accepted_tokens_per_step")
+        prefix_before = [_metric_value(page, name) for name in _PREFIX]
         t0 = time.perf_counter()
         context = int(card["max_model_len"])
         runs = await asyncio.gather(*(_conversation(client, url, card["id"], context, i, float(d), turns, args, t0)
                                       for i, (d, turns) in enumerate(zip(delays, conversations))))
         duration = time.perf_counter() - t0
-        after = _metric_sums((await client.get(f"{url}/metrics")).text, "lumotree_accepted_tokens_per_step")
+        page = (await client.get(f"{url}/metrics")).text
+        after = _metric_sums(page, "lumotree_accepted_tokens_per_step")
+        hit, query = (_metric_value(page, name) - b for name, b in zip(_PREFIX, prefix_before))
     records = [r for conversation in runs for r in conversation]
     steps = after[1] - before[1]
     summary = summarize(records, duration, args.slo_ttft, args.slo_tpot)
     summary["mean_accepted_per_step"] = (after[0] - before[0]) / steps if steps else 0.0
+    summary["prefix_cache_hit_share"] = hit / query if query else 0.0
     return {"rate": rate, "model": card["id"], "summary": summary, "requests": [asdict(r) for r in records]}
 
 
@@ -221,8 +246,10 @@ def summarize(records: list[RequestRecord], duration: float, slo_ttft: float, sl
     done = [r for r in records if not r.error and r.status == 200 and not math.isnan(r.latency)]
     out: dict[str, Any] = {"requests": len(records), "completed": len(done), "failed": len(records) - len(done),
                            "duration_s": duration}
-    for key in ("ttft", "tpot", "latency"):
-        values = np.array([getattr(r, key) for r in done if not math.isnan(getattr(r, key))])
+    for key, rows in (("ttft", done), ("tpot", done), ("latency", done),
+                      ("ttft_turn2", [r for r in done if r.turn >= 1])):  # turn >= 2 (turns count from 0)
+        values = np.array([getattr(r, key[:4] if key.startswith("ttft") else key) for r in rows])
+        values = values[~np.isnan(values)] if len(values) else values
         for q in (50, 90, 99):
             out[f"{key}_p{q}_s"] = float(np.percentile(values, q)) if len(values) else math.nan
     good = [r for r in done if r.ttft <= slo_ttft and (math.isnan(r.tpot) or r.tpot <= slo_tpot)]
@@ -273,15 +300,16 @@ def run(args: argparse.Namespace) -> int:
     check_arguments(args)
     conversations = make_conversations(args.conversations, args.turns, args.tool_words, args.copy_fraction,
                                        args.word_range, args.seed)
-    targets = [("url", None)] if args.url else [(spec, spec) for spec in args.specs]
+    targets = [("url", [])] if args.url else [
+        (spec if size in ("0", "0MiB") else f"{spec}+prefix {size}", ["--spec", spec, "--prefix-cache", size])
+        for spec in args.specs for size in args.prefix_caches]
     config = {k: v for k, v in vars(args).items() if k not in ("benchmark", "benchmark_module")}
     results: dict[str, Any] = {"benchmark": "serve", "config": config, "runs": []}
     start = time.perf_counter()
-    for label, spec in targets:
+    for label, options in targets:
         if args.time_limit is not None and time.perf_counter() - start > args.time_limit:
             break
-        server = None if args.url else LaunchedServer([*shlex.split(args.launch), "--spec", spec],
-                                                      args.startup_timeout)
+        server = None if args.url else LaunchedServer([*shlex.split(args.launch), *options], args.startup_timeout)
         try:
             url = (args.url or server.url).rstrip("/")
             for rate in args.rates:
@@ -302,7 +330,9 @@ def run(args: argparse.Namespace) -> int:
 def _row(label: str, result: dict[str, Any]) -> str:
     s = result["summary"]
     return (f"{label:>5} rate {result['rate']:g}/s: {s['completed']}/{s['requests']} done, TTFT p50/p90/p99 "
-            f"{s['ttft_p50_s']:.3f}/{s['ttft_p90_s']:.3f}/{s['ttft_p99_s']:.3f} s, TPOT p50/p90/p99 "
+            f"{s['ttft_p50_s']:.3f}/{s['ttft_p90_s']:.3f}/{s['ttft_p99_s']:.3f} s (turns >= 2: p50 "
+            f"{s['ttft_turn2_p50_s']:.3f} s, prefix-cache hits {100 * s['prefix_cache_hit_share']:.0f} % of prompt "
+            f"tokens), TPOT p50/p90/p99 "
             f"{1e3 * s['tpot_p50_s']:.1f}/{1e3 * s['tpot_p90_s']:.1f}/{1e3 * s['tpot_p99_s']:.1f} ms, latency p50 "
             f"{s['latency_p50_s']:.2f} s, {s['output_tokens_per_s']:.1f} tok/s, goodput "
             f"{s['goodput_requests_per_s']:.2f} req/s ({100 * s['slo_attainment']:.0f} % in SLO), accepted/step "

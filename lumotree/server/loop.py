@@ -103,6 +103,8 @@ class EngineLoop:
         self._thread: threading.Thread | None = None
         metrics.track(running=lambda: len(engine.running),
                       waiting=lambda: len(self._inbox) + len(engine.waiting))
+        if getattr(engine, "prefix_cache", None) is not None:
+            metrics.track_prefix_cache(engine.prefix_cache)
 
     # ------------------------------------------------------------------------------------------------ handler side
     def start(self) -> None:

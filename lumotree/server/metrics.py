@@ -5,6 +5,8 @@ first, queue time (arrival to the start of the step that prefilled it), end-to-e
 requests by finish reason, requests refused at admission. Per step: seconds by kind (``prefill``, ``autoregressive``,
 ``verify``) and the accepted draft tokens per request of each speculative step. Totals of prompt and generated
 tokens, generated tokens per second over the last ``RATE_WINDOW_S`` seconds, and requests running and waiting.
+With a prefix cache: its lookups and hits (requests and prompt tokens; hit tokens / query tokens is the share of
+prompt tokens not prefilled), snapshots evicted, and its bytes held against its budget.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 __all__ = ["ServerMetrics", "RATE_WINDOW_S", "COMPLETED"]
 
@@ -66,6 +69,10 @@ class ServerMetrics:
         self.running.set_function(running)
         self.waiting.set_function(waiting)
 
+    def track_prefix_cache(self, cache: Any) -> None:
+        """Report ``cache`` (a :class:`~lumotree.optimized.engine.PrefixCache`) at each scrape."""
+        self.registry.register(_PrefixCacheCollector(cache))
+
     def record_steps(self, records: Iterable[Any], now: float) -> None:
         """The engine's step records (:class:`~lumotree.optimized.engine.StepRecord`) of the last step."""
         tokens = 0
@@ -99,3 +106,24 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _PrefixCacheCollector:
+    """The prefix cache's counts, read from its statistics at each scrape."""
+
+    COUNTERS = (("queries", "prompts looked up in the prefix cache"),
+                ("hits", "prompts that restored a cached prefix"),
+                ("query_tokens", "prompt tokens looked up (all but each prompt's last)"),
+                ("hit_tokens", "prompt tokens restored from the prefix cache instead of prefilled"),
+                ("evicted", "prefix-cache snapshots evicted under the budget"))
+
+    def __init__(self, cache: Any):
+        self.cache = cache
+
+    def collect(self) -> Iterable[Any]:
+        stats = self.cache.stats
+        for name, text in self.COUNTERS:
+            yield CounterMetricFamily(f"lumotree_prefix_cache_{name}", text, value=getattr(stats, name))
+        yield GaugeMetricFamily("lumotree_prefix_cache_bytes", "bytes the prefix cache holds", value=stats.bytes)
+        yield GaugeMetricFamily("lumotree_prefix_cache_budget_bytes", "the prefix cache's budget (--prefix-cache)",
+                                value=self.cache.budget_bytes)
