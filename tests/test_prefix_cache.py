@@ -193,6 +193,24 @@ def test_cached_prefix_gives_the_cold_tokens_reference(reference_model, turns, m
         assert all(hit >= least for hit, least in hits)
 
 
+def test_a_junction_snapshot_serves_the_prompts_that_share_it(reference_model):
+    """A prompt that shares cached blocks without a state at their end (here: the start of a long prompt) prefills
+    them once more and keeps the states at the junction; the next prompt with the same start restores them."""
+    rng = np.random.default_rng(1)
+    long = rng.integers(0, TINY["vocab_size"], 20).tolist()  # its states: at 16 and at its end
+    b, c = (long[:10] + rng.integers(0, TINY["vocab_size"], 4).tolist() for _ in range(2))
+    params = SamplingParams(max_new_tokens=3)
+    cache = PrefixCache(1 << 20, block_tokens=4)
+    engine = _engine(ReferenceTarget(reference_model, num_slots=2, max_seq_len=96), "autoregressive", cache)
+    cold = _engine(ReferenceTarget(reference_model, num_slots=2, max_seq_len=96), "autoregressive", None)
+    hits = []
+    for prompt in (long, b, c):
+        result = engine.generate([prompt], params)[0]
+        hits.append(engine.finished[result.request_id].prefix_hit)
+        assert result.tokens == cold.generate([prompt], params)[0].tokens
+    assert hits == [0, 0, 8] and long[:8] in cache
+
+
 def test_a_turn_prefills_only_its_new_tokens(reference_model):
     """An agent's second turn (its first turn's prompt and output, then a tool output) restores the first turn's
     cached context: the model runs only the new tokens, and the text is the cold one."""
@@ -232,3 +250,42 @@ def test_cached_prefix_gives_the_cold_tokens_optimized(reference_model):
     assert warm == cold
     assert all(hit >= least for hit, least in hits) and hits[-1][0] > 0
     assert nbytes(next(iter(cache.lru.values())).state) > 0
+
+
+# ================================================================================================== GPU
+GPU_CFG = dict(vocab_size=4096, hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
+               layer_types=("linear_attention", "linear_attention", "linear_attention", "full_attention"),
+               num_attention_heads=16, num_key_value_heads=2, head_dim=256, linear_key_head_dim=128,
+               linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32, num_experts=0,
+               rope_theta=10_000_000.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_block_grid_hits_are_bitwise_cold_bf16():
+    """bf16 with CUDA graphs and blocks of ``max_nodes`` tokens: a prompt that restores a block-grid snapshot
+    prefills the same chunks a cold prefill does, so its greedy tokens are the cold ones exactly; a turn restoring
+    a request's end snapshot (chunks cut elsewhere) restores the whole earlier context."""
+    from lumotree.optimized.model import random_tensors
+
+    config = HybridConfig(**GPU_CFG)
+    weights = random_tensors(config, 4, torch.device("cuda"), torch.bfloat16)
+
+    def engine(cache):
+        model = om.OptimizedModel(config, weights, num_slots=4, max_seq_len=1024, max_nodes=64)
+        return Engine(OptimizedTarget(model, validate=False), mode="autoregressive", prefix_cache=cache)
+
+    rng = np.random.default_rng(0)
+    first = rng.integers(0, 4096, 300).tolist()
+    second, third = (first[:200] + rng.integers(0, 4096, 40).tolist() for _ in range(2))  # 192 = 3 blocks shared
+    params = SamplingParams(max_new_tokens=32)
+    cold = engine(None).generate([third], params)[0].tokens
+    cache = PrefixCache(1 << 30, block_tokens=64)
+    warm = engine(cache)
+    done = warm.generate([first], params)[0]
+    warm.generate([second], params)  # no state at 192 yet: prefilled again, its junction kept
+    again = warm.generate([third], params)[0]
+    assert warm.finished[again.request_id].prefix_hit == 192 and again.tokens == cold
+    turn = done.prompt + done.tokens + rng.integers(0, 4096, 50).tolist()
+    extended = warm.generate([turn], params)[0]
+    assert warm.finished[extended.request_id].prefix_hit == len(done.prompt) + len(done.tokens) - 1

@@ -399,12 +399,16 @@ def test_load_benchmark_runs_end_to_end(server, tmp_path):
 def test_load_benchmark_launches_autoregressive_and_tree_servers(tmp_path):
     out = tmp_path / "serve.json"
     assert main(["bench", "serve", "--launch", "--random tiny --backend reference --budget fixed --max-nodes 4",
-                 "--specs", "none", "tree", "--rates", "4", "--conversations", "1", "--turns", "2", "--tool-words", "4",
-                 "--max-tokens", "3", "--out", str(out)]) == 0
+                 "--specs", "none", "tree", "--prefix-caches", "0", "16MiB", "--rates", "4", "--conversations", "1",
+                 "--turns", "2", "--tool-words", "4", "--max-tokens", "3", "--out", str(out),
+                 "--plot", str(tmp_path / "serve.png")]) == 0
+    assert (tmp_path / "serve.png").stat().st_size > 0
     runs = json.loads(out.read_text())["runs"]
-    assert [r["server"] for r in runs] == ["none", "tree"]
+    assert [r["server"] for r in runs] == ["none", "none+prefix 16MiB", "tree", "tree+prefix 16MiB"]
     assert all(r["summary"]["completed"] == 2 for r in runs)
     assert runs[0]["summary"]["mean_accepted_per_step"] == 0  # autoregressive: no speculative step
+    shares = [r["summary"]["prefix_cache_hit_share"] for r in runs]
+    assert shares[0] == shares[2] == 0 and shares[1] > 0 and shares[3] > 0  # the second turn extends the first
 
 
 @pytest.mark.parametrize("argv,words", [

@@ -43,7 +43,7 @@ import numpy as np
 
 from lumotree.errors import UsageError
 
-__all__ = ["add_arguments", "run", "main", "make_conversations", "summarize", "RequestRecord", "LaunchedServer"]
+__all__ = ["add_arguments", "run", "main", "make_conversations", "summarize", "plot", "RequestRecord", "LaunchedServer"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --launch: seconds a server may take to start (GPU warm-up included)")
     parser.add_argument("--time-limit", type=float, default=None, help="seconds after which no new run starts")
     parser.add_argument("--out", default="bench/baselines/serve.json", help="JSON results")
+    parser.add_argument("--plot", help="a PNG of TTFT (all turns and turns >= 2), TPOT and goodput against the rate")
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -93,9 +94,9 @@ def check_arguments(args: argparse.Namespace) -> None:
             parse_size(size)
         except ValueError as exc:
             raise UsageError(f"--prefix-caches {size}: {exc}") from None
-    folder = os.path.dirname(os.path.abspath(args.out))
-    if not os.path.isdir(folder):
-        raise UsageError(f"--out {args.out}: no such folder")
+    for option, path in (("--out", args.out), ("--plot", args.plot)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise UsageError(f"{option} {path}: no such folder")
 
 
 # ------------------------------------------------------------------------------------------------------ workload
@@ -297,11 +298,13 @@ class LaunchedServer:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lumotree.optimized.engine.prefix_cache import parse_size
+
     check_arguments(args)
     conversations = make_conversations(args.conversations, args.turns, args.tool_words, args.copy_fraction,
                                        args.word_range, args.seed)
     targets = [("url", [])] if args.url else [
-        (spec if size in ("0", "0MiB") else f"{spec}+prefix {size}", ["--spec", spec, "--prefix-cache", size])
+        (f"{spec}+prefix {size}" if parse_size(size) else spec, ["--spec", spec, "--prefix-cache", size])
         for spec in args.specs for size in args.prefix_caches]
     config = {k: v for k, v in vars(args).items() if k not in ("benchmark", "benchmark_module")}
     results: dict[str, Any] = {"benchmark": "serve", "config": config, "runs": []}
@@ -324,7 +327,37 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if server is not None:
                 server.stop()
+    if args.plot and results["runs"]:
+        plot(results, args.plot)
     return 0
+
+
+def plot(results: dict[str, Any], path: str) -> None:
+    """TTFT p50 (all turns, and turns >= 2), TPOT p50 / p99 and goodput against the rate, one line a server."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for label in dict.fromkeys(r["server"] for r in results["runs"]):
+        runs = sorted((r for r in results["runs"] if r["server"] == label), key=lambda r: r["rate"])
+        rates = [r["rate"] for r in runs]
+        line = axes[0].plot(rates, [r["summary"]["ttft_p50_s"] for r in runs], marker="o", label=f"{label}: all")
+        axes[0].plot(rates, [r["summary"]["ttft_turn2_p50_s"] for r in runs], "--", marker="s",
+                     color=line[0].get_color(), label=f"{label}: turns >= 2")
+        line = axes[1].plot(rates, [1e3 * r["summary"]["tpot_p50_s"] for r in runs], marker="o", label=f"{label}: p50")
+        axes[1].plot(rates, [1e3 * r["summary"]["tpot_p99_s"] for r in runs], ":", marker="^",
+                     color=line[0].get_color(), label=f"{label}: p99")
+        axes[2].plot(rates, [r["summary"]["goodput_requests_per_s"] for r in runs], marker="o", label=label)
+    for ax, ylabel in zip(axes, ("TTFT p50 (s)", "TPOT (ms)", "goodput (requests/s in SLO)")):
+        ax.set_xlabel("conversations per second")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("lumotree serve under multi-turn agent load")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def _row(label: str, result: dict[str, Any]) -> str:

@@ -9,8 +9,10 @@ row per token: any prefix of them is the K / V of that prefix) and the GDN layer
   requests (a system prompt, the earlier turns of a conversation) is stored once;
 - **snapshots**: the GDN and conv states at one prefix length ``p``, hung on the block that ends at
   ``block_tokens * floor(p / block_tokens)`` with the ``tail`` tokens after it (and their K / V rows). Snapshots are
-  taken at the last block boundary of each prompt (so requests that share only the start of a prompt meet there) and
-  where each request ends (its whole prompt and output: the prefix the next turn of an agent conversation extends).
+  taken at the last block boundary of each prompt, where each request ends (its whole prompt and output: the prefix
+  the next turn of an agent conversation extends), and at the *junction*: the end of the cached blocks a prompt
+  shares with earlier ones when no state is held there (a prompt that shares a system prompt with an earlier one
+  prefills it once more and leaves the states at its end, so that every later prompt with it restores them).
 
 :meth:`PrefixCache.match` finds the longest snapshot whose prefix ``tokens[:p]`` starts the new prompt (``p`` at most
 ``limit``, one token short of the prompt: its logits come from the prefill); the engine writes the blocks' K / V and
@@ -196,6 +198,10 @@ class PrefixCache:
     def _depth(snap: Snapshot) -> int:
         return snap.block.depth if snap.block is not None else 0
 
+    def held_blocks(self, tokens: Sequence[int], limit: int) -> int:
+        """How many blocks of K / V that start ``tokens[:limit]`` are held (with or without states at their end)."""
+        return len(self._walk(tokens, limit))
+
     def __len__(self) -> int:
         """Snapshots held."""
         return len(self.lru)
@@ -286,19 +292,21 @@ class PrefixCache:
 def prefill(model: Any, cache: PrefixCache, slot: int, prompt: Sequence[int]) -> tuple[torch.Tensor, int]:
     """Prefill ``prompt`` into ``slot`` of ``model`` (a :class:`~lumotree.optimized.engine.targets.TargetModel` with
     the prefix-cache methods) through ``cache``: the longest cached prefix (at most ``len(prompt) - 1`` tokens) is
-    restored, the rest runs, and the states at the prompt's last block boundary are kept on the way. Returns the
-    last logits ``[V]`` and the tokens restored."""
-    P = len(prompt)
+    restored, the rest runs, and the states at the junction (the end of the held blocks it shares) and at the
+    prompt's last block boundary are kept on the way. Returns the last logits ``[V]`` and the tokens restored."""
+    P, bt = len(prompt), cache.block_tokens
     hit = cache.match(prompt, P - 1)
     start = 0
     if hit is not None:
         model.restore(slot, hit.kv, hit.state, hit.length)
         start = hit.length
-    mark = (P - 1) // cache.block_tokens * cache.block_tokens  # the last block boundary before the last token
-    if mark > start:
-        model.prefill(slot, prompt[start:mark], start)
-        keep(model, cache, slot, prompt[:mark])
-        start = mark
+    junction = cache.held_blocks(prompt, P - 1) * bt
+    last = (P - 1) // bt * bt  # the last block boundary before the last token
+    for mark in sorted({junction, last}):
+        if mark > start:
+            model.prefill(slot, prompt[start:mark], start)
+            keep(model, cache, slot, prompt[:mark])
+            start = mark
     return model.prefill(slot, prompt[start:], start), (hit.length if hit is not None else 0)
 
 
