@@ -381,7 +381,7 @@ def test_output_text_is_the_whole_decode_in_any_chunking():
 def test_load_benchmark_runs_end_to_end(server, tmp_path):
     out = tmp_path / "serve.json"
     assert main(["bench", "serve", "--url", server.url, "--rates", "4", "--conversations", "2", "--turns", "2",
-                 "--tool-words", "6", "--max-tokens", "4", "--out", str(out)]) == 0
+                 "--tool-words", "6", "--system-words", "5", "--max-tokens", "4", "--out", str(out)]) == 0
     run = json.loads(out.read_text())["runs"][0]
     summary = run["summary"]
     assert (summary["requests"], summary["completed"], summary["failed"]) == (4, 4, 0)
@@ -419,6 +419,8 @@ def test_load_benchmark_launches_autoregressive_and_tree_servers(tmp_path):
     (["serve", "--random", "tiny", "--port", "TAKEN"], ["--port", "cannot listen"]),
     (["bench", "serve", "--url", "http://127.0.0.1:9", "--rates", "0"], ["--rates"]),
     (["bench", "serve", "--url", "http://127.0.0.1:9", "--copy-fraction", "2"], ["--copy-fraction"]),
+    (["bench", "serve", "--url", "http://127.0.0.1:9", "--system-words", "-1"], ["--system-words"]),
+    (["bench", "serve", "--url", "http://127.0.0.1:9", "--prefix-caches", "big"], ["--prefix-caches"]),
 ])
 def test_option_errors_are_one_line(capsys, argv, words):
     with socket.socket() as taken:

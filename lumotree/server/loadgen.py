@@ -1,8 +1,8 @@
 r"""``lumotree bench serve``: servers under multi-turn agent load (also ``python bench/serve.py``).
 
 Workload: ``--conversations`` agent conversations start at Poisson arrivals of ``--rates`` conversations per second.
-A conversation runs ``--turns`` turns one after another: each turn's prompt is the conversation so far (every earlier
-prompt and answer) plus a tool output of ``--tool-words`` words, a share ``--copy-fraction`` of which repeats a span of
+A conversation runs ``--turns`` turns one after another: each turn's prompt is the conversation so far (a system
+prompt of ``--system-words`` words that every conversation shares, every earlier prompt and answer) plus a tool output of ``--tool-words`` words, a share ``--copy-fraction`` of which repeats a span of
 the conversation (agents read back files and logs they saw before: the repetition n-gram drafters feed on), the rest
 fresh random words. Words are numbers below ``--word-range``, which are text to a tokenizer and token ids to a model
 served without one. Each turn is a streamed ``/v1/completions`` request (``--max-tokens``, ``--temperature``); a
@@ -60,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--conversations", type=int, default=32, help="conversations per run")
     parser.add_argument("--turns", type=int, default=4, help="turns per conversation")
     parser.add_argument("--tool-words", type=int, default=256, help="words of each tool output")
+    parser.add_argument("--system-words", type=int, default=0,
+                        help="words of a system prompt every conversation starts with (the same for all)")
     parser.add_argument("--copy-fraction", type=float, default=0.5,
                         help="share of a tool output that repeats a span of the conversation")
     parser.add_argument("--word-range", type=int, default=200, help="words are the numbers 0 .. this - 1")
@@ -79,6 +81,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     for name in ("conversations", "turns", "tool_words", "word_range", "max_tokens"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be at least 1")
+    if args.system_words < 0:
+        raise UsageError(f"--system-words = {args.system_words}: must be >= 0")
     if not all(math.isfinite(r) and r > 0 for r in args.rates):
         raise UsageError(f"--rates {args.rates}: every rate must be > 0 conversations per second")
     if not 0 <= args.copy_fraction <= 1:
@@ -100,6 +104,12 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ workload
+def _system_prompt(args: argparse.Namespace) -> str:
+    """``--system-words`` words drawn once from ``--seed`` (every conversation's start)."""
+    rng = np.random.default_rng([args.seed, 7])
+    return " ".join(str(w) for w in rng.integers(0, args.word_range, args.system_words))
+
+
 def make_conversations(count: int, turns: int, tool_words: int, copy_fraction: float, word_range: int, seed: int
                   ) -> list[list[list[str]]]:
     """``count`` conversations of ``turns`` tool outputs (lists of words). A copied span is drawn from the
@@ -174,7 +184,7 @@ async def _turn(client: Any, url: str, model: str, prompt: str, args: argparse.N
 async def _conversation(client: Any, url: str, model: str, context: int, index: int, delay: float,
                    outputs: list[list[str]], args: argparse.Namespace, t0: float) -> list[RequestRecord]:
     await asyncio.sleep(delay)
-    history = ""
+    history = _system_prompt(args)
     tokens_per_word = 0.0
     records = []
     for turn, words in enumerate(outputs):
