@@ -1,11 +1,14 @@
 """``lumotree generate``: decode prompts with the engine (autoregressive, chain or tree speculation), streaming.
 
-The model is a HF ``Qwen3NextForCausalLM`` checkpoint directory (``--model DIR``) or a seeded random model
-(``--random tiny|small|bench``). Prompts are text when the directory holds a tokenizer (transformers'
-``AutoTokenizer``), else whitespace-separated token ids. One prompt streams its tokens as they are accepted; several
-(``--prompt`` repeated, or ``--batch-file`` with one prompt a line) are decoded together with continuous batching and
-printed when done. A progress line on stderr shows tokens, live tokens/s and the mean accepted length (left out while a
-single answer streams to the same terminal); a summary with the decode tokens/s ends every run.
+The model is a HF checkpoint directory (``--model DIR``: Qwen3-Next, Qwen3.5 dense or MoE, or the text model of a
+Qwen3.5 conditional-generation checkpoint) or a seeded random model (``--random tiny|small|bench``). The optimized
+backend streams the checkpoint to the device tensor by tensor (a loading bar on stderr); the reference backend reads
+it in float64 and refuses models above its size limit. Prompts are text when the directory holds a tokenizer
+(transformers' ``AutoTokenizer``), else whitespace-separated token ids. One prompt streams its tokens as they are
+accepted; several (``--prompt`` repeated, or ``--batch-file`` with one prompt a line) are decoded together with
+continuous batching and printed when done. A progress line on stderr shows tokens, live tokens/s and the mean accepted
+length (left out while a single answer streams to the same terminal); a summary with the decode tokens/s ends every
+run.
 
 Backends: ``optimized`` (the Triton kernels, CUDA graphs; needs a CUDA GPU, or ``TRITON_INTERPRET=1`` to run the
 kernels in Triton's CPU interpreter, slowly) and ``reference`` (the exact float64 model on the CPU); ``auto`` takes
@@ -39,16 +42,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     src = parser.add_argument_group("model")
     which = src.add_mutually_exclusive_group(required=True)
-    which.add_argument("--model", metavar="DIR", help="HF Qwen3-Next checkpoint directory (config.json + safetensors)")
+    which.add_argument("--model", metavar="DIR", help="HF checkpoint directory (config.json + safetensors) of "
+                                                      "Qwen3-Next, Qwen3.5 or Qwen3.5-MoE")
     which.add_argument("--random", choices=sorted(RANDOM_CONFIGS), help="a seeded random model of this size instead")
     src.add_argument("--seed", type=int, default=0, help="seed of the random model and of unseeded requests (>= 0)")
     src.add_argument("--backend", choices=("auto", "optimized", "reference"), default="auto",
                      help="optimized: Triton kernels (CUDA GPU; with TRITON_INTERPRET=1 the CPU interpreter, slow); "
-                          "reference: the exact float64 model (CPU); auto: optimized on a GPU, else reference")
+                          "reference: the exact float64 model (CPU; checkpoints up to 2^28 parameters); auto: "
+                          "optimized on a GPU, else reference")
     src.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
                      help="optimized backend dtype (default: bfloat16 on GPU, float32 on CPU)")
-    src.add_argument("--num-slots", type=int, default=16, help="requests held at once (cache pools)")
-    src.add_argument("--max-seq-len", type=int, default=2048, help="context length per request")
+    src.add_argument("--num-slots", type=_count_or_auto, default=16,
+                     help="requests held at once (cache pools); auto: as many as fit the device memory left after "
+                          "the weights (optimized backend)")
+    src.add_argument("--max-seq-len", type=_count_or_auto, default=2048,
+                     help="context length per request; auto: the longest that fits (optimized backend)")
     inp = parser.add_argument_group("prompts")
     inp.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for several)")
     inp.add_argument("--batch-file", help="a file with one prompt a line, or JSON lines {\"prompt\": ..., "
@@ -93,10 +101,20 @@ def _writable(path: str, option: str) -> None:
         raise UsageError(f"{option} {path}: cannot write there (no such folder, or not writable)")
 
 
+def _count_or_auto(text: str) -> int | None:
+    """An integer option that also takes ``auto`` (None: planned from the device memory)."""
+    if text == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: want an integer or auto") from None
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """Every option's value, before anything is loaded."""
     for name in ("max_new_tokens", "num_slots", "max_seq_len", "max_nodes"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be at least 1")
     if args.max_nodes > 128:
         raise UsageError(f"--max-nodes = {args.max_nodes}: the kernels take trees of at most 128 nodes")
@@ -209,7 +227,7 @@ def load_prompts(args: argparse.Namespace, tokenizer: Any, vocab_size: int
         bad = [t for t in ids if not 0 <= t < vocab_size]
         if bad:
             raise UsageError(f"{where}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
-        if len(ids) >= args.max_seq_len:
+        if args.max_seq_len is not None and len(ids) >= args.max_seq_len:
             raise UsageError(f"{where}: the prompt has {len(ids)} tokens, which leaves no room under --max-seq-len "
                              f"{args.max_seq_len}")
         out.append((ids, extra))
@@ -218,63 +236,85 @@ def load_prompts(args: argparse.Namespace, tokenizer: Any, vocab_size: int
 
 # ------------------------------------------------------------------------------------------------------ model
 def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, Any]:
-    """(target, draft target or None, tokenizer or None, config) for the command-line options."""
-    import torch
-
+    """(target, draft target or None, tokenizer or None, config) for the command-line options. A checkpoint loads
+    through the reference's float64 reader (small models only) or streams to the device (optimized backend)."""
     from lumotree.optimized.engine import OptimizedTarget, ReferenceTarget, layer_skip_checkpoint
-    from lumotree.reference.checkpoint import read_config, read_tensors
+    from lumotree.reference.checkpoint import read_config
     from lumotree.reference.config import HybridConfig
+    from lumotree.reference.drafters import layer_skip_config, layer_skip_draft
 
     tokenizer = None
     if args.model:
-        config = HybridConfig.from_dict(read_config(args.model))
-        tensors: dict[str, Any] = read_tensors(args.model)
-        if any(os.path.exists(os.path.join(args.model, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
-            from transformers import AutoTokenizer
-
-            try:
-                tokenizer = AutoTokenizer.from_pretrained(args.model)
-            except Exception as exc:  # noqa: BLE001 - a malformed tokenizer file is the user's input
-                raise UsageError(f"{args.model}: its tokenizer does not load ({str(exc).splitlines()[0][:120]})") \
-                    from None
+        raw = read_config(args.model)
+        config = HybridConfig.from_dict(raw)  # config errors before anything is read
+        tokenizer = _tokenizer(args.model)
     else:
         config = HybridConfig(**RANDOM_CONFIGS[args.random])
-        if backend == "reference":
-            from lumotree.reference.model import build_random, weights_to_tensors
-
-            tensors = weights_to_tensors(build_random(config, seed=args.seed).weights, config)
-        else:
-            from lumotree.optimized.model import random_tensors
-
-            tensors = random_tensors(config, args.seed, _device(), _dtype(args))
     draft_layers = [int(x) for x in args.draft_layers.split(",") if x.strip()] if args.drafter == "draft-model" else []
     if draft_layers and max(draft_layers) >= config.num_hidden_layers:
         raise UsageError(f"--draft-layers {args.draft_layers!r}: the model has layers "
                          f"0..{config.num_hidden_layers - 1}")
+    if args.model and "vision_config" in raw:
+        sys.stderr.write("note: the checkpoint's vision tower (model.visual.*) is skipped: lumotree runs its text "
+                         "model\n")
+    planned = [f"--{name.replace('_', '-')}" for name in ("num_slots", "max_seq_len") if getattr(args, name) is None]
+    if planned and backend == "reference":
+        raise UsageError(f"{planned[0]} auto plans device memory: the optimized backend only")
+    if len(planned) == 2:
+        raise UsageError("--num-slots auto and --max-seq-len auto: give one of them a number (the other is planned)")
+    if planned and draft_layers:
+        raise UsageError(f"{planned[0]} auto plans one model's memory: give --num-slots and --max-seq-len with "
+                         "--drafter draft-model")
     if backend == "reference":
-        from lumotree.reference.model import HybridModel, weights_from_tensors
+        from lumotree.reference.model import build_random, load_pretrained
 
-        target = ReferenceTarget(HybridModel(config, weights_from_tensors(tensors, config)), args.num_slots,
-                                 args.max_seq_len, args.max_nodes)
-        draft = None
-        if draft_layers:
-            dc, dt = layer_skip_checkpoint(config, tensors, draft_layers)
-            draft = ReferenceTarget(HybridModel(dc, weights_from_tensors(dt, dc)), args.num_slots, args.max_seq_len,
-                                    128)
-        return target, draft, tokenizer, config
-    from lumotree.optimized.model import OptimizedModel
+        model = load_pretrained(args.model) if args.model else build_random(config, seed=args.seed)
+        target = ReferenceTarget(model, args.num_slots, args.max_seq_len, args.max_nodes)
+        draft = ReferenceTarget(layer_skip_draft(model, draft_layers), args.num_slots, args.max_seq_len, 128) \
+            if draft_layers else None
+        return target, draft, tokenizer, model.config
+    from lumotree.optimized.model import OptimizedModel, ProgressBar, load_checkpoint, random_tensors, select_layers
 
     dev, dtype = _device(), _dtype(args)
-    tensors = {k: (torch.from_numpy(v) if not isinstance(v, torch.Tensor) else v).to(dev, dtype)
-               for k, v in tensors.items()}  # converted once: the draft model shares embedding and head
     common = dict(num_slots=args.num_slots, max_seq_len=args.max_seq_len, device=dev, dtype=dtype)
+    draft = None
+    if args.model:
+        config, weights, _ = load_checkpoint(args.model, dev, dtype, progress=None if args.quiet else ProgressBar())
+        target = OptimizedTarget(OptimizedModel(config, weights, max_nodes=max(args.max_nodes, 1), **common),
+                                 validate=dev.type != "cuda")
+        _note_plan(args, target.model, planned)
+        if draft_layers:  # the draft shares the target's tensors
+            dc, chosen = layer_skip_config(config, draft_layers)
+            draft = OptimizedTarget(OptimizedModel(dc, select_layers(weights, chosen), max_nodes=64, **common),
+                                    validate=dev.type != "cuda")
+        return target, draft, tokenizer, config
+    tensors = random_tensors(config, args.seed, dev, dtype)
     target = OptimizedTarget(OptimizedModel(config, tensors, max_nodes=max(args.max_nodes, 1), **common),
                              validate=dev.type != "cuda")
-    draft = None
+    _note_plan(args, target.model, planned)
     if draft_layers:
         dc, dt = layer_skip_checkpoint(config, tensors, draft_layers)
         draft = OptimizedTarget(OptimizedModel(dc, dt, max_nodes=64, **common), validate=dev.type != "cuda")
     return target, draft, tokenizer, config
+
+
+def _note_plan(args: argparse.Namespace, model: Any, planned: list[str]) -> None:
+    """With ``auto`` sizes: the planned pools on stderr, and the sizes in ``args`` for what follows."""
+    args.num_slots, args.max_seq_len = model.num_slots, model.max_seq_len
+    if planned and not args.quiet:
+        sys.stderr.write(f"note: memory plan: {model.memory_plan.summary()}\n")
+
+
+def _tokenizer(model_dir: str) -> Any:
+    """transformers' tokenizer of the checkpoint directory, or None when it holds none."""
+    if not any(os.path.exists(os.path.join(model_dir, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(model_dir)
+    except Exception as exc:  # noqa: BLE001 - a malformed tokenizer file is the user's input
+        raise UsageError(f"{model_dir}: its tokenizer does not load ({str(exc).splitlines()[0][:120]})") from None
 
 
 def _device():

@@ -1,27 +1,47 @@
 """HF-format checkpoint directories: ``config.json`` plus safetensors, one file or sharded.
 
 A directory holds either ``model.safetensors`` or ``model.safetensors.index.json`` (``{"weight_map": {name: file}}``)
-with the shards it names. Tensors are read through torch (so bfloat16 checkpoints load) and returned as float64 numpy
-arrays. This module knows files, not models: the tensor names and shapes of the hybrid model live in
-:mod:`lumotree.reference.model`. ``safetensors`` is imported on use (it is a test/extra dependency).
+with the shards it names. :func:`tensor_table` reads every shard's header only (names, dtypes, shapes; a truncated or
+garbage file, a missing shard or an index that disagrees with its shards raise ``ValueError`` / ``FileNotFoundError``
+naming the file or tensor). :func:`read_tensors` reads tensors through torch (so bfloat16 checkpoints load) into
+float64 numpy arrays: the exact reference's path, for small models. This module knows files, not models: the tensor
+names and shapes of the hybrid model live in :mod:`lumotree.reference.weights` and
+:mod:`lumotree.reference.layouts`. ``safetensors`` is imported on use (it is a test/extra dependency).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["read_config", "read_json", "read_tensors", "write_checkpoint", "SINGLE_FILE", "INDEX_FILE", "CONFIG_FILE"]
+__all__ = ["read_config", "read_json", "read_tensors", "tensor_table", "TensorInfo", "write_checkpoint", "SINGLE_FILE",
+           "INDEX_FILE", "CONFIG_FILE", "FLOAT_DTYPES"]
 
 CONFIG_FILE = "config.json"
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 
 _DTYPES = ("float64", "float32", "bfloat16", "float16")
+#: safetensors dtypes of the tensors lumotree loads
+FLOAT_DTYPES = ("F64", "F32", "BF16", "F16")
+
+
+class TensorInfo(NamedTuple):
+    """One stored tensor: the ``file`` (shard) it sits in, its safetensors ``dtype`` (``"BF16"``, ...) and ``shape``."""
+
+    file: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
 
 
 def read_json(file: Path) -> dict:
@@ -61,31 +81,63 @@ def _shard_map(path: Path) -> dict[str, str]:
     raise FileNotFoundError(f"checkpoint {str(path)!r} has neither {SINGLE_FILE} nor {INDEX_FILE}")
 
 
-def read_tensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Every tensor of the checkpoint at ``path`` as a float64 numpy array, by HF name."""
+def _open_error(file: Path, exc: Exception) -> ValueError:
+    """safetensors' own errors (a truncated or garbage file) name no file: one line that does."""
+    return ValueError(f"{file}: not a readable safetensors file ({str(exc).splitlines()[0][:120]})")
+
+
+def tensor_table(path: str | os.PathLike) -> dict[str, TensorInfo]:
+    """Every tensor of the checkpoint at ``path`` from the shards' headers (no tensor data is read), by HF name."""
     from safetensors import safe_open
 
     path = Path(path)
     weight_map = _shard_map(path)
     files = sorted(set(weight_map.values())) if weight_map else [SINGLE_FILE]
-    tensors: dict[str, np.ndarray] = {}
+    table: dict[str, TensorInfo] = {}
     for name in files:
         file = path / name
         if not file.is_file():
             raise FileNotFoundError(f"shard {name!r} named in {INDEX_FILE} is missing from {str(path)!r}")
         try:
             with safe_open(str(file), framework="pt") as f:
-                for key in f.keys():
-                    if weight_map and weight_map.get(key) != name:
-                        raise ValueError(f"tensor {key!r} sits in shard {name!r} but {INDEX_FILE} maps it elsewhere")
-                    tensors[key] = f.get_tensor(key).double().numpy()
-        except ValueError:
-            raise
-        except Exception as exc:  # safetensors' own errors (a truncated or garbage file) name no file
-            raise ValueError(f"{file}: not a readable safetensors file ({str(exc).splitlines()[0][:120]})") from None
+                views = {key: f.get_slice(key) for key in f.keys()}
+                headers = {key: (view.get_dtype(), view.get_shape()) for key, view in views.items()}
+        except Exception as exc:
+            raise _open_error(file, exc) from None
+        for key, (dtype, shape) in headers.items():
+            if weight_map and weight_map.get(key) != name:
+                raise ValueError(f"tensor {key!r} sits in shard {name!r} but {INDEX_FILE} maps it elsewhere")
+            table[key] = TensorInfo(name, str(dtype), tuple(int(d) for d in shape))
     for key, name in weight_map.items():
-        if key not in tensors:
+        if key not in table:
             raise ValueError(f"tensor {key!r} is listed in {INDEX_FILE} (shard {name!r}) but not stored there")
+    return table
+
+
+def read_tensors(path: str | os.PathLike, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """The tensors ``names`` (default: every tensor) of the checkpoint at ``path`` as float64 numpy arrays, by HF
+    name. Meant for the exact reference on small models: every tensor is held on the host in float64."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    table = tensor_table(path)
+    wanted = sorted(table) if names is None else sorted(set(names))
+    for key in wanted:
+        if key not in table:
+            raise ValueError(f"checkpoint {str(path)!r} has no tensor {key!r}")
+        if table[key].dtype not in FLOAT_DTYPES:
+            raise ValueError(f"tensor {key!r} has dtype {table[key].dtype}; lumotree loads floating-point tensors "
+                             f"({', '.join(FLOAT_DTYPES)})")
+    tensors: dict[str, np.ndarray] = {}
+    for shard in sorted({table[key].file for key in wanted}):
+        file = path / shard
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for key in wanted:
+                    if table[key].file == shard:
+                        tensors[key] = f.get_tensor(key).double().numpy()
+        except Exception as exc:
+            raise _open_error(file, exc) from None
     return tensors
 
 

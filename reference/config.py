@@ -1,11 +1,22 @@
 """The hybrid model's configuration: HF ``Qwen3NextConfig`` fields, read from and written to ``config.json`` dicts.
 
+Model types (:data:`MODEL_TYPES`): ``qwen3_next`` (``Qwen3NextForCausalLM``), ``qwen3_5_text``
+(``Qwen3_5ForCausalLM``: dense MLPs) and ``qwen3_5_moe_text`` (``Qwen3_5MoeForCausalLM``: every layer MoE, top-k
+weights always renormalised), plus the conditional-generation checkpoints ``qwen3_5`` / ``qwen3_5_moe``
+(:data:`CONDITIONAL_MODEL_TYPES`), whose ``text_config`` is read (their ``vision_config`` is skipped: lumotree runs the
+text model). All compute the same hybrid function; they differ in defaults, in which MLP keys exist and in tensor
+names (:mod:`~lumotree.reference.layouts`).
+
 :meth:`HybridConfig.from_dict` accepts both the transformers 4.57 layout (``rope_theta``, ``partial_rotary_factor``,
 ``full_attention_interval`` at top level) and the transformers 5 layout (``rope_parameters``, ``layer_types``).
 A key it does not know raises ``ValueError`` naming the key, except the HF metadata keys in
 :data:`IGNORED_HF_KEYS`, which do not change the function the model computes (training-only or bookkeeping fields).
 Keys that would change it but are unsupported (RoPE scaling, sliding windows, attention biases, activations other than
-SiLU) raise with the key's name. Defaults are HF's, so a ``config.json`` that omits a key means what it means to HF.
+SiLU, an ungated attention output, dedicated MTP embeddings) raise with the key's name; so does any
+``quantization_config`` (lumotree loads unquantised float checkpoints). Defaults are the model type's HF defaults, so
+a ``config.json`` that omits a key means what it means to HF. Qwen3.5's multimodal RoPE keys
+(``rope_parameters.mrope_section``, ``mrope_interleaved``) are read and checked: text tokens carry the same position
+on all three sections, which makes interleaved M-RoPE the plain RoPE of the other types.
 
 Extension key: ``allow_neg_eigval`` (default false): GDN write strength ``beta = 2 sigmoid(b)`` instead of
 ``sigmoid(b)``, so ``I - beta k k^T`` can be a reflection (negative eigenvalue). HF has no such switch; a checkpoint
@@ -21,9 +32,14 @@ from typing import Any
 from .attention import AttentionSpec
 from .gdn import GDNLayerSpec
 
-__all__ = ["HybridConfig", "IGNORED_HF_KEYS", "LAYER_KINDS"]
+__all__ = ["HybridConfig", "IGNORED_HF_KEYS", "LAYER_KINDS", "MODEL_TYPES", "CONDITIONAL_MODEL_TYPES"]
 
 LAYER_KINDS = ("linear_attention", "full_attention")
+#: text model types and the transformers class that runs each
+MODEL_TYPES = {"qwen3_next": "Qwen3NextForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM",
+               "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM"}
+#: conditional-generation (image + text) model types -> the model type of their ``text_config``
+CONDITIONAL_MODEL_TYPES = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
 
 #: HF config keys that are read and ignored: they do not change the logits of a forward pass.
 IGNORED_HF_KEYS = frozenset(
@@ -43,12 +59,42 @@ _FIXED_HF_KEYS: dict[str, tuple[Any, ...]] = {
     "use_sliding_window": (False,),
     "sliding_window": (None,),
     "rope_scaling": (None,),
+    "attn_output_gate": (True,),  # Qwen3.5 configs state the gated attention output
+    "output_gate_type": ("swish",),  # GDN output gate silu(z)
+    "mtp_use_dedicated_embeddings": (False,),  # the MTP head reads the model's embedding
+    "mamba_ssm_dtype": ("float32",),  # recurrent states in fp32 (float64 in the reference)
 }
+
+# HF defaults that differ from Qwen3NextConfig's, per model type (Qwen3_5TextConfig, Qwen3_5MoeTextConfig)
+_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "qwen3_next": {},
+    "qwen3_5_text": dict(vocab_size=248320, hidden_size=4096, intermediate_size=12288, num_hidden_layers=32,
+                         num_key_value_heads=4, num_experts=0),
+    "qwen3_5_moe_text": dict(vocab_size=248320, hidden_size=2048, intermediate_size=0, num_hidden_layers=40,
+                             num_key_value_heads=2, num_experts=256, num_experts_per_tok=8),
+}
+# keys a model type does not have (transformers deletes them): rejected, or accepted only at the value the type's
+# computation implies (None: read and ignored, it changes nothing)
+_ABSENT_KEYS: dict[str, dict[str, tuple[Any, ...] | None]] = {
+    "qwen3_next": {},
+    "qwen3_5_text": {k: (0,) if k == "num_experts" else () for k in (
+        "num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+        "decoder_sparse_step", "norm_topk_prob", "mlp_only_layers")},
+    "qwen3_5_moe_text": {"intermediate_size": None, "decoder_sparse_step": (1,), "norm_topk_prob": (True,),
+                         "mlp_only_layers": ([], (), None)},
+}
+# top-level keys of a conditional-generation config besides text_config / vision_config: they concern images
+_CONDITIONAL_KEYS = frozenset({"image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
+                               "language_model_only", "tie_word_embeddings"})
 
 
 @dataclass(frozen=True)
 class HybridConfig:
-    """Qwen3-Next hyper-parameters (HF field names; defaults are HF's ``Qwen3NextConfig`` defaults).
+    """Hybrid-model hyper-parameters (HF field names; defaults are HF's ``Qwen3NextConfig`` defaults).
+
+    ``model_type`` (:data:`MODEL_TYPES`) names the checkpoint family: ``qwen3_5_text`` needs ``num_experts = 0``,
+    ``qwen3_5_moe_text`` an MoE block in every layer with renormalised top-k weights. ``mtp_num_hidden_layers``:
+    decoder layers of the multi-token-prediction head stored under ``mtp.`` (0: none).
 
     ``layer_types[i]`` is ``"full_attention"`` or ``"linear_attention"`` (GDN); by default layer i is full attention
     iff ``(i + 1) % full_attention_interval == 0`` (interval 4). Layer i uses the MoE block iff
@@ -81,6 +127,8 @@ class HybridConfig:
     mlp_only_layers: tuple[int, ...] = ()
     layer_types: tuple[str, ...] = field(default=())
     allow_neg_eigval: bool = False
+    model_type: str = "qwen3_next"
+    mtp_num_hidden_layers: int = 0
 
     def __post_init__(self) -> None:
         positive = (
@@ -93,7 +141,7 @@ class HybridConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"config.{name} = {value!r} must be a positive integer")
         for name in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size", "num_experts",
-                     "num_experts_per_tok"):
+                     "num_experts_per_tok", "mtp_num_hidden_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"config.{name} = {value!r} must be a non-negative integer")
@@ -108,6 +156,16 @@ class HybridConfig:
             raise ValueError(f"config.partial_rotary_factor = {self.partial_rotary_factor!r} must be in [0, 1]")
         if self.rotary_dim % 2:
             raise ValueError(f"config: rotary_dim = int(head_dim * partial_rotary_factor) = {self.rotary_dim} is odd")
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"config.model_type = {self.model_type!r} is not one of {sorted(MODEL_TYPES)}")
+        if self.model_type == "qwen3_5_text" and self.num_experts:
+            raise ValueError(f"config.num_experts = {self.num_experts}: qwen3_5_text models have dense MLPs (0)")
+        every_layer_moe = self.decoder_sparse_step == 1 and not self.mlp_only_layers
+        if self.model_type == "qwen3_5_moe_text" and not (self.num_experts and every_layer_moe and self.norm_topk_prob):
+            raise ValueError("config: qwen3_5_moe_text models have an MoE block in every layer with renormalised top-k "
+                             "weights (num_experts > 0, decoder_sparse_step 1, no mlp_only_layers, norm_topk_prob)")
+        if self.model_type == "qwen3_5_moe_text":  # no dense MLP: the field does not exist for this type
+            object.__setattr__(self, "intermediate_size", 0)
         if not self.layer_types:
             object.__setattr__(self, "layer_types", _interval_layer_types(self.num_hidden_layers, 4))
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
@@ -181,17 +239,31 @@ class HybridConfig:
     # ------------------------------------------------------------------------------------------------ HF dicts
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HybridConfig:
-        """Read a HF ``config.json`` dict (transformers 4.57 or 5 layout). Unknown keys raise ``ValueError``."""
+        """Read a HF ``config.json`` dict (transformers 4.57 or 5 layout) of any :data:`MODEL_TYPES` type, or the
+        ``text_config`` of a :data:`CONDITIONAL_MODEL_TYPES` one. Unknown keys raise ``ValueError`` naming them."""
         if not isinstance(d, dict):
             raise ValueError(f"config must be a dict, got {type(d).__name__}")
-        if d.get("model_type", "qwen3_next") != "qwen3_next":  # before the keys: another architecture's are unknown
-            raise ValueError(f"config key 'model_type' = {d['model_type']!r} is not supported; lumotree runs "
-                             "'qwen3_next' checkpoints")
-        fields = {f.name for f in dataclasses.fields(cls)} - {"rope_theta", "partial_rotary_factor"}
-        kwargs: dict[str, Any] = {}
+        model_type = d.get("model_type", "qwen3_next")
+        if model_type in CONDITIONAL_MODEL_TYPES:
+            return cls._from_conditional(d)
+        if model_type not in MODEL_TYPES:  # before the keys: another architecture's are unknown
+            raise ValueError(f"config key 'model_type' = {model_type!r} is not supported; lumotree runs "
+                             f"{', '.join(repr(t) for t in (*MODEL_TYPES, *CONDITIONAL_MODEL_TYPES))} checkpoints")
+        _refuse_quantization(d, "")
+        fields = {f.name for f in dataclasses.fields(cls)} - {"rope_theta", "partial_rotary_factor", "model_type"}
+        kwargs: dict[str, Any] = {**_TYPE_DEFAULTS[model_type], "model_type": model_type}
+        absent = _ABSENT_KEYS[model_type]
         interval = None
         for key, value in d.items():
             if key in IGNORED_HF_KEYS:
+                continue
+            if key in absent:
+                allowed = absent[key]
+                if allowed is not None and (value not in allowed or isinstance(value, bool) != isinstance(
+                        allowed[0] if allowed else None, bool)):
+                    raise ValueError(
+                        f"config key {key!r} = {value!r}: a {model_type} model has no such setting"
+                        + (f" (it computes as {allowed[0]!r}, the only value accepted)" if allowed else ""))
                 continue
             if key in _FIXED_HF_KEYS:
                 if value not in _FIXED_HF_KEYS[key] or isinstance(value, bool) != isinstance(
@@ -208,7 +280,7 @@ class HybridConfig:
             elif key in ("rope_theta", "partial_rotary_factor"):
                 kwargs[key] = value
             elif key == "rope_parameters":
-                kwargs.update(_read_rope_parameters(value))
+                kwargs.update(_read_rope_parameters(value, model_type != "qwen3_next"))
             elif key in ("layer_types", "mlp_only_layers"):
                 if value is None:
                     continue
@@ -219,7 +291,7 @@ class HybridConfig:
                 kwargs[key] = value
             else:
                 raise ValueError(
-                    f"unknown config key {key!r}: lumotree's Qwen3-Next reference does not know it (ignored HF "
+                    f"unknown config key {key!r}: lumotree's {model_type} reader does not know it (ignored HF "
                     "metadata keys are listed in lumotree.reference.config.IGNORED_HF_KEYS)"
                 )
         if "layer_types" not in kwargs:
@@ -232,11 +304,43 @@ class HybridConfig:
                 raise ValueError("config keys 'layer_types' and 'full_attention_interval' disagree")
         return cls(**kwargs)
 
+    @classmethod
+    def _from_conditional(cls, d: dict[str, Any]) -> HybridConfig:
+        """The text model of a conditional-generation config: its ``text_config``, with the top level's
+        ``tie_word_embeddings`` (the key transformers' ``*ForConditionalGeneration`` ties the head by)."""
+        model_type = d["model_type"]
+        text_type = CONDITIONAL_MODEL_TYPES[model_type]
+        _refuse_quantization(d, "")
+        for key in d:
+            if key not in IGNORED_HF_KEYS and key not in _CONDITIONAL_KEYS and key not in ("text_config",
+                                                                                           "vision_config"):
+                raise ValueError(f"unknown config key {key!r} in a {model_type} config (lumotree reads its "
+                                 "'text_config'; the vision tower is skipped)")
+        text = d.get("text_config")
+        if not isinstance(text, dict):
+            raise ValueError(f"config key 'text_config' must be a dict (a {model_type} checkpoint's text model), "
+                             f"got {type(text).__name__}")
+        if text.get("model_type", text_type) != text_type:
+            raise ValueError(f"config key 'text_config.model_type' = {text['model_type']!r}: a {model_type} "
+                             f"checkpoint's text model is {text_type!r}")
+        _refuse_quantization(text, "text_config.")
+        tie = d.get("tie_word_embeddings", False)
+        if not isinstance(tie, bool):
+            raise ValueError(f"config key 'tie_word_embeddings' = {tie!r} must be a boolean")
+        try:
+            return cls.from_dict({**text, "model_type": text_type, "tie_word_embeddings": tie})
+        except ValueError as exc:  # name the nested key
+            raise ValueError(str(exc).replace("config key '", "config key 'text_config.", 1)) from None
+
     def to_dict(self) -> dict[str, Any]:
-        """A HF ``config.json`` dict (transformers 5 layout) that ``Qwen3NextConfig`` reads back to the same model."""
-        out: dict[str, Any] = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next"}
+        """A HF ``config.json`` dict (transformers 5 layout) of ``model_type`` that transformers' config class of the
+        type reads back to the same model (keys the type does not have are left out)."""
+        out: dict[str, Any] = {"architectures": [MODEL_TYPES[self.model_type]], "model_type": self.model_type}
+        absent = _ABSENT_KEYS[self.model_type]
         for f in dataclasses.fields(self):
-            if f.name in ("rope_theta", "partial_rotary_factor", "allow_neg_eigval"):
+            if f.name in ("rope_theta", "partial_rotary_factor", "allow_neg_eigval", "model_type") or f.name in absent:
+                continue
+            if f.name == "mtp_num_hidden_layers" and not self.mtp_num_hidden_layers:
                 continue
             value = getattr(self, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
@@ -252,11 +356,21 @@ class HybridConfig:
         return out
 
 
+def _refuse_quantization(d: dict[str, Any], where: str) -> None:
+    value = d.get("quantization_config")
+    if value is not None:
+        method = value.get("quant_method") if isinstance(value, dict) else None
+        raise ValueError(f"config key '{where}quantization_config' (quant_method {method!r}) is not supported: "
+                         "lumotree loads unquantised checkpoints (float32, bfloat16, float16)")
+
+
 def _interval_layer_types(num_layers: int, interval: int) -> tuple[str, ...]:
     return tuple("full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(num_layers))
 
 
-def _read_rope_parameters(value: Any) -> dict[str, Any]:
+def _read_rope_parameters(value: Any, multimodal: bool = False) -> dict[str, Any]:
+    """``rope_theta`` / ``partial_rotary_factor`` from a ``rope_parameters`` dict; with ``multimodal`` (Qwen3.5)
+    also the M-RoPE keys, checked and dropped: text positions are equal on every section."""
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -268,6 +382,14 @@ def _read_rope_parameters(value: Any) -> dict[str, Any]:
                 raise ValueError(f"config key 'rope_parameters.rope_type' = {item!r} is not supported (only 'default')")
         elif key in ("rope_theta", "partial_rotary_factor"):
             out[key] = item
+        elif multimodal and key == "mrope_interleaved":
+            if not isinstance(item, bool):
+                raise ValueError(f"config key 'rope_parameters.mrope_interleaved' = {item!r} must be a boolean")
+        elif multimodal and key == "mrope_section":
+            if not (isinstance(item, list) and len(item) == 3
+                    and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in item)):
+                raise ValueError(f"config key 'rope_parameters.mrope_section' = {item!r} must be a list of three "
+                                 "non-negative integers")
         else:
             raise ValueError(f"unknown config key 'rope_parameters.{key}'")
     return out

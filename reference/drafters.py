@@ -207,6 +207,7 @@ def layer_skip_config(config: Any, layers: Sequence[int]) -> tuple[Any, list[int
         decoder_sparse_step=1,
         mlp_only_layers=tuple(j for j, is_moe in enumerate(moe) if not is_moe),
         num_experts=config.num_experts if any(moe) else 0,
+        mtp_num_hidden_layers=0,  # the target's MTP head is not the draft's
     )
     return draft_config, chosen
 

@@ -1,4 +1,4 @@
-r"""The hybrid model (Qwen3-Next layout), exact in float64: prefill, decode, tree verify, commit, HF checkpoints.
+r"""The hybrid model (Qwen3-Next and Qwen3.5), exact in float64: prefill, decode, tree verify, commit, HF checkpoints.
 
 Layer i is ``config.layer_types[i]``: ``"full_attention"`` (gated attention, :mod:`~lumotree.reference.attention`)
 or ``"linear_attention"`` (GDN, :mod:`~lumotree.reference.gdn`). Every block is::
@@ -15,8 +15,10 @@ API (others rely on these names): ``model.new_cache()``; ``model.forward(token_i
 and advances the cache; ``model.verify_tree(tokens, tree, cache)`` -> logits ``[N, vocab]`` of every node, cache
 untouched; ``model.commit(tokens, tree, node, cache)`` advances every layer cache along the path to ``node``
 (GDN states from the factors, conv states from the path inputs, KV compaction). ``load_pretrained(path)``,
-``save_pretrained(model, path)`` read and write HF ``Qwen3NextForCausalLM`` checkpoints; ``build_random(config,
-seed)`` makes a seeded model.
+``save_pretrained(model, path)`` read and write HF checkpoints of every supported model type (Qwen3-Next, Qwen3.5
+dense and MoE, and Qwen3.5's conditional-generation checkpoints' text model; :mod:`~lumotree.reference.layouts`),
+small ones only (:data:`REFERENCE_MAX_PARAMETERS`); ``build_random(config, seed)`` makes a seeded model. The weights
+and their canonical tensors are :mod:`~lumotree.reference.weights`'s (re-exported here).
 """
 
 from __future__ import annotations
@@ -31,18 +33,32 @@ from typing import NamedTuple, Union
 import numpy as np
 
 from . import attention, gdn
-from .attention import AttentionTreeRecord, AttentionWeights, KVCache, zero_centred_rmsnorm
-from .checkpoint import read_config, read_tensors, write_checkpoint
+from .attention import AttentionTreeRecord, KVCache, zero_centred_rmsnorm
+from .checkpoint import read_config, read_tensors, tensor_table, write_checkpoint
 from .config import HybridConfig
 from .gdn import GDNLayerCache, GDNTreeRecord, GDNWeights, silu
+from .layouts import CheckpointLayout, resolve_checkpoint
 from .numerics import check_finite, check_shape
 from .tree import TokenTree
+from .weights import (
+    DecoderLayerWeights,
+    MLPWeights,
+    MoEWeights,
+    ModelWeights,
+    MTPWeights,
+    hf_tensor_shapes,
+    mtp_tensor_shapes,
+    validated_weights,
+    weights_from_tensors,
+    weights_to_tensors,
+)
 
 __all__ = [
     "HybridConfig",
     "MLPWeights",
     "MoEWeights",
     "DecoderLayerWeights",
+    "MTPWeights",
     "ModelWeights",
     "HybridCache",
     "TreePass",
@@ -53,222 +69,11 @@ __all__ = [
     "load_pretrained",
     "save_pretrained",
     "hf_tensor_shapes",
+    "mtp_tensor_shapes",
     "weights_to_tensors",
     "weights_from_tensors",
-    "IGNORED_TENSOR_PREFIXES",
+    "REFERENCE_MAX_PARAMETERS",
 ]
-
-#: Checkpoint tensors ignored on load: Qwen3-Next's multi-token-prediction head (HF ignores it too).
-IGNORED_TENSOR_PREFIXES = ("mtp.",)
-
-
-# ====================================================================================================== weights
-@dataclass
-class MLPWeights:
-    """Dense SwiGLU: ``gate_proj, up_proj: [I, D]``, ``down_proj: [D, I]`` (HF ``mlp.*`` / ``shared_expert.*``)."""
-
-    gate_proj: np.ndarray
-    up_proj: np.ndarray
-    down_proj: np.ndarray
-
-
-@dataclass
-class MoEWeights:
-    """MoE block: ``router: [E, D]`` (HF ``mlp.gate``), experts stacked ``gate_proj, up_proj: [E, I, D]``,
-    ``down_proj: [E, D, I]`` (HF ``mlp.experts.{e}.*``), ``shared_expert: MLPWeights``,
-    ``shared_expert_gate: [1, D]``."""
-
-    router: np.ndarray
-    gate_proj: np.ndarray
-    up_proj: np.ndarray
-    down_proj: np.ndarray
-    shared_expert: MLPWeights
-    shared_expert_gate: np.ndarray
-
-
-@dataclass
-class DecoderLayerWeights:
-    """One block: ``input_layernorm, post_attention_layernorm: [D]`` (zero-centred), the mixer
-    (:class:`~lumotree.reference.gdn.GDNWeights` or :class:`~lumotree.reference.attention.AttentionWeights`) and
-    the MLP (:class:`MLPWeights` or :class:`MoEWeights`)."""
-
-    input_layernorm: np.ndarray
-    mixer: Union[GDNWeights, AttentionWeights]
-    post_attention_layernorm: np.ndarray
-    mlp: Union[MLPWeights, MoEWeights]
-
-
-@dataclass
-class ModelWeights:
-    """All weights, float64: ``embed_tokens: [vocab, D]``, ``layers``, final ``norm: [D]`` (zero-centred),
-    ``lm_head: [vocab, D]`` (None: the embedding is used, as ``tie_word_embeddings`` asks; a tied checkpoint that
-    stores a different head keeps it, as transformers does)."""
-
-    embed_tokens: np.ndarray
-    layers: list[DecoderLayerWeights]
-    norm: np.ndarray
-    lm_head: np.ndarray | None
-
-
-def _layer_prefix(i: int) -> str:
-    return f"model.layers.{i}"
-
-
-def _mlp_shapes(prefix: str, D: int, inner: int) -> dict[str, tuple[int, ...]]:
-    return {f"{prefix}.gate_proj.weight": (inner, D), f"{prefix}.up_proj.weight": (inner, D),
-            f"{prefix}.down_proj.weight": (D, inner)}
-
-
-def hf_tensor_shapes(config: HybridConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor of a HF ``Qwen3NextForCausalLM`` checkpoint of this config, with its HF shape."""
-    D = config.hidden_size
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (config.vocab_size, D),
-                                          "model.norm.weight": (D,)}
-    if not config.tie_word_embeddings:
-        shapes["lm_head.weight"] = (config.vocab_size, D)
-    for i, kind in enumerate(config.layer_types):
-        p = _layer_prefix(i)
-        shapes[f"{p}.input_layernorm.weight"] = (D,)
-        shapes[f"{p}.post_attention_layernorm.weight"] = (D,)
-        if kind == "linear_attention":
-            spec = config.gdn_spec()
-            for name, shape in spec.weight_shapes().items():
-                if name == "conv1d":
-                    shape = (shape[0], 1, shape[1])
-                suffix = "" if name in ("A_log", "dt_bias") else ".weight"
-                shapes[f"{p}.linear_attn.{name}{suffix}"] = shape
-        else:
-            for name, shape in config.attention_spec().weight_shapes().items():
-                shapes[f"{p}.self_attn.{name}.weight"] = shape
-        if config.is_moe_layer(i):
-            shapes[f"{p}.mlp.gate.weight"] = (config.num_experts, D)
-            for e in range(config.num_experts):
-                shapes.update(_mlp_shapes(f"{p}.mlp.experts.{e}", D, config.moe_intermediate_size))
-            shapes.update(_mlp_shapes(f"{p}.mlp.shared_expert", D, config.shared_expert_intermediate_size))
-            shapes[f"{p}.mlp.shared_expert_gate.weight"] = (1, D)
-        else:
-            shapes.update(_mlp_shapes(f"{p}.mlp", D, config.intermediate_size))
-    return shapes
-
-
-def weights_to_tensors(weights: ModelWeights, config: HybridConfig) -> dict[str, np.ndarray]:
-    """HF tensor name -> array (HF shapes) for every weight."""
-    asarray = np.asarray
-    out = {"model.embed_tokens.weight": weights.embed_tokens, "model.norm.weight": weights.norm}
-    if weights.lm_head is not None:
-        out["lm_head.weight"] = weights.lm_head
-    for i, layer in enumerate(weights.layers):
-        p = _layer_prefix(i)
-        out[f"{p}.input_layernorm.weight"] = layer.input_layernorm
-        out[f"{p}.post_attention_layernorm.weight"] = layer.post_attention_layernorm
-        mixer = layer.mixer
-        if isinstance(mixer, GDNWeights):
-            for name in ("in_proj_qkvz", "in_proj_ba", "norm", "out_proj"):
-                out[f"{p}.linear_attn.{name}.weight"] = getattr(mixer, name)
-            out[f"{p}.linear_attn.conv1d.weight"] = asarray(mixer.conv1d)[:, None, :]
-            out[f"{p}.linear_attn.A_log"] = mixer.A_log
-            out[f"{p}.linear_attn.dt_bias"] = mixer.dt_bias
-        else:
-            for name in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"):
-                out[f"{p}.self_attn.{name}.weight"] = getattr(mixer, name)
-        block = layer.mlp
-        if isinstance(block, MoEWeights):
-            out[f"{p}.mlp.gate.weight"] = block.router
-            for e in range(asarray(block.router).shape[0]):
-                for name in ("gate_proj", "up_proj", "down_proj"):
-                    out[f"{p}.mlp.experts.{e}.{name}.weight"] = asarray(getattr(block, name))[e]
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                out[f"{p}.mlp.shared_expert.{name}.weight"] = getattr(block.shared_expert, name)
-            out[f"{p}.mlp.shared_expert_gate.weight"] = block.shared_expert_gate
-        else:
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                out[f"{p}.mlp.{name}.weight"] = getattr(block, name)
-    return out
-
-
-def weights_from_tensors(tensors: dict[str, np.ndarray], config: HybridConfig) -> ModelWeights:
-    """Build :class:`ModelWeights` from HF-named tensors. A missing tensor, a wrong shape, a non-finite entry or an
-    unexpected tensor raises ``ValueError`` naming the tensor. With tied embeddings a stored ``lm_head.weight`` that
-    differs from the embedding is kept as the head (what transformers does, with a warning)."""
-    expected = hf_tensor_shapes(config)
-    for name in sorted(tensors):
-        if name in expected or name.startswith(IGNORED_TENSOR_PREFIXES):
-            continue
-        if name == "lm_head.weight" and config.tie_word_embeddings:
-            head = np.asarray(tensors[name], dtype=np.float64)
-            if head.shape != (config.vocab_size, config.hidden_size):
-                raise ValueError(f"tensor 'lm_head.weight' has shape {list(head.shape)}, expected "
-                                 f"{[config.vocab_size, config.hidden_size]}")
-            check_finite("tensor 'lm_head.weight'", head)
-            continue
-        raise ValueError(f"unexpected tensor {name!r} in the checkpoint (not part of this config's model)")
-    for name, shape in expected.items():
-        if name not in tensors:
-            raise ValueError(f"checkpoint is missing tensor {name!r} (expected shape {list(shape)})")
-        t = np.asarray(tensors[name], dtype=np.float64)
-        if t.shape != shape:
-            raise ValueError(f"tensor {name!r} has shape {list(t.shape)}, expected {list(shape)}")
-        check_finite(f"tensor {name!r}", t)
-
-    def get(name: str) -> np.ndarray:
-        return np.asarray(tensors[name], dtype=np.float64)
-
-    def dense(prefix: str) -> MLPWeights:
-        return MLPWeights(*(get(f"{prefix}.{n}.weight") for n in ("gate_proj", "up_proj", "down_proj")))
-
-    layers = []
-    for i, kind in enumerate(config.layer_types):
-        p = _layer_prefix(i)
-        mixer: GDNWeights | AttentionWeights
-        if kind == "linear_attention":
-            a = f"{p}.linear_attn"
-            mixer = GDNWeights(
-                in_proj_qkvz=get(f"{a}.in_proj_qkvz.weight"), in_proj_ba=get(f"{a}.in_proj_ba.weight"),
-                conv1d=get(f"{a}.conv1d.weight")[:, 0, :], A_log=get(f"{a}.A_log"), dt_bias=get(f"{a}.dt_bias"),
-                norm=get(f"{a}.norm.weight"), out_proj=get(f"{a}.out_proj.weight"),
-            )
-        else:
-            mixer = AttentionWeights(*(get(f"{p}.self_attn.{n}.weight")
-                                       for n in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm")))
-        block: MLPWeights | MoEWeights
-        if config.is_moe_layer(i):
-            experts = range(config.num_experts)
-            block = MoEWeights(
-                router=get(f"{p}.mlp.gate.weight"),
-                gate_proj=np.stack([get(f"{p}.mlp.experts.{e}.gate_proj.weight") for e in experts]),
-                up_proj=np.stack([get(f"{p}.mlp.experts.{e}.up_proj.weight") for e in experts]),
-                down_proj=np.stack([get(f"{p}.mlp.experts.{e}.down_proj.weight") for e in experts]),
-                shared_expert=dense(f"{p}.mlp.shared_expert"),
-                shared_expert_gate=get(f"{p}.mlp.shared_expert_gate.weight"),
-            )
-        else:
-            block = dense(f"{p}.mlp")
-        layers.append(DecoderLayerWeights(get(f"{p}.input_layernorm.weight"), mixer,
-                                          get(f"{p}.post_attention_layernorm.weight"), block))
-    lm_head = get("lm_head.weight") if "lm_head.weight" in tensors else None  # tied: a stored head is kept
-    if lm_head is not None and config.tie_word_embeddings and np.array_equal(lm_head, get("model.embed_tokens.weight")):
-        lm_head = None
-    return ModelWeights(get("model.embed_tokens.weight"), layers, get("model.norm.weight"), lm_head)
-
-
-def _validated_weights(weights: ModelWeights, config: HybridConfig) -> ModelWeights:
-    """Hand-built weights checked (shapes, finiteness; errors name the HF tensor) and copied to float64 arrays."""
-    if len(weights.layers) != config.num_hidden_layers:
-        raise ValueError(f"weights.layers has {len(weights.layers)} layers, config says {config.num_hidden_layers}")
-    if not config.tie_word_embeddings and weights.lm_head is None:
-        raise ValueError("weights.lm_head is None but config.tie_word_embeddings is false")
-    for i, (kind, layer) in enumerate(zip(config.layer_types, weights.layers)):
-        want_mixer = GDNWeights if kind == "linear_attention" else AttentionWeights
-        want_mlp = MoEWeights if config.is_moe_layer(i) else MLPWeights
-        if not isinstance(layer.mixer, want_mixer):
-            raise ValueError(f"weights.layers[{i}].mixer is {type(layer.mixer).__name__}; {kind} needs "
-                             f"{want_mixer.__name__}")
-        if not isinstance(layer.mlp, want_mlp):
-            raise ValueError(f"weights.layers[{i}].mlp is {type(layer.mlp).__name__}; layer {i} needs "
-                             f"{want_mlp.__name__}")
-    # one source of truth for names and shapes: the HF mapping
-    return weights_from_tensors(weights_to_tensors(weights, config), config)
-
 
 # ====================================================================================================== blocks
 def mlp(x: np.ndarray, w: MLPWeights) -> np.ndarray:
@@ -335,13 +140,13 @@ class TreePass(NamedTuple):
 
 # ====================================================================================================== model
 class HybridModel:
-    """The Qwen3-Next hybrid model in float64 (see the module docstring for the math and the API)."""
+    """The hybrid model in float64 (see the module docstring for the math and the API)."""
 
     def __init__(self, config: HybridConfig, weights: ModelWeights):
         if not isinstance(config, HybridConfig):
             raise TypeError(f"config must be a HybridConfig, got {type(config).__name__}")
         self.config = config
-        self.weights = _validated_weights(weights, config)
+        self.weights = validated_weights(weights, config)
         self._gdn_spec = config.gdn_spec() if "linear_attention" in config.layer_types else None
         self._attention_spec = config.attention_spec() if "full_attention" in config.layer_types else None
         self._last_pass: TreePass | None = None
@@ -509,13 +314,19 @@ class HybridModel:
 
 
 # ====================================================================================================== builders, I/O
+#: the largest checkpoint :func:`load_pretrained` reads (parameters of the text model and MTP head): float64 on the
+#: host, 8 bytes a parameter; larger models are the optimized backend's
+REFERENCE_MAX_PARAMETERS = 1 << 28
+
+
 def build_random(config: HybridConfig, seed: int = 0) -> HybridModel:
     """A seeded model with weights of useful size: projections ``N(0, 1/fan_in)``, embeddings ``N(0, 1)``,
     zero-centred norm weights ``N(0, 0.1^2)``, gated-norm weights ``1 + N(0, 0.1^2)``, conv ``N(0, 0.5^2)``,
-    ``A = exp(A_log) ~ U(0.1, 2)``, ``dt_bias ~ N(0, 0.5^2)`` (decays mostly in 0.2 .. 0.95)."""
+    ``A = exp(A_log) ~ U(0.1, 2)``, ``dt_bias ~ N(0, 0.5^2)`` (decays mostly in 0.2 .. 0.95). The MTP head's
+    weights (``config.mtp_num_hidden_layers``) are drawn after the text model's."""
     rng = np.random.default_rng(seed)
     tensors: dict[str, np.ndarray] = {}
-    for name, shape in hf_tensor_shapes(config).items():
+    for name, shape in {**hf_tensor_shapes(config), **mtp_tensor_shapes(config)}.items():
         leaf = name.rsplit(".", 2)[-2] if name.endswith(".weight") else name.rsplit(".", 1)[-1]
         if name == "model.embed_tokens.weight":
             t = rng.standard_normal(shape)
@@ -535,18 +346,39 @@ def build_random(config: HybridConfig, seed: int = 0) -> HybridModel:
     return HybridModel(config, weights_from_tensors(tensors, config))
 
 
-def load_pretrained(path: str | os.PathLike) -> HybridModel:
-    """Load a HF ``Qwen3NextForCausalLM`` checkpoint directory (config.json + safetensors, sharded or not) in float64.
+def load_pretrained(path: str | os.PathLike, max_parameters: int | None = None) -> HybridModel:
+    """Load a HF checkpoint directory of any supported model type (config.json + safetensors, sharded or not;
+    :mod:`~lumotree.reference.layouts`) in float64, the MTP head's tensors included.
 
-    Unknown config keys, missing / unexpected / wrong-shape / non-finite tensors raise ``ValueError`` naming them.
+    Unknown config keys, missing / unexpected / wrong-shape tensors raise ``ValueError`` naming them before any
+    tensor data is read; non-finite values name the tensor too. A checkpoint of more than ``max_parameters``
+    (default :data:`REFERENCE_MAX_PARAMETERS`) is refused in one line: the exact path holds every weight in float64.
     """
-    config = HybridConfig.from_dict(read_config(path))
-    return HybridModel(config, weights_from_tensors(read_tensors(path), config))
+    config, layout, names = _checked_checkpoint(path, max_parameters)
+    stored = read_tensors(path, names)
+    for name, t in stored.items():  # by stored name, before the layout's conversion renames any
+        check_finite(f"tensor {name!r}", t)
+    return HybridModel(config, weights_from_tensors(layout.to_canonical(stored.__getitem__, config, stored), config))
+
+
+def _checked_checkpoint(path, max_parameters):
+    table = tensor_table(path)
+    config, layout = resolve_checkpoint(read_config(path), table)
+    names = layout.check(config, table)
+    limit = REFERENCE_MAX_PARAMETERS if max_parameters is None else max_parameters
+    count = sum(table[name].numel for name in names)
+    if count > limit:
+        raise ValueError(f"checkpoint {str(path)!r} holds {count:,} parameters, above the reference backend's limit of "
+                         f"{limit:,} (float64 on the host): run it on the optimized backend (--backend optimized)")
+    return config, layout, names
 
 
 def save_pretrained(model: HybridModel, path: str | os.PathLike, dtype: str = "float64",
                     max_shard_bytes: int | None = None) -> None:
-    """Write ``model`` as a HF checkpoint directory that transformers' ``Qwen3NextForCausalLM.from_pretrained`` and
+    """Write ``model`` as a HF checkpoint directory of ``model.config.model_type`` (the text model under ``model.``,
+    experts one by one, as transformers saves it) that transformers' ``from_pretrained`` of that type and
     :func:`load_pretrained` read (``dtype`` float64 keeps the weights exactly; ``max_shard_bytes`` shards)."""
-    write_checkpoint(path, model.config.to_dict(), weights_to_tensors(model.weights, model.config), dtype=dtype,
-                     max_shard_bytes=max_shard_bytes)
+    config = model.config
+    layout = CheckpointLayout(config.model_type)
+    write_checkpoint(path, config.to_dict(), layout.from_canonical(weights_to_tensors(model.weights, config), config),
+                     dtype=dtype, max_shard_bytes=max_shard_bytes)

@@ -42,10 +42,11 @@ def _plain_function(fn):
     return fn
 
 
-def external_kernels() -> list[str]:
-    """The Qwen3-Next kernel functions transformers bound to an external package (flash-linear-attention,
-    causal-conv1d) instead of its pure-torch fallback: it decides once, at import, and keeps the flag in a closure."""
-    from transformers.models.qwen3_next import modeling_qwen3_next as hf_module
+def external_kernels(model: str = "qwen3_next") -> list[str]:
+    """The kernel functions of transformers' ``model`` (its ``modeling_<model>`` module) bound to an external package
+    (flash-linear-attention, causal-conv1d) instead of its pure-torch fallback: it decides once, at import, and keeps
+    the flag in a closure."""
+    hf_module = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
 
     bound = []
     for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",

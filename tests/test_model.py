@@ -234,12 +234,15 @@ def test_bad_checkpoints_name_the_tensor(tmp_path):
 
     def extra(t):
         t["model.layers.0.linear_attn.conv1d.bias"] = np.zeros(3)
-        t["mtp.fc.weight"] = np.zeros((2, 2))  # multi-token-prediction head: ignored, as HF does
 
     with pytest.raises(ValueError, match=r"unexpected tensor 'model\.layers\.0\.linear_attn\.conv1d\.bias'"):
         load_pretrained(corrupt(tmp_path / "d", extra))
 
-    good = corrupt(tmp_path / "e", lambda t: t.update({"mtp.fc.weight": np.zeros((2, 2))}))
+    # the multi-token-prediction head is kept, so its tensors are checked like the others
+    with pytest.raises(ValueError, match=r"'mtp\.fc\.weight' has shape \[2, 2\], expected \[16, 32\]"):
+        load_pretrained(corrupt(tmp_path / "f", lambda t: t.update({"mtp.fc.weight": np.zeros((2, 2))})))
+
+    good = corrupt(tmp_path / "e", lambda t: None)
     load_pretrained(good)
     config = json.loads((good / "config.json").read_text())
     (good / "config.json").write_text(json.dumps({**config, "num_nextn_layers": 1}))

@@ -1,5 +1,6 @@
 """The optimized hybrid model: :class:`OptimizedModel` (the API, :mod:`~lumotree.optimized.model.model`), its
-weights, caches, layers, small kernels and CUDA graphs, and the builders below."""
+weights, caches (sized by :mod:`~lumotree.optimized.model.memory`), layers, small kernels and CUDA graphs, and the
+builders below."""
 
 from __future__ import annotations
 
@@ -8,22 +9,26 @@ from typing import Any
 
 import torch
 
+from .loader import LoadReport, ProgressBar, default_dtype, load_checkpoint
+from .memory import MemoryPlan, plan_memory
 from .model import HEAD_ROWS, OptimizedModel
 from .presets import RANDOM_CONFIGS
-from .weights import random_tensors, successor_permutation
+from .weights import random_tensors, select_layers, successor_permutation
 
-__all__ = ["OptimizedModel", "load_pretrained", "from_reference", "build_random", "random_tensors",
-           "successor_permutation", "RANDOM_CONFIGS", "HEAD_ROWS"]
+__all__ = ["OptimizedModel", "MemoryPlan", "plan_memory", "load_pretrained", "load_checkpoint", "LoadReport",
+           "ProgressBar", "from_reference", "build_random", "random_tensors", "select_layers", "successor_permutation",
+           "RANDOM_CONFIGS", "HEAD_ROWS"]
 
 
-def load_pretrained(path: str | os.PathLike, **kwargs: Any) -> OptimizedModel:
-    """An :class:`OptimizedModel` from a HF ``Qwen3NextForCausalLM`` checkpoint directory (the reference's reader:
-    config keys and tensors are validated the same way). ``kwargs`` go to :class:`OptimizedModel`."""
-    from lumotree.reference.checkpoint import read_config, read_tensors
-    from lumotree.reference.config import HybridConfig
-
-    config = HybridConfig.from_dict(read_config(path))
-    return OptimizedModel(config, read_tensors(path), **kwargs)
+def load_pretrained(path: str | os.PathLike, progress: Any = None, **kwargs: Any) -> OptimizedModel:
+    """An :class:`OptimizedModel` from a HF checkpoint directory of any supported model type, streamed tensor by
+    tensor to the device (:func:`~lumotree.optimized.model.loader.load_checkpoint`; ``progress``: its callback, e.g.
+    :class:`~lumotree.optimized.model.loader.ProgressBar`). ``kwargs`` go to :class:`OptimizedModel` (``device``
+    and ``dtype`` also choose where and how the weights load)."""
+    device = torch.device(kwargs.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = kwargs.get("dtype") or default_dtype(device)
+    config, weights, _ = load_checkpoint(path, device, dtype, progress)
+    return OptimizedModel(config, weights, **{**kwargs, "device": device, "dtype": dtype})
 
 
 def from_reference(model: Any, **kwargs: Any) -> OptimizedModel:

@@ -1,8 +1,8 @@
-r"""The optimized hybrid model (Qwen3-Next layout) on the GPU: prefill, decode, batched tree verify and commit.
+r"""The optimized hybrid model (Qwen3-Next, Qwen3.5) on the GPU: prefill, decode, batched tree verify and commit.
 
-Same function as :mod:`lumotree.reference.model` (and HF ``Qwen3NextForCausalLM``), computed in bf16 with fp32
-states on the Triton kernels of :mod:`lumotree.optimized.ops`. Every request owns a *slot* of the caches
-(:class:`~lumotree.optimized.model.caches.Caches`); the layers run in one loop for every kind of step
+Same function as :mod:`lumotree.reference.model` (and transformers' classes of every supported model type), computed
+in bf16 with fp32 states on the Triton kernels of :mod:`lumotree.optimized.ops`. Every request owns a *slot* of the
+caches (:class:`~lumotree.optimized.model.caches.Caches`); the layers run in one loop for every kind of step
 (:mod:`~lumotree.optimized.model.layers`).
 
 - ``verify`` = a tree step (logits of every node), caches untouched until ``commit``;
@@ -45,7 +45,8 @@ from .caches import Caches
 from .graphs import GraphCache
 from .kernels import step_prologue
 from .layers import Layers, Residual, StepBuffers
-from .weights import load_weights
+from .memory import free_memory, plan_memory
+from .weights import GDNLayerWeights, ModelWeights, load_weights
 
 __all__ = ["OptimizedModel", "HEAD_ROWS"]
 
@@ -72,7 +73,10 @@ class StepRecord:
 
 
 class OptimizedModel(Layers):
-    """Qwen3-Next hybrid model on the optimized kernels, with slot-addressed caches (see the module docstring).
+    """The hybrid model (every supported type) on the optimized kernels, with slot-addressed caches (see the module
+    docstring). ``tensors``: canonical HF-named tensors (:func:`~lumotree.optimized.model.weights.load_weights`) or
+    :class:`~lumotree.optimized.model.weights.ModelWeights` already on the device in ``dtype`` (a streamed checkpoint,
+    :func:`~lumotree.optimized.model.loader.load_checkpoint`; a layer-skip draft sharing the target's).
 
     API (the engine builds on these):
 
@@ -83,7 +87,11 @@ class OptimizedModel(Layers):
     - ``commit(slots [B], accepted [B])``: advance every cache of the last ``verify`` along root..accepted.
     - ``speculate_greedy(...)``: verify, greedy acceptance and commit in one call.
     - ``release(slot)``; ``cache_length(slot)``; attributes ``vocab_size, num_slots,
-      max_seq_len, max_nodes, device, dtype, config``.
+      max_seq_len, max_nodes, device, dtype, config``, ``memory_plan``.
+
+    ``num_slots`` / ``max_seq_len``: None plans the most that fit the memory left after the weights
+    (:func:`~lumotree.optimized.model.memory.plan_memory`, keeping ``memory_headroom`` of it back); a request that
+    does not fit is refused in one line before any pool is allocated.
 
     ``small_batch_linear``: projections of few token rows on the split-K GEMV instead of cuBLAS (default: on for a
     CUDA model in bf16 / fp16); ``pdl`` (default: where supported): the GEMV as a programmatic dependent launch;
@@ -98,10 +106,10 @@ class OptimizedModel(Layers):
     def __init__(
         self,
         config: Any,
-        tensors: Mapping[str, Any],
+        tensors: Mapping[str, Any] | ModelWeights,
         *,
-        num_slots: int = 8,
-        max_seq_len: int = 4096,
+        num_slots: int | None = 8,
+        max_seq_len: int | None = 4096,
         max_nodes: int = 64,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
@@ -111,6 +119,7 @@ class OptimizedModel(Layers):
         small_batch_linear: bool | None = None,
         pdl: bool | None = None,
         deferred_commits: bool | None = None,
+        memory_headroom: float = 0.1,
     ):
         from lumotree.reference.config import HybridConfig
 
@@ -118,6 +127,8 @@ class OptimizedModel(Layers):
             raise TypeError(f"config must be a lumotree.reference.config.HybridConfig, got {type(config).__name__}")
         for name, value, low, high in (("num_slots", num_slots, 1, 1 << 20), ("max_seq_len", max_seq_len, 1, 1 << 24),
                                        ("max_nodes", max_nodes, 1, MAX_NODES)):
+            if value is None and name != "max_nodes":
+                continue  # planned from the free memory
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} = {value!r} must be an integer in [{low}, {high}]")
         self.config = config
@@ -125,8 +136,7 @@ class OptimizedModel(Layers):
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         if self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             raise ValueError(f"dtype = {self.dtype} must be float32, bfloat16 or float16")
-        self.num_slots, self.max_seq_len, self.max_nodes = num_slots, max_seq_len, max_nodes
-        self.capacity = max_seq_len + max_nodes
+        self.max_nodes = max_nodes
         self.graphs = bool(graphs if graphs is not None else self.device.type == "cuda")
         if self.graphs and self.device.type != "cuda":
             raise ValueError("graphs=True needs a CUDA device")
@@ -143,7 +153,18 @@ class OptimizedModel(Layers):
         self.fused_norms = True  # residual add + RMSNorm inside the GEMVs around them wherever both run on the GEMV
         self.pdl = pdl_supported(self.device) if pdl is None else bool(pdl) and pdl_supported(self.device)
 
-        self.weights = load_weights(config, tensors, self.device, self.dtype)
+        if isinstance(tensors, ModelWeights):  # already in the kernels' layouts (a streamed checkpoint, a draft)
+            where = tensors.embed.device
+            if where.type != self.device.type or self.device.index not in (None, where.index) or \
+                    tensors.embed.dtype != self.dtype:
+                raise ValueError(f"weights are {tensors.embed.dtype} on {tensors.embed.device}; the model asks for "
+                                 f"{self.dtype} on {self.device}")
+            kinds = ["linear_attention" if isinstance(w, GDNLayerWeights) else "full_attention" for w in tensors.layers]
+            if kinds != list(config.layer_types):
+                raise ValueError(f"weights have layers {kinds}, config.layer_types = {list(config.layer_types)}")
+            self.weights = tensors
+        else:
+            self.weights = load_weights(config, tensors, self.device, self.dtype)
         gdn = self.weights.gdn_dims
         fusable = (gdn is not None and gdn[2:4] == (128, 128) and max_nodes >= 64 and self.gdn_precision == "tf32"
                    and fused_verify_supported(self.device))
@@ -153,6 +174,12 @@ class OptimizedModel(Layers):
             raise ValueError("deferred_commits=True needs the fused GDN verify: an sm_90 GPU with Gluon, [128, 128] "
                              "GDN states, max_nodes >= 64 and a bf16 / fp16 model")
         self._fusable = fusable
+        self.memory_plan = plan_memory(config, gdn, self.weights.attn_dims, free_bytes=free_memory(self.device),
+                                       dtype=self.dtype, num_slots=num_slots, max_seq_len=max_seq_len,
+                                       max_nodes=max_nodes, graphs=self.graphs, speculative=max_nodes > 1,
+                                       deferred=bool(deferred_commits), headroom=memory_headroom)
+        self.num_slots, self.max_seq_len = self.memory_plan.num_slots, self.memory_plan.max_seq_len
+        num_slots, self.capacity = self.num_slots, self.max_seq_len + max_nodes
         n_gdn = sum(1 for kind in config.layer_types if kind == "linear_attention")
         self.caches = Caches(num_slots, self.capacity, n_gdn, len(config.layer_types) - n_gdn, gdn,
                              self.weights.attn_dims, self.dtype, self.device, bool(deferred_commits))

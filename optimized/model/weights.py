@@ -1,11 +1,12 @@
-"""The optimized model's weights: HF checkpoint tensors validated, fused and reordered once for the kernels, and
-seeded random weights drawn on the device for benchmark models."""
+"""The optimized model's weights: checkpoint tensors validated, fused and reordered once for the kernels (from any
+supported checkpoint layout, :mod:`lumotree.reference.layouts`), and seeded random weights drawn on the device for
+benchmark models."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -14,8 +15,9 @@ from ..ops.gdn_tree.common import check_decay_rates
 from ..ops.gemv import interleave_gate_up
 from ..ops.tree_attention import rope_inv_freq
 
-__all__ = ["GDNLayerWeights", "AttentionLayerWeights", "MLPWeights", "ModelWeights", "load_weights",
-           "gdn_row_orders", "random_tensors", "successor_permutation"]
+__all__ = ["GDNLayerWeights", "AttentionLayerWeights", "MLPWeights", "MTPWeights", "ModelWeights", "load_weights",
+           "build_weights", "check_kernel_limits", "select_layers", "gdn_row_orders", "random_tensors",
+           "successor_permutation"]
 
 
 @dataclass
@@ -50,6 +52,20 @@ class MLPWeights:
 
 
 @dataclass
+class MTPWeights:
+    """The multi-token-prediction head (checkpoint ``mtp.*``) in the kernels' layouts, on the model's device, kept
+    for the MTP drafter: ``fc: [Dm, 2 Dm]`` on ``concat(norm(embedding), norm(hidden))``, its attention layers and
+    MLPs, and the norms (fp32, ``1 + w``)."""
+
+    fc: torch.Tensor  # [Dm, 2 Dm]
+    embed_norm: torch.Tensor  # [Dm] fp32, 1 + w (pre_fc_norm_embedding)
+    hidden_norm: torch.Tensor  # [Dm] fp32, 1 + w (pre_fc_norm_hidden)
+    layers: list[AttentionLayerWeights]
+    mlps: list[MLPWeights]
+    final_norm: torch.Tensor  # [Dm] fp32, 1 + w
+
+
+@dataclass
 class ModelWeights:
     """Every weight of the model on its device, in the kernels' layouts."""
 
@@ -61,59 +77,101 @@ class ModelWeights:
     gdn_dims: tuple[int, int, int, int, int] | None  # (H, HV, K, V, conv width) of the GDN layers
     attn_dims: tuple[int, int, int] | None  # (HQ, HKV, D) of the attention layers
     inv_freq: torch.Tensor | None  # [rotary_dim / 2] fp32 RoPE inverse frequencies
+    mtp: MTPWeights | None = None
+
+
+#: ``fetch(stored name, dtype or None) -> tensor``: one stored tensor on the device, finite, in ``dtype`` (None: the
+#: model's)
+Fetch = Callable[[str, Optional[torch.dtype]], torch.Tensor]
+
+
+def check_kernel_limits(config: Any) -> None:
+    """The sizes the kernels take (checked before any weight is read): GDN head dims a power of two in [16, 256],
+    at least one rotated RoPE pair; each error names the config key."""
+    if "linear_attention" in config.layer_types:
+        gs = config.gdn_spec()
+        for key, value in (("linear_key_head_dim", gs.head_k_dim), ("linear_value_head_dim", gs.head_v_dim)):
+            if not 16 <= value <= 256 or value & (value - 1):
+                raise ValueError(f"config key {key!r} = {value}: the GDN kernels need a power of two in [16, 256] "
+                                 "(the reference backend takes any size)")
+    if ("full_attention" in config.layer_types or config.mtp_num_hidden_layers) and not config.attention_spec(
+            ).rotary_dim:
+        raise ValueError("config key 'partial_rotary_factor' = 0 (no RoPE): the optimized attention kernels rotate "
+                         "at least one pair (the reference backend takes it)")
 
 
 def load_weights(config: Any, tensors: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> ModelWeights:
-    """Validate HF-named ``tensors`` (names, shapes, finiteness; every missing or unexpected tensor named) against
-    ``config`` and build the kernels' layouts on ``device`` (matrices in ``dtype``, norms and gates fp32).
+    """Validate canonical HF-named ``tensors`` (:mod:`lumotree.reference.weights`: names, shapes, finiteness; every
+    missing or unexpected tensor named) against ``config`` and build the kernels' layouts on ``device`` (matrices in
+    ``dtype``, norms and gates fp32). Checkpoint directories stream through
+    :func:`~lumotree.optimized.model.loader.load_checkpoint` instead.
 
     A stored ``lm_head.weight`` is the head even with ``tie_word_embeddings`` (as transformers loads it); without one
     a tied config uses the embedding."""
-    from lumotree.reference.model import IGNORED_TENSOR_PREFIXES, hf_tensor_shapes
+    from lumotree.reference.layouts import CheckpointLayout
 
-    expected = hf_tensor_shapes(config)
-    for name in tensors:
-        if name not in expected and not name.startswith(IGNORED_TENSOR_PREFIXES) and not (
-            name == "lm_head.weight" and config.tie_word_embeddings
-        ):
-            raise ValueError(f"unexpected tensor {name!r} (not part of this config's model)")
-    for name, shape in expected.items():
-        if name not in tensors:
-            raise ValueError(f"missing tensor {name!r} (expected shape {list(shape)})")
-        if tuple(tensors[name].shape) != tuple(shape):
-            raise ValueError(f"tensor {name!r} has shape {list(tensors[name].shape)}, expected {list(shape)}")
-    if "lm_head.weight" in tensors and "lm_head.weight" not in expected:  # a tied config that stores a head
-        want = (config.vocab_size, config.hidden_size)
-        if tuple(tensors["lm_head.weight"].shape) != want:
-            raise ValueError(f"tensor 'lm_head.weight' has shape {list(tensors['lm_head.weight'].shape)}, "
-                             f"expected {list(want)}")
+    layout = CheckpointLayout()  # canonical tensors are a qwen3_next checkpoint's under model.
+    layout.check(config, {name: tuple(t.shape) for name, t in tensors.items()})
+    check_kernel_limits(config)
 
-    def get(name: str, as_dtype: torch.dtype | None = None) -> torch.Tensor:
+    def fetch(name: str, as_dtype: torch.dtype | None) -> torch.Tensor:
         t = tensors[name]
         t = torch.from_numpy(np.ascontiguousarray(t)) if isinstance(t, np.ndarray) else t
         if not bool(torch.isfinite(t).all()):
             raise ValueError(f"tensor {name!r} contains NaN or inf")
         return t.to(device=device, dtype=as_dtype or dtype).contiguous()
 
+    return build_weights(config, layout, fetch, set(tensors), device, dtype)
+
+
+def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str], device: torch.device,
+                  dtype: torch.dtype) -> ModelWeights:
+    """The kernels' layouts from a checkpoint of ``layout`` (:class:`lumotree.reference.layouts.CheckpointLayout`,
+    already checked), one layer after the other: each stored tensor is fetched once and combined on the device
+    (GDN ``w_in`` rows ``q | k | v | z | b | a``: Qwen3.5's split projections concatenated, Qwen3-Next's packed ones
+    permuted; experts stacked ``[E, 2 I, Dm]`` / ``[E, Dm, I]`` in place, or taken fused)."""
     f32 = torch.float32
+
+    def get(name: str, as_dtype: torch.dtype | None = None) -> torch.Tensor:
+        return fetch(layout.stored_name(name), as_dtype)
+
     embed = get("model.embed_tokens.weight")  # [Vocab, Dm]
-    lm_head = get("lm_head.weight") if "lm_head.weight" in tensors else embed  # [Vocab, Dm]
+    lm_head = get("lm_head.weight") if "lm_head.weight" in stored else embed  # [Vocab, Dm]
     gdn_dims = attn_dims = inv_freq = None
     if "linear_attention" in config.layer_types:
         gs = config.gdn_spec()
         gdn_dims = (gs.num_k_heads, gs.num_v_heads, gs.head_k_dim, gs.head_v_dim, gs.conv_kernel)
-        for key, value in (("linear_key_head_dim", gs.head_k_dim), ("linear_value_head_dim", gs.head_v_dim)):
-            if not 16 <= value <= 256 or value & (value - 1):
-                raise ValueError(f"config key {key!r} = {value}: the GDN kernels need a power of two in [16, 256] "
-                                 "(the reference backend takes any size)")
         qkvz_perm, ba_perm = gdn_row_orders(gs.num_k_heads, gs.num_v_heads, gs.head_k_dim, gs.head_v_dim)
-    if "full_attention" in config.layer_types:
+    if "full_attention" in config.layer_types or config.mtp_num_hidden_layers:
         spec = config.attention_spec()
         attn_dims = (spec.num_heads, spec.num_kv_heads, spec.head_dim)
-        if spec.rotary_dim == 0:
-            raise ValueError("config key 'partial_rotary_factor' = 0 (no RoPE): the optimized attention kernels rotate "
-                             "at least one pair (the reference backend takes it)")
         inv_freq = rope_inv_freq(spec.rotary_dim, spec.rope_theta, device)  # [rd / 2]
+
+    def attention(s: str, in_norm: torch.Tensor) -> AttentionLayerWeights:
+        w_qkv = torch.cat([get(f"{s}.q_proj.weight"), get(f"{s}.k_proj.weight"), get(f"{s}.v_proj.weight")])
+        return AttentionLayerWeights(in_norm, w_qkv, get(f"{s}.q_norm.weight", f32), get(f"{s}.k_norm.weight", f32),
+                                     get(f"{s}.o_proj.weight"))
+
+    def mlp(m: str, moe: bool, post: torch.Tensor) -> MLPWeights:
+        if not moe:
+            return MLPWeights(post, interleave_gate_up(get(f"{m}.gate_proj.weight"), get(f"{m}.up_proj.weight")),
+                              get(f"{m}.down_proj.weight"))
+        if layout.fused(f"{m}.experts"):
+            gate_up, down = get(f"{m}.experts.gate_up_proj"), get(f"{m}.experts.down_proj")  # [E, 2I, Dm], [E, Dm, I]
+        else:
+            E, inner, D = config.num_experts, config.moe_intermediate_size, config.hidden_size
+            gate_up = torch.empty((E, 2 * inner, D), dtype=dtype, device=device)  # [E, 2I, Dm]: gate rows, up rows
+            down = torch.empty((E, D, inner), dtype=dtype, device=device)  # [E, Dm, I]
+            for e in range(E):
+                gate_up[e, :inner] = get(f"{m}.experts.{e}.gate_proj.weight")
+                gate_up[e, inner:] = get(f"{m}.experts.{e}.up_proj.weight")
+                down[e] = get(f"{m}.experts.{e}.down_proj.weight")
+        return MLPWeights(post, gate_up, down, router=get(f"{m}.gate.weight"),
+                          shared_gate_up=torch.cat([get(f"{m}.shared_expert.gate_proj.weight"),
+                                                    get(f"{m}.shared_expert.up_proj.weight")]),
+                          shared_down=get(f"{m}.shared_expert.down_proj.weight"),
+                          shared_gate=get(f"{m}.shared_expert_gate.weight"))
+
     layers: list[GDNLayerWeights | AttentionLayerWeights] = []
     mlps: list[MLPWeights] = []
     for i, kind in enumerate(config.layer_types):
@@ -121,38 +179,46 @@ def load_weights(config: Any, tensors: Mapping[str, Any], device: torch.device, 
         in_norm = 1.0 + get(f"{p}.input_layernorm.weight", f32)
         if kind == "linear_attention":
             a = f"{p}.linear_attn"
+            A_log = get(f"{a}.A_log", f32)
             try:
-                check_decay_rates(get(f"{a}.A_log", f32))
+                check_decay_rates(A_log)
             except ValueError as exc:
-                raise ValueError(f"tensor '{a}.A_log': {exc}") from None
-            w_in = torch.cat([get(f"{a}.in_proj_qkvz.weight")[qkvz_perm], get(f"{a}.in_proj_ba.weight")[ba_perm]])
+                raise ValueError(f"tensor {layout.stored_name(a + '.A_log')!r}: {exc}") from None
+            if layout.split_projections:  # rows q | k | v, z, b, a as stored
+                w_in = torch.cat([get(f"{a}.in_proj_qkv.weight"), get(f"{a}.in_proj_z.weight"),
+                                  get(f"{a}.in_proj_b.weight"), get(f"{a}.in_proj_a.weight")])
+            else:
+                w_in = torch.cat([get(f"{a}.in_proj_qkvz.weight")[qkvz_perm], get(f"{a}.in_proj_ba.weight")[ba_perm]])
             layers.append(GDNLayerWeights(
-                in_norm, w_in.contiguous(), get(f"{a}.conv1d.weight")[:, 0, :].contiguous(),
-                get(f"{a}.A_log", f32), get(f"{a}.dt_bias", f32), get(f"{a}.norm.weight", f32),
-                get(f"{a}.out_proj.weight")))
+                in_norm, w_in.contiguous(), get(f"{a}.conv1d.weight")[:, 0, :].contiguous(), A_log,
+                get(f"{a}.dt_bias", f32), get(f"{a}.norm.weight", f32), get(f"{a}.out_proj.weight")))
         else:
-            s = f"{p}.self_attn"
-            w_qkv = torch.cat([get(f"{s}.q_proj.weight"), get(f"{s}.k_proj.weight"), get(f"{s}.v_proj.weight")])
-            layers.append(AttentionLayerWeights(in_norm, w_qkv, get(f"{s}.q_norm.weight", f32),
-                                                get(f"{s}.k_norm.weight", f32), get(f"{s}.o_proj.weight")))
-        post = 1.0 + get(f"{p}.post_attention_layernorm.weight", f32)
-        m = f"{p}.mlp"
-        if config.is_moe_layer(i):
-            experts = range(config.num_experts)
-            gate_up = torch.stack([torch.cat([get(f"{m}.experts.{e}.gate_proj.weight"),
-                                              get(f"{m}.experts.{e}.up_proj.weight")]) for e in experts])
-            down = torch.stack([get(f"{m}.experts.{e}.down_proj.weight") for e in experts])
-            mlps.append(MLPWeights(
-                post, gate_up, down, router=get(f"{m}.gate.weight"),
-                shared_gate_up=torch.cat([get(f"{m}.shared_expert.gate_proj.weight"),
-                                          get(f"{m}.shared_expert.up_proj.weight")]),
-                shared_down=get(f"{m}.shared_expert.down_proj.weight"),
-                shared_gate=get(f"{m}.shared_expert_gate.weight")))
-        else:
-            mlps.append(MLPWeights(post, interleave_gate_up(get(f"{m}.gate_proj.weight"), get(f"{m}.up_proj.weight")),
-                                   get(f"{m}.down_proj.weight")))
+            layers.append(attention(f"{p}.self_attn", in_norm))
+        mlps.append(mlp(f"{p}.mlp", config.is_moe_layer(i), 1.0 + get(f"{p}.post_attention_layernorm.weight", f32)))
+    mtp = None
+    if config.mtp_num_hidden_layers:
+        heads = [(attention(f"mtp.layers.{j}.self_attn", 1.0 + get(f"mtp.layers.{j}.input_layernorm.weight", f32)),
+                  mlp(f"mtp.layers.{j}.mlp", config.is_moe_layer(j),
+                      1.0 + get(f"mtp.layers.{j}.post_attention_layernorm.weight", f32)))
+                 for j in range(config.mtp_num_hidden_layers)]
+        mtp = MTPWeights(get("mtp.fc.weight"), 1.0 + get("mtp.pre_fc_norm_embedding.weight", f32),
+                         1.0 + get("mtp.pre_fc_norm_hidden.weight", f32), [h[0] for h in heads],
+                         [h[1] for h in heads], 1.0 + get("mtp.norm.weight", f32))
     return ModelWeights(embed, 1.0 + get("model.norm.weight", f32), lm_head, layers, mlps, gdn_dims, attn_dims,
-                        inv_freq)
+                        inv_freq, mtp)
+
+
+def select_layers(weights: ModelWeights, layers: Sequence[int]) -> ModelWeights:
+    """The weights of a model made of some of these layers (renumbered 0..), with the same embedding, final norm and
+    head, sharing every tensor (no copy) and without the MTP head: the layer-skip draft model of a loaded model
+    (its config: :func:`lumotree.reference.drafters.layer_skip_config`)."""
+    chosen = list(layers)
+    kinds = [weights.layers[i] for i in chosen]
+    has_gdn = any(isinstance(w, GDNLayerWeights) for w in kinds)
+    has_attention = any(isinstance(w, AttentionLayerWeights) for w in kinds)
+    return ModelWeights(weights.embed, weights.final_norm, weights.lm_head, kinds, [weights.mlps[i] for i in chosen],
+                        weights.gdn_dims if has_gdn else None, weights.attn_dims if has_attention else None,
+                        weights.inv_freq if has_attention else None)
 
 
 def gdn_row_orders(H: int, HV: int, K: int, V: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -179,14 +245,14 @@ def random_tensors(config: Any, seed: int, device: Any, dtype: Any = None, *,
     ``sqrt(hidden_size)`` for the other tokens: far above bf16 noise, so speculative and autoregressive greedy
     decoding agree token for token and an oracle drafter stays in sync. Every layer still runs its full computation
     (same cost as any model of this shape); only the *content* of the continuation is trivial."""
-    from lumotree.reference.model import hf_tensor_shapes
+    from lumotree.reference.layouts import canonical_shapes
 
     if successor and config.tie_word_embeddings:
         raise ValueError("successor=True needs tie_word_embeddings=False (lm_head is a permuted copy of the embedding)")
     gen = torch.Generator(device=device).manual_seed(seed)
     tensors: dict[str, torch.Tensor] = {}
     residual_writers = ("o_proj", "out_proj", "down_proj")
-    for name, shape in hf_tensor_shapes(config).items():
+    for name, shape in canonical_shapes(config).items():
         leaf = name.rsplit(".", 2)[-2] if name.endswith(".weight") else name.rsplit(".", 1)[-1]
         t = torch.empty(shape, dtype=torch.float32, device=device)
         if name == "model.embed_tokens.weight":
