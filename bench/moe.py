@@ -1,31 +1,43 @@
-"""Benchmark: the routed MoE block (:func:`lumotree.optimized.ops.moe.moe_routed`) at Qwen3-Next-80B-A3B's and
-Qwen3.5-MoE's shapes (transformers' config defaults), one GPU, bf16 random weights.
+"""Benchmark: the routed MoE block (:func:`lumotree.optimized.ops.moe.moe_routed`) and the MoE model steps built on
+it, at Qwen3-Next-80B-A3B's and Qwen3.5-MoE's shapes (transformers' ``Qwen3NextConfig`` and ``Qwen3_5MoeTextConfig``
+defaults: hidden 2048, 512 experts top 10 / 256 experts top 8, expert and shared-expert width 512, renormalised), one
+GPU, bf16 random weights.
 
-- ``qwen3-next``: hidden 2048, 512 experts of width 512, top 10 (renormalised), shared expert 512;
-- ``qwen3.5-moe``: hidden 2048, 256 experts of width 512, top 8 (renormalised), shared expert 512;
+**Model steps** (``model`` rows): an :class:`~lumotree.optimized.model.OptimizedModel` of the config's first ``L``
+layers, ``L`` the most whole groups of four layers (three GDN, one attention) whose weights fit the free device memory
+less ``--reserve-gib`` (stated in each row: ``layers`` of ``depth``), weights drawn one tensor at a time
+(:func:`~lumotree.optimized.model.random_weights`), 16 slots holding ``--context`` (128) prompt tokens each. Timed
+(CUDA events over ``--steps`` back-to-back calls of the model's API, each a CUDA-graph replay):
 
-at T = 1 and 16 tokens (decode, B = 1 and 16) and 64 and 16 x 64 = 1024 (tree verify of 64-node trees, B = 1 and
-16). For each it times, as a CUDA-graph replay of ``--calls`` (8) back-to-back calls on distinct inputs (each call
-routes to other experts, so no call finds its experts in L2; the median of ``triton.testing.do_bench`` divided by
-the number of calls):
+- ``decode`` at B = 1 and B = 16: one token per slot, every cache advanced;
+- ``verify`` of a random 64-node tree at B = 1 (caches untouched);
+- ``prefill`` of one slot's prompt (chunks of 64 tokens, tokens/s only).
+
+Each against ``floor``: the bytes the step must move at the copy rate measured in the same run (a 2 GiB device copy,
+bytes read + written / time): every non-expert weight (GDN and attention projections, norms, router, shared expert,
+final norm, LM head), the experts the step's tokens route to (each layer's distinct experts, counted on the same
+model's routing in an eager pass of the same step shape), the GDN and conv states (read, and written by a decode), the
+committed K / V read, and the fp32 logits written. The eager pass also checks every MoE layer's output against
+:func:`~lumotree.optimized.ops.moe.moe_routed_ref` on the same inputs (fp32 experts on the same bf16 routing,
+norm-wise relative error below 2e-2).
+
+**MoE block** (``block`` rows): one layer's block at T = 1, 16 (decode), 64 and 1024 tokens (64-node trees at B = 1
+and 16), as a CUDA-graph replay of ``--calls`` (8) calls on distinct inputs (so no call finds its experts in L2):
 
 - ``ours``: ``moe_routed`` (its default launch, ``moe_config``);
 - ``dense``: every expert on every token, weighted by the renormalised top-k probabilities (three einsums), where its
   ``[E, T, 2I]`` and ``[E, T, Dm]`` intermediates fit ``--max-gib``;
 - ``gather``: a torch routed baseline: each (token, expert) pair's weights gathered (``w[ids]``) and multiplied in
-  batched matmuls, where the gathered ``[T k, 2I + Dm, I or Dm]`` weights fit ``--max-gib``;
-- ``loop``: transformers' eager expert loop (:func:`~lumotree.optimized.ops.moe.moe_routed_ref`, host syncs: timed
-  eagerly, not in a graph);
-- ``floor``: the bytes a step must read, the experts its tokens route to (mean over the calls' inputs) + router +
-  shared expert + x and out, at the copy rate measured in the same run (a 2 GiB device-to-device copy, bytes read +
-  written / time).
+  batched matmuls, where the gathered weights fit ``--max-gib``;
+- ``loop``: transformers' eager expert loop (``moe_routed_ref``, host syncs: timed eagerly);
+- ``floor``: the routed experts' bytes (mean over the inputs) + router + shared expert + x and out at the copy rate.
 
-Every variant is checked in the same run, before timing, against ``moe_routed_ref`` on the same bf16-valued inputs
-in fp32 (norm-wise relative error below 2e-2; a variant above it is marked bad and the exit status is 1).
-``--sweep`` also times a few other launches of ours per case.
+Every variant is checked before timing against ``moe_routed_ref`` on the same routing (fp32 experts); a result above
+2e-2 counts as bad and the exit status is 1. ``--sweep`` also times a few other launches of ours per block case.
 
-Run (GPU): ``python bench/moe.py [--models qwen3-next] [--tokens 1 16 64 1024] [--out bench/baselines/moe.json]``.
-``--check-only``: the correctness checks on tiny shapes in fp32, no timing, no JSON (runs on a CPU under
+Run (GPU, about 3 minutes on an H100): ``python bench/moe.py [--models qwen3-next] [--parts model block] [--out
+bench/baselines/moe.json]``; ``python bench/moe.py --table bench/baselines/moe.json`` prints the docs' tables of a
+saved run. ``--check-only``: every check on a tiny config in fp32, no timing, no JSON (on a CPU under
 ``TRITON_INTERPRET=1``, which it sets when no GPU is present).
 """
 
@@ -33,33 +45,70 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
+import math
 import os
 import sys
 import time
 
 import torch
 
-MODELS = {  # name: (hidden, experts, expert width, top k, shared width, norm_topk_prob)
-    "qwen3-next": (2048, 512, 512, 10, 512, True),  # transformers' Qwen3NextConfig defaults (80B-A3B)
-    "qwen3.5-moe": (2048, 256, 512, 8, 512, True),  # Qwen3_5MoeTextConfig defaults; its router always renormalises
-}
-TINY = {"tiny": (64, 16, 32, 4, 32, True)}
+MODELS = {"qwen3-next": "qwen3_next", "qwen3.5-moe": "qwen3_5_moe_text"}  # name: model type (its HF defaults)
 TOKENS = [1, 16, 64, 1024]
 REL_TOL = 2e-2
+GROUP = 4  # layers kept in whole groups of three GDN layers and one attention layer
+BATCHES = (1, 16)  # decode batch sizes; the model holds max(BATCHES) slots
+TREE = 64  # verified tree size
 SWEEP = [  # (block_m, gate_up_n, down_n, block_k, num_warps, num_stages) tried by --sweep (route_tokens: default's)
     (16, 16, 32, 128, 4, 3), (16, 32, 64, 128, 4, 3), (16, 64, 64, 128, 4, 4), (16, 128, 128, 64, 4, 3),
     (32, 64, 128, 64, 4, 3), (32, 128, 128, 64, 8, 3), (64, 128, 128, 64, 8, 3), (64, 64, 128, 64, 4, 4),
 ]
 
 
+def model_config(name: str):
+    """``(config, source)``: the model type's config at transformers' defaults (read from transformers' own config
+    class where installed, else lumotree's copy of its defaults, which equals it); ``tiny`` for ``--check-only``."""
+    from lumotree.reference.config import HybridConfig
+
+    if name == "tiny":
+        return HybridConfig(vocab_size=96, hidden_size=64, intermediate_size=0, num_hidden_layers=4,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_key_head_dim=16,
+                            linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                            num_experts=16, num_experts_per_tok=4, moe_intermediate_size=32,
+                            shared_expert_intermediate_size=32), "tiny"
+    ours = HybridConfig.from_dict({"model_type": MODELS[name]})
+    try:
+        import transformers
+
+        cls = transformers.Qwen3NextConfig if name == "qwen3-next" else \
+            transformers.models.qwen3_5_moe.Qwen3_5MoeTextConfig
+    except (ImportError, AttributeError):
+        return ours, "lumotree's copy of transformers' defaults"
+    theirs = HybridConfig.from_dict(cls().to_dict())
+    if theirs != ours:
+        raise SystemExit(f"{name}: transformers {transformers.__version__}'s {cls.__name__} defaults differ from "
+                         "lumotree's copy")
+    return theirs, f"transformers {transformers.__version__} {cls.__name__}()"
+
+
+def block_shape(config) -> tuple:
+    """``(hidden, experts, expert width, top k, shared width, norm_topk_prob)`` of a config's MoE block."""
+    return (config.hidden_size, config.num_experts, config.moe_intermediate_size, config.num_experts_per_tok,
+            config.shared_expert_intermediate_size, config.norm_topk_prob)
+
+
 def copy_bandwidth(device: torch.device) -> float:
     """Bytes read + written per second of a 2 GiB device-to-device copy."""
     import triton.testing
 
-    src = torch.empty(2**31, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=20, rep=100, return_mode="median")
+    def copy_ms() -> float:
+        src = torch.empty(2**31, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        return triton.testing.do_bench(lambda: dst.copy_(src), warmup=20, rep=100, return_mode="median")
+
+    ms = copy_ms()
+    torch.cuda.empty_cache()
     return 2 * 2**31 / (ms * 1e-3)
 
 
@@ -174,8 +223,8 @@ def run_case(model: str, shape: tuple, T: int, args, copy_bw: float | None, devi
     dtype = torch.float32 if args.check_only else torch.bfloat16
     block = make_block(shape, T, args.calls, dtype, device, seed=T)
     wts = weights_of(block)
-    ref = moe_routed_ref(block["xs"][0].float(), **{n: t.float() for n, t in wts.items()}, top_k=k,
-                         norm_topk_prob=norm)  # [T, Dm] fp32
+    ref = moe_routed_ref(block["xs"][0].float(), **wts, top_k=k, norm_topk_prob=norm,
+                         route_dtype=dtype)  # [T, Dm] fp32 experts on the bf16 routing
     default = moe_config(T, k, E, I, Dm, device)
     row = dict(model=model, T=T, hidden=Dm, experts=E, width=I, top_k=k, shared=Is, config=list(default))
     outs = torch.empty((args.calls, T, Dm), dtype=dtype, device=device)  # [calls, T, Dm]
@@ -217,36 +266,223 @@ def run_case(model: str, shape: tuple, T: int, args, copy_bw: float | None, devi
     row["floor"] = dict(bytes=floor_bytes(shape, T, block))
     if copy_bw is not None:
         row["floor"]["us"] = row["floor"]["bytes"] / copy_bw * 1e6
-        row["ours"]["of_floor"] = row["floor"]["us"] / row["ours"]["us"]
+        row["ours"]["x_floor"] = row["ours"]["us"] / row["floor"]["us"]
     row["bad"] = bad
     return row
 
 
-def table(rows: list[dict]) -> str:
-    head = "| model | T | ours us | floor us | % of floor | dense us | gather us | loop us | rel err ours |"
-    lines = [head, "|" + "---|" * 9]
+# ------------------------------------------------------------------------------------------------ model steps
+def layers_that_fit(config, free_bytes: int, reserve_bytes: int) -> int:
+    """The most layers, whole groups of :data:`GROUP`, whose bf16 weights fit ``free_bytes - reserve_bytes``
+    (at least one group, at most the config's depth)."""
+    from lumotree.reference.layouts import canonical_shapes
+
+    def weight_bytes(layers: int) -> int:
+        cut = config.replace(num_hidden_layers=layers, layer_types=config.layer_types[:layers])
+        return 2 * sum(math.prod(shape) for shape in canonical_shapes(cut).values())
+
+    layers = GROUP
+    while layers + GROUP <= config.num_hidden_layers and weight_bytes(layers + GROUP) <= free_bytes - reserve_bytes:
+        layers += GROUP
+    return min(layers, config.num_hidden_layers)
+
+
+class RoutingProbe:
+    """Stands in for ``moe_routed`` in the model's layers during an eager step: calls it, then records the layer's
+    distinct routed experts and the output's error against ``moe_routed_ref`` on the same inputs."""
+
+    def __init__(self, layers_module):
+        self.module, self.routed, self.records = layers_module, layers_module.moe_routed, []
+
+    def __enter__(self):
+        self.module.moe_routed = self
+        return self
+
+    def __exit__(self, *exc):
+        self.module.moe_routed = self.routed
+
+    def __call__(self, x, router, w_gate_up, w_down, *, top_k, norm_topk_prob, **kw):
+        from lumotree.optimized.ops.moe import moe_routed_ref, route_ref
+
+        y = self.routed(x, router, w_gate_up, w_down, top_k=top_k, norm_topk_prob=norm_topk_prob, **kw)
+        shared = {n: kw[n] for n in ("shared_gate_up", "shared_down", "shared_gate")}
+        ref = moe_routed_ref(x.float(), router, w_gate_up, w_down, top_k=top_k, norm_topk_prob=norm_topk_prob,
+                             route_dtype=x.dtype, **shared)  # [T, Dm] fp32 experts, the block's routing
+        touched = int(torch.unique(route_ref(x, router, top_k, norm_topk_prob)[0]).numel())
+        self.records.append((touched, float((y.float() - ref).norm() / ref.norm())))
+        return y
+
+
+def tensor_bytes(*objs) -> int:
+    """Bytes of every tensor field of the weight dataclasses ``objs``."""
+    return sum(t.numel() * t.element_size() for o in objs for t in vars(o).values() if isinstance(t, torch.Tensor))
+
+
+def step_floor_bytes(model, B: int, N: int, touched: list[int], context: int, decode: bool) -> dict:
+    """The bytes a step of ``B`` requests of ``N`` tokens must move (the module docstring's list), by part;
+    ``touched``: each MoE layer's distinct routed experts."""
+    w, c = model.weights, model.caches
+    experts = [m for m in w.mlps if m.router is not None]
+    per_expert = (experts[0].w_gate_up[0].numel() + experts[0].w_down[0].numel()) * experts[0].w_down.element_size()
+    other = tensor_bytes(*w.layers) + sum(tensor_bytes(m) - m.w_gate_up.numel() * m.w_gate_up.element_size()
+                                          - m.w_down.numel() * m.w_down.element_size() for m in w.mlps)
+    states = 0
+    if c.state_pools:  # one slot's recurrent and conv state per GDN layer, read (and written by a decode)
+        per_slot = sum(t[0, 0].numel() * t.element_size() for t in (c.state_stack, c.conv_stack))
+        states = B * len(c.state_pools) * per_slot * (2 if decode else 1)
+    kv = 2 * B * len(c.k_pools) * context * c.k_stack[0, 0, :, 0].numel() * c.k_stack.element_size() \
+        if c.k_pools else 0
+    Dm, V = w.lm_head.shape[1], w.lm_head.shape[0]
+    head = w.lm_head.numel() * w.lm_head.element_size() + w.final_norm.numel() * 4
+    return dict(experts=per_expert * sum(touched), other_weights=other + head, states=states, kv=kv,
+                logits=B * N * V * 4, tokens=B * N * Dm * w.embed.element_size())
+
+
+def events_us(step, steps: int) -> float:
+    """Mean GPU time of ``step()`` over ``steps`` back-to-back calls (CUDA events)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        step()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / steps
+
+
+def run_model(name: str, args, copy_bw: float | None, device: torch.device) -> dict:
+    """The ``model`` row of one config: layers kept, then decode at each of :data:`BATCHES`, verify of a
+    :data:`TREE`-node tree at B = 1 and a prefill, each checked and (on a GPU) timed against its floor."""
+    from lumotree.optimized.model import OptimizedModel, random_weights
+
+    config, source = model_config(name)
+    release(device)
+    dtype = torch.float32 if args.check_only else torch.bfloat16
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else 1 << 40
+    kept = layers_that_fit(config, free, int(args.reserve_gib * 2**30))
+    cut = config.replace(num_hidden_layers=kept, layer_types=config.layer_types[:kept])
+    t0 = time.perf_counter()
+    weights = random_weights(cut, seed=0, device=device, dtype=dtype)
+    model = OptimizedModel(cut, weights, num_slots=max(BATCHES), max_seq_len=args.context + 2 * args.steps + 64,
+                           max_nodes=TREE, device=device, dtype=dtype)
+    row = dict(part="model", model=name, config=source, layers=kept, depth=config.num_hidden_layers,
+               experts=config.num_experts, top_k=config.num_experts_per_tok, vocab=config.vocab_size,
+               build_s=time.perf_counter() - t0)
+    row.update(measure_steps(model, args, copy_bw))
+    del model, weights
+    release(device)
+    return row
+
+
+def measure_steps(model, args, copy_bw: float | None) -> dict:
+    """:func:`run_model`'s measurements of one built model (the row's entries by step)."""
+    from lumotree.optimized.model import layers as layers_module
+
+    config, row = model.config, {}
+    gen = torch.Generator().manual_seed(1)
+    tokens = lambda *shape: torch.randint(0, config.vocab_size, shape, generator=gen)  # noqa: E731
+    t0 = time.perf_counter()
+    for slot in range(model.num_slots):
+        model.prefill(slot, tokens(args.context))
+    row["prefill_all_s"] = time.perf_counter() - t0
+    parents = torch.tensor([[-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, TREE)]],
+                           dtype=torch.int32)  # [1, TREE] a random tree
+    steps = {f"decode B={B}": (B, 1, True, lambda B=B: model.decode(torch.arange(B, dtype=torch.int32), tokens(B),
+                                                                    validate=False)) for B in BATCHES}
+    steps[f"verify N={TREE}"] = (1, TREE, False, lambda: model.verify(torch.zeros(1, dtype=torch.int32),
+                                                                      tokens(1, TREE), parents, validate=False))
+    bad = 0
+    for label, (B, N, decode, step) in steps.items():
+        graphs, model.graphs = model.graphs, False
+        with RoutingProbe(layers_module) as probe:  # eager: the routing and the check of every MoE layer
+            step()
+        model.graphs = graphs
+        touched = [t for t, _ in probe.records]
+        err = max(e for _, e in probe.records)
+        floor = step_floor_bytes(model, B, N, touched, model.cache_length(0), decode)
+        entry = dict(B=B, N=N, rel_err=err, ok=err < REL_TOL, touched_mean=sum(touched) / len(touched),
+                     floor_bytes=floor, context=model.cache_length(0))
+        bad += not entry["ok"]
+        if copy_bw is not None:
+            step()  # compile and capture
+            entry["us"] = events_us(step, args.steps)
+            entry["floor_us"] = sum(floor.values()) / copy_bw * 1e6
+            entry["experts_floor_us"] = floor["experts"] / copy_bw * 1e6
+            entry["x_floor"] = entry["us"] / entry["floor_us"]
+        row[label] = entry
+    if copy_bw is not None:
+        prompt = tokens(args.context)
+        model.prefill(0, prompt)
+        us = events_us(lambda: model.prefill(0, prompt), 3)
+        row["prefill"] = dict(tokens=args.context, us=us, tokens_per_s=args.context / us * 1e6)
+    row["bad"] = bad
+    return row
+
+
+def release(device: torch.device) -> None:
+    """Hand the memory of what is no longer referenced back to the device (the next model measures what is free)."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------------ tables
+def model_table(rows: list[dict]) -> str:
+    """Markdown: one line per model step."""
+    lines = ["| model | layers | step | us | floor us | x floor | experts floor us | experts read / layer | rel err |",
+             "|" + "---|" * 9]
+    for r in rows:
+        for label in [k for k in r if k.startswith(("decode", "verify"))]:
+            e = r[label]
+            us = lambda key: f"{e[key]:.0f}" if key in e else "-"  # noqa: E731
+            xf = f"{e['x_floor']:.2f}" if "x_floor" in e else "-"
+            lines.append(f"| {r['model']} | {r['layers']} of {r['depth']} | {label} | {us('us')} | {us('floor_us')} | "
+                         f"{xf} | {us('experts_floor_us')} | {e['touched_mean']:.1f} | {e['rel_err']:.1e} |")
+    return "\n".join(lines)
+
+
+def block_table(rows: list[dict]) -> str:
+    """Markdown: one line per MoE block case."""
+    lines = ["| model | T | ours us | floor us | x floor | dense us | gather us | loop us | rel err ours |",
+             "|" + "---|" * 9]
 
     def us(entry: dict) -> str:
         return f"{entry['us']:.1f}" if "us" in entry else "-"
 
     for r in rows:
-        floor = r.get("floor", {})
-        pct = f"{100 * r['ours']['of_floor']:.0f}" if "of_floor" in r["ours"] else "-"
-        lines.append(f"| {r['model']} | {r['T']} | {us(r['ours'])} | {us(floor)} | {pct} | {us(r['dense'])} | "
+        xf = f"{r['ours']['x_floor']:.2f}" if "x_floor" in r["ours"] else "-"
+        lines.append(f"| {r['model']} | {r['T']} | {us(r['ours'])} | {us(r['floor'])} | {xf} | {us(r['dense'])} | "
                      f"{us(r['gather'])} | {us(r['loop'])} | {r['ours']['rel_err']:.1e} |")
     return "\n".join(lines)
+
+
+def tables(result: dict) -> str:
+    """The docs' tables of a saved run (``--table``)."""
+    head = (f"{result['card']}, copy {result['copy_TBps']:.2f} TB/s (read + written), torch {result['torch']}, "
+            f"triton {result['triton']}, {result['date']}: `{result['command']}`")
+    models = [r for r in result["rows"] if r["part"] == "model"]
+    blocks = [r for r in result["rows"] if r["part"] == "block"]
+    return "\n\n".join([head] + ([model_table(models)] if models else []) + ([block_table(blocks)] if blocks else []))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    ap.add_argument("--tokens", nargs="+", type=int, default=TOKENS, help=f"values of T (default {TOKENS})")
-    ap.add_argument("--calls", type=int, default=8, help="calls per CUDA graph, each on its own input (default 8)")
-    ap.add_argument("--max-gib", type=float, default=16.0, help="largest intermediates of the torch variants")
-    ap.add_argument("--sweep", action="store_true", help="also time the launches of SWEEP")
-    ap.add_argument("--check-only", action="store_true", help="tiny fp32 shapes, correctness only (CPU: interpreter)")
+    ap.add_argument("--parts", nargs="+", default=["model", "block"], choices=["model", "block"])
+    ap.add_argument("--tokens", nargs="+", type=int, default=TOKENS, help=f"block: values of T (default {TOKENS})")
+    ap.add_argument("--calls", type=int, default=8, help="block: calls per CUDA graph, each on its own input")
+    ap.add_argument("--max-gib", type=float, default=16.0, help="block: largest intermediates of the torch variants")
+    ap.add_argument("--sweep", action="store_true", help="block: also time the launches of SWEEP")
+    ap.add_argument("--reserve-gib", type=float, default=6.0, help="model: device memory kept free of weights")
+    ap.add_argument("--context", type=int, default=128, help="model: prompt tokens in each slot")
+    ap.add_argument("--steps", type=int, default=20, help="model: timed back-to-back calls per step shape")
+    ap.add_argument("--check-only", action="store_true", help="tiny fp32 config, checks only (CPU: interpreter)")
+    ap.add_argument("--table", metavar="JSON", help="print the tables of a saved run and exit")
     ap.add_argument("--out", default="bench/baselines/moe.json", help="the JSON written after a timed run")
     args = ap.parse_args(argv)
+    if args.table:
+        with open(args.table) as fh:
+            print(tables(json.load(fh)))
+        return 0
     cuda = torch.cuda.is_available()
     if args.check_only and not cuda:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported
@@ -255,31 +491,30 @@ def main(argv: list[str] | None = None) -> int:
     import triton
 
     device = torch.device("cuda" if cuda else "cpu")
-    models = TINY if args.check_only else {m: MODELS[m] for m in args.models}
-    tokens = [1, 3, 17] if args.check_only else args.tokens
-    args.calls = 2 if args.check_only else args.calls
+    names = ["tiny"] if args.check_only else args.models
+    if args.check_only:
+        args.tokens, args.calls, args.steps, args.context = [1, 3, 17], 2, 1, 8
     copy_bw = None if args.check_only else copy_bandwidth(device)
     if copy_bw is not None:
         print(f"{torch.cuda.get_device_name(device)}: copy {copy_bw / 1e12:.2f} TB/s (read + written), torch "
               f"{torch.__version__}, triton {triton.__version__}", flush=True)
     start, rows = time.perf_counter(), []
-    for model, shape in models.items():
-        for T in tokens:
-            row = run_case(model, shape, T, args, copy_bw, device)
-            rows.append(row)
-            parts = [f"{n}" + (f" {row[n]['us']:.1f} us" if "us" in row[n] else "")
-                     + (f" (err {row[n]['rel_err']:.1e})" if "rel_err" in row[n] else "")
-                     for n in ("ours", "dense", "gather", "loop", "floor") if "skipped" not in row.get(n, {})]
-            print(f"{model} T={T}: " + ", ".join(parts) + f"; floor bytes {row['floor']['bytes'] / 1e6:.2f} MB",
-                  flush=True)
+    for name in names:
+        if "model" in args.parts:
+            rows.append(run_model(name, args, copy_bw, device))
+            print(model_table(rows[-1:]), flush=True)
+        if "block" in args.parts:
+            shape = block_shape(model_config(name)[0])
+            for T in args.tokens:
+                rows.append(dict(part="block", **run_case(name, shape, T, args, copy_bw, device)))
+            print(block_table([r for r in rows if r["part"] == "block" and r["model"] == name]), flush=True)
     bad = sum(r["bad"] for r in rows)
     print(f"{bad} results above rel err {REL_TOL}; {time.perf_counter() - start:.0f} s")
-    print(table(rows))
     if not args.check_only:
         result = dict(card=torch.cuda.get_device_name(device), date=datetime.date.today().isoformat(),
                       torch=torch.__version__, triton=triton.__version__, dtype="bf16", copy_TBps=copy_bw / 1e12,
-                      calls_per_graph=args.calls, command="python bench/moe.py " + " ".join(sys.argv[1:]),
-                      rows=rows, table=table(rows))
+                      command="python bench/moe.py " + " ".join(sys.argv[1:] if argv is None else argv), rows=rows)
+        result["tables"] = tables(result)
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=1)
     return 1 if bad else 0

@@ -5,9 +5,10 @@ relative error below 1e-5) and against ``reference.model.moe`` (float64 numpy, t
 4 to 16 experts, top 1 to 4, with and without renormalisation and the shared expert; experts that receive no token,
 every token on one expert, exact ties in the router (the lower index wins), one and several router programs (bit-
 identical), a NaN-poisoned ``out``, fp16 inputs, run-to-run determinism, every input error, a hypothesis property,
-the default launch rule, every default kernel compiled for sm_90 (no GPU needed), and an MoE model's prefill, tree
-verify, commit and decode against the reference model.
-GPU (``pytest -m gpu``): Qwen3-Next's shapes in bf16 against the reference in fp32, and a CUDA-graph replay.
+the default launch rule, every default kernel compiled for sm_90 (no GPU needed), the prefill, tree verify, commit
+and decode of a Qwen3-Next and a Qwen3.5-MoE model against the reference model, and the benchmark's random weights.
+GPU (``pytest -m gpu``): Qwen3-Next's and Qwen3.5-MoE's shapes in bf16 against the reference's fp32 experts on the
+same routing, and a CUDA-graph replay.
 """
 
 from __future__ import annotations
@@ -226,29 +227,78 @@ def test_default_config_rule():
     assert M.moe_config(1, 8, 256, 512, 2048, "cpu", sms=132).route_tokens == 32  # Qwen3.5-MoE
 
 
-def test_moe_model_decode_and_tree_verify_match_reference():
-    """The optimized model's MoE layers on the routed block: prefill, a tree verify, its commit and a decode step
-    of a 6-expert top-2 model (shared expert, renormalisation off) equal the float64 reference model."""
-    from lumotree.optimized import model as om
+def _tiny_moe_config(model_type: str) -> HybridConfig:
+    """A 2-layer MoE model (GDN then attention) of 6 experts top 2 with a shared expert: Qwen3-Next's block without
+    renormalisation, Qwen3.5-MoE's (always renormalised)."""
+    return HybridConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                        layer_types=("linear_attention", "full_attention"), num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16,
+                        linear_num_key_heads=2, linear_num_value_heads=4, num_experts=6, num_experts_per_tok=2,
+                        moe_intermediate_size=24, shared_expert_intermediate_size=16,
+                        norm_topk_prob=model_type == "qwen3_5_moe_text", rope_theta=1000.0, model_type=model_type)
 
-    config = HybridConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                          layer_types=("linear_attention", "full_attention"), num_attention_heads=4,
-                          num_key_value_heads=2, head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16,
-                          linear_num_key_heads=2, linear_num_value_heads=4, num_experts=6, num_experts_per_tok=2,
-                          moe_intermediate_size=24, shared_expert_intermediate_size=16, norm_topk_prob=False,
-                          rope_theta=1000.0)
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "qwen3_5_moe_text"])
+def test_moe_model_decode_and_tree_verify_match_reference(model_type):
+    """The optimized model's MoE layers on the routed block (every call goes through ``moe_routed``): prefill, a
+    tree verify, its commit and decode steps at B = 1 and 2 equal the float64 reference model."""
+    from lumotree.optimized import model as om
+    from lumotree.optimized.model import layers
+
+    config = _tiny_moe_config(model_type)
     ref = rm.build_random(config, seed=4)
     opt = om.from_reference(ref, num_slots=2, max_seq_len=32, max_nodes=8, graphs=False)
-    cache, prompt = ref.new_cache(), [3, 5, 7, 11, 13]
-    np.testing.assert_allclose(opt.prefill(1, prompt).numpy(), ref.forward(prompt, cache)[-1], atol=1e-4)
-    tree = TokenTree([-1, 0, 0, 1, 2], [4, 8, 9, 10, 12])
-    logits = opt.verify(torch.tensor([1], dtype=torch.int32), torch.tensor([tree.tokens]),
-                        torch.tensor([tree.parents], dtype=torch.int32))
-    np.testing.assert_allclose(logits[0].numpy(), ref.verify_tree(list(tree.tokens), tree, cache), atol=1e-4)
-    opt.commit(torch.tensor([1], dtype=torch.int32), torch.tensor([3], dtype=torch.int32))
-    ref.commit(list(tree.tokens), tree, 3, cache)
-    got = opt.decode(torch.tensor([1], dtype=torch.int32), torch.tensor([17]))
-    np.testing.assert_allclose(got[0].numpy(), ref.forward([17], cache)[-1], atol=1e-4)
+    calls = []
+    routed = layers.moe_routed
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape[0])
+        return routed(*args, **kwargs)
+
+    layers.moe_routed = counted
+    try:
+        caches, prompts = [ref.new_cache(), ref.new_cache()], [[3, 5, 7, 11, 13], [2, 4]]
+        for slot, prompt in enumerate(prompts):
+            want = ref.forward(prompt, caches[slot])[-1]
+            np.testing.assert_allclose(opt.prefill(slot, prompt).numpy(), want, atol=1e-4)
+        tree = TokenTree([-1, 0, 0, 1, 2], [4, 8, 9, 10, 12])
+        logits = opt.verify(torch.tensor([1], dtype=torch.int32), torch.tensor([tree.tokens]),
+                            torch.tensor([tree.parents], dtype=torch.int32))
+        np.testing.assert_allclose(logits[0].numpy(), ref.verify_tree(list(tree.tokens), tree, caches[1]), atol=1e-4)
+        opt.commit(torch.tensor([1], dtype=torch.int32), torch.tensor([3], dtype=torch.int32))
+        ref.commit(list(tree.tokens), tree, 3, caches[1])
+        got = opt.decode(torch.tensor([1], dtype=torch.int32), torch.tensor([17]))
+        np.testing.assert_allclose(got[0].numpy(), ref.forward([17], caches[1])[-1], atol=1e-4)
+        got = opt.decode(torch.tensor([0, 1], dtype=torch.int32), torch.tensor([19, 23]))
+        for row, (slot, token) in enumerate([(0, 19), (1, 23)]):
+            np.testing.assert_allclose(got[row].numpy(), ref.forward([token], caches[slot])[-1], atol=1e-4)
+    finally:
+        layers.moe_routed = routed
+    assert calls == [5, 5, 2, 2, 5, 5, 1, 1, 2, 2]  # per step, both layers: prefills, the verify, the decodes
+
+
+def test_random_weights_match_random_tensors_layouts():
+    """``random_weights`` (drawn one tensor at a time, for the benchmark's large models) builds the layouts, dtypes
+    and distributions that ``load_weights`` builds from ``random_tensors``."""
+    from lumotree.optimized.model import random_tensors, random_weights
+    from lumotree.optimized.model.weights import load_weights
+
+    config = _tiny_moe_config("qwen3_next")
+    drawn = random_weights(config, seed=3, device="cpu", dtype=torch.float32)
+    loaded = load_weights(config, random_tensors(config, 3, "cpu"), torch.device("cpu"), torch.float32)
+
+    def leaves(w):
+        return [(type(o).__name__, n, t) for o in (w, *w.layers, *w.mlps) for n, t in vars(o).items()
+                if isinstance(t, torch.Tensor)]
+
+    pairs = list(zip(leaves(drawn), leaves(loaded)))
+    assert len(pairs) == len(leaves(loaded)) > 20
+    for (kind, name, a), (_, _, b) in pairs:
+        assert (a.shape, a.dtype) == (b.shape, b.dtype), (kind, name)
+        assert bool(torch.isfinite(a).all()), (kind, name)
+        if a.numel() >= 256:  # same distribution: scales within 25 % (different draws)
+            assert abs(float(a.std()) / float(b.std()) - 1) < 0.25, (kind, name)
+    assert not torch.equal(drawn.mlps[0].w_gate_up, loaded.mlps[0].w_gate_up)
 
 
 # ---------------------------------------------------------------------------------------------------- bad inputs
@@ -320,16 +370,22 @@ def test_default_kernels_compile_for_sm90_without_spills():
 
 
 # ----------------------------------------------------------------------------------------------------------- GPU
+GPU_MODELS = {"qwen3-next": (2048, 512, 512, 10, 512), "qwen3.5-moe": (2048, 256, 512, 8, 512)}  # Dm E I k Is
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("model", list(GPU_MODELS))
 @pytest.mark.parametrize("T", [1, 16, 64, 1024])
-def test_gpu_qwen3_next_shapes_bf16_match_fp32_reference(T):
-    """Hidden 2048, 512 experts of width 512, top 10, shared expert 512, bf16, against ``moe_routed_ref`` on the
-    same (bf16-valued) inputs in fp32; routing must agree on all but near-tied tokens, so the bound is loose."""
-    args = _block(T, 512, 2048, 512, 512, seed=T, dtype=torch.bfloat16)
-    y = _call(M.moe_routed, args, 10, True)
-    ref = _call(M.moe_routed_ref, {n: t.float() for n, t in args.items()}, 10, True)
-    assert y.dtype == torch.bfloat16 and _rel_err(y, ref) < 2e-2
-    assert torch.equal(y, _call(M.moe_routed, args, 10, True))  # deterministic
+def test_gpu_model_shapes_bf16_match_fp32_reference(model, T):
+    """Qwen3-Next's and Qwen3.5-MoE's block shapes (transformers' config defaults) in bf16, at decode (T = 1, 16),
+    tree verify (64) and prefill-sized (1024) steps, against ``moe_routed_ref``'s fp32 experts on the same bf16
+    routing; bit-identical on a repeated call."""
+    Dm, E, I, k, Is = GPU_MODELS[model]
+    args = _block(T, E, Dm, I, Is, seed=T, dtype=torch.bfloat16)
+    y = _call(M.moe_routed, args, k, True)
+    ref = _call(M.moe_routed_ref, dict(args, x=args["x"].float()), k, True, route_dtype=torch.bfloat16)
+    assert y.dtype == torch.bfloat16 and _rel_err(y, ref) < 1e-2
+    assert torch.equal(y, _call(M.moe_routed, args, k, True))  # deterministic
 
 
 @pytest.mark.gpu
