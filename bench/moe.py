@@ -427,16 +427,24 @@ def release(device: torch.device) -> None:
 
 # ------------------------------------------------------------------------------------------------ tables
 def model_table(rows: list[dict]) -> str:
-    """Markdown: one line per model step."""
-    lines = ["| model | layers | step | us | floor us | x floor | experts floor us | experts read / layer | rel err |",
-             "|" + "---|" * 9]
+    """Markdown: one line per model step (``x floor``: time / the whole step's floor; ``x experts``: time / the
+    floor of its routed experts' bytes alone)."""
+    head = ["model", "layers", "step", "us", "floor us", "x floor", "experts floor us", "x experts",
+            "experts read / layer", "rel err"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
+        where = f"| {r['model']} | {r['layers']} of {r['depth']} |"
         for label in [k for k in r if k.startswith(("decode", "verify"))]:
             e = r[label]
             us = lambda key: f"{e[key]:.0f}" if key in e else "-"  # noqa: E731
             xf = f"{e['x_floor']:.2f}" if "x_floor" in e else "-"
-            lines.append(f"| {r['model']} | {r['layers']} of {r['depth']} | {label} | {us('us')} | {us('floor_us')} | "
-                         f"{xf} | {us('experts_floor_us')} | {e['touched_mean']:.1f} | {e['rel_err']:.1e} |")
+            xe = f"{e['us'] / e['experts_floor_us']:.2f}" if "us" in e and e["experts_floor_us"] > 0 else "-"
+            lines.append(f"{where} {label} | {us('us')} | {us('floor_us')} | {xf} | {us('experts_floor_us')} | {xe} | "
+                         f"{e['touched_mean']:.1f} | {e['rel_err']:.1e} |")
+        if "prefill" in r:
+            p = r["prefill"]
+            lines.append(f"{where} prefill {p['tokens']} ({p['tokens_per_s']:.0f} tok/s) | {p['us']:.0f} |"
+                         + " - |" * 6)
     return "\n".join(lines)
 
 
