@@ -31,6 +31,7 @@ from typing import Any
 
 from lumotree.errors import UsageError
 from lumotree.optimized.engine.drafters import DRAFTERS
+from lumotree.optimized.engine.selfspec import SELF_SPECULATION, self_speculation_layers
 from lumotree.optimized.model.presets import RANDOM_CONFIGS
 
 __all__ = ["add_arguments", "run", "build_model", "load_prompts", "check_arguments"]
@@ -76,6 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_argument("--draft-layers", default="0,3",
                       help="draft-model drafter: comma-separated target layers it keeps (with the target's "
                            "embedding, final norm and head)")
+    spec.add_argument("--exit-layer", type=int, default=None,
+                      help="layer-skip drafter: the draft is the target's first EXIT_LAYER layers (default: half)")
     spec.add_argument("--budget", choices=("expected", "ratio", "fixed"), default="expected",
                       help="expected: maximise expected tokens/s from confidences and measured costs; ratio: "
                            "largest N with T_verify <= (1 + eps) T_decode; fixed: always --max-nodes")
@@ -136,6 +139,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.drafter == "synthetic" and args.spec != "none":
         raise UsageError("--drafter synthetic reads an oracle continuation; it exists for system benchmarks only "
                          "(lumotree bench e2e), not for decoding")
+    if args.exit_layer is not None and args.drafter != "layer-skip":
+        raise UsageError(f"--exit-layer applies to --drafter layer-skip, not {args.drafter}")
     if args.drafter == "draft-model":
         try:
             layers = [int(x) for x in args.draft_layers.split(",") if x.strip()]
@@ -251,6 +256,11 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
     else:
         config = HybridConfig(**RANDOM_CONFIGS[args.random])
     draft_layers = [int(x) for x in args.draft_layers.split(",") if x.strip()] if args.drafter == "draft-model" else []
+    if args.drafter in SELF_SPECULATION:
+        try:
+            draft_layers = self_speculation_layers(config, args.drafter, args.exit_layer)
+        except ValueError as exc:
+            raise UsageError(f"--drafter {args.drafter}: {exc}".replace("exit_layer", "--exit-layer")) from None
     if draft_layers and max(draft_layers) >= config.num_hidden_layers:
         raise UsageError(f"--draft-layers {args.draft_layers!r}: the model has layers "
                          f"0..{config.num_hidden_layers - 1}")
@@ -264,7 +274,7 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
         raise UsageError("--num-slots auto and --max-seq-len auto: give one of them a number (the other is planned)")
     if planned and draft_layers:
         raise UsageError(f"{planned[0]} auto plans one model's memory: give --num-slots and --max-seq-len with "
-                         "--drafter draft-model")
+                         f"--drafter {args.drafter}")
     if backend == "reference":
         from lumotree.reference.model import build_random, load_pretrained
 
