@@ -22,6 +22,7 @@ PACKAGE_MAP = {
     "optimized/ops/tree_attention": {"attention", "prepare", "kv_commit"},
     "optimized/ops/conv_tree": {"kernels", "reference"},
     "optimized/ops/gemv": {"kernels", "linear"},
+    "optimized/ops/moe": {"kernels", "routed", "reference", "resources"},
     "optimized/model": {"model", "weights", "loader", "caches", "layers", "kernels", "graphs", "presets", "memory"},
     "optimized/engine": {"engine", "targets", "records", "budget", "drafters", "sampling", "e2e", "demo",
                          "prefix_cache"},
