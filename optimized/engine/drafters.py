@@ -130,7 +130,8 @@ class Draft:
 @dataclass
 class DraftRequest:
     """What a drafter sees of a running request: its slot, ``context`` (prompt + output; the last token is the
-    pending one), sampling parameters, and the seed/counter of its drafting coins."""
+    pending one), sampling parameters, the seed/counter of its drafting coins, and ``remaining``: the tokens it has
+    left to emit (None: not told), past which the engine verifies no deterministic draft."""
 
     slot: int
     context: list[int]
@@ -138,6 +139,7 @@ class DraftRequest:
     seed: int = 0
     counter: int = 0
     request_id: int = 0
+    remaining: int | None = None
 
 
 @runtime_checkable

@@ -441,7 +441,8 @@ class Engine:
         return events
 
     def _draft_request(self, r: Request) -> DraftRequest:
-        return DraftRequest(r.slot, r.context, r.params, r.seed, r.counter, r.request_id)
+        return DraftRequest(r.slot, r.context, r.params, r.seed, r.counter, r.request_id,
+                            r.params.max_new_tokens - len(r.output))
 
     def _autoregressive_step(self, batch: list[Request]):
         slots = torch.tensor([r.slot for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
