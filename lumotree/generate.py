@@ -52,8 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "optimized on a GPU, else reference")
     src.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
                      help="optimized backend dtype (default: bfloat16 on GPU, float32 on CPU)")
-    src.add_argument("--num-slots", type=int, default=16, help="requests held at once (cache pools)")
-    src.add_argument("--max-seq-len", type=int, default=2048, help="context length per request")
+    src.add_argument("--num-slots", type=_count_or_auto, default=16,
+                     help="requests held at once (cache pools); auto: as many as fit the device memory left after "
+                          "the weights (optimized backend)")
+    src.add_argument("--max-seq-len", type=_count_or_auto, default=2048,
+                     help="context length per request; auto: the longest that fits (optimized backend)")
     inp = parser.add_argument_group("prompts")
     inp.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for several)")
     inp.add_argument("--batch-file", help="a file with one prompt a line, or JSON lines {\"prompt\": ..., "
@@ -105,10 +108,20 @@ def _writable(path: str, option: str) -> None:
         raise UsageError(f"{option} {path}: cannot write there (no such folder, or not writable)")
 
 
+def _count_or_auto(text: str) -> int | None:
+    """An integer option that also takes ``auto`` (None: planned from the device memory)."""
+    if text == "auto":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: want an integer or auto") from None
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """Every option's value, before anything is loaded."""
     for name in ("max_new_tokens", "num_slots", "max_seq_len", "max_nodes"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be at least 1")
     if args.max_nodes > 128:
         raise UsageError(f"--max-nodes = {args.max_nodes}: the kernels take trees of at most 128 nodes")
@@ -224,7 +237,7 @@ def load_prompts(args: argparse.Namespace, tokenizer: Any, vocab_size: int
         bad = [t for t in ids if not 0 <= t < vocab_size]
         if bad:
             raise UsageError(f"{where}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
-        if len(ids) >= args.max_seq_len:
+        if args.max_seq_len is not None and len(ids) >= args.max_seq_len:
             raise UsageError(f"{where}: the prompt has {len(ids)} tokens, which leaves no room under --max-seq-len "
                              f"{args.max_seq_len}")
         out.append((ids, extra))
@@ -258,6 +271,14 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
     if args.model and "vision_config" in raw:
         sys.stderr.write("note: the checkpoint's vision tower (model.visual.*) is skipped: lumotree runs its text "
                          "model\n")
+    planned = [f"--{name.replace('_', '-')}" for name in ("num_slots", "max_seq_len") if getattr(args, name) is None]
+    if planned and backend == "reference":
+        raise UsageError(f"{planned[0]} auto plans device memory: the optimized backend only")
+    if len(planned) == 2:
+        raise UsageError("--num-slots auto and --max-seq-len auto: give one of them a number (the other is planned)")
+    if planned and draft_layers:
+        raise UsageError(f"{planned[0]} auto plans one model's memory: give --num-slots and --max-seq-len with "
+                         "--drafter draft-model")
     if backend == "reference":
         from lumotree.reference.model import build_random, load_pretrained
 
@@ -275,6 +296,7 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
         config, weights, _ = load_checkpoint(args.model, dev, dtype, progress=None if args.quiet else ProgressBar())
         target = OptimizedTarget(OptimizedModel(config, weights, max_nodes=max(args.max_nodes, 1), **common),
                                  validate=dev.type != "cuda")
+        _note_plan(args, target.model, planned)
         if draft_layers:  # the draft shares the target's tensors
             dc, chosen = layer_skip_config(config, draft_layers)
             draft = OptimizedTarget(OptimizedModel(dc, select_layers(weights, chosen), max_nodes=64, **common),
@@ -283,10 +305,18 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
     tensors = random_tensors(config, args.seed, dev, dtype)
     target = OptimizedTarget(OptimizedModel(config, tensors, max_nodes=max(args.max_nodes, 1), **common),
                              validate=dev.type != "cuda")
+    _note_plan(args, target.model, planned)
     if draft_layers:
         dc, dt = layer_skip_checkpoint(config, tensors, draft_layers)
         draft = OptimizedTarget(OptimizedModel(dc, dt, max_nodes=64, **common), validate=dev.type != "cuda")
     return target, draft, tokenizer, config
+
+
+def _note_plan(args: argparse.Namespace, model: Any, planned: list[str]) -> None:
+    """With ``auto`` sizes: the planned pools on stderr, and the sizes in ``args`` for what follows."""
+    args.num_slots, args.max_seq_len = model.num_slots, model.max_seq_len
+    if planned and not args.quiet:
+        sys.stderr.write(f"note: memory plan: {model.memory_plan.summary()}\n")
 
 
 def _tokenizer(model_dir: str) -> Any:

@@ -22,7 +22,8 @@ PACKAGE_MAP = {
     "optimized/ops/tree_attention": {"attention", "prepare", "kv_commit"},
     "optimized/ops/conv_tree": {"kernels", "reference"},
     "optimized/ops/gemv": {"kernels", "linear"},
-    "optimized/model": {"model", "weights", "loader", "caches", "layers", "kernels", "graphs", "presets", "mtp"},
+    "optimized/model": {"model", "weights", "loader", "caches", "layers", "kernels", "graphs", "presets", "memory",
+                        "mtp"},
     "optimized/engine": {"engine", "targets", "records", "budget", "drafters", "mtp", "sampling", "e2e", "demo"},
 }
 

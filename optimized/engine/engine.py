@@ -43,6 +43,7 @@ from .budget import (
     RatioRuleBudget,
     make_budget,
 )
+from ..model.memory import BATCH_BUCKETS, NODE_BUCKETS
 from . import profiling
 from .drafters import Draft, DraftRequest, EngineDrafter
 from .records import EngineStats, GenerationResult, Request, StepRecord, TokenEvent
@@ -73,7 +74,7 @@ __all__ = [
 ]
 
 MODES = ("autoregressive", "chain", "tree")
-DEFAULT_NODE_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_NODE_BUCKETS = NODE_BUCKETS
 _DRAFT_STREAM = 1  # counter_uniforms stream of drafting coins (recursive rejection sampling uses stream 0)
 _POSITION_STREAM = 2  # counter_uniforms stream of the coins by output position (sampling the target's tokens)
 
@@ -129,7 +130,7 @@ class Engine:
             raise ValueError(f"max_batch = {max_batch!r} must be in [1, {slots}] (the model's slots)")
         self.node_buckets = tuple(sorted({int(n) for n in node_buckets if n <= self.max_nodes} | {1, self.max_nodes}))
         if batch_buckets is None:
-            batch_buckets = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, self.max_batch})
+            batch_buckets = sorted({*BATCH_BUCKETS, self.max_batch})
         self.batch_buckets = tuple(b for b in sorted(set(int(b) for b in batch_buckets)) if b <= self.max_batch)
         if not self.batch_buckets or self.batch_buckets[-1] < self.max_batch:
             self.batch_buckets = tuple(sorted(set(self.batch_buckets) | {self.max_batch}))

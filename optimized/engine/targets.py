@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from ..model.memory import BATCH_BUCKETS
 from .sampling import TreeBatch, VerifyOutcome
 
 __all__ = ["TargetModel", "ReferenceTarget", "OptimizedTarget", "ReferenceMTPHead"]
@@ -206,7 +207,7 @@ class OptimizedTarget:
         self.max_seq_len = int(model.max_seq_len)
         self.max_nodes = int(model.max_nodes)
         self.device = torch.device(model.device)
-        buckets = batch_buckets if batch_buckets is not None else (1, 2, 4, 8, 16, 32, 64, 128, 256)
+        buckets = batch_buckets if batch_buckets is not None else BATCH_BUCKETS
         self.batch_buckets = tuple(sorted({int(b) for b in buckets if b <= self.num_slots} | {self.num_slots}))
         self.validate = bool(validate)
         self.busy: set[int] = set()

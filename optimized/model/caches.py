@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ops.gdn_tree import PendingCommits, gdn_tree_flush, pending_commits
+from ..ops.gdn_tree import PendingCommits, gdn_tree_flush, pending_commits, pending_layout
 
 __all__ = ["Caches"]
 
@@ -26,26 +26,47 @@ class Caches:
     def __init__(self, num_slots: int, capacity: int, gdn_layers: int, attention_layers: int,
                  gdn_dims: tuple[int, int, int, int, int] | None, attn_dims: tuple[int, int, int] | None,
                  dtype: torch.dtype, device: torch.device, deferred_commits: bool):
-        P, f32 = num_slots, torch.float32
-        H, HV, K, V, W = gdn_dims if gdn_dims is not None else (1, 1, 1, 1, 2)
-        HQ, HKV, D = attn_dims if attn_dims is not None else (1, 1, 1)
-        self.state_stack = torch.zeros((gdn_layers, P, HV, K, V), dtype=f32, device=device)  # [G, P, HV, K, V]
-        self.conv_stack = torch.zeros((gdn_layers, P, W - 1, 2 * H * K + HV * V), dtype=f32,
-                                      device=device)  # [G, P, W - 1, C]
-        self.k_stack = torch.zeros((attention_layers, P, HKV, capacity, D), dtype=dtype,
-                                   device=device)  # [A, P, HKV, cap, D]
-        self.v_stack = torch.zeros_like(self.k_stack)
+        layout = self.layout(num_slots, capacity, gdn_layers, attention_layers, gdn_dims, attn_dims, dtype, False)
+
+        def zeros(name: str) -> torch.Tensor:
+            shape, kind, _ = layout[name]
+            return torch.zeros(shape, dtype=kind, device=device)
+
+        self.state_stack = zeros("state_stack")  # [G, P, HV, K, V] fp32
+        self.conv_stack = zeros("conv_stack")  # [G, P, W - 1, C] fp32
+        self.k_stack = zeros("k_stack")  # [A, P, HKV, cap, D]
+        self.v_stack = zeros("v_stack")  # [A, P, HKV, cap, D]
         self.state_pools: list[torch.Tensor] = list(self.state_stack.unbind(0))  # per GDN layer [P, HV, K, V]
         self.conv_pools: list[torch.Tensor] = list(self.conv_stack.unbind(0))  # per GDN layer [P, W - 1, C]
         self.k_pools: list[torch.Tensor] = list(self.k_stack.unbind(0))  # per attention layer [P, HKV, cap, D]
         self.v_pools: list[torch.Tensor] = list(self.v_stack.unbind(0))
-        self.lens = torch.zeros(P, dtype=torch.int32, device=device)  # [P] committed length per slot
-        self.root_words = torch.ones((P, 1, 1), dtype=torch.int32, device=device)  # decode: a one-node tree's bitset
-        self.zero_offsets = torch.zeros((P, 1), dtype=torch.int32, device=device)  # decode: RoPE at position lens
-        self.key_heads = H
+        self.lens = zeros("lens")  # [P] committed length per slot
+        self.root_words = zeros("root_words") + 1  # [P, 1, 1] decode: a one-node tree's bitset
+        self.zero_offsets = zeros("zero_offsets")  # [P, 1] decode: RoPE at position lens
+        self.key_heads = gdn_dims[0] if gdn_dims is not None else 1
         self.pending: list[PendingCommits] | None = None
         self.deferred: set[int] = set()  # slots whose pending commits may be active
         self.set_deferred(deferred_commits)
+
+    @staticmethod
+    def layout(num_slots: int, capacity: int, gdn_layers: int, attention_layers: int,
+               gdn_dims: tuple[int, int, int, int, int] | None, attn_dims: tuple[int, int, int] | None,
+               dtype: torch.dtype, deferred_commits: bool) -> dict[str, tuple[tuple[int, ...], torch.dtype, int]]:
+        """``name -> (shape, dtype, count)`` of every tensor the pools hold (``count`` tensors of that shape: the
+        pending commits, one per GDN layer), as :class:`Caches` allocates them; a model without GDN or attention
+        layers keeps empty pools of unit dims."""
+        P, f32, i32 = num_slots, torch.float32, torch.int32
+        H, HV, K, V, W = gdn_dims if gdn_dims is not None else (1, 1, 1, 1, 2)
+        _, HKV, D = attn_dims if attn_dims is not None else (1, 1, 1)
+        out = dict(state_stack=((gdn_layers, P, HV, K, V), f32, 1),
+                   conv_stack=((gdn_layers, P, W - 1, 2 * H * K + HV * V), f32, 1),
+                   k_stack=((attention_layers, P, HKV, capacity, D), dtype, 1),
+                   v_stack=((attention_layers, P, HKV, capacity, D), dtype, 1),
+                   lens=((P,), i32, 1), root_words=((P, 1, 1), i32, 1), zero_offsets=((P, 1), i32, 1))
+        if deferred_commits and gdn_layers:
+            out.update({f"pending.{name}": (shape, kind, gdn_layers)
+                        for name, (shape, kind) in pending_layout(P, H, HV, K, V).items()})
+        return out
 
     def set_deferred(self, enabled: bool) -> None:
         """Hold per-slot pending commits (allocated here) or none; nothing may be pending when switched off."""

@@ -50,6 +50,7 @@ from .caches import Caches
 from .graphs import GraphCache
 from .kernels import step_prologue
 from .layers import Layers, Residual, StepBuffers
+from .memory import free_memory, plan_memory
 from .mtp import HiddenStates
 from .weights import GDNLayerWeights, ModelWeights, load_weights
 
@@ -93,7 +94,11 @@ class OptimizedModel(Layers, HiddenStates):
     - ``commit(slots [B], accepted [B])``: advance every cache of the last ``verify`` along root..accepted.
     - ``speculate_greedy(...)``: verify, greedy acceptance and commit in one call.
     - ``release(slot)``; ``cache_length(slot)``; attributes ``vocab_size, num_slots,
-      max_seq_len, max_nodes, device, dtype, config``.
+      max_seq_len, max_nodes, device, dtype, config``, ``memory_plan``.
+
+    ``num_slots`` / ``max_seq_len``: None plans the most that fit the memory left after the weights
+    (:func:`~lumotree.optimized.model.memory.plan_memory`, keeping ``memory_headroom`` of it back); a request that
+    does not fit is refused in one line before any pool is allocated.
 
     ``small_batch_linear``: projections of few token rows on the split-K GEMV instead of cuBLAS (default: on for a
     CUDA model in bf16 / fp16); ``pdl`` (default: where supported): the GEMV as a programmatic dependent launch;
@@ -110,8 +115,8 @@ class OptimizedModel(Layers, HiddenStates):
         config: Any,
         tensors: Mapping[str, Any] | ModelWeights,
         *,
-        num_slots: int = 8,
-        max_seq_len: int = 4096,
+        num_slots: int | None = 8,
+        max_seq_len: int | None = 4096,
         max_nodes: int = 64,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
@@ -121,6 +126,7 @@ class OptimizedModel(Layers, HiddenStates):
         small_batch_linear: bool | None = None,
         pdl: bool | None = None,
         deferred_commits: bool | None = None,
+        memory_headroom: float = 0.1,
     ):
         from lumotree.reference.config import HybridConfig
 
@@ -128,6 +134,8 @@ class OptimizedModel(Layers, HiddenStates):
             raise TypeError(f"config must be a lumotree.reference.config.HybridConfig, got {type(config).__name__}")
         for name, value, low, high in (("num_slots", num_slots, 1, 1 << 20), ("max_seq_len", max_seq_len, 1, 1 << 24),
                                        ("max_nodes", max_nodes, 1, MAX_NODES)):
+            if value is None and name != "max_nodes":
+                continue  # planned from the free memory
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} = {value!r} must be an integer in [{low}, {high}]")
         self.config = config
@@ -135,8 +143,7 @@ class OptimizedModel(Layers, HiddenStates):
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         if self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             raise ValueError(f"dtype = {self.dtype} must be float32, bfloat16 or float16")
-        self.num_slots, self.max_seq_len, self.max_nodes = num_slots, max_seq_len, max_nodes
-        self.capacity = max_seq_len + max_nodes
+        self.max_nodes = max_nodes
         self.graphs = bool(graphs if graphs is not None else self.device.type == "cuda")
         if self.graphs and self.device.type != "cuda":
             raise ValueError("graphs=True needs a CUDA device")
@@ -174,6 +181,13 @@ class OptimizedModel(Layers, HiddenStates):
             raise ValueError("deferred_commits=True needs the fused GDN verify: an sm_90 GPU with Gluon, [128, 128] "
                              "GDN states, max_nodes >= 64 and a bf16 / fp16 model")
         self._fusable = fusable
+        self.memory_plan = plan_memory(config, gdn, self.weights.attn_dims, free_bytes=free_memory(self.device),
+                                       dtype=self.dtype, num_slots=num_slots, max_seq_len=max_seq_len,
+                                       max_nodes=max_nodes, graphs=self.graphs, speculative=max_nodes > 1,
+                                       deferred=bool(deferred_commits), headroom=memory_headroom,
+                                       mtp_layers=len(self.weights.mtp.layers) if self.weights.mtp else 0)
+        self.num_slots, self.max_seq_len = self.memory_plan.num_slots, self.memory_plan.max_seq_len
+        num_slots, self.capacity = self.num_slots, self.max_seq_len + max_nodes
         n_gdn = sum(1 for kind in config.layer_types if kind == "linear_attention")
         self.caches = Caches(num_slots, self.capacity, n_gdn, len(config.layer_types) - n_gdn, gdn,
                              self.weights.attn_dims, self.dtype, self.device, bool(deferred_commits))

@@ -7,7 +7,9 @@ from .api import (FUSED_MIN_BATCH, PendingCommits, fused_preferred, gates, gdn_t
                   gdn_tree_verify, pending_commits)
 from .common import GATE_PIECE, PRECISIONS, OutputGate, TreeFactors
 from .config import KernelConfig, commit_config, verify_config
+from .pending import pending_layout
 
-__all__ = ["gdn_tree_verify", "gdn_tree_commit", "gdn_tree_flush", "pending_commits", "fused_preferred", "gates",
+__all__ = ["gdn_tree_verify", "gdn_tree_commit", "gdn_tree_flush", "pending_commits", "pending_layout",
+           "fused_preferred", "gates",
            "PendingCommits", "TreeFactors", "OutputGate", "KernelConfig", "verify_config", "commit_config",
            "GATE_PIECE", "PRECISIONS", "FUSED_MIN_BATCH"]

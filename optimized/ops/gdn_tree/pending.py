@@ -40,7 +40,7 @@ from .commit import add_path_terms
 from .common import TreeFactors, check_commit_tree, check_factors, pow2_dim
 from .primitives import _tf32_round
 
-__all__ = ["PATH_NODES", "PendingCommits", "pending_commits", "gdn_tree_record", "gdn_tree_flush",
+__all__ = ["PATH_NODES", "PendingCommits", "pending_commits", "pending_layout", "gdn_tree_record", "gdn_tree_flush",
            "check_pool_and_pending", "build_record_for_sm90"]
 
 RECORD_WARPS = 4  # the record's warps a program and their register cap (None: ptxas chooses). Its share of the
@@ -75,10 +75,19 @@ def pending_commits(state_pool: torch.Tensor, key_heads: int, path: int = PATH_N
     if not isinstance(key_heads, int) or key_heads < 1 or HV % key_heads:
         raise ValueError(f"key_heads must divide the pool's HV = {HV} value heads, got {key_heads!r}")
     dev = state_pool.device
-    return PendingCommits(kpt=torch.zeros(P, key_heads, K, path, device=dev),
-                          dp=torch.zeros(P, path, HV, V, device=dev),
-                          gamma_a=torch.ones(P, HV, device=dev), active=torch.zeros(P, HV, dtype=torch.int32,
-                                                                                    device=dev))
+    shapes = pending_layout(P, key_heads, HV, K, V, path)
+    return PendingCommits(**{name: (torch.ones if name == "gamma_a" else torch.zeros)(shape, dtype=dtype, device=dev)
+                             for name, (shape, dtype) in shapes.items()})
+
+
+def pending_layout(P: int, key_heads: int, HV: int, K: int, V: int, path: int = PATH_NODES
+                   ) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """The shapes and dtypes of :class:`PendingCommits`' tensors for ``P`` slots (what :func:`pending_commits`
+    allocates): ``kpt [P, H, K, path]``, ``dp [P, path, HV, V]``, ``gamma_a [P, HV]`` fp32, ``active [P, HV]``
+    int32."""
+    f32 = torch.float32
+    return dict(kpt=((P, key_heads, K, path), f32), dp=((P, path, HV, V), f32), gamma_a=((P, HV), f32),
+                active=((P, HV), torch.int32))
 
 
 @triton.jit
