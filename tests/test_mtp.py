@@ -266,6 +266,17 @@ def test_greedy_mtp_speculation_equals_autoregressive_on_the_optimized_model(ech
         assert results[0].accepted == 2 * results[0].steps == 4, mode
 
 
+def test_greedy_mtp_trees_on_a_qwen3_5_checkpoint_equal_autoregressive(tmp_path):
+    """A random Qwen3.5 checkpoint with ``mtp.*`` tensors on disk (a random head: drafts accepted and rejected), read
+    by the optimized loader (fp32, interpreter): tree speculation emits the reference's greedy tokens."""
+    save_pretrained(build_random(HybridConfig(**TINY, model_type="qwen3_5_text"), seed=8), tmp_path)
+    prompts, params = [[5, 9, 2, 5, 9, 2], [7, 1]], SamplingParams(max_new_tokens=4)
+    want = [r.tokens for r in generate(ReferenceTarget(load_pretrained(tmp_path), 2, 32, 8), "autoregressive",
+                                       prompts, params)]
+    model = load_optimized(tmp_path, num_slots=2, max_seq_len=32, max_nodes=8, graphs=False, dtype=torch.float32)
+    assert [r.tokens for r in generate(OptimizedTarget(model), "tree", prompts, params, depth=2, top_k=2)] == want
+
+
 def test_generate_with_the_mtp_drafter(tmp_path, capsys, echo):
     """``lumotree generate --drafter mtp`` (reference backend) in chain and tree modes prints the tokens of
     ``--spec none``, accepting every drafted token of the echo head."""
