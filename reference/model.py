@@ -14,7 +14,8 @@ with ``rmsnorm0(x; w) = x * rsqrt(mean(x^2) + eps) * (1 + w)``. The MLP is a den
 API (others rely on these names): ``model.new_cache()``; ``model.forward(token_ids, cache)`` -> logits ``[T, vocab]``
 and advances the cache (``return_hidden=True``: also the final-normed hidden states ``[T, D]``, the LM head's input,
 which the MTP head of :mod:`~lumotree.reference.mtp` reads); ``model.verify_tree(tokens, tree, cache)`` -> logits
-``[N, vocab]`` of every node, cache untouched (``model.tree_pass``: also every node's hidden state); ``model.commit(tokens, tree, node, cache)`` advances every layer cache along the path to ``node``
+``[N, vocab]`` of every node, cache untouched (``model.tree_pass``: also every node's hidden state);
+``model.commit(tokens, tree, node, cache)`` advances every layer cache along the path to ``node``
 (GDN states from the factors, conv states from the path inputs, KV compaction). ``load_pretrained(path)``,
 ``save_pretrained(model, path)`` read and write HF checkpoints of every supported model type (Qwen3-Next, Qwen3.5
 dense and MoE, and Qwen3.5's conditional-generation checkpoints' text model; :mod:`~lumotree.reference.layouts`),

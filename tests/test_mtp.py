@@ -172,6 +172,36 @@ def test_optimized_head_and_hidden_states_match_the_reference(tmp_path, model_ty
     assert rel_error(opt.hidden_states(1, 1).numpy(), decoded) < PARITY_BOUND
 
 
+def test_optimized_head_pads_batches_with_other_slots_untouched(random_model):
+    """Batches of 3 run padded to 4 with the free slot: every slot's entries and its trees' logits equal the
+    reference head's, and the padding slot keeps its length and entries."""
+    model = from_reference(random_model, num_slots=4, max_seq_len=16, max_nodes=4, graphs=False, dtype=torch.float32)
+    head, ref_head = model.mtp_head(), MTPHead(random_model)
+    rng = np.random.default_rng(4)
+    pairs = {s: (rng.standard_normal((n, 32)), rng.integers(0, 64, n).tolist()) for s, n in ((1, 2), (0, 5), (2, 3),
+                                                                                              (3, 1))}
+    ref_caches = {s: ref_head.new_cache() for s in pairs}
+    for s, (h, t) in pairs.items():
+        ref_head.forward(h, t, ref_caches[s])
+        head.reset(s)
+    head.extend([1], [pairs[1][1]], [torch.tensor(pairs[1][0], dtype=torch.float32)])
+    head.extend([0, 2, 3], [pairs[s][1] for s in (0, 2, 3)], [torch.tensor(pairs[s][0], dtype=torch.float32)
+                                                                for s in (0, 2, 3)])  # padded with slot 1
+    assert head.lens.tolist() == [5, 2, 3, 1]
+    parents = torch.tensor([[-1, 0, 0, 1]] * 3, dtype=torch.int32)
+    tokens = torch.from_numpy(rng.integers(0, 64, (3, 4)))
+    hidden = torch.from_numpy(rng.standard_normal((3, 4, 32))).float()
+    for batch in ([0, 2, 3], [1]):
+        B = len(batch)
+        g, logits = head.tree(torch.tensor(batch), tokens[:B], parents[:B], torch.full((B,), 4, dtype=torch.int32),
+                              hidden[:B], torch.arange(4)[None].repeat(B, 1))
+        for b, s in enumerate(batch):
+            want, want_g = ref_head.tree(hidden[b].double().numpy(), tokens[b].tolist(),
+                                         TokenTree([-1, 0, 0, 1], tokens[b].tolist()), ref_caches[s])
+            assert rel_error(logits[b].numpy(), want) < PARITY_BOUND and rel_error(g[b].numpy(), want_g) < PARITY_BOUND
+    assert head.lens.tolist() == [5, 2, 3, 1]
+
+
 # ================================================================================================== drafts
 def head_logits_from_scratch(model: HybridModel, context: list[int], tokens: list[int], parents: list[int]):
     """Logits ``[n, V]`` of every node of a draft tree, the head recomputed from the whole context: the target run

@@ -62,7 +62,8 @@ def test_gpu_mtp_head_matches_the_reference_bf16():
     want_logits, want_g = ref_head.tree(tree_hidden.double().numpy(), tree.tokens, tree, mtp_cache)
     dev = opt.device
     args = (torch.tensor([1], device=dev), torch.tensor([tree.tokens], device=dev),
-            torch.tensor([tree.parents], dtype=torch.int32, device=dev), torch.tensor([N], dtype=torch.int32, device=dev),
+            torch.tensor([tree.parents], dtype=torch.int32, device=dev),
+            torch.tensor([N], dtype=torch.int32, device=dev),
             tree_hidden[None].to(dev), torch.arange(N, device=dev)[None])
     for call in ("capture", "replay"):
         g, logits = head.tree(*args)

@@ -12,5 +12,5 @@ from .targets import OptimizedTarget, ReferenceMTPHead, ReferenceTarget, TargetM
 
 __all__ = ["Engine", "MODES", "DEFAULT_NODE_BUCKETS", "TargetModel", "ReferenceTarget", "OptimizedTarget",
            "SamplingParams", "TreeBatch", "VerifyOutcome", "CostProfile", "make_budget", "Draft", "DraftRequest",
-           "EngineDrafter", "DRAFTERS", "make_drafter", "MTPDrafter", "ReferenceMTPHead", "layer_skip_checkpoint", "Request", "TokenEvent",
-           "GenerationResult", "StepRecord", "EngineStats"]
+           "EngineDrafter", "DRAFTERS", "make_drafter", "MTPDrafter", "ReferenceMTPHead", "layer_skip_checkpoint",
+           "Request", "TokenEvent", "GenerationResult", "StepRecord", "EngineStats"]

@@ -117,6 +117,11 @@ class MTPHead(Layers):
     - ``tree(slots [B], tokens [B, N], parents [B, N], num_nodes [B], hidden [B, N, Dm], rows [B, R]) ->
       (g [B, N, Dm], logits [B, R, V] fp32)``: node i reads ``(hidden[b, i], tokens[b, i])``; logits of the nodes
       ``rows[b]``; pools untouched past ``lens``.
+
+    Both pad the batch to a power of two (at most ``num_slots``) with slots outside it, as the model's target pads
+    its steps to batch buckets: few shapes, few CUDA graphs however the batch changes. A padding row is a one-node
+    tree (or chain) whose K/V land past its slot's length, where every step writes before it reads, and whose length
+    stays as it was.
     """
 
     def __init__(self, model: Any):
@@ -172,9 +177,9 @@ class MTPHead(Layers):
         self.run_layers(res, StepBuffers(B, N, slots32, lens, meta, parents, num_nodes))
         return self.normed(res, self.weights.final_norm).view(B, N, -1), slots32, lens, meta
 
-    def _extend_body(self, tokens, slots, parents, num_nodes, hidden) -> None:
+    def _extend_body(self, tokens, slots, parents, num_nodes, hidden, advance) -> None:
         _, slots32, lens, _ = self._pass(tokens, slots, parents, num_nodes, hidden)
-        self.lens.index_copy_(0, slots32.long(), lens + num_nodes)  # a chain's K/V sit at their positions already
+        self.lens.index_copy_(0, slots32.long(), lens + advance)  # a chain's K/V sit at their positions already
 
     def _tree_body(self, tokens, slots, parents, num_nodes, hidden, rows):
         g, _, _, _ = self._pass(tokens, slots, parents, num_nodes, hidden)  # [B, N, Dm]
@@ -188,6 +193,21 @@ class MTPHead(Layers):
         if len(host) != B or len(set(host)) != B or not all(0 <= s < self.num_slots for s in host):
             raise ValueError(f"slots = {host} must be {B} distinct slot indices in [0, {self.num_slots})")
         return host
+
+    def _padding_slots(self, host: list[int]) -> list[int]:
+        """Slots outside the batch ``host`` that pad it to the next power of two (none past ``num_slots``)."""
+        bucket = min(self.num_slots, 1 << (len(host) - 1).bit_length())
+        taken = set(host)
+        return [s for s in range(self.num_slots) if s not in taken][: bucket - len(host)]
+
+    @staticmethod
+    def _pad(t: torch.Tensor, extra: int, fill: torch.Tensor | float = 0) -> torch.Tensor:
+        """``t`` with ``extra`` rows appended along dim 0 (``fill``: one row, broadcast)."""
+        if not extra:
+            return t
+        rows = torch.empty((extra, *t.shape[1:]), dtype=t.dtype, device=t.device)
+        rows[:] = fill
+        return torch.cat([t, rows])
 
     def extend(self, slots: Sequence[int], tokens: Sequence[Sequence[int]], hidden: Sequence[torch.Tensor]) -> None:
         """Append ``len(tokens[b])`` entries to slot ``slots[b]`` from the pairs ``(hidden[b][t] [Dm], tokens[b][t])``,
@@ -205,30 +225,41 @@ class MTPHead(Layers):
             counts = [min(self.max_nodes, len(tokens[b]) - done[b]) for b in todo]
             width = min(self.max_nodes, 1 << (max(counts) - 1).bit_length())
             ids = torch.zeros((len(todo), width), dtype=torch.int64)  # [B, T] on the host
-            pairs = torch.zeros((len(todo), width, self.hidden_size), dtype=self.dtype, device=self.device)  # [B, T, Dm]
+            pairs = torch.zeros((len(todo), width, self.hidden_size), dtype=self.dtype,
+                                device=self.device)  # [B, T, Dm]
             for i, (b, n) in enumerate(zip(todo, counts)):
                 ids[i, :n] = torch.tensor(tokens[b][done[b] : done[b] + n], dtype=torch.int64)
                 pairs[i, :n] = hidden[b][done[b] : done[b] + n]
                 done[b] += n
-            parents = (torch.arange(width, dtype=torch.int32) - 1)[None].expand(len(todo), width).contiguous()
-            chunk_slots = torch.tensor([slots[b] for b in todo], dtype=torch.int32)  # [B]
-            self._check_batch(chunk_slots, len(todo))
-            inputs = {"tokens": ids, "slots": chunk_slots, "parents": parents,
-                      "num_nodes": torch.tensor(counts, dtype=torch.int32), "hidden": pairs}
-            self._run(("extend", len(todo), width), inputs, self._extend_body)
+            host = self._check_batch(torch.tensor([slots[b] for b in todo]), len(todo))
+            pad = self._padding_slots(host)  # padding rows: one-node chains that do not advance
+            B = len(todo) + len(pad)
+            parents = (torch.arange(width, dtype=torch.int32) - 1)[None].expand(B, width).contiguous()  # [B, T]
+            inputs = {"tokens": self._pad(ids, len(pad)), "slots": torch.tensor(host + pad, dtype=torch.int32),
+                      "parents": parents, "num_nodes": torch.tensor(counts + [1] * len(pad), dtype=torch.int32),
+                      "hidden": self._pad(pairs, len(pad)),
+                      "advance": torch.tensor(counts + [0] * len(pad), dtype=torch.int32)}
+            self._run(("extend", B, width), inputs, self._extend_body)
 
     def tree(self, slots: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, num_nodes: torch.Tensor,
              hidden: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Every node of a batch of draft trees (class docstring): ``(g [B, N, Dm], logits [B, R, V] fp32)``. Under
         CUDA graphs both are the graph's static outputs: valid until the next call of the same shape."""
         B, N = tokens.shape
-        self._check_batch(slots, B)
+        host = self._check_batch(slots, B)
         if not 1 <= N <= self.max_nodes:
             raise ValueError(f"tokens has N = {N} nodes; the head takes 1 <= N <= {self.max_nodes}")
         if tuple(hidden.shape) != (B, N, self.hidden_size):
             raise ValueError(f"hidden has shape {tuple(hidden.shape)}, expected {(B, N, self.hidden_size)}")
         if rows.ndim != 2 or rows.shape[0] != B or bool(((rows < 0) | (rows >= N)).any()):
             raise ValueError(f"rows must be a [B, R] tensor of node indices in [0, {N})")
-        inputs = {"tokens": tokens.to(torch.int64), "slots": slots.to(torch.int32), "parents": parents.to(torch.int32),
-                  "num_nodes": num_nodes.to(torch.int32), "hidden": hidden.to(self.dtype), "rows": rows.to(torch.int64)}
-        return self._run(("tree", B, N, rows.shape[1]), inputs, self._tree_body)
+        pad = self._padding_slots(host)  # padding rows: one-node trees
+        chain = torch.arange(N, dtype=torch.int32, device=parents.device) - 1  # [N] a valid tree for padding rows
+        inputs = {"tokens": self._pad(tokens.to(torch.int64), len(pad)),
+                  "slots": torch.tensor(host + pad, dtype=torch.int32),
+                  "parents": self._pad(parents.to(torch.int32), len(pad), chain),
+                  "num_nodes": self._pad(num_nodes.to(torch.int32), len(pad), 1),
+                  "hidden": self._pad(hidden.to(self.dtype), len(pad)),
+                  "rows": self._pad(rows.to(torch.int64), len(pad))}
+        g, logits = self._run(("tree", B + len(pad), N, rows.shape[1]), inputs, self._tree_body)
+        return g[:B], logits[:B]
