@@ -31,6 +31,7 @@ from typing import Any
 
 from lumotree.errors import UsageError
 from lumotree.optimized.engine.drafters import DRAFTERS
+from lumotree.optimized.engine.selfspec import SELF_SPECULATION, self_speculation_layers
 from lumotree.optimized.model.presets import RANDOM_CONFIGS
 
 __all__ = ["add_arguments", "run", "build_model", "load_prompts", "check_arguments"]
@@ -83,6 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_argument("--mtp-sampled", action="store_true",
                       help="mtp drafter, chain mode: draw the chains of sampling requests from the head's "
                            "distribution (verified by rejection sampling) instead of taking its argmax")
+    spec.add_argument("--exit-layer", type=int, default=None,
+                      help="layer-skip drafter: the draft is the target's first EXIT_LAYER layers (default: half)")
     spec.add_argument("--budget", choices=("expected", "ratio", "fixed"), default="expected",
                       help="expected: maximise expected tokens/s from confidences and measured costs; ratio: "
                            "largest N with T_verify <= (1 + eps) T_decode; fixed: always --max-nodes")
@@ -146,6 +149,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     for name in ("mtp_depth", "mtp_top_k"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be at least 1")
+    if args.exit_layer is not None and args.drafter != "layer-skip":
+        raise UsageError(f"--exit-layer applies to --drafter layer-skip, not {args.drafter}")
     if args.drafter == "draft-model":
         try:
             layers = [int(x) for x in args.draft_layers.split(",") if x.strip()]
@@ -265,6 +270,11 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
         raise UsageError(f"--drafter mtp: {args.model} holds no MTP head (no mtp.* tensors); use --drafter ngram or "
                          "draft-model")
     draft_layers = [int(x) for x in args.draft_layers.split(",") if x.strip()] if args.drafter == "draft-model" else []
+    if args.drafter in SELF_SPECULATION:
+        try:
+            draft_layers = self_speculation_layers(config, args.drafter, args.exit_layer)
+        except ValueError as exc:
+            raise UsageError(f"--drafter {args.drafter}: {exc}".replace("exit_layer", "--exit-layer")) from None
     if draft_layers and max(draft_layers) >= config.num_hidden_layers:
         raise UsageError(f"--draft-layers {args.draft_layers!r}: the model has layers "
                          f"0..{config.num_hidden_layers - 1}")
@@ -278,7 +288,7 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
         raise UsageError("--num-slots auto and --max-seq-len auto: give one of them a number (the other is planned)")
     if planned and draft_layers:
         raise UsageError(f"{planned[0]} auto plans one model's memory: give --num-slots and --max-seq-len with "
-                         "--drafter draft-model")
+                         f"--drafter {args.drafter}")
     if backend == "reference":
         from lumotree.reference.model import build_random, load_pretrained
 

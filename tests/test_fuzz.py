@@ -199,10 +199,89 @@ def test_kernels_at_the_gate_edges_match_float64(log_decay, beta, seed):
     assert rel_err(got, ref) < 1e-5
 
 
-def test_decay_rates_beyond_fp32_are_refused_with_the_tensor_named():
-    """``A_log >= 88.7`` makes ``exp(A_log)`` overflow fp32 (a decay of exactly 0): the verify refuses it in one line
-    instead of returning NaN."""
-    case = make_case([[-1, 0, 1]], H=1, group=1, gated=True, seed=2)
-    with pytest.raises(ValueError, match=r"A_log\[0\].*overflows"):
-        portable_verify(case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"], case["slots"],
-                        case["parents"], A_log=torch.full_like(case["A_log"], 90.0), dt_bias=case["dt_bias"])
+@pytest.mark.parametrize("root_gate", [-1e4, -1e8])
+def test_a_very_negative_root_gate_keeps_the_decays_below_it(root_gate):
+    """A root gate far below fp32's smallest decay: the decays between the root's descendants (ordinary gates) keep
+    their accuracy (without the floor, fp32 path sums lose it: 5e-4 at -1e4, 0.4 at -1e8)."""
+    from lumotree.optimized.ops.gdn_tree import reference as R
+
+    case = make_case([[-1, 0, 1, 2, 3, 4, 5, 6]], H=1, group=2, seed=9)
+    case["a"][0, 0] = root_gate
+    o, _ = portable_verify(case["q"], case["k"], case["v"], case["a"], case["b"], case["pool"], case["slots"],
+                           case["parents"], num_nodes=case["num_nodes"], use_qk_l2norm_in_kernel=True)
+    want, _ = R.gdn_tree_pernode_ref(*[case[n].double() for n in ("q", "k", "v", "a", "b")],
+                                     torch.nan_to_num(case["pool"].double()), case["slots"], case["parents"],
+                                     num_nodes=case["num_nodes"], use_qk_l2norm_in_kernel=True)
+    assert rel_err(o, want) < 1e-5
+
+
+def _pernode_float64(case, g, beta, accepted):
+    """Outputs and each request's accepted state by the per-node recurrence in float64 (``alpha = exp(g)``: a decay
+    of 0 needs no path sums)."""
+    from lumotree.optimized.ops.gdn_tree import reference as R
+
+    pool = torch.nan_to_num(case["pool"].double())
+    o, states = R.gdn_tree_pernode_ref(case["q"].double(), case["k"].double(), case["v"].double(), g, beta, pool,
+                                       case["slots"], case["parents"], num_nodes=case["num_nodes"],
+                                       use_qk_l2norm_in_kernel=True)
+    return o, states[torch.arange(len(accepted)), accepted.long()]
+
+
+@pytest.mark.parametrize("form", ["gated", "g"])
+def test_decays_of_exactly_zero_match_float64(form):
+    """A decay of 0 (``A_log`` beyond fp32's ``exp``: ``A_log = 90``; or ``g = -inf`` given directly) and one of
+    ``exp(-1000)`` on some nodes, beside ordinary ones: the verify's outputs and the committed states equal the
+    float64 recurrence (the kernels hold ``g`` at ``LOG_DECAY_FLOOR``, whose ``exp`` is 0 in fp32 as well)."""
+    from lumotree.optimized import gdn_tree_commit, gdn_tree_verify
+    from lumotree.optimized.ops.gdn_tree import reference as R
+
+    case = make_case([[-1, 0, 1, 1, 0, 4, 5], [-1, 0, 1]], H=1, group=2, gated=form == "gated", seed=5)
+    accepted = torch.tensor([6, 2], dtype=torch.int32)
+    kw = dict(parents=case["parents"], initial_state=case["pool"], state_indices=case["slots"],
+              num_nodes=case["num_nodes"])
+    if form == "gated":
+        A_log = case["A_log"].clone()
+        A_log[0] = 90.0  # value head 0: every decay exactly 0; head 1 ordinary
+        gates = dict(A_log=A_log, dt_bias=case["dt_bias"])
+        g, beta = R.gdn_gates_ref(case["a"].double(), case["b"].double(), A_log.double(), case["dt_bias"].double())
+        assert torch.isinf(A_log.exp()[0]) and (g[..., 0].exp() == 0).all() and (g[..., 1].exp() > 0).all()
+    else:
+        case["a"][0, 1, 0] = float("-inf")  # a reset in the middle of request 0's accepted path
+        case["a"][0, 4, 1] = -1000.0  # a decay fp32 rounds to 0, on the same path
+        case["a"][1, 0, :] = float("-inf")  # the root of request 1
+        gates = {}
+        g, beta = case["a"].double(), case["b"].double()
+    want_o, want_states = _pernode_float64(case, g, beta, accepted)
+    o, factors = gdn_tree_verify(case["q"], case["k"], case["v"], case["a"], case["b"], use_qk_l2norm_in_kernel=True,
+                                 **gates, **kw)
+    assert torch.isfinite(factors.log_gamma[0, : int(case["num_nodes"][0])]).all()
+    gdn_tree_commit(factors, accepted, **kw)
+    n = case["num_nodes"]
+    got = torch.cat([o[b, : int(n[b])] for b in range(2)])
+    ref = torch.cat([want_o[b, : int(n[b])] for b in range(2)])
+    assert rel_err(got, ref) < 1e-5
+    assert rel_err(case["pool"][case["slots"].long()], want_states) < 1e-5
+
+
+def test_decode_step_with_a_decay_of_exactly_zero_matches_float64():
+    """The single-token decode kernel at ``A_log = 90`` (``exp(A_log)`` beyond fp32) and a raw gate of -100 (its
+    softplus below fp32's 1 + eps): no ``inf * 0``; the state and output equal float64's."""
+    from lumotree.optimized.ops.gdn_decode import gdn_decode
+    from lumotree.optimized.ops.gdn_tree import reference as R
+
+    gen = torch.Generator().manual_seed(3)
+    B, H, HV, K, V = 2, 1, 2, 16, 16
+    q, k = torch.randn(B, H, K, generator=gen), torch.randn(B, H, K, generator=gen)
+    v = torch.randn(B, HV, V, generator=gen)
+    a, b = torch.randn(B, HV, generator=gen), torch.randn(B, HV, generator=gen)
+    a[1, 0] = -100.0  # softplus(-100) = 3.7e-44: g = -exp(90 - 100) = -4.5e-5, a decay near 1
+    A_log, dt_bias = torch.tensor([90.0, 0.3]), torch.zeros(HV)
+    pool = torch.randn(3, HV, K, V, generator=gen)
+    slots = torch.tensor([2, 0], dtype=torch.int32)
+    g, beta = R.gdn_gates_ref(a[:, None].double(), b[:, None].double(), A_log.double(), dt_bias.double())
+    case = dict(q=q[:, None], k=k[:, None], v=v[:, None], pool=pool.clone(), slots=slots,
+                parents=torch.full((B, 1), -1), num_nodes=None)
+    want_o, want_states = _pernode_float64(case, g, beta, torch.zeros(B, dtype=torch.int32))
+    o = gdn_decode(q, k, v, a, b, A_log, dt_bias, pool, slots)
+    assert rel_err(o, want_o[:, 0]) < 1e-5
+    assert rel_err(pool[slots.long()], want_states) < 1e-5

@@ -13,6 +13,8 @@ A drafter proposes, for every running request, a :class:`Draft`: a tree rooted a
   model's equivalent) grows dynamic trees EAGLE-2 style, batched: each round runs the draft model on the trees so far,
   expands the ``top_k`` frontier nodes of highest cumulative probability with their ``top_k`` children; the pool is cut
   to the budget by cumulative probability. Confidence = cumulative draft probability. Deterministic (top-k) proposals.
+- Suffix decoding (``"suffix"``, :mod:`~lumotree.optimized.engine.suffix`) and self-speculation from the target's
+  own layers (``"layer-skip"``, ``"gdn-only"``, :mod:`~lumotree.optimized.engine.selfspec`) live in their modules.
 - :class:`~lumotree.optimized.engine.mtp.MTPDrafter` (``mtp``): the checkpoint's multi-token-prediction head on the
   target's own hidden states; chains and EAGLE-2 style trees; confidence = path probability under the head.
 - :class:`SyntheticDrafter` — **SYNTHETIC, FOR SYSTEM BENCHMARKS ONLY**: it reads each request's true continuation
@@ -35,6 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from .pruning import prune_indices
 from .sampling import VARIANTS, SamplingParams, TreeBatch
 
 __all__ = [
@@ -101,9 +104,9 @@ class Draft:
         return d
 
     def cut(self, nodes: int, max_depth: int | None = None) -> Draft:
-        """The ``nodes``-node subtree of highest confidence (ties to the lower index; parents always precede their
-        children in that order because confidences never increase along a path), optionally no deeper than
-        ``max_depth``. Only deterministic drafts are cut: dropping sampled draws by their value would bias them."""
+        """The ``nodes``-node subtree of highest path confidence, optionally no deeper than ``max_depth``: confidence
+        pruning (:func:`~lumotree.optimized.engine.pruning.prune_indices`, shared by every drafter and the engine).
+        Only deterministic drafts are cut: dropping sampled draws by their value would bias them."""
         if nodes >= self.num_nodes and (max_depth is None or self.num_nodes - 1 <= max_depth):
             return self
         # a cut of at most max_depth + 1 nodes cannot be too deep: no depths needed (then nodes < num_nodes)
@@ -115,22 +118,12 @@ class Draft:
         if (depth is None or max(depth) <= max_depth) and self.is_best_first():  # the cut is a prefix
             n = min(nodes, self.num_nodes)
             return Draft(self.tokens[:n], self.parents[:n], self.confidence[:n], self.variant, None, best_first=True)
-        depth = self.depth() if depth is None else depth
-        order = sorted(range(1, self.num_nodes), key=lambda i: (-self.confidence[i], i))
-        keep = [0]
-        kept = {0}
-        for i in order:
-            if len(keep) >= nodes:
-                break
-            if self.parents[i] in kept and (max_depth is None or depth[i] <= max_depth):
-                keep.append(i)
-                kept.add(i)
-        keep.sort()
-        index = {old: new for new, old in enumerate(keep)}
+        keep, conf = prune_indices(self.parents, self.confidence, nodes, max_depth)
+        index = {int(old): new for new, old in enumerate(keep)}
         return Draft(
             [self.tokens[i] for i in keep],
             [-1] + [index[self.parents[i]] for i in keep[1:]],
-            self.confidence[keep],
+            conf,
             self.variant,
             None,
         )
@@ -518,7 +511,7 @@ class SyntheticDrafter:
         return [Draft(tokens[b].tolist(), parent_list, conf, best_first=True) for b in range(B)]  # template order
 
 
-DRAFTERS = ("ngram", "draft-model", "mtp", "synthetic")
+DRAFTERS = ("ngram", "suffix", "draft-model", "layer-skip", "gdn-only", "mtp", "synthetic")
 
 
 def layer_skip_checkpoint(config: Any, tensors: Mapping[str, Any], layers: Sequence[int]) -> tuple[Any, dict[str, Any]]:
@@ -550,12 +543,24 @@ def make_drafter(
     acceptance: float = 0.8,
     **options: Any,
 ) -> EngineDrafter:
-    """A drafter by name (:data:`DRAFTERS`): ``"ngram"``; ``"draft-model"`` (needs ``draft_model``, a
-    :class:`~lumotree.optimized.engine.TargetModel`); ``"mtp"`` (needs ``target``, the engine's target model, whose
-    MTP head drafts); ``"synthetic"`` (needs ``oracle`` and ``vocab_size``; benchmarks only). ``options`` go to the
-    drafter's constructor."""
+    """A drafter by name (:data:`DRAFTERS`): ``"ngram"``; ``"suffix"``
+    (:class:`~lumotree.optimized.engine.suffix.SuffixDrafter`); ``"draft-model"``, ``"layer-skip"``, ``"gdn-only"``
+    (need ``draft_model``, a :class:`~lumotree.optimized.engine.TargetModel`; the last two a subgraph of the target,
+    :mod:`~lumotree.optimized.engine.selfspec`); ``"mtp"`` (needs ``target``, the engine's target model, whose MTP
+    head drafts; :class:`~lumotree.optimized.engine.mtp.MTPDrafter`); ``"synthetic"`` (needs ``oracle`` and
+    ``vocab_size``; benchmarks only). ``options`` go to the drafter's constructor."""
     if name == "ngram":
         return PromptLookupDrafter(**options)
+    if name == "suffix":
+        from .suffix import SuffixDrafter
+
+        return SuffixDrafter(**options)
+    if name in ("layer-skip", "gdn-only"):
+        if draft_model is None:
+            raise ValueError(f"drafter {name!r} needs draft_model (the target's subgraph as a model)")
+        from .selfspec import SelfSpeculationDrafter
+
+        return SelfSpeculationDrafter(draft_model, name, **options)
     if name == "draft-model":
         if draft_model is None:
             raise ValueError("drafter 'draft-model' needs draft_model")

@@ -35,7 +35,7 @@ from ..ops import tree_attention as ta
 from ..ops.checks import interpreting
 from ..ops.conv_tree import tree_conv
 from ..ops.gdn_decode import conv_step, gated_rmsnorm, gdn_decode
-from ..ops.gdn_tree import GATE_PIECE, OutputGate, TreeFactors, gdn_tree_verify
+from ..ops.gdn_tree import GATE_PIECE, LOG_DECAY_FLOOR, OutputGate, TreeFactors, gates, gdn_tree_verify
 from ..ops.gemv import (ConvStep, ResidualRows, RowNorm, TreeConv, gemv_config, preferred, residual_linear,
                         small_batch_linear)
 from ..ops.tree_meta import TreeMeta
@@ -302,10 +302,8 @@ class Layers:
         """Prefill chunk through flash-linear-attention's chunked GDN (one request); writes the final state."""
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
-        g = -layer.A_log.exp() * F.softplus(a_gate.float() + layer.dt_bias)  # [1, T, HV]
-        beta = torch.sigmoid(b_gate.float())
-        if self.config.allow_neg_eigval:
-            beta = 2.0 * beta
+        g, beta = gates(a_gate, b_gate, layer.A_log, layer.dt_bias, self.config.allow_neg_eigval)  # [1, T, HV] each
+        g = g.clamp_min(LOG_DECAY_FLOOR.value)  # fla's in-chunk cumulative sums: finite, as the tree kernels hold them
         H, HV, K, V, _ = self.weights.gdn_dims
         group = HV // H
         qe = q.repeat_interleave(group, dim=2) if group > 1 else q  # fla expects q/k per value head here

@@ -11,7 +11,6 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..ops.gdn_tree.common import check_decay_rates
 from ..ops.gemv import interleave_gate_up
 from ..ops.tree_attention import rope_inv_freq
 
@@ -180,10 +179,6 @@ def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str
         if kind == "linear_attention":
             a = f"{p}.linear_attn"
             A_log = get(f"{a}.A_log", f32)
-            try:
-                check_decay_rates(A_log)
-            except ValueError as exc:
-                raise ValueError(f"tensor {layout.stored_name(a + '.A_log')!r}: {exc}") from None
             if layout.split_projections:  # rows q | k | v, z, b, a as stored
                 w_in = torch.cat([get(f"{a}.in_proj_qkv.weight"), get(f"{a}.in_proj_z.weight"),
                                   get(f"{a}.in_proj_b.weight"), get(f"{a}.in_proj_a.weight")])

@@ -125,8 +125,8 @@ def check_finite_nodes(name: str, t: torch.Tensor, real: torch.Tensor | None) ->
 
 
 def check_range_nodes(name: str, t: torch.Tensor, low: float, high: float, real: torch.Tensor) -> None:
-    """Real nodes' values must lie in ``[low, high]`` (the reference's gate ranges)."""
-    bad = ((t < low) | (t > high)) & real.reshape(real.shape + (1,) * (t.ndim - 2))
+    """Real nodes' values must lie in ``[low, high]`` (the reference's gate ranges; NaN lies in none)."""
+    bad = ~((t >= low) & (t <= high)) & real.reshape(real.shape + (1,) * (t.ndim - 2))
     if bool(bad.any()):
         idx = torch.nonzero(bad)[0].tolist()
         raise ValueError(f"{name}{idx} = {t[tuple(idx)].item()} is outside [{low}, {high}]")

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from .checks import FLOAT_DTYPES, check_finite_nodes, check_scalar, check_slots, check_tensor, interpreting, num_sms
+from .gdn_tree.primitives import log_decay
 from .gemv import split_k_scratch
 from .pdl import allow_dependents, pdl_supported
 
@@ -112,8 +113,7 @@ def _gdn_decode_kernel(
         k = k / tl.sqrt(tl.sum(k * k, axis=0) + 1e-6)
     q = q * scale
     x = tl.load(a_ptr + b * s_ab + hv).to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32)
-    softplus = tl.where(x > 20.0, x, tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x))))
-    alpha = tl.exp(-tl.exp(tl.load(a_log_ptr + hv).to(tl.float32)) * softplus)
+    alpha = tl.exp(log_decay(x, tl.load(a_log_ptr + hv).to(tl.float32)))
     beta = tl.sigmoid(tl.load(b_ptr + b * s_bb + hv).to(tl.float32))
     if BETA_TWO:
         beta = 2.0 * beta

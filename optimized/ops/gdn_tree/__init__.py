@@ -8,8 +8,9 @@ from .api import (FUSED_MIN_BATCH, PendingCommits, fused_preferred, gates, gdn_t
 from .common import GATE_PIECE, PRECISIONS, OutputGate, TreeFactors
 from .config import KernelConfig, commit_config, verify_config
 from .pending import pending_layout
+from .primitives import LOG_DECAY_FLOOR
 
 __all__ = ["gdn_tree_verify", "gdn_tree_commit", "gdn_tree_flush", "pending_commits", "pending_layout",
-           "fused_preferred", "gates",
+           "fused_preferred", "gates", "LOG_DECAY_FLOOR",
            "PendingCommits", "TreeFactors", "OutputGate", "KernelConfig", "verify_config", "commit_config",
            "GATE_PIECE", "PRECISIONS", "FUSED_MIN_BATCH"]

@@ -126,11 +126,13 @@ def gdn_tree_verify(
 
 def gates(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
           allow_neg_eigval: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """The gates from the raw projections, fp32 ``[B, N, HV]`` each, as the kernels compute them:
-    ``g = -exp(A_log) softplus(a + dt_bias)`` (softplus linear above 20), ``beta = sigmoid(b)`` (doubled with
-    ``allow_neg_eigval``)."""
+    """The gates from the raw projections, fp32 ``[B, N, HV]`` each: ``g = -exp(A_log + log softplus(a +
+    dt_bias))`` (``= -exp(A_log) softplus(a + dt_bias)``, in the log domain so that an ``exp(A_log)`` beyond fp32
+    gives ``-inf``, never ``inf * 0``; ``log softplus(x) = x`` below -15 to fp32's precision), ``beta = sigmoid(b)``
+    (doubled with ``allow_neg_eigval``). The kernels hold a ``g`` below ``LOG_DECAY_FLOOR`` at it."""
     x = a.float() + dt_bias  # [B, N, HV]
-    g = -torch.exp(A_log) * torch.where(x > 20.0, x, torch.nn.functional.softplus(x))  # [B, N, HV]
+    log_softplus = torch.where(x < -15.0, x, torch.nn.functional.softplus(x).log())  # [B, N, HV]
+    g = -(A_log + log_softplus).exp()  # [B, N, HV]
     beta = torch.sigmoid(b.float())  # [B, N, HV]
     return g, 2.0 * beta if allow_neg_eigval else beta
 

@@ -12,7 +12,7 @@ from ..checks import (FLOAT_DTYPES, MAX_NODES, check_node_index, check_sizes, ch
 from ..tree_meta import check_meta, tree_metadata
 
 __all__ = ["TreeFactors", "OutputGate", "GATE_PIECE", "PRECISIONS", "check_factors", "check_commit_tree",
-           "check_precision", "pow2_dim", "tma_descriptors", "check_decay_rates"]
+           "check_precision", "pow2_dim", "tma_descriptors"]
 
 GATE_PIECE = 16  # columns per piece of the output's sums of squares (OutputGate.parts)
 PRECISIONS = ("ieee", "tf32x3", "tf32")
@@ -116,14 +116,3 @@ def tma_descriptors(tensors: dict, blocks: dict, enabled: bool = True) -> dict:
 
     return {f"{name}_desc": TensorDescriptor(t, list(t.shape), list(t.stride()), list(blocks[name]))
             for name, t in tensors.items()}
-
-
-def check_decay_rates(A_log: torch.Tensor) -> None:
-    """``exp(A_log)`` finite in fp32 (``A_log < 88.7``): a larger one makes the log decay ``g = -inf``, a decay of
-    exactly zero, which the kernels' path sums of ``g`` cannot hold (their differences would be NaN; the reference
-    computes it exactly)."""
-    big = ~torch.isfinite(A_log.float().exp())
-    if bool(big.any()):
-        h = int(torch.nonzero(big)[0])
-        raise ValueError(f"A_log[{h}] = {float(A_log[h])}: exp(A_log) overflows fp32 (A_log >= 88.7), a decay of "
-                         "exactly 0, which the kernels do not take")

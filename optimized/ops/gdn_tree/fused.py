@@ -128,8 +128,8 @@ def fused_verify(
                                                            validate)  # slots: int32
     if validate:
         real = node_mask(num_nodes, N)  # [B, N]
-        for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
-            check_finite_nodes(name, t, real)
+        for name, t in (("q", q), ("k", k), ("v", v), ("beta", beta)):
+            check_finite_nodes(name, t, real)  # g may be -inf (a decay of 0): the kernel floors it
         check_range_nodes("g", g, float("-inf"), 0.0, real)
         check_range_nodes("beta", beta, 0.0, 2.0, real)
         check_finite_nodes("state_pool[slots]", state_pool[slots.long()][None], None)

@@ -39,6 +39,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from . import primitives
+
 # Triton 3.6 and 3.9 name four Gluon builtins differently
 _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -61,6 +63,7 @@ WORD_BITS = 32
 # tests/test_gdn_fused.py::test_fp16_doubling_bound.
 FP16_DOUBLING_MAX_DEPTH = gl.constexpr(10)
 LOG2E = gl.constexpr(1.4426950408889634)
+LOG_DECAY_FLOOR = gl.constexpr(primitives.LOG_DECAY_FLOOR.value)  # the portable kernels' floor on g
 
 
 @gluon.jit
@@ -418,6 +421,7 @@ def _vectors(sq_ring, sk_ring, sready, sfree, nvec, lvl, gvec, norm_ready, norm_
         for c0 in gl.static_range(0, N, BK):  # the ancestor mask BK columns at a time
             cols = c0 + gl.arange(0, BK, layout=gl.SliceLayout(0, rows_l))  # [BK]
             g_c = gl.load(g_ptr + ((b * N + cols) * HV + hv), mask=cols < n_b, other=0.0)  # [BK]
+            g_c = gl.where(g_c > LOG_DECAY_FLOOR, g_c, LOG_DECAY_FLOOR)  # -inf held at a finite 0-decay
             word = gl.load(words_ptr + ((b * N + nodes) * W + c0 // 32), mask=nodes < n_b, other=0)  # [N] int32
             anc = ((word[:, None] >> (cols[None, :] % 32)) & 1) != 0  # [N, BK] M
             log_gamma += _row_sum(gl.where(anc, g_c[None, :], 0.0), 1)

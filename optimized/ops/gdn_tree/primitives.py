@@ -16,6 +16,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+#: The lowest log decay the kernels hold (a decay of exactly 0 in fp32: ``exp(-128) = 0`` there, as ``exp(-inf)``):
+#: a gate below it, ``-inf`` included, is raised to it, so that every path sum of ``g`` stays finite and a difference
+#: of two of them is never ``-inf - (-inf)``. Its cost: ``2^-24 * 128`` of absolute error in the path sums below it.
+LOG_DECAY_FLOOR = tl.constexpr(-128.0)
+
 
 
 @triton.jit
@@ -155,19 +160,37 @@ def _load_gates(g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, b64, hv, n_b, s_gb, s_g
 
 
 @triton.jit
+def log_decay(x, a_log):
+    """``g = -exp(A_log) softplus(x)`` (``x = a + dt_bias``; softplus linear above 20), never NaN and never below
+    :data:`LOG_DECAY_FLOOR`: where ``exp(A_log)`` overflows fp32 it is ``-exp(A_log + log softplus(x))`` (no
+    ``inf * 0``), and a decay that fp32 rounds to 0 (``g <= -104``, ``-inf`` included) is held at the floor, whose
+    ``exp`` is 0 too, so that path sums of ``g`` stay finite."""
+    softplus = tl.where(x > 20.0, x, tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x))))
+    log_softplus = tl.where(x < -15.0, x, tl.log(tl.maximum(softplus, 1e-30)))  # log softplus(x) = x - e^x / 2 + ...
+    g = tl.where(a_log > 88.0, -tl.exp(a_log + log_softplus), -tl.exp(a_log) * softplus)
+    return floor_log_decay(g)
+
+
+@triton.jit
+def floor_log_decay(g):
+    """``max(g, LOG_DECAY_FLOOR)``: the same decay in fp32 (``exp`` of either is 0 below -104), a finite path sum."""
+    return tl.where(g > LOG_DECAY_FLOOR, g, LOG_DECAY_FLOOR)
+
+
+@triton.jit
 def _gate_values(loaded, n_b, NP: tl.constexpr, GATED: tl.constexpr, BETA_TWO: tl.constexpr):
-    """``g, beta [NP]`` from :func:`_load_gates`'s values."""
+    """``g, beta [NP]`` from :func:`_load_gates`'s values (``g`` through :func:`log_decay` /
+    :func:`floor_log_decay`)."""
     real = tl.arange(0, NP) < n_b  # [NP]
     if GATED:
         x = loaded[0].to(tl.float32) + loaded[3].to(tl.float32)
-        softplus = tl.where(x > 20.0, x, tl.maximum(x, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(x))))
-        g = tl.where(real, -tl.exp(loaded[2].to(tl.float32)) * softplus, 0.0)
+        g = tl.where(real, log_decay(x, loaded[2].to(tl.float32)), 0.0)
         beta = tl.sigmoid(loaded[1].to(tl.float32))
         if BETA_TWO:
             beta = 2.0 * beta
         beta = tl.where(real, beta, 0.0)
     else:
-        g = loaded[0].to(tl.float32)
+        g = floor_log_decay(loaded[0].to(tl.float32))
         beta = loaded[1].to(tl.float32)
     return g, beta
 
