@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("reference", "optimized", "proofs", "expressivity")
+LAYERS = ("reference", "optimized", "proofs", "expressivity", "training", "workloads")
 PRODUCT = (*LAYERS, "lumotree")
 MAX_LINES = 600  # product code and benchmarks
 
@@ -25,6 +25,8 @@ PACKAGE_MAP = {
     "optimized/model": {"model", "weights", "loader", "caches", "layers", "kernels", "graphs", "presets", "memory",
                         "mtp"},
     "optimized/engine": {"engine", "targets", "records", "budget", "drafters", "mtp", "sampling", "e2e", "demo"},
+    "training": {"model", "gdn", "corpus", "formats", "tokenizer", "data", "trainer", "organism", "cli"},
+    "workloads": {"build"},
 }
 
 

@@ -124,6 +124,31 @@ def test_reference_head_calls_chain_and_trees_agree(random_model):
     np.testing.assert_allclose(tree_g[path], chain_g, rtol=1e-12, atol=1e-12)
 
 
+def test_the_training_models_head_is_the_reference_head(tmp_path):
+    """An independent implementation of the head (:mod:`lumotree.training`'s autograd model, the head it trains
+    jointly with the target): its teacher-forced logits on a sequence equal the reference head's on the checkpoint it
+    saves, so the drafter reads a trained head under the convention it was trained with."""
+    pytest.importorskip("safetensors")
+    from lumotree.training.model import HybridLM, save_checkpoint
+
+    config = HybridConfig(**TINY, model_type="qwen3_5_text", partial_rotary_factor=0.5)
+    trained = HybridLM(config, backend="torch")
+    trained.initialize(3, std=0.3)
+    gen = torch.Generator().manual_seed(4)
+    for name, p in trained.named_parameters():  # every norm off its identity, so that each one is checked
+        if p.ndim == 1 and not name.endswith(("A_log", "dt_bias")):
+            p.add_(0.2 * torch.randn(p.shape, generator=gen))
+    save_checkpoint(trained, tmp_path, dtype=torch.float32)
+    tokens = torch.randint(0, 64, (1, 12), generator=gen)  # [1, T]
+    hidden = trained.hidden(tokens)  # [1, T, D]
+    want = trained.logits(trained.mtp_hidden(hidden[:, :-1], tokens[:, 1:]))[0]  # [T - 1, V] over tokens 2 ..
+    model = load_pretrained(tmp_path)
+    _, ref_hidden = model.forward(tokens[0].tolist(), model.new_cache(), return_hidden=True)  # [T, D]
+    head = MTPHead(model)
+    logits, _ = head.forward(ref_hidden[:-1], tokens[0, 1:].tolist(), head.new_cache())
+    assert rel_error(want.double().numpy(), logits) < 1e-5
+
+
 # ================================================================================================== optimized head
 @pytest.mark.parametrize("model_type, extra", [("qwen3_next", MOE), ("qwen3_5_text", {})])
 def test_optimized_head_and_hidden_states_match_the_reference(tmp_path, model_type, extra):

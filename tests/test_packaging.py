@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("reference", "optimized", "proofs", "expressivity")
+LAYERS = ("reference", "optimized", "proofs", "expressivity", "training", "workloads")
 
 
 def test_every_layer_is_a_package_and_no_tests_inside_layers():

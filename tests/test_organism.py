@@ -1,0 +1,60 @@
+"""The committed organism (``models/organism``, skipped while absent): transformers loads it and its greedy
+continuation of a held-out prompt equals lumotree's; its card, recipe, size and workloads are consistent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from lumotree.reference.model import load_pretrained  # noqa: E402
+from lumotree.workloads import WORKLOADS, load_workload  # noqa: E402
+
+ORGANISM = Path(__file__).resolve().parents[1] / "models" / "organism"
+pytestmark = pytest.mark.skipif(not (ORGANISM / "config.json").is_file(), reason="models/organism is not committed")
+NEW_TOKENS = 12
+PROMPT_TOKENS = 48
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_transformers_greedy_equals_lumotree_on_a_heldout_prompt():
+    tokenizer = transformers.AutoTokenizer.from_pretrained(ORGANISM)
+    item = load_workload(ORGANISM / "workloads", "completion")[0]
+    prompt = item.prompt_ids(tokenizer)[-PROMPT_TOKENS:]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(ORGANISM, dtype=torch.float32,
+                                                           attn_implementation="eager")
+    with torch.no_grad():
+        want = hf.generate(torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None,
+                           pad_token_id=0)[0, len(prompt):].tolist()
+    ref = load_pretrained(ORGANISM)
+    cache = ref.new_cache()
+    logits = ref.forward(prompt, cache)
+    got = []
+    for _ in range(NEW_TOKENS):
+        got.append(int(np.argmax(logits[-1])))
+        logits = ref.forward([got[-1]], cache)
+    assert got == want
+
+
+def test_card_recipe_size_and_workloads_agree():
+    recipe = json.loads((ORGANISM / "recipe.json").read_text())
+    card = (ORGANISM / "README.md").read_text()
+    assert recipe["corpus"]["digest"] in card and f"{recipe['heldout']['perplexity']:.2f}" in card
+    assert recipe["heldout"]["loss"] < 4.0  # far below log(vocab) = 9.0: the model learned the corpus
+    assert sum(p.stat().st_size for p in ORGANISM.rglob("*") if p.is_file()) <= 48_000_000
+    assert json.loads((ORGANISM / "config.json").read_text())["model_type"] == "qwen3_5_text"
+    for name in WORKLOADS:
+        items = load_workload(ORGANISM / "workloads", name)
+        assert len(items) == recipe["workloads"]["items_each"]
