@@ -7,11 +7,15 @@
   (``successor=True``), both with a head that drafts the continuation (every draft accepted but for bf16 near-ties:
   deep accepted paths) and with a random head (mostly rejected drafts).
 - Sampled MTP chains stay lossless with every tensor on the device (chi-square against the exact distribution).
+- On the trained organism (``models/organism``, when present), fp32 with CUDA graphs: greedy chain and tree
+  speculation with its trained MTP head emit the autoregressive tokens; the accepted lengths are reported.
 
 Results go to ``$OUT/gpu_mtp_*.json`` when ``OUT`` is set.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,6 +35,13 @@ pytestmark = pytest.mark.gpu
 MTP_CFG = {**GPU_CFG, "mtp_num_hidden_layers": 1}
 VOCAB4_KERNELS = {**VOCAB4, "hidden_size": 32, "head_dim": 16, "linear_key_head_dim": 16, "linear_value_head_dim": 16}
 BF16_BOUND = 3e-2  # relative L2 error of bf16 activations against float64 (the model's own parity bound)
+ORGANISM = Path(__file__).resolve().parents[1] / "models" / "organism"
+ORGANISM_PROMPTS = (
+    "import os\nimport sys\n\n\ndef main(argv):\n    \"\"\"Parse the arguments and run.\"\"\"\n    ",
+    "class Queue:\n    def __init__(self, maxsize=0):\n        self.maxsize = maxsize\n        self.queue = []\n\n"
+    "    def put(self, item):\n        ",
+    "The module provides functions for working with paths. Each function takes a path as a string and ",
+)
 
 
 def rel(got, want) -> float:
@@ -124,3 +135,28 @@ def test_gpu_sampled_mtp_chains_are_lossless():
     _report("gpu_mtp_lossless", {"pvalue": pvalue, "accepted": sum(r.accepted for r in results)})
     assert sum(r.accepted for r in results) > copies // 4
     assert pvalue > 1e-3
+
+
+@pytest.mark.skipif(not (ORGANISM / "config.json").exists(), reason="no trained organism under models/organism")
+def test_gpu_mtp_on_the_organism_equals_autoregressive_fp32():
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(ORGANISM)
+    prompts = [tokenizer.encode(text) for text in ORGANISM_PROMPTS]
+    params = SamplingParams(max_new_tokens=64)
+
+    def target():
+        model = om.load_pretrained(ORGANISM, num_slots=4, max_seq_len=512, max_nodes=32, dtype=torch.float32)
+        return OptimizedTarget(model, validate=False)
+
+    ar = [r.tokens for r in Engine(target(), mode="autoregressive").generate(prompts, params)]
+    report = {}
+    for mode, options in (("chain", dict(depth=3)), ("tree", dict(depth=3, top_k=2)), ("tree-wide",
+                                                                                      dict(depth=4, top_k=4))):
+        spec_target = target()
+        engine = Engine(spec_target, MTPDrafter(spec_target, **options), mode=mode.split("-")[0], budget="fixed",
+                        max_nodes=32)
+        out = [r.tokens for r in engine.generate(prompts, params)]
+        report[mode] = {"mean_accepted": engine.stats.summary()["mean_accepted"], **options}
+        assert out == ar, (mode, report)
+    _report("gpu_mtp_organism", report)
