@@ -28,7 +28,7 @@ SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 
 _DTYPES = ("float64", "float32", "bfloat16", "float16")
-#: safetensors dtypes of the tensors lumotree loads
+#: safetensors dtypes of the tensors lumotree loads (block FP8 weights, ``F8_E4M3``, besides: :mod:`.fp8`)
 FLOAT_DTYPES = ("F64", "F32", "BF16", "F16")
 
 
@@ -125,7 +125,7 @@ def read_tensors(path: str | os.PathLike, names: Iterable[str] | None = None) ->
     for key in wanted:
         if key not in table:
             raise ValueError(f"checkpoint {str(path)!r} has no tensor {key!r}")
-        if table[key].dtype not in FLOAT_DTYPES:
+        if table[key].dtype not in (*FLOAT_DTYPES, "F8_E4M3"):
             raise ValueError(f"tensor {key!r} has dtype {table[key].dtype}; lumotree loads floating-point tensors "
                              f"({', '.join(FLOAT_DTYPES)})")
     tensors: dict[str, np.ndarray] = {}
@@ -151,7 +151,8 @@ def write_checkpoint(
     """Write ``config.json`` and the tensors (one file, or shards of at most ``max_shard_bytes`` with an index).
 
     ``dtype`` is the stored precision (``float64`` keeps the reference's weights exactly); config.json records it.
-    Shards are named ``model-00001-of-0000K.safetensors`` as transformers names them.
+    Torch tensors of float8_e4m3fn and float32 ``*_scale_inv`` tensors (block FP8, :mod:`.fp8`) are stored as they
+    are. Shards are named ``model-00001-of-0000K.safetensors`` as transformers names them.
     """
     import torch
     from safetensors.torch import save_file
@@ -161,8 +162,12 @@ def write_checkpoint(
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     torch_dtype = getattr(torch, dtype)
-    stored = {name: torch.from_numpy(np.ascontiguousarray(t, dtype=np.float64)).to(torch_dtype).contiguous()
-              for name, t in tensors.items()}
+    def as_stored(name, t):
+        if isinstance(t, torch.Tensor) and (t.dtype == torch.float8_e4m3fn or name.endswith("_scale_inv")):
+            return t.contiguous()
+        return torch.from_numpy(np.ascontiguousarray(t, dtype=np.float64)).to(torch_dtype).contiguous()
+
+    stored = {name: as_stored(name, t) for name, t in tensors.items()}
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
     for name in sorted(stored):

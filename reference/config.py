@@ -12,9 +12,11 @@ names (:mod:`~lumotree.reference.layouts`).
 A key it does not know raises ``ValueError`` naming the key, except the HF metadata keys in
 :data:`IGNORED_HF_KEYS`, which do not change the function the model computes (training-only or bookkeeping fields).
 Keys that would change it but are unsupported (RoPE scaling, sliding windows, attention biases, activations other than
-SiLU, an ungated attention output, dedicated MTP embeddings) raise with the key's name; so does any
-``quantization_config`` (lumotree loads unquantised float checkpoints). Defaults are the model type's HF defaults, so
-a ``config.json`` that omits a key means what it means to HF. Qwen3.5's multimodal RoPE keys
+SiLU, an ungated attention output, dedicated MTP embeddings) raise with the key's name. A ``quantization_config`` is
+read when it is the fine-grained FP8 format of the family's FP8 releases (``quant_method`` ``"fp8"``,
+``weight_block_size`` ``[128, 128]``, dynamic activations, float32 scales: :mod:`~lumotree.reference.fp8`) and sets
+:attr:`HybridConfig.fp8_block_size`; any other method or setting raises naming the key. Defaults are the model type's HF
+defaults, so a ``config.json`` that omits a key means what it means to HF. Qwen3.5's multimodal RoPE keys
 (``rope_parameters.mrope_section``, ``mrope_interleaved``) are read and checked: text tokens carry the same position
 on all three sections, which makes interleaved M-RoPE the plain RoPE of the other types.
 
@@ -32,7 +34,8 @@ from typing import Any
 from .attention import AttentionSpec
 from .gdn import GDNLayerSpec
 
-__all__ = ["HybridConfig", "IGNORED_HF_KEYS", "LAYER_KINDS", "MODEL_TYPES", "CONDITIONAL_MODEL_TYPES"]
+__all__ = ["HybridConfig", "FP8_BLOCK", "FP8_NOT_CONVERTED", "IGNORED_HF_KEYS", "LAYER_KINDS", "MODEL_TYPES",
+           "CONDITIONAL_MODEL_TYPES"]
 
 LAYER_KINDS = ("linear_attention", "full_attention")
 #: text model types and the transformers class that runs each
@@ -51,6 +54,16 @@ IGNORED_HF_KEYS = frozenset(
         "id2label", "label2id", "problem_type", "chunk_size_feed_forward", "tokenizer_class",
     }
 )
+
+#: the FP8 weight blocks lumotree reads: ``[128, 128]`` (rows, columns), as the family's FP8 releases store them
+FP8_BLOCK = (128, 128)
+#: the modules a block-FP8 checkpoint written by lumotree keeps in its float dtype (as the releases do)
+FP8_NOT_CONVERTED = ["lm_head", "model.embed_tokens", "mlp.gate", "shared_expert_gate"]
+# fine-grained FP8 settings lumotree reads, and the values accepted (the first is the only one that changes nothing)
+_FP8_FIXED: dict[str, tuple[Any, ...]] = {
+    "activation_scheme": ("dynamic",), "scale_fmt": ("float", None), "fmt": ("e4m3",), "dequantize": (False, True),
+    "expert_dtype": ("fp8",), "modules_to_convert": (None, []),
+}
 
 # keys whose value must be the one stated (anything else changes the function and is not supported)
 _FIXED_HF_KEYS: dict[str, tuple[Any, ...]] = {
@@ -96,6 +109,9 @@ class HybridConfig:
     ``qwen3_5_moe_text`` an MoE block in every layer with renormalised top-k weights. ``mtp_num_hidden_layers``:
     decoder layers of the multi-token-prediction head stored under ``mtp.`` (0: none).
 
+    ``fp8_block_size``: ``(128, 128)`` when the checkpoint's ``quantization_config`` is block FP8 (its linear weights
+    may be stored as float8_e4m3fn with per-block ``weight_scale_inv``: :mod:`~lumotree.reference.fp8`), else None.
+
     ``layer_types[i]`` is ``"full_attention"`` or ``"linear_attention"`` (GDN); by default layer i is full attention
     iff ``(i + 1) % full_attention_interval == 0`` (interval 4). Layer i uses the MoE block iff
     ``i not in mlp_only_layers and num_experts > 0 and (i + 1) % decoder_sparse_step == 0``, else a dense SwiGLU MLP
@@ -129,6 +145,7 @@ class HybridConfig:
     allow_neg_eigval: bool = False
     model_type: str = "qwen3_next"
     mtp_num_hidden_layers: int = 0
+    fp8_block_size: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         positive = (
@@ -156,6 +173,10 @@ class HybridConfig:
             raise ValueError(f"config.partial_rotary_factor = {self.partial_rotary_factor!r} must be in [0, 1]")
         if self.rotary_dim % 2:
             raise ValueError(f"config: rotary_dim = int(head_dim * partial_rotary_factor) = {self.rotary_dim} is odd")
+        if self.fp8_block_size is not None:
+            object.__setattr__(self, "fp8_block_size", tuple(self.fp8_block_size))
+            if self.fp8_block_size != FP8_BLOCK:
+                raise ValueError(f"config.fp8_block_size = {self.fp8_block_size!r}: only {FP8_BLOCK} is supported")
         if self.model_type not in MODEL_TYPES:
             raise ValueError(f"config.model_type = {self.model_type!r} is not one of {sorted(MODEL_TYPES)}")
         if self.model_type == "qwen3_5_text" and self.num_experts:
@@ -249,13 +270,14 @@ class HybridConfig:
         if model_type not in MODEL_TYPES:  # before the keys: another architecture's are unknown
             raise ValueError(f"config key 'model_type' = {model_type!r} is not supported; lumotree runs "
                              f"{', '.join(repr(t) for t in (*MODEL_TYPES, *CONDITIONAL_MODEL_TYPES))} checkpoints")
-        _refuse_quantization(d, "")
-        fields = {f.name for f in dataclasses.fields(cls)} - {"rope_theta", "partial_rotary_factor", "model_type"}
-        kwargs: dict[str, Any] = {**_TYPE_DEFAULTS[model_type], "model_type": model_type}
+        fields = {f.name for f in dataclasses.fields(cls)} - {"rope_theta", "partial_rotary_factor", "model_type",
+                                                              "fp8_block_size"}
+        kwargs: dict[str, Any] = {**_TYPE_DEFAULTS[model_type], "model_type": model_type,
+                                  "fp8_block_size": _read_quantization(d.get("quantization_config"), "")}
         absent = _ABSENT_KEYS[model_type]
         interval = None
         for key, value in d.items():
-            if key in IGNORED_HF_KEYS:
+            if key in IGNORED_HF_KEYS or key == "quantization_config":
                 continue
             if key in absent:
                 allowed = absent[key]
@@ -310,10 +332,11 @@ class HybridConfig:
         ``tie_word_embeddings`` (the key transformers' ``*ForConditionalGeneration`` ties the head by)."""
         model_type = d["model_type"]
         text_type = CONDITIONAL_MODEL_TYPES[model_type]
-        _refuse_quantization(d, "")
+        quantization = d.get("quantization_config")
+        _read_quantization(quantization, "")
         for key in d:
-            if key not in IGNORED_HF_KEYS and key not in _CONDITIONAL_KEYS and key not in ("text_config",
-                                                                                           "vision_config"):
+            if key not in IGNORED_HF_KEYS and key not in _CONDITIONAL_KEYS and key not in (
+                    "text_config", "vision_config", "quantization_config"):
                 raise ValueError(f"unknown config key {key!r} in a {model_type} config (lumotree reads its "
                                  "'text_config'; the vision tower is skipped)")
         text = d.get("text_config")
@@ -323,7 +346,12 @@ class HybridConfig:
         if text.get("model_type", text_type) != text_type:
             raise ValueError(f"config key 'text_config.model_type' = {text['model_type']!r}: a {model_type} "
                              f"checkpoint's text model is {text_type!r}")
-        _refuse_quantization(text, "text_config.")
+        _read_quantization(text.get("quantization_config"), "text_config.")
+        if quantization is not None and text.get("quantization_config") is not None:
+            raise ValueError("config keys 'quantization_config' and 'text_config.quantization_config' are both set: "
+                             "a checkpoint has one")
+        if quantization is not None:
+            text = {**text, "quantization_config": quantization}
         tie = d.get("tie_word_embeddings", False)
         if not isinstance(tie, bool):
             raise ValueError(f"config key 'tie_word_embeddings' = {tie!r} must be a boolean")
@@ -349,6 +377,10 @@ class HybridConfig:
             "rope_theta": float(self.rope_theta),
             "partial_rotary_factor": float(self.partial_rotary_factor),
         }
+        out.pop("fp8_block_size", None)
+        if self.fp8_block_size is not None:
+            out["quantization_config"] = {"quant_method": "fp8", "weight_block_size": list(self.fp8_block_size),
+                                          "activation_scheme": "dynamic", "modules_to_not_convert": FP8_NOT_CONVERTED}
         out["hidden_act"] = "silu"
         out["attention_bias"] = False
         if self.allow_neg_eigval:  # written only when set: transformers does not implement it
@@ -356,12 +388,34 @@ class HybridConfig:
         return out
 
 
-def _refuse_quantization(d: dict[str, Any], where: str) -> None:
-    value = d.get("quantization_config")
-    if value is not None:
-        method = value.get("quant_method") if isinstance(value, dict) else None
-        raise ValueError(f"config key '{where}quantization_config' (quant_method {method!r}) is not supported: "
-                         "lumotree loads unquantised checkpoints (float32, bfloat16, float16)")
+def _read_quantization(value: Any, where: str) -> tuple[int, int] | None:
+    """The block size of a fine-grained FP8 ``quantization_config`` (None when absent); anything else raises naming
+    the key (``where`` prefixes nested keys)."""
+    if value is None:
+        return None
+    key = f"{where}quantization_config"
+    if not isinstance(value, dict):
+        raise ValueError(f"config key {key!r} must be a dict, got {type(value).__name__}")
+    method = value.get("quant_method")
+    if method != "fp8":
+        raise ValueError(f"config key '{key}.quant_method' = {method!r} is not supported: lumotree loads float "
+                         "checkpoints and block FP8 ('fp8')")
+    for item, setting in value.items():
+        name = f"{key}.{item}"
+        if item == "weight_block_size":
+            if not (isinstance(setting, (list, tuple)) and tuple(setting) == FP8_BLOCK):
+                raise ValueError(f"config key {name!r} = {setting!r} is not supported (only {list(FP8_BLOCK)})")
+        elif item in _FP8_FIXED:
+            if setting not in _FP8_FIXED[item]:
+                raise ValueError(f"config key {name!r} = {setting!r} is not supported (only {_FP8_FIXED[item][0]!r})")
+        elif item in ("modules_to_not_convert", "ignored_layers"):  # the tensors' dtypes say what is quantised
+            if setting is not None and not (isinstance(setting, list) and all(isinstance(m, str) for m in setting)):
+                raise ValueError(f"config key {name!r} = {setting!r} must be a list of module names")
+        elif item != "quant_method":
+            raise ValueError(f"unknown config key {name!r}")
+    if "weight_block_size" not in value:
+        raise ValueError(f"config key '{key}.weight_block_size' is missing (lumotree reads {list(FP8_BLOCK)} blocks)")
+    return FP8_BLOCK
 
 
 def _interval_layer_types(num_layers: int, interval: int) -> tuple[str, ...]:

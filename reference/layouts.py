@@ -34,6 +34,7 @@ import numpy as np
 
 from .checkpoint import FLOAT_DTYPES, TensorInfo
 from .config import CONDITIONAL_MODEL_TYPES, MODEL_TYPES, HybridConfig
+from .fp8 import FP8_DTYPE, dequantize_blocks, fp8_eligible, scale_name, scale_shape
 from .gdn import pack_ba, pack_qkvz, unpack_ba, unpack_qkvz
 from .weights import hf_tensor_shapes, mtp_tensor_shapes
 
@@ -56,11 +57,13 @@ class CheckpointLayout:
     """How one checkpoint stores its tensors: the ``model_type`` (its GDN projections), the text model's ``prefix``
     (:data:`TEXT_PREFIXES`) and which MoE blocks store their experts fused (module docstring): all (True), none
     (False), or those whose canonical stems (``model.layers.{i}.mlp.experts``, ``mtp.layers.{j}.mlp.experts``) are
-    listed."""
+    listed. ``fp8``: the stored names of the weights stored in block FP8 (:mod:`~lumotree.reference.fp8`; each
+    with its ``_scale_inv`` tensor)."""
 
     model_type: str = "qwen3_next"
     prefix: str = "model."
     fused_experts: bool | frozenset[str] = False
+    fp8: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.model_type not in MODEL_TYPES:
@@ -115,12 +118,23 @@ class CheckpointLayout:
         out: dict[str, tuple[int, ...]] = {}
         for name, shape in canonical_shapes(config).items():
             out.update(self.sources(name, shape, config))
+        for name in sorted(self.fp8 & set(out)):
+            out[scale_name(name)] = scale_shape(name, out[name], config.fp8_block_size or (128, 128))
         return out
 
     def check(self, config: HybridConfig, table: Mapping[str, TensorInfo | tuple[int, ...]]) -> list[str]:
         """Check a checkpoint's tensors (name -> :class:`~lumotree.reference.checkpoint.TensorInfo`, or a shape)
         against :meth:`stored_shapes` before any data is read; returns the names to read (the skipped ones left out).
-        A missing, unexpected, wrong-shaped or non-float tensor raises ``ValueError`` naming it."""
+        A missing, unexpected, wrong-shaped or non-float tensor raises ``ValueError`` naming it, and so does a
+        float8 tensor that is not a linear weight of a block-FP8 config, or its scales' (missing, wrong shape,
+        not float32)."""
+        for name in sorted(self.fp8):
+            if not fp8_eligible(name):
+                raise ValueError(f"tensor {name!r} is stored as float8 ({FP8_DTYPE}); lumotree reads block FP8 for "
+                                 "the linear projections only (embedding, head, norms and gates stay float)")
+            if config.fp8_block_size is None:
+                raise ValueError(f"tensor {name!r} is stored as float8 ({FP8_DTYPE}) but the config has no "
+                                 "'quantization_config' (block FP8: quant_method 'fp8')")
         expected = self.stored_shapes(config)
         if config.tie_word_embeddings and "lm_head.weight" in table:  # a tied config may store its head: kept
             expected["lm_head.weight"] = (config.vocab_size, config.hidden_size)
@@ -137,7 +151,11 @@ class CheckpointLayout:
             stored = info.shape if isinstance(info, TensorInfo) else tuple(info)
             if tuple(stored) != shape:
                 raise ValueError(f"tensor {name!r} has shape {list(stored)}, expected {list(shape)}")
-            if isinstance(info, TensorInfo) and info.dtype not in FLOAT_DTYPES:
+            if name in self.fp8 or name.endswith("_scale_inv"):
+                want = FP8_DTYPE if name in self.fp8 else "F32"
+                if isinstance(info, TensorInfo) and info.dtype != want:
+                    raise ValueError(f"tensor {name!r} has dtype {info.dtype}, expected {want} (block FP8)")
+            elif isinstance(info, TensorInfo) and info.dtype not in FLOAT_DTYPES:
                 raise ValueError(f"tensor {name!r} has dtype {info.dtype}; lumotree loads floating-point tensors "
                                  f"({', '.join(FLOAT_DTYPES)})")
         return list(expected)
@@ -145,13 +163,16 @@ class CheckpointLayout:
     # ------------------------------------------------------------------------------------------------ tensors
     def to_canonical(self, get: Callable[[str], Any], config: HybridConfig, stored: Mapping[str, Any] | None = None
                      ) -> dict[str, np.ndarray]:
-        """Canonical tensors from stored ones (``get(stored name) -> array``; exact permutations and slices). A
-        tied config's stored ``lm_head.weight`` is passed through when ``stored`` (the stored names) holds it."""
+        """Canonical tensors from stored ones (``get(stored name) -> array``; exact permutations and slices; block
+        FP8 weights dequantised exactly, :func:`~lumotree.reference.fp8.dequantize_blocks`). A tied config's stored
+        ``lm_head.weight`` is passed through when ``stored`` (the stored names) holds it."""
         cache: dict[str, np.ndarray] = {}
 
         def read(name: str) -> np.ndarray:
             if name not in cache:
                 cache[name] = np.asarray(get(name))
+                if name in self.fp8:
+                    cache[name] = dequantize_blocks(cache[name], get(scale_name(name)), config.fp8_block_size)
             return cache[name]
 
         out: dict[str, np.ndarray] = {}
@@ -215,7 +236,8 @@ class CheckpointLayout:
 
 
 def resolve_checkpoint(raw: Mapping[str, Any], names: Any) -> tuple[HybridConfig, CheckpointLayout]:
-    """The model and the layout of a checkpoint from its ``config.json`` dict and its stored tensor names.
+    """The model and the layout of a checkpoint from its ``config.json`` dict and its stored tensor names (a table of
+    :class:`~lumotree.reference.checkpoint.TensorInfo` by name also gives the weights stored in block FP8).
 
     Conditional-generation types keep the text model under ``model.language_model.``; text types under ``model.``,
     or ``model.language_model.`` when the names say so (transformers loads both). An MoE block's experts are fused
@@ -223,6 +245,8 @@ def resolve_checkpoint(raw: Mapping[str, Any], names: Any) -> tuple[HybridConfig
     when the key is absent: the released checkpoints' head) when the checkpoint stores ``mtp.*`` tensors, else none.
     """
     config = HybridConfig.from_dict(dict(raw))
+    fp8 = frozenset(name for name, info in names.items() if isinstance(info, TensorInfo) and info.dtype == FP8_DTYPE
+                    ) if isinstance(names, Mapping) else frozenset()
     names = set(names)
     conditional = raw.get("model_type") in CONDITIONAL_MODEL_TYPES
     if conditional or (config.model_type != "qwen3_next" and "model.language_model.embed_tokens.weight" in names):
@@ -238,4 +262,5 @@ def resolve_checkpoint(raw: Mapping[str, Any], names: Any) -> tuple[HybridConfig
     layout = CheckpointLayout(config.model_type, prefix)
     stems = {match[1] for name in canonical_shapes(config) if (match := _EXPERT.match(name))}
     fused = frozenset(stem for stem in stems if layout.stored_name(f"{stem}.gate_up_proj") in names)
-    return config, CheckpointLayout(config.model_type, prefix, bool(fused) if fused in (stems, frozenset()) else fused)
+    return config, CheckpointLayout(config.model_type, prefix, bool(fused) if fused in (stems, frozenset()) else fused,
+                                    fp8)

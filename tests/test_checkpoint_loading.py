@@ -239,10 +239,10 @@ MALFORMED = {  # case -> (edit of the stored tensors, edit of the written direct
     "unknown model type": (None, _config_edit(lambda c: c.update(model_type="qwen9")), ["'model_type'", "qwen9"]),
     "text model of another type": (None, _config_edit(lambda c: c["text_config"].update(model_type="qwen3_next")),
                                    ["text_config.model_type"]),
-    "quantization_config": (None, _config_edit(lambda c: c.update(quantization_config={"quant_method": "fp8"})),
-                            ["'quantization_config'", "fp8"]),
+    "quantization_config": (None, _config_edit(lambda c: c.update(quantization_config={
+        "quant_method": "fp8", "weight_block_size": [64, 64]})), ["'quantization_config.weight_block_size'", "64"]),
     "nested quantization_config": (None, _config_edit(lambda c: c["text_config"].update(
-        quantization_config={"quant_method": "gptq"})), ["'text_config.quantization_config'"]),
+        quantization_config={"quant_method": "gptq"})), ["'text_config.quantization_config.quant_method'", "gptq"]),
     "unknown key": (None, _config_edit(lambda c: c["text_config"].update(mtp_use_dedicated_embeddings=True)),
                     ["text_config.mtp_use_dedicated_embeddings"]),
     "missing tensor": (lambda t: t.pop(f"{P}.0.linear_attn.in_proj_z.weight"), None,

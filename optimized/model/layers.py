@@ -17,7 +17,9 @@ a tree step: every node of every request's draft tree, caches untouched until th
 
 Projections of steps with few token rows run on the split-K weight-streaming GEMV
 (:func:`~lumotree.optimized.ops.gemv.small_batch_linear`, launched with PDL) where
-:func:`~lumotree.optimized.ops.gemv.preferred`, else cuBLAS; where both projections around a residual add run on the
+:func:`~lumotree.optimized.ops.gemv.preferred`, else cuBLAS (block-FP8 weights,
+:class:`~lumotree.optimized.ops.gemv.Fp8Weight`: the same GEMV, else :func:`~lumotree.optimized.ops.gemv.fp8_linear`;
+the MoE block's FP8 experts one product per expert); where both projections around a residual add run on the
 GEMV, the add and the RMSNorm live inside the two GEMVs (``fused_norms``), and in a tree step on the GEMV the GDN
 layer's gated RMSNorm is split between the verify kernel and the ``w_out`` GEMV
 (:class:`~lumotree.optimized.ops.gdn_tree.OutputGate`).
@@ -36,8 +38,8 @@ from ..ops.checks import interpreting
 from ..ops.conv_tree import tree_conv
 from ..ops.gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from ..ops.gdn_tree import GATE_PIECE, LOG_DECAY_FLOOR, OutputGate, TreeFactors, gates, gdn_tree_verify
-from ..ops.gemv import (ConvStep, ResidualRows, RowNorm, TreeConv, gemv_config, preferred, residual_linear,
-                        small_batch_linear)
+from ..ops.gemv import (ConvStep, Fp8Weight, ResidualRows, RowNorm, TreeConv, fp8_linear, gemv_config, preferred,
+                        residual_linear, small_batch_linear)
 from ..ops.tree_meta import TreeMeta
 from .kernels import add_rmsnorm, silu_mul
 from .weights import AttentionLayerWeights, GDNLayerWeights, MLPWeights, ModelWeights
@@ -131,10 +133,16 @@ class Layers:
         if self._on_gemv(x, w.shape[0]) and not (isinstance(conv, TreeConv) and conv.out.dtype != x.dtype):
             return small_batch_linear(x, w, out_dtype=out_dtype, pdl=self.pdl, swiglu=swiglu, conv=conv,
                                       validate=False, out=out)
-        if swiglu:
+        if isinstance(w, Fp8Weight):  # block FP8: dequantised in the kernel (ops.gemv.fp8)
+            y = fp8_linear(x, w, out_dtype=None if swiglu else out_dtype)  # [T, Dout]
+            if swiglu:
+                return silu_mul(y)  # [T, Dout / 2]
+            y = y if out is None else out.copy_(y)
+        elif swiglu:
             return silu_mul(torch.matmul(x, w.T))  # [T, Dout / 2]
-        y = torch.matmul(x, w.T, out=out)
-        y = y if out_dtype is None else y.to(out_dtype)
+        else:
+            y = torch.matmul(x, w.T, out=out)
+            y = y if out_dtype is None else y.to(out_dtype)
         if isinstance(conv, TreeConv):
             B, N = conv.parents.shape
             tree_conv(y.view(B, N, -1)[..., : conv.weight.shape[0]], conv.weight, conv.state_pool, conv.slots,
@@ -145,6 +153,11 @@ class Layers:
             conv_step(y[:, :C], conv.weight, conv.state_pool, conv.slots, activation="silu" if conv.silu else None,
                       out=y[:, :C], validate=False)
         return y
+
+    @staticmethod
+    def matmul(x: torch.Tensor, w: torch.Tensor | Fp8Weight) -> torch.Tensor:
+        """``x @ w^T`` outside the GEMV path (a float or block-FP8 weight)."""
+        return fp8_linear(x, w) if isinstance(w, Fp8Weight) else x @ w.T
 
     def normed(self, res: Residual, weight1p: torch.Tensor) -> torch.Tensor:
         """``RMSNorm(h + delta)`` of the residual stream (its pending add done in place first): ``[T, Dm]``."""
@@ -192,12 +205,18 @@ class Layers:
         if self.config.norm_topk_prob:
             top_p = top_p / top_p.sum(-1, keepdim=True)
         weights = torch.zeros_like(probs).scatter(1, top_i, top_p).to(x.dtype)  # [T, E]
-        gu = torch.einsum("td,efd->etf", x, m.w_gate_up)  # [E, T, 2I]
-        g, u = gu.chunk(2, dim=-1)
-        y = torch.einsum("eti,edi->etd", F.silu(g) * u, m.w_down)  # [E, T, Dm]
+        if isinstance(m.w_gate_up, Fp8Weight):  # block-FP8 experts: one product per expert
+            E = m.w_gate_up.shape[0]
+            g, u = torch.stack([fp8_linear(x, m.w_gate_up.expert(e)) for e in range(E)]).chunk(2, dim=-1)
+            act = F.silu(g) * u  # [E, T, I]
+            y = torch.stack([fp8_linear(act[e], m.w_down.expert(e)) for e in range(E)])  # [E, T, Dm]
+        else:
+            gu = torch.einsum("td,efd->etf", x, m.w_gate_up)  # [E, T, 2I]
+            g, u = gu.chunk(2, dim=-1)
+            y = torch.einsum("eti,edi->etd", F.silu(g) * u, m.w_down)  # [E, T, Dm]
         out = torch.einsum("etd,te->td", y, weights)
-        sg, su = (x @ m.shared_gate_up.T).chunk(2, dim=-1)
-        shared = (F.silu(sg) * su) @ m.shared_down.T
+        sg, su = self.matmul(x, m.shared_gate_up).chunk(2, dim=-1)
+        shared = self.matmul(F.silu(sg) * su, m.shared_down)
         res.delta = out + torch.sigmoid(x @ m.shared_gate.T) * shared  # [T, Dm]
 
     # ------------------------------------------------------------------------------------------------ the loop

@@ -1,17 +1,19 @@
 """Streaming checkpoint loader: safetensors shards read one tensor at a time, straight to the device in the serving
 dtype, converted to the kernels' layouts layer by layer.
 
-Order of work: the shards' headers (:func:`lumotree.reference.checkpoint.tensor_table`: names, dtypes, shapes, the
-index against its shards, truncated files), the config and the layout (:func:`lumotree.reference.layouts.
-resolve_checkpoint`: unknown model types and keys, ``quantization_config``), the tensor table against the model's
-(missing, unexpected, wrong-shaped or non-float tensors) and the kernels' size limits are all checked before any
-tensor data is read: a malformed checkpoint ends in one ``ValueError`` naming the key or tensor with nothing on the
-device. Then each tensor is read with ``safe_open(...).get_tensor(name)`` in its stored dtype (the only host copy),
-moved to the device, cast there to the serving dtype (norms and gates fp32), checked finite, and combined with the
-other tensors of its layer (:func:`~lumotree.optimized.model.weights.build_weights`). Host memory: one stored tensor
-at a time (the shards are memory-mapped: pages of the file cache, not the process's memory); device memory: the
-weights plus one layer's parts. A non-finite tensor found midway frees everything read so far before the error
-propagates. The vision tower of a Qwen3.5 checkpoint (``model.visual.*``) is not read.
+Order of work: the shards' headers (:func:`lumotree.reference.checkpoint.tensor_table`: names, dtypes, shapes, the index
+against its shards, truncated files), the config and the layout (:func:`lumotree.reference.layouts.resolve_checkpoint`:
+unknown model types and keys, ``quantization_config``), the tensor table against the model's (missing, unexpected,
+wrong-shaped or non-float tensors) and the kernels' size limits are all checked before any tensor data is read (a
+block-FP8 checkpoint's float8 weights and their ``weight_scale_inv`` scales included, :mod:`lumotree.reference.fp8`): a
+malformed checkpoint ends in one ``ValueError`` naming the key or tensor with nothing on the device. Then each tensor is
+read with ``safe_open(...).get_tensor(name)`` in its stored dtype (the only host copy), moved to the device, cast there
+to the serving dtype (norms and gates fp32), checked finite, and combined with the other tensors of its layer
+(:func:`~lumotree.optimized.model.weights.build_weights`); block-FP8 weights stay float8 on the device with their
+float32 scales (:class:`~lumotree.optimized.ops.gemv.Fp8Weight`), never upcast. Host memory: one stored tensor at a time
+(the shards are memory-mapped: pages of the file cache, not the process's memory); device memory: the weights plus one
+layer's parts. A non-finite tensor found midway frees everything read so far before the error propagates. The vision
+tower of a Qwen3.5 checkpoint (``model.visual.*``) is not read.
 """
 
 from __future__ import annotations
@@ -28,14 +30,14 @@ from typing import Any, TextIO
 
 import torch
 
-from .weights import ModelWeights, build_weights, check_kernel_limits
+from .weights import ModelWeights, build_weights, check_kernel_limits, finite
 
 __all__ = ["load_checkpoint", "LoadReport", "ProgressBar", "default_dtype"]
 
 #: ``progress(bytes read, bytes in all, tensor name)``, called after each tensor
 Progress = Callable[[int, int, str], None]
 
-_ITEM_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2}
+_ITEM_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1}
 
 
 @dataclass
@@ -88,8 +90,8 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device | None =
             host = handles[info.file].get_tensor(name)  # the stored dtype, on the host: the only host copy
             t = host.to(device)
             del host
-            t = t.to(as_dtype or dtype)  # cast on the device
-            if not bool(torch.isfinite(t).all()):
+            t = t.to(as_dtype or dtype)  # cast on the device (block-FP8 weights are asked for in float8: kept)
+            if not finite(t):
                 raise ValueError(f"tensor {name!r} contains NaN or inf")
             report.tensors += 1
             report.bytes += info.numel * _ITEM_BYTES[info.dtype]

@@ -11,10 +11,11 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..ops.gemv import interleave_gate_up
+from ..ops.gemv import Fp8Weight, fp8_cat, interleave_gate_up
 from ..ops.tree_attention import rope_inv_freq
 
-__all__ = ["GDNLayerWeights", "AttentionLayerWeights", "MLPWeights", "MTPWeights", "ModelWeights", "load_weights",
+__all__ = ["finite",
+           "GDNLayerWeights", "AttentionLayerWeights", "MLPWeights", "MTPWeights", "ModelWeights", "load_weights",
            "build_weights", "check_kernel_limits", "select_layers", "gdn_row_orders", "random_tensors",
            "successor_permutation"]
 
@@ -84,6 +85,13 @@ class ModelWeights:
 Fetch = Callable[[str, Optional[torch.dtype]], torch.Tensor]
 
 
+def finite(t: torch.Tensor) -> bool:
+    """Whether every value of ``t`` is finite (float8_e4m3fn: no NaN code, ``S 1111 111``; it has no infinities)."""
+    if t.dtype == torch.float8_e4m3fn:
+        return not bool(((t.view(torch.uint8) & 0x7F) == 0x7F).any())
+    return bool(torch.isfinite(t).all())
+
+
 def check_kernel_limits(config: Any) -> None:
     """The sizes the kernels take (checked before any weight is read): GDN head dims a power of two in [16, 256],
     at least one rotated RoPE pair; each error names the config key."""
@@ -116,7 +124,7 @@ def load_weights(config: Any, tensors: Mapping[str, Any], device: torch.device, 
     def fetch(name: str, as_dtype: torch.dtype | None) -> torch.Tensor:
         t = tensors[name]
         t = torch.from_numpy(np.ascontiguousarray(t)) if isinstance(t, np.ndarray) else t
-        if not bool(torch.isfinite(t).all()):
+        if not finite(t):
             raise ValueError(f"tensor {name!r} contains NaN or inf")
         return t.to(device=device, dtype=as_dtype or dtype).contiguous()
 
@@ -128,11 +136,41 @@ def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str
     """The kernels' layouts from a checkpoint of ``layout`` (:class:`lumotree.reference.layouts.CheckpointLayout`,
     already checked), one layer after the other: each stored tensor is fetched once and combined on the device
     (GDN ``w_in`` rows ``q | k | v | z | b | a``: Qwen3.5's split projections concatenated, Qwen3-Next's packed ones
-    permuted; experts stacked ``[E, 2 I, Dm]`` / ``[E, Dm, I]`` in place, or taken fused)."""
+    permuted; experts stacked ``[E, 2 I, Dm]`` / ``[E, Dm, I]`` in place, or taken fused).
+
+    Block-FP8 weights (``layout.fp8``) stay in float8 with their scales
+    (:class:`~lumotree.optimized.ops.gemv.Fp8Weight`); fused from FP8 parts they stay FP8 (each row keeps its scales,
+    nothing is requantised); a fused weight whose parts are stored some in FP8, some in float is dequantised to the
+    model's dtype, except float parts after the FP8 ones (a release's ``in_proj_ba`` / ``in_proj_b`` and ``in_proj_a``
+    next to an FP8 ``in_proj_qkvz``), which stay a float tail of the FP8 weight."""
     f32 = torch.float32
 
-    def get(name: str, as_dtype: torch.dtype | None = None) -> torch.Tensor:
-        return fetch(layout.stored_name(name), as_dtype)
+    def get(name: str, as_dtype: torch.dtype | None = None) -> torch.Tensor | Fp8Weight:
+        stored_name = layout.stored_name(name)
+        if stored_name in layout.fp8:
+            return Fp8Weight.from_blocks(fetch(stored_name, torch.float8_e4m3fn),
+                                         fetch(stored_name + "_scale_inv", f32))
+        return fetch(stored_name, as_dtype)
+
+    def cat(parts: list) -> torch.Tensor | Fp8Weight:
+        quantised = [isinstance(p, Fp8Weight) for p in parts]
+        lead = quantised.index(False) if False in quantised else len(parts)
+        if lead == len(parts):
+            return fp8_cat(parts)
+        if lead and not any(quantised[lead:]):  # FP8 rows, then float ones: a float tail
+            return fp8_cat(parts[:lead])._replace(tail=torch.cat(parts[lead:]).contiguous()).checked()
+        return torch.cat([p.dequantize(dtype) if isinstance(p, Fp8Weight) else p for p in parts])
+
+    def pair(gate, up) -> torch.Tensor | Fp8Weight:  # interleave_gate_up of mixed parts: float
+        if isinstance(gate, Fp8Weight) != isinstance(up, Fp8Weight):
+            gate, up = (p.dequantize(dtype) if isinstance(p, Fp8Weight) else p for p in (gate, up))
+        return interleave_gate_up(gate, up)
+
+    def rows(w, index: torch.Tensor):
+        return w.take_rows(index.to(w.device)) if isinstance(w, Fp8Weight) else w[index]
+
+    def contiguous(w):
+        return w if isinstance(w, Fp8Weight) else w.contiguous()
 
     embed = get("model.embed_tokens.weight")  # [Vocab, Dm]
     lm_head = get("lm_head.weight") if "lm_head.weight" in stored else embed  # [Vocab, Dm]
@@ -147,16 +185,21 @@ def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str
         inv_freq = rope_inv_freq(spec.rotary_dim, spec.rope_theta, device)  # [rd / 2]
 
     def attention(s: str, in_norm: torch.Tensor) -> AttentionLayerWeights:
-        w_qkv = torch.cat([get(f"{s}.q_proj.weight"), get(f"{s}.k_proj.weight"), get(f"{s}.v_proj.weight")])
+        w_qkv = cat([get(f"{s}.q_proj.weight"), get(f"{s}.k_proj.weight"), get(f"{s}.v_proj.weight")])
         return AttentionLayerWeights(in_norm, w_qkv, get(f"{s}.q_norm.weight", f32), get(f"{s}.k_norm.weight", f32),
                                      get(f"{s}.o_proj.weight"))
 
     def mlp(m: str, moe: bool, post: torch.Tensor) -> MLPWeights:
         if not moe:
-            return MLPWeights(post, interleave_gate_up(get(f"{m}.gate_proj.weight"), get(f"{m}.up_proj.weight")),
+            return MLPWeights(post, pair(get(f"{m}.gate_proj.weight"), get(f"{m}.up_proj.weight")),
                               get(f"{m}.down_proj.weight"))
         if layout.fused(f"{m}.experts"):
             gate_up, down = get(f"{m}.experts.gate_up_proj"), get(f"{m}.experts.down_proj")  # [E, 2I, Dm], [E, Dm, I]
+            if isinstance(gate_up, Fp8Weight) != isinstance(down, Fp8Weight):  # one kind per block: float
+                gate_up, down = (w.dequantize(dtype) if isinstance(w, Fp8Weight) else w for w in (gate_up, down))
+        elif any(layout.stored_name(f"{m}.experts.{e}.{part}_proj.weight") in layout.fp8
+                 for e in range(config.num_experts) for part in ("gate", "up", "down")):
+            gate_up, down = _fp8_experts(config, lambda e, part: get(f"{m}.experts.{e}.{part}_proj.weight"), dtype)
         else:
             E, inner, D = config.num_experts, config.moe_intermediate_size, config.hidden_size
             gate_up = torch.empty((E, 2 * inner, D), dtype=dtype, device=device)  # [E, 2I, Dm]: gate rows, up rows
@@ -166,8 +209,8 @@ def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str
                 gate_up[e, inner:] = get(f"{m}.experts.{e}.up_proj.weight")
                 down[e] = get(f"{m}.experts.{e}.down_proj.weight")
         return MLPWeights(post, gate_up, down, router=get(f"{m}.gate.weight"),
-                          shared_gate_up=torch.cat([get(f"{m}.shared_expert.gate_proj.weight"),
-                                                    get(f"{m}.shared_expert.up_proj.weight")]),
+                          shared_gate_up=cat([get(f"{m}.shared_expert.gate_proj.weight"),
+                                              get(f"{m}.shared_expert.up_proj.weight")]),
                           shared_down=get(f"{m}.shared_expert.down_proj.weight"),
                           shared_gate=get(f"{m}.shared_expert_gate.weight"))
 
@@ -180,12 +223,13 @@ def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str
             a = f"{p}.linear_attn"
             A_log = get(f"{a}.A_log", f32)
             if layout.split_projections:  # rows q | k | v, z, b, a as stored
-                w_in = torch.cat([get(f"{a}.in_proj_qkv.weight"), get(f"{a}.in_proj_z.weight"),
-                                  get(f"{a}.in_proj_b.weight"), get(f"{a}.in_proj_a.weight")])
+                w_in = cat([get(f"{a}.in_proj_qkv.weight"), get(f"{a}.in_proj_z.weight"),
+                            get(f"{a}.in_proj_b.weight"), get(f"{a}.in_proj_a.weight")])
             else:
-                w_in = torch.cat([get(f"{a}.in_proj_qkvz.weight")[qkvz_perm], get(f"{a}.in_proj_ba.weight")[ba_perm]])
+                w_in = cat([rows(get(f"{a}.in_proj_qkvz.weight"), qkvz_perm),
+                            rows(get(f"{a}.in_proj_ba.weight"), ba_perm)])
             layers.append(GDNLayerWeights(
-                in_norm, w_in.contiguous(), get(f"{a}.conv1d.weight")[:, 0, :].contiguous(), A_log,
+                in_norm, contiguous(w_in), get(f"{a}.conv1d.weight")[:, 0, :].contiguous(), A_log,
                 get(f"{a}.dt_bias", f32), get(f"{a}.norm.weight", f32), get(f"{a}.out_proj.weight")))
         else:
             layers.append(attention(f"{p}.self_attn", in_norm))
@@ -201,6 +245,20 @@ def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str
                          [h[1] for h in heads], 1.0 + get("mtp.norm.weight", f32))
     return ModelWeights(embed, 1.0 + get("model.norm.weight", f32), lm_head, layers, mlps, gdn_dims, attn_dims,
                         inv_freq, mtp)
+
+
+def _fp8_experts(config: Any, get: Callable[[int, str], Any], dtype: torch.dtype) -> tuple[Any, Any]:
+    """The experts of an MoE block stored one by one, stacked: ``gate_up [E, 2 I, Dm]`` (gate rows, up rows) and
+    ``down [E, Dm, I]``, block FP8 when every expert is (one scale-row index for all experts), else dequantised."""
+    E = config.num_experts
+    parts = [(get(e, "gate"), get(e, "up"), get(e, "down")) for e in range(E)]
+    if not all(isinstance(p, Fp8Weight) for trio in parts for p in trio):
+        plain = [[p.dequantize(dtype) if isinstance(p, Fp8Weight) else p for p in trio] for trio in parts]
+        return (torch.stack([torch.cat([g, u]) for g, u, _ in plain]), torch.stack([d for _, _, d in plain]))
+    gate_up = [fp8_cat([g, u]) for g, u, _ in parts]
+    stack = lambda ws: Fp8Weight(torch.stack([w.weight for w in ws]), torch.stack([w.scale for w in ws]),  # noqa: E731
+                                 ws[0].scale_rows)
+    return stack(gate_up), stack([d for _, _, d in parts])
 
 
 def select_layers(weights: ModelWeights, layers: Sequence[int]) -> ModelWeights:

@@ -184,13 +184,25 @@ def _segment_rstd(parts_ptr, rows, M, seg0, seg_len, eps, N_PARTS, SEGMENTS: tl.
 
 @triton.jit
 def _tile_product(acc, x, w, seg_rstd, seg_off, IEEE: tl.constexpr, SEGMENTED: tl.constexpr,
-                  SEG_BLOCK: tl.constexpr):
+                  SEG_BLOCK: tl.constexpr, wscale, FP8: tl.constexpr):
     """``acc + x w^T`` on the tensor cores (``IEEE``: fp32 FMA). ``SEGMENTED`` (a per-segment :class:`RowNorm`):
     the tile lies in the split's ``seg_off``-th segment, whose factors (column ``seg_off`` of the split's
     ``seg_rstd [M_PAD, SEG_BLOCK]``) scale its product. Measured slower on the H200: scaling the x tile instead,
     rounded to x's dtype, so that the accumulation stays on the tensor
     cores (the model's ``[2048, 4096]`` launch at 64 rows 12 -> 98 us), and two tiles' products formed before
-    either is scaled (11.6 -> 14.0 us)."""
+    either is scaled (11.6 -> 14.0 us). ``FP8``: ``w`` holds float8_e4m3fn values (exact in x's dtype) and the
+    tile's product is scaled by its rows' block scales ``wscale: [BLOCK_N]``
+    (:mod:`~lumotree.optimized.ops.gemv.fp8`)."""
+    if FP8:
+        w = w.to(x.dtype)
+        if IEEE:
+            part = tl.dot(x, tl.trans(w), input_precision="ieee") * wscale[None, :]  # [M_PAD, BLOCK_N]
+        else:
+            part = tl.dot(x, tl.trans(w)) * wscale[None, :]  # [M_PAD, BLOCK_N]
+        if SEGMENTED:
+            pick = tl.arange(0, SEG_BLOCK)[None, :] == seg_off  # [1, SEG_BLOCK]
+            part = part * tl.sum(tl.where(pick, seg_rstd, 0.0), axis=1)[:, None]
+        return acc + part
     if SEGMENTED:
         pick = tl.arange(0, SEG_BLOCK)[None, :] == seg_off  # [1, SEG_BLOCK]
         rstd = tl.sum(tl.where(pick, seg_rstd, 0.0), axis=1)  # [M_PAD]
@@ -331,7 +343,7 @@ def _gemv_kernel(
     NORM: tl.constexpr, NORM_SEGMENTS: tl.constexpr, SPLIT_SEGMENTS: tl.constexpr,
     NORM_PARTS_PAD: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr, CONV: tl.constexpr,
     CONV_WIDTH: tl.constexpr, CONV_RP: tl.constexpr, CONV_WP: tl.constexpr, CONV_SILU: tl.constexpr,
-    TREE_CONV: tl.constexpr,
+    TREE_CONV: tl.constexpr, ws_ptr, wr_ptr, n_kb, FP8: tl.constexpr, KSUB: tl.constexpr,
 ):  # fmt: skip
     """Program (row block j, split s): ``acc[m, n] = sum_{k in split s} x[m, k] w[n, k]`` over the block's n, then
     ``y = acc`` (one split) or the deterministic split-K reduction of the module docstring. ``PDL``: launched as a
@@ -355,7 +367,10 @@ def _gemv_kernel(
     zero-fills what lies past N, M or K, so no clamp and no mask (``x_ptr`` / ``w_ptr`` are then unused, and
     without ``TMA`` the descriptors are). ``TREE_CONV`` (one split, every row in this program): after the store,
     the first ``C_CONV`` columns go through the tree-window conv of a tree step (:func:`_tree_conv_columns`,
-    ``TC_NODES`` nodes per request), written to ``tc_out``."""
+    ``TC_NODES`` nodes per request), written to ``tc_out``. ``FP8``: ``w`` is float8_e4m3fn with block scales
+    ``ws: [R, n_kb]`` and row indices ``wr: [N]`` (:mod:`~lumotree.optimized.ops.gemv.fp8`): the ``tl.dot`` form's
+    tiles (``BLOCK_K`` <= 128) are scaled after their product, the broadcast form's ``[BLOCK_N, KSUB]`` sub-tiles
+    (``KSUB = 128``, ``BLOCK_K / KSUB`` of them per iteration, all loads in flight together) before it."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = tl.arange(0, M_PAD)  # [M_PAD]
@@ -373,6 +388,10 @@ def _gemv_kernel(
         tc_req, tc_real, tc_parent, tc_w, tc_state = _tree_conv_rows(
             rows, cols, M, TC_NODES, C_CONV, slots_ptr, tc_num_nodes_ptr, tc_parents_ptr, s_tc_pb, conv_w_ptr,
             conv_pool_ptr, M_PAD, BLOCK_N, CONV_WIDTH, CONV_WP)
+    if FP8:  # each weight row's scale row, as an offset into ws (rows past N clamped like the weight's)
+        srow = tl.load(wr_ptr + tl.minimum(cols, N - 1)).to(tl.int64) * n_kb  # [BLOCK_N]
+    else:
+        srow = cols.to(tl.int64)  # unused
     seg_rstd = tl.zeros([M_PAD, SPLIT_SEGMENTS], dtype=tl.float32)  # [M_PAD, SPLIT_SEGMENTS] (unused unless NORM)
     if NORM:  # fixed-order sums of the producer's parts: the same factors in every program; per segment: the
         # factors of the split's segments, all loaded before the loop
@@ -385,7 +404,7 @@ def _gemv_kernel(
             w = w_desc.load([n0, k0])  # [BLOCK_N, BLOCK_K]
             x = x_desc.load([0, k0])  # [M_PAD, BLOCK_K]
             acc = _tile_product(acc, x, w, seg_rstd, k0 // norm_seg_len - k_begin // norm_seg_len, IEEE,
-                                NORM and NORM_SEGMENTS > 1, SPLIT_SEGMENTS)  # [M_PAD, BLOCK_N]
+                                NORM and NORM_SEGMENTS > 1, SPLIT_SEGMENTS, srow, False)  # [M_PAD, BLOCK_N]
     elif USE_DOT:
         x_rows = x_ptr + rows[:, None] * s_xm  # [M_PAD, 1]
         w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[:, None] * K  # [BLOCK_N, 1] clamped: in bounds
@@ -399,23 +418,30 @@ def _gemv_kernel(
             else:
                 w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [BLOCK_N, BLOCK_K]
                 x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_K]
+            wscale = tl.load(ws_ptr + srow + k0 // 128) if FP8 else srow  # [BLOCK_N] the tile's block scales
             acc = _tile_product(acc, x, w, seg_rstd, k0 // norm_seg_len - k_begin // norm_seg_len, IEEE,
-                                NORM and NORM_SEGMENTS > 1, SPLIT_SEGMENTS)  # [M_PAD, BLOCK_N]
+                                NORM and NORM_SEGMENTS > 1, SPLIT_SEGMENTS, wscale, FP8)  # [M_PAD, BLOCK_N]
     else:  # elementwise fp32 products summed over the K loop, one reduction over k at the end
         # x's pointers are broadcast over the block's n (stride 0) so that its load gets w's register layout
         x_rows = x_ptr + rows[:, None, None] * s_xm + 0 * cols[None, :, None]  # [M_PAD, BLOCK_N, 1]
         w_rows = w_ptr + tl.minimum(cols, N - 1).to(tl.int64)[None, :, None] * K  # [1, BLOCK_N, 1] clamped
         x_ok = (rows < M)[:, None, None]  # [M_PAD, 1, 1]
-        acc3 = tl.zeros([M_PAD, BLOCK_N, BLOCK_K], dtype=tl.float32)  # [M_PAD, BLOCK_N, BLOCK_K]
+        ksub = tl.arange(0, KSUB)  # [KSUB] (KSUB = BLOCK_K unless FP8)
+        acc3 = tl.zeros([M_PAD, BLOCK_N, KSUB], dtype=tl.float32)  # [M_PAD, BLOCK_N, KSUB]
         for k0 in range(k_begin, k_end, BLOCK_K):
-            k_idx = (k0 + ks)[None, None, :]  # [1, 1, BLOCK_K]
-            if EVEN_K:
-                w = tl.load(w_rows + k_idx)  # [1, BLOCK_N, BLOCK_K]
-                x = tl.load(x_rows + k_idx, mask=x_ok, other=0.0)  # [M_PAD, BLOCK_N, BLOCK_K]
-            else:
-                w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [1, BLOCK_N, BLOCK_K]
-                x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_N, BLOCK_K]
-            acc3 += x.to(tl.float32) * w.to(tl.float32)  # [M_PAD, BLOCK_N, BLOCK_K]
+            for j in tl.static_range(BLOCK_K // KSUB):
+                k_idx = (k0 + j * KSUB + ksub)[None, None, :]  # [1, 1, KSUB]
+                if EVEN_K:
+                    w = tl.load(w_rows + k_idx)  # [1, BLOCK_N, KSUB]
+                    x = tl.load(x_rows + k_idx, mask=x_ok, other=0.0)  # [M_PAD, BLOCK_N, KSUB]
+                else:
+                    w = tl.load(w_rows + k_idx, mask=k_idx < K, other=0.0)  # [1, BLOCK_N, KSUB]
+                    x = tl.load(x_rows + k_idx, mask=x_ok & (k_idx < K), other=0.0)  # [M_PAD, BLOCK_N, KSUB]
+                wf = w.to(tl.float32)
+                if FP8:  # the sub-tile's block scales (a sub-tile past K reads the last block's: its weights are 0)
+                    wscale = tl.load(ws_ptr + srow + tl.minimum((k0 + j * KSUB) // 128, n_kb - 1))  # [BLOCK_N]
+                    wf = wf * wscale[None, :, None]  # [1, BLOCK_N, KSUB]
+                acc3 += x.to(tl.float32) * wf  # [M_PAD, BLOCK_N, KSUB]
         acc = tl.sum(acc3, axis=2)  # [M_PAD, BLOCK_N]
     if NORM and NORM_SEGMENTS == 1:
         acc = acc * tl.sum(seg_rstd, axis=1)[:, None]  # [M_PAD, BLOCK_N] (split-K: each partial; the sum is linear)

@@ -9,6 +9,7 @@ import triton
 from ..checks import (FLOAT_DTYPES, check_num_nodes, check_slots, check_tensor, check_tree_rows, interpreting,
                       tma_possible)
 from ..pdl import pdl_supported
+from .fp8 import FP8_BLOCK_K, Fp8Weight
 from .kernels import (MAX_NORM_PARTS, MAX_ROWS, MAX_SUM_ROWS, OUT_DTYPES, WIDE_N, ConvStep, GemvConfig,
                       ResidualRows, RowNorm, TreeConv, _gemv_kernel)
 
@@ -88,7 +89,13 @@ def gemv_config(M: int, N: int, K: int, device: torch.device | str) -> GemvConfi
 
 def interleave_gate_up(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """SwiGLU's weights ``gate, up: [I, K]`` as one ``[2I, K]`` weight with rows ``2j = gate_j``, ``2j + 1 = up_j``
-    (the layout ``swiglu=True`` reads; ``x @ w.T`` then holds the pairs side by side)."""
+    (the layout ``swiglu=True`` reads; ``x @ w.T`` then holds the pairs side by side). Two
+    :class:`~lumotree.optimized.ops.gemv.fp8.Fp8Weight` give one, each row keeping its own scales."""
+    if isinstance(gate, Fp8Weight) and isinstance(up, Fp8Weight) and gate.shape == up.shape:
+        rows = torch.stack([gate.scale_rows, up.scale_rows + gate.scale.shape[-2]], dim=-1).flatten()  # [2I]
+        lead, (inner, K) = gate.shape[:-2], gate.shape[-2:]
+        weight = torch.stack([gate.weight, up.weight], dim=-2).reshape(*lead, 2 * inner, K).contiguous()
+        return Fp8Weight(weight, torch.cat([gate.scale, up.scale], dim=-2).contiguous(), rows.contiguous())
     if not (isinstance(gate, torch.Tensor) and isinstance(up, torch.Tensor)) or gate.ndim != 2 \
             or gate.shape != up.shape:
         raise ValueError("gate and up must be tensors of one shape [I, K]")
@@ -186,13 +193,25 @@ def small_batch_linear(x: torch.Tensor, w: torch.Tensor, *, out_dtype: torch.dty
     else:
         y = check_tensor("out", out, (x.shape[0], n_out), "M, N / 2 (swiglu)" if swiglu else "M, N",
                          (out_dtype or x.dtype,), x.device, contiguous=True)
-        if y.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(), w.untyped_storage().data_ptr()):
+        if y.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(), _weight(w).untyped_storage().data_ptr()):
             raise ValueError("out shares memory with x or w: the programs reading them would race with its stores")
     if isinstance(conv, TreeConv):
         if conv.out.dtype != y.dtype:
             raise TypeError(f"conv.out has dtype {conv.out.dtype}, expected y's {y.dtype}")
         if conv.out.untyped_storage().data_ptr() in (y.untyped_storage().data_ptr(), x.untyped_storage().data_ptr()):
             raise ValueError("conv.out shares memory with y or x: the conv reads them while it stores")
+    if isinstance(w, Fp8Weight) and w.tail is not None:  # FP8 rows, then the float rows, into their columns
+        n1 = w.weight.shape[0]
+        if swiglu:
+            raise ValueError("swiglu takes an Fp8Weight without a float tail (interleaved gate / up rows)")
+        if conv is not None and conv.weight.shape[0] > n1:
+            raise ValueError(f"conv.weight has C = {conv.weight.shape[0]} channels, more than w's {n1} FP8 rows")
+        _launch(x, w.head, y[:, :n1], cfg, pdl, False, norm, None, None, conv)
+        tail_cfg = gemv_config(x.shape[0], w.tail.shape[0], K, x.device) if config is None else cfg
+        if norm is not None:
+            tail_cfg = _check_norm(norm, x.shape[0], K, tail_cfg, config is None, x.device)
+        _launch(x, w.tail, y[:, n1:], tail_cfg, pdl, False, norm, None, None, None)
+        return y
     _launch(x, w, y, cfg, pdl, swiglu, norm, None, None, conv)
     return y
 
@@ -208,11 +227,14 @@ def residual_linear(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, *,
     add + RMSNorm between two projections costs no launch of its own (module docstring). ``norm``: the product
     scaled as in :func:`small_batch_linear` before the add."""
     x, w, K, cfg, _ = _check_linear(x, w, None, config)
+    if isinstance(w, Fp8Weight) and w.tail is not None:
+        raise ValueError("residual_linear takes an Fp8Weight without a float tail")
     M, N = x.shape[0], w.shape[0]
     if norm is not None:
         cfg = _check_norm(norm, M, K, cfg, config is None, x.device)
     check_tensor("residual", residual, (M, N), "M, N", (x.dtype,), x.device, contiguous=True)
-    if residual.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(), w.untyped_storage().data_ptr()):
+    if residual.untyped_storage().data_ptr() in (x.untyped_storage().data_ptr(),
+                                                 _weight(w).untyped_storage().data_ptr()):
         raise ValueError("residual shares memory with x or w: the programs reading them would race with its update")
     scaled = None
     if scale is not None:
@@ -237,13 +259,28 @@ def _check_linear(x, w, out_dtype, config) -> tuple[torch.Tensor, torch.Tensor, 
         raise ValueError(f"x has {M} rows; small_batch_linear takes 1 to {MAX_ROWS} (use a matmul for more)")
     if K < 1:
         raise ValueError("x has K = 0 columns")
-    check_tensor("w", w, (None, K), "N, K", (x.dtype,), device, contiguous=True)
+    fp8 = isinstance(w, Fp8Weight)
+    if fp8:
+        check_tensor("w.weight", w.weight, (None, K), "N, K", (torch.float8_e4m3fn,), device, contiguous=True)
+        check_tensor("w.scale", w.scale, (None, triton.cdiv(K, FP8_BLOCK_K)), "R, cdiv(K, 128)", (torch.float32,),
+                     device, contiguous=True)
+        check_tensor("w.scale_rows", w.scale_rows, (w.weight.shape[0],), "N", (torch.int32,), device, contiguous=True)
+        if w.tail is not None:
+            check_tensor("w.tail", w.tail, (None, K), "N2, K", (x.dtype,), device, contiguous=True)
+    else:
+        check_tensor("w", w, (None, K), "N, K", (x.dtype,), device, contiguous=True)
     N = w.shape[0]
     if N < 1:
         raise ValueError("w has N = 0 rows")
     if out_dtype not in OUT_DTYPES:
         raise TypeError(f"out_dtype must be one of None, bfloat16, float16, float32, got {out_dtype!r}")
     cfg = gemv_config(M, N, K, device) if config is None else _check_config(config)
+    if fp8 and config is None and not cfg.use_dot:  # the same bytes per weight tile as the float default
+        cfg = cfg._replace(block_n=cfg.block_n * 2)
+    if fp8 and cfg.use_dot:  # one scale per row and tile
+        cfg = cfg._replace(block_k=min(cfg.block_k, FP8_BLOCK_K))
+    if fp8 and cfg.tma:
+        raise ValueError("config.tma: a block-FP8 weight is read by per-thread loads (tma=False)")
     _check_form(cfg, M)
     return x, w, K, cfg, out_dtype
 
@@ -316,6 +353,10 @@ def _check_tree_conv(conv: TreeConv, M: int, N: int, device: torch.device, valid
     return conv._replace(slots=slots, silu=bool(conv.silu))
 
 
+def _weight(w: torch.Tensor | Fp8Weight) -> torch.Tensor:
+    return w.weight if isinstance(w, Fp8Weight) else w
+
+
 def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, pdl: bool, swiglu: bool,
             norm: RowNorm | None, out_parts: torch.Tensor | None, scaling: tuple | None,
             conv: ConvStep | TreeConv | None) -> None:
@@ -338,9 +379,11 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
     norm_segments = norm.parts.shape[1] if norm is not None and norm.parts.ndim == 3 else 1
     x_desc, w_desc = _descriptors(x, w, cfg, m_pad) if cfg.tma and tma_possible(x, w) else (None, None)
     tree = isinstance(conv, TreeConv)
+    fp8 = isinstance(w, Fp8Weight)
+    w_data = _weight(w)
     grid = (triton.cdiv(N, cfg.block_n), split_k)
     _gemv_kernel[grid](
-        x, w, x if x_desc is None else x_desc, w if w_desc is None else w_desc, y, partials, counters,
+        x, w_data, x if x_desc is None else x_desc, w_data if w_desc is None else w_desc, y, partials, counters,
         norm.parts if norm is not None else y, out_parts if out_parts is not None else y,
         *(scaling if scaling is not None else (y, y)),
         M, N, K, x.stride(0), y.stride(0), k_per_split, split_k, float(norm.eps) if norm is not None else 1.0,
@@ -358,7 +401,9 @@ def _launch(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, cfg: GemvConfig, 
         CONV=isinstance(conv, ConvStep), CONV_WIDTH=conv.weight.shape[1] if conv is not None else 2,
         CONV_RP=max(2, triton.next_power_of_2(conv.weight.shape[1] - 1)) if conv is not None else 2,
         CONV_WP=triton.next_power_of_2(conv.weight.shape[1]) if conv is not None else 2,
-        CONV_SILU=conv is not None and conv.silu, TREE_CONV=tree, **opts,
+        CONV_SILU=conv is not None and conv.silu, TREE_CONV=tree,
+        ws_ptr=w.scale if fp8 else y, wr_ptr=w.scale_rows if fp8 else y, n_kb=w.scale.shape[-1] if fp8 else 1, FP8=fp8,
+        KSUB=min(cfg.block_k, FP8_BLOCK_K) if fp8 else cfg.block_k, **opts,
     )  # fmt: skip
 
 
