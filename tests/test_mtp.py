@@ -227,6 +227,33 @@ def test_optimized_head_pads_batches_with_other_slots_untouched(random_model):
     assert head.lens.tolist() == [5, 2, 3, 1]
 
 
+def test_optimized_head_of_a_block_fp8_checkpoint_matches_the_reference(tmp_path):
+    """A block-FP8 checkpoint (``mtp.fc`` and the head's projections FP8, as releases store them): the optimized
+    head on the FP8 weights equals the reference head on the dequantised ones."""
+    from test_fp8 import write_fp8
+
+    from lumotree.optimized.ops.gemv import Fp8Weight
+
+    write_fp8(tmp_path, "qwen3_5_text")
+    ref = load_pretrained(tmp_path)
+    opt = load_optimized(tmp_path, num_slots=2, max_seq_len=32, max_nodes=8, graphs=False, dtype=torch.float32)
+    assert isinstance(opt.weights.mtp.fc, Fp8Weight)
+    head, ref_head = opt.mtp_head(), MTPHead(ref)
+    prompt = [3, 1, 4, 1, 5, 9]
+    _, hidden = ref.forward(prompt, ref.new_cache(), return_hidden=True)  # [T, D]
+    opt.prefill(1, prompt)
+    head.reset(1)
+    head.extend([1], [prompt[1:]], [opt.hidden_states(1, len(prompt))[:-1]])
+    cache = ref_head.new_cache()
+    ref_head.forward(hidden[:-1], prompt[1:], cache)
+    tree = TokenTree([-1, 0, 0, 1], [7, 2, 3, 4])
+    tree_hidden = np.repeat(hidden[-1][None], 4, 0)  # [4, D]
+    want, _ = ref_head.tree(tree_hidden, tree.tokens, tree, cache)
+    _, logits = head.tree(torch.tensor([1]), torch.tensor([tree.tokens]), torch.tensor([tree.parents]),
+                          torch.tensor([4]), torch.from_numpy(tree_hidden).float()[None], torch.arange(4)[None])
+    assert rel_error(logits[0].numpy(), want) < PARITY_BOUND
+
+
 # ================================================================================================== drafts
 def head_logits_from_scratch(model: HybridModel, context: list[int], tokens: list[int], parents: list[int]):
     """Logits ``[n, V]`` of every node of a draft tree, the head recomputed from the whole context: the target run
@@ -380,7 +407,7 @@ def test_sampled_mtp_chains_are_lossless(monkeypatch):
     resamples from the target after a rejection (no ``max(0, p - q)`` residual) fails the same test. (Skipping only
     the renormalisation cannot show on a chain: a chain node has one draw, and the final draw normalises.)"""
     model = build_random(HybridConfig(**VOCAB4), seed=2)
-    prompt, horizon, copies = [1, 2, 3, 1, 2], 3, 2000
+    prompt, horizon, copies = [1, 2, 3, 1, 2], 3, 1200
     params = SamplingParams(temperature=1.2, top_p=0.9)
     exact = exact_autoregressive(model, prompt, horizon, params)
     keys = sorted(exact)
@@ -404,7 +431,7 @@ def test_sampled_mtp_chains_are_lossless(monkeypatch):
         return residual
 
     monkeypatch.setattr(sampling, "residual_after_rejection", lossy)
-    assert chi_square_pvalue(counts(), expected) < 1e-6  # measured: about 1e-90
+    assert chi_square_pvalue(counts(), expected) < 1e-6  # measured: about 1e-50
 
 
 def test_top_k_mtp_trees_keep_the_seeded_autoregressive_text(random_model):
