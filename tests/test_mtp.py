@@ -368,11 +368,11 @@ def test_generate_with_the_mtp_drafter(tmp_path, capsys, echo):
     for spec in ("none", "chain", "tree"):
         code = main(["generate", "--model", str(tmp_path / "ckpt"), "--backend", "reference", "--spec", spec,
                      "--drafter", "mtp", "--mtp-depth", "2", "--mtp-top-k", "2", "--budget", "fixed", "--max-nodes",
-                     "4", "--max-new-tokens", "9", "--prompt", "5 9 2 5", "--json", str(out), "--quiet"])
+                     "4", "--max-new-tokens", "10", "--prompt", "5 9 2 5", "--json", str(out), "--quiet"])
         assert code == 0, capsys.readouterr().err
         results[spec] = json.loads(out.read_text())
     tokens = results["none"]["results"][0]["tokens"]
-    assert len(tokens) == 9
+    assert len(tokens) == 10  # 1 from the prefill, then 3 steps of 2 drafted + 1
     for spec in ("chain", "tree"):
         assert results[spec]["results"][0]["tokens"] == tokens, spec
         assert results[spec]["summary"]["mean_accepted"] == 2, spec
@@ -475,6 +475,7 @@ def test_bad_inputs_are_refused_in_one_line(tmp_path, capsys, random_model):
         (["--model", str(tmp_path), "--drafter", "mtp"], ("--drafter mtp", "no mtp.* tensors")),
         (["--random", "tiny", "--drafter", "mtp", "--mtp-depth", "0"], ("--mtp-depth",)),
         (["--random", "tiny", "--drafter", "mtp", "--mtp-top-k", "0"], ("--mtp-top-k",)),
+        (["--random", "tiny", "--drafter", "mtp", "--prefix-cache", "64"], ("--prefix-cache", "--drafter mtp")),
     ):
         code = main(["generate", *argv, "--backend", "reference", "--prompt", "1 2", "--quiet"])
         err = capsys.readouterr().err

@@ -66,7 +66,12 @@ class MTPDrafter:
 
     # ------------------------------------------------------------------------------------------------ requests
     def admit(self, slot: int, prompt: Sequence[int]) -> None:
-        hidden = self.target.hidden_states(slot, len(prompt)).clone()  # [T, D] the prompt's, after its prefill
+        try:
+            hidden = self.target.hidden_states(slot, len(prompt)).clone()  # [T, D] the prompt's, after its prefill
+        except ValueError:
+            raise ValueError(f"the MTP drafter needs the target's hidden states of the whole prompt ({len(prompt)} "
+                             "tokens) after its prefill; a prefix-cache hit prefills only the rest: use the MTP "
+                             "drafter without a prefix cache") from None
         self.head.reset(slot)
         self._tokens[slot] = [int(t) for t in prompt[1:]]
         self._hidden[slot] = [hidden[:-1]]

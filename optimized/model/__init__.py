@@ -15,11 +15,11 @@ from .memory import MemoryPlan, plan_memory
 from .model import HEAD_ROWS, OptimizedModel
 from .mtp import MTPHead
 from .presets import RANDOM_CONFIGS
-from .weights import random_tensors, select_layers, successor_permutation
+from .weights import random_tensors, random_weights, select_layers, successor_permutation
 
 __all__ = ["OptimizedModel", "MTPHead", "MemoryPlan", "plan_memory", "load_pretrained", "load_checkpoint",
-           "LoadReport", "ProgressBar", "from_reference", "build_random", "random_tensors", "select_layers",
-           "successor_permutation", "RANDOM_CONFIGS", "HEAD_ROWS"]
+           "LoadReport", "ProgressBar", "from_reference", "build_random", "random_tensors", "random_weights",
+           "select_layers", "successor_permutation", "RANDOM_CONFIGS", "HEAD_ROWS"]
 
 
 def load_pretrained(path: str | os.PathLike, progress: Any = None, **kwargs: Any) -> OptimizedModel:

@@ -49,6 +49,12 @@ class HiddenStates:
     _prompt_hidden: dict[int, torch.Tensor]  # slot -> [T, Dm] of its prefill, until its next step
     _mtp_head: Any
 
+    def init_hidden_states(self) -> None:
+        """No hidden states kept and no head built yet (the model's constructor)."""
+        self.hidden_rows = None  # [P, max_nodes + 1, Dm] once kept; row max_nodes: where off-path nodes go
+        self._prompt_hidden = {}  # slot -> [T, Dm] of its prefill, until its next step
+        self._mtp_head = None
+
     @property
     def keep_hidden(self) -> bool:
         """Whether steps keep their final-normed hidden states (:meth:`keep_hidden_states`)."""
@@ -91,6 +97,11 @@ class HiddenStates:
         if self._prompt_hidden:
             for s in host_slots:
                 self._prompt_hidden.pop(s, None)
+
+    def _keep_decode_hidden(self, slots: torch.Tensor, x: torch.Tensor) -> None:
+        """A decode step's rows ``x: [B, Dm]`` become ``hidden_rows[slots, 0]`` (when kept; graph safe)."""
+        if self.hidden_rows is not None:
+            self.hidden_rows[:, 0].index_copy_(0, slots.long(), x)
 
     def _keep_path_hidden(self, rec: Any, accepted: torch.Tensor) -> None:
         """``hidden_rows[slot, d]`` = the hidden state of the accepted path's node of depth d, for a step record
