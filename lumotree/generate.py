@@ -98,6 +98,13 @@ def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_argument("--draft-layers", default="0,3",
                       help="draft-model drafter: comma-separated target layers it keeps (with the target's "
                            "embedding, final norm and head)")
+    spec.add_argument("--mtp-depth", type=int, default=3,
+                      help="mtp drafter: rounds of the checkpoint's MTP head (the deepest draft token)")
+    spec.add_argument("--mtp-top-k", type=int, default=2,
+                      help="mtp drafter, tree mode: children of each expanded node and nodes expanded a round")
+    spec.add_argument("--mtp-sampled", action="store_true",
+                      help="mtp drafter, chain mode: draw the chains of sampling requests from the head's "
+                           "distribution (verified by rejection sampling) instead of taking its argmax")
     spec.add_argument("--exit-layer", type=int, default=None,
                       help="layer-skip drafter: the draft is the target's first EXIT_LAYER layers (default: half)")
     spec.add_argument("--budget", choices=("expected", "ratio", "fixed"), default="expected",
@@ -183,6 +190,12 @@ def check_model_arguments(args: argparse.Namespace) -> None:
     if args.drafter == "synthetic" and args.spec != "none":
         raise UsageError("--drafter synthetic reads an oracle continuation; it exists for system benchmarks only "
                          "(lumotree bench e2e), not for decoding")
+    for name in ("mtp_depth", "mtp_top_k"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be at least 1")
+    if args.drafter == "mtp" and args.spec != "none" and prefix_cache_bytes(args):
+        raise UsageError(f"--prefix-cache {args.prefix_cache} with --drafter mtp: the MTP head reads the target's "
+                         "hidden states of the whole prompt, which a prefix-cache hit does not compute; use one of them")
     if args.exit_layer is not None and args.drafter != "layer-skip":
         raise UsageError(f"--exit-layer applies to --drafter layer-skip, not {args.drafter}")
     if args.drafter == "draft-model":
@@ -289,7 +302,7 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
     """(target, draft target or None, tokenizer or None, config) for the command-line options. A checkpoint loads
     through the reference's float64 reader (small models only) or streams to the device (optimized backend)."""
     from lumotree.optimized.engine import OptimizedTarget, ReferenceTarget, layer_skip_checkpoint
-    from lumotree.reference.checkpoint import read_config
+    from lumotree.reference.checkpoint import read_config, tensor_table
     from lumotree.reference.config import HybridConfig
     from lumotree.reference.drafters import layer_skip_config, layer_skip_draft
 
@@ -301,8 +314,12 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
         raw = read_config(args.model)
         config = HybridConfig.from_dict(raw)  # config errors before anything is read
         tokenizer = _tokenizer(args.model)
-    else:
-        config = HybridConfig(**RANDOM_CONFIGS[args.random])
+    else:  # with --drafter mtp a random model gets a random MTP head too (drawn after the text model's weights)
+        config = HybridConfig(**{**RANDOM_CONFIGS[args.random], "mtp_num_hidden_layers": int(args.drafter == "mtp")})
+    if args.drafter == "mtp" and args.spec != "none" and args.model and \
+            not any(name.startswith("mtp.") for name in tensor_table(args.model)):
+        raise UsageError(f"--drafter mtp: {args.model} holds no MTP head (no mtp.* tensors); use --drafter ngram or "
+                         "draft-model")
     draft_layers = [int(x) for x in args.draft_layers.split(",") if x.strip()] if args.drafter == "draft-model" else []
     if args.drafter in SELF_SPECULATION:
         try:
@@ -419,7 +436,10 @@ def build_engine(args: argparse.Namespace, target: Any, draft: Any, sampling: bo
     from lumotree.optimized.engine import Engine, make_drafter
 
     mode = {"none": "autoregressive", "chain": "chain", "tree": "tree"}[args.spec]
-    drafter = make_drafter(args.drafter, draft_model=draft) if mode != "autoregressive" else None
+    options = dict(depth=args.mtp_depth, top_k=args.mtp_top_k, sampled=args.mtp_sampled) if args.drafter == "mtp" \
+        else {}
+    drafter = make_drafter(args.drafter, draft_model=draft, target=target, **options) \
+        if mode != "autoregressive" else None
     engine = Engine(target, drafter, mode=mode, budget="fixed", max_nodes=args.max_nodes, eps=args.eps,
                     seed=args.seed)
     if mode != "autoregressive" and args.budget != "fixed":

@@ -15,6 +15,8 @@ A drafter proposes, for every running request, a :class:`Draft`: a tree rooted a
   to the budget by cumulative probability. Confidence = cumulative draft probability. Deterministic (top-k) proposals.
 - Suffix decoding (``"suffix"``, :mod:`~lumotree.optimized.engine.suffix`) and self-speculation from the target's
   own layers (``"layer-skip"``, ``"gdn-only"``, :mod:`~lumotree.optimized.engine.selfspec`) live in their modules.
+- :class:`~lumotree.optimized.engine.mtp.MTPDrafter` (``mtp``): the checkpoint's multi-token-prediction head on the
+  target's own hidden states; chains and EAGLE-2 style trees; confidence = path probability under the head.
 - :class:`SyntheticDrafter` — **SYNTHETIC, FOR SYSTEM BENCHMARKS ONLY**: it reads each request's true continuation
   from an oracle (e.g. the target's own greedy output recorded by an autoregressive run) and places the true next token
   among the children of on-path nodes at rank r with probability ``p (1 - p)^(r - 1)``; its confidences are exactly
@@ -511,7 +513,7 @@ class SyntheticDrafter:
         return [Draft(tokens[b].tolist(), parent_list, conf, best_first=True) for b in range(B)]  # template order
 
 
-DRAFTERS = ("ngram", "suffix", "draft-model", "layer-skip", "gdn-only", "synthetic")
+DRAFTERS = ("ngram", "suffix", "draft-model", "layer-skip", "gdn-only", "mtp", "synthetic")
 
 
 def layer_skip_checkpoint(config: Any, tensors: Mapping[str, Any], layers: Sequence[int]) -> tuple[Any, dict[str, Any]]:
@@ -537,6 +539,7 @@ def make_drafter(
     name: str,
     *,
     draft_model: Any = None,
+    target: Any = None,
     oracle: Mapping[tuple[int, ...], Sequence[int]] | None = None,
     vocab_size: int | None = None,
     acceptance: float = 0.8,
@@ -545,8 +548,9 @@ def make_drafter(
     """A drafter by name (:data:`DRAFTERS`): ``"ngram"``; ``"suffix"``
     (:class:`~lumotree.optimized.engine.suffix.SuffixDrafter`); ``"draft-model"``, ``"layer-skip"``, ``"gdn-only"``
     (need ``draft_model``, a :class:`~lumotree.optimized.engine.TargetModel`; the last two a subgraph of the target,
-    :mod:`~lumotree.optimized.engine.selfspec`); ``"synthetic"`` (needs ``oracle`` and ``vocab_size``; benchmarks
-    only). ``options`` go to the drafter's constructor."""
+    :mod:`~lumotree.optimized.engine.selfspec`); ``"mtp"`` (needs ``target``, the engine's target model, whose MTP
+    head drafts; :class:`~lumotree.optimized.engine.mtp.MTPDrafter`); ``"synthetic"`` (needs ``oracle`` and
+    ``vocab_size``; benchmarks only). ``options`` go to the drafter's constructor."""
     if name == "ngram":
         return PromptLookupDrafter(**options)
     if name == "suffix":
@@ -563,6 +567,12 @@ def make_drafter(
         if draft_model is None:
             raise ValueError("drafter 'draft-model' needs draft_model")
         return DraftModelDrafter(draft_model, **options)
+    if name == "mtp":
+        if target is None:
+            raise ValueError("drafter 'mtp' needs target (the model whose MTP head drafts)")
+        from .mtp import MTPDrafter
+
+        return MTPDrafter(target, **options)
     if name == "synthetic":
         if oracle is None or vocab_size is None:
             raise ValueError("drafter 'synthetic' needs oracle and vocab_size (it is for benchmarks only)")

@@ -1,5 +1,6 @@
 """The models behind the engine: the :class:`TargetModel` protocol, the exact reference (:class:`ReferenceTarget`)
-and the optimized model (:class:`OptimizedTarget`, padded to batch buckets for its CUDA graphs)."""
+and the optimized model (:class:`OptimizedTarget`, padded to batch buckets for its CUDA graphs), and the MTP head each
+hands out (:class:`ReferenceMTPHead`; the optimized model's :class:`~lumotree.optimized.model.mtp.MTPHead`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from ..model.memory import BATCH_BUCKETS
 from .sampling import TreeBatch, VerifyOutcome
 
-__all__ = ["TargetModel", "ReferenceTarget", "OptimizedTarget"]
+__all__ = ["TargetModel", "ReferenceTarget", "OptimizedTarget", "ReferenceMTPHead"]
 
 
 @runtime_checkable
@@ -33,6 +34,11 @@ class TargetModel(Protocol):
     model
     that has it runs a greedy speculative step with it (fused: fewer launches); without it the engine makes the three
     calls.
+
+    Optional, for the MTP drafter (:class:`~lumotree.optimized.engine.mtp.MTPDrafter`): ``hidden_states(slot, count)
+    -> [count, D]``, the final-normed hidden states (the LM head's input) of the last ``count`` tokens the slot's last
+    ``prefill`` / ``decode`` / ``commit`` added; ``mtp_head()``, the checkpoint's MTP head, slot-addressed
+    (:class:`ReferenceMTPHead` states its protocol; ``ValueError`` without ``mtp.*`` weights).
 
     Optional, for the prefix cache (:mod:`~lumotree.optimized.engine.prefix_cache`): ``read_kv(slot, start, end)``
     (copies of the K / V rows of positions ``[start, end)``), ``read_state(slot)`` (copies of the GDN and conv
@@ -76,6 +82,8 @@ class ReferenceTarget:
         self.device = torch.device("cpu")
         self.caches: dict[int, Any] = {}
         self.passes: dict[int, Any] = {}
+        self.hidden: dict[int, np.ndarray] = {}  # slot -> [n, D] hidden states of what its last step added
+        self._mtp_head: ReferenceMTPHead | None = None
 
     def _check_slot(self, slot: int) -> int:
         if not 0 <= int(slot) < self.num_slots:
@@ -87,7 +95,7 @@ class ReferenceTarget:
         cache = self.model.new_cache() if start == 0 else self.caches[slot]
         if cache.length != start:
             raise ValueError(f"start = {start}: slot {slot} holds {cache.length} tokens")
-        logits = self.model.forward(list(tokens), cache)  # [T, V]
+        logits, self.hidden[slot] = self.model.forward(list(tokens), cache, return_hidden=True)  # [T, V], [T, D]
         self.caches[slot] = cache
         return torch.from_numpy(np.asarray(logits[-1], dtype=np.float64))
 
@@ -116,7 +124,9 @@ class ReferenceTarget:
     def decode(self, slots: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         rows = []
         for slot, tok in zip(slots.tolist(), tokens.tolist()):
-            rows.append(self.model.forward([int(tok)], self.caches[self._check_slot(slot)])[-1])
+            logits, self.hidden[slot] = self.model.forward([int(tok)], self.caches[self._check_slot(slot)],
+                                                           return_hidden=True)  # [1, V], [1, D]
+            rows.append(logits[-1])
         return torch.from_numpy(np.stack(rows).astype(np.float64))  # [B, V]
 
     def _tree(self, trees: TreeBatch, b: int):
@@ -135,14 +145,81 @@ class ReferenceTarget:
 
     def commit(self, slots: torch.Tensor, trees: TreeBatch, accepted: torch.Tensor) -> None:
         for slot, node in zip(slots.tolist(), accepted.tolist()):
-            self.model.commit_pass(self.passes.pop(slot), int(node), self.caches[slot])
+            tree_pass = self.passes.pop(slot)
+            self.hidden[slot] = tree_pass.hidden[tree_pass.tree.path(int(node))]  # [depth + 1, D] the accepted path
+            self.model.commit_pass(tree_pass, int(node), self.caches[slot])
 
     def release(self, slot: int) -> None:
         self.caches.pop(int(slot), None)
         self.passes.pop(int(slot), None)
+        self.hidden.pop(int(slot), None)
 
     def cache_length(self, slot: int) -> int:
         return int(self.caches[int(slot)].length)
+
+    def hidden_states(self, slot: int, count: int) -> torch.Tensor:
+        """``[count, D]`` float64: the final-normed hidden states of the last ``count`` tokens the slot's last step
+        added (:class:`TargetModel`)."""
+        have = self.hidden[self._check_slot(slot)]
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= have.shape[0]:
+            raise ValueError(f"count = {count!r} must be an integer in [1, {have.shape[0]}]")
+        return torch.from_numpy(have[-count:])
+
+    def mtp_head(self) -> ReferenceMTPHead:
+        """The model's MTP head in float64 (:class:`ReferenceMTPHead`, built once)."""
+        if self._mtp_head is None:
+            self._mtp_head = ReferenceMTPHead(self.model, self.num_slots, self.max_nodes)
+        return self._mtp_head
+
+
+class ReferenceMTPHead:
+    """The exact MTP head (:class:`lumotree.reference.mtp.MTPHead`, float64) behind the slot-addressed protocol the MTP
+    drafter drives (the optimized model's :class:`~lumotree.optimized.model.mtp.MTPHead` follows it too): one
+    :class:`~lumotree.reference.mtp.MTPCache` per slot, requests one after another.
+
+    - ``reset(slot)`` / ``release(slot)``: the slot holds no entry;
+    - ``extend(slots, tokens, hidden)``: append the pairs ``(hidden[b][t] [D], tokens[b][t])`` to slot ``slots[b]``;
+    - ``tree(slots [B], tokens [B, N], parents [B, N], num_nodes [B], hidden [B, N, D], rows [B, R]) ->
+      (g [B, N, D], logits [B, R, V])``: every node of each draft tree, the caches untouched.
+    """
+
+    def __init__(self, model: Any, num_slots: int, max_nodes: int):
+        from lumotree.reference.mtp import MTPHead
+
+        self.head = MTPHead(model)  # ValueError without an MTP head
+        self.num_slots, self.max_nodes = int(num_slots), int(max_nodes)
+        self.hidden_size = int(model.config.hidden_size)
+        self.device, self.dtype = torch.device("cpu"), torch.float64
+        self.caches: dict[int, Any] = {}
+
+    def reset(self, slot: int) -> None:
+        if not 0 <= int(slot) < self.num_slots:
+            raise ValueError(f"slot = {slot} is outside [0, {self.num_slots})")
+        self.caches[int(slot)] = self.head.new_cache()
+
+    def release(self, slot: int) -> None:
+        self.caches.pop(int(slot), None)
+
+    def extend(self, slots: Sequence[int], tokens: Sequence[Sequence[int]], hidden: Sequence[torch.Tensor]) -> None:
+        for slot, ids, h in zip(slots, tokens, hidden):
+            if len(ids):
+                self.head.forward(h.double().numpy(), list(ids), self.caches[int(slot)])
+
+    def tree(self, slots: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, num_nodes: torch.Tensor,
+             hidden: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from lumotree.reference.tree import TokenTree
+
+        B, N = tokens.shape
+        g = torch.zeros((B, N, self.hidden_size), dtype=torch.float64)  # [B, N, D]
+        logits = torch.zeros((B, rows.shape[1], self.head.model.vocab_size), dtype=torch.float64)  # [B, R, V]
+        for b, slot in enumerate(slots.tolist()):
+            n = int(num_nodes[b])
+            ids = tokens[b, :n].tolist()
+            node_logits, node_g = self.head.tree(hidden[b, :n].double().numpy(), ids,
+                                                 TokenTree(parents[b, :n].tolist(), ids), self.caches[int(slot)])
+            g[b, :n] = torch.from_numpy(node_g)
+            logits[b] = torch.from_numpy(node_logits[rows[b].numpy()])
+        return g, logits
 
 
 class OptimizedTarget:
@@ -253,5 +330,13 @@ class OptimizedTarget:
     def release(self, slot: int) -> None:
         self.busy.discard(int(slot))
         self.model.release(int(slot))
+
+    def hidden_states(self, slot: int, count: int) -> torch.Tensor:
+        """The model's :meth:`~lumotree.optimized.model.OptimizedModel.hidden_states` (:class:`TargetModel`)."""
+        return self.model.hidden_states(slot, count)
+
+    def mtp_head(self) -> Any:
+        """The model's MTP head (:class:`~lumotree.optimized.model.mtp.MTPHead`; hidden states kept from now on)."""
+        return self.model.mtp_head()
 
 
