@@ -1,0 +1,155 @@
+"""The end-to-end benchmark on real text and the replay of measured acceptance: acceptance profiles counted by hand
+on a small tree, their JSON round trip and errors; the replay drafter's acceptance converging to the profile it
+replays (binomial bounds, fixed seed; a wrong profile is rejected by the same bounds) and staying lossless through
+the engine; the recorder's counts against the engine's accepted tokens; ``lumotree bench e2e --model`` on a tiny
+random checkpoint with a tokenizer trained here (reference backend: every drafter's greedy output equals
+autoregressive decoding) and ``--replay`` argument errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lumotree.cli import main
+from lumotree.optimized.engine import Engine, ReferenceTarget, make_drafter
+from lumotree.optimized.engine.drafters import Draft, DraftRequest
+from lumotree.optimized.engine.replay import (
+    AcceptanceProfile,
+    ReplayDrafter,
+    count_step,
+    record_acceptance,
+    replay_template,
+)
+from lumotree.optimized.engine.sampling import SamplingParams
+from lumotree.reference.model import HybridConfig, build_random
+
+TABLE = np.array([[0.55, 0.2, 0.1], [0.6, 0.15, 0.05], [0.7, 0.1, 0.0], [0.45, 0.2, 0.1]])  # [D, K]
+
+
+def profile_of(table: np.ndarray, n: int = 10_000) -> AcceptanceProfile:
+    proposed = np.full(table.shape, float(n))
+    return AcceptanceProfile(proposed, np.round(table * n), table * n, meta={"drafter": "test"})
+
+
+# ------------------------------------------------------------------------------------------------ counting
+def test_profile_counts_a_small_tree_by_hand():
+    # root 5; depth 1: node 1 (tok 7, conf .6), node 2 (tok 8, .3); under 1: node 3 (tok 9, .4), node 4 (tok 10, .5);
+    # under 2: node 5 (tok 11, .2). Ranks under node 1 by confidence: node 4 rank 0, node 3 rank 1.
+    draft = Draft([5, 7, 8, 9, 10, 11], [-1, 0, 0, 1, 1, 2], np.array([1.0, 0.6, 0.3, 0.4, 0.5, 0.2]))
+    profile = AcceptanceProfile.empty(1, 1)
+    count_step(profile, draft, [7, 9])  # accepted: node 1 (depth 1 rank 0), node 3 (depth 2 rank 1)
+    assert profile.proposed.tolist() == [[1, 1], [1, 1]]  # node 5 is under a rejected node: not counted
+    assert profile.accepted.tolist() == [[1, 0], [0, 1]]
+    np.testing.assert_allclose(profile.confidence_sum, [[0.6, 0.3], [0.5 / 0.6, 0.4 / 0.6]])
+    count_step(profile, draft, [])  # nothing accepted: only the root's children were candidates
+    assert profile.proposed.tolist() == [[2, 2], [1, 1]] and profile.accepted.tolist() == [[1, 0], [0, 1]]
+    np.testing.assert_allclose(profile.acceptance(), [[0.5, 0.0], [0.0, 1.0]])
+    # calibration bins of the path confidences .6 .3 .4 .5 .2 (twice); nodes 1 and 3 on the path once
+    assert profile.calibration[:, 0].tolist() == [0, 0, 2, 2, 2, 2, 2, 0, 0, 0]
+    assert profile.calibration[:, 1].tolist() == [0, 0, 0, 0, 1, 0, 1, 0, 0, 0]
+    with pytest.raises(ValueError, match="not a child"):
+        count_step(profile, draft, [7, 11])
+    back = AcceptanceProfile.from_dict(json.loads(json.dumps(profile.to_dict())))
+    assert (back.proposed == profile.proposed).all() and (back.calibration == profile.calibration).all()
+
+
+def test_profile_errors(tmp_path):
+    with pytest.raises(ValueError, match="accepted must not exceed"):
+        AcceptanceProfile([[1.0]], [[2.0]], [[1.0]])
+    with pytest.raises(ValueError, match="same depth x rank shape"):
+        AcceptanceProfile([[1.0, 1.0]], [[1.0]], [[1.0]])
+    with pytest.raises(ValueError, match="kind"):
+        AcceptanceProfile.from_dict({"proposed": [[1]]})
+    bad = tmp_path / "p.json"
+    bad.write_text("{")
+    with pytest.raises(ValueError, match="not JSON"):
+        AcceptanceProfile.load(bad)
+    with pytest.raises(FileNotFoundError, match="path"):
+        AcceptanceProfile.load(tmp_path / "missing.json")
+    with pytest.raises(ValueError, match="nothing to replay"):
+        ReplayDrafter(AcceptanceProfile.empty(2, 2), {(1,): [2]}, 16)
+
+
+def test_replay_template_is_best_first():
+    parents, ranks, conf, depth = replay_template(20, TABLE)
+    assert all(a >= b for a, b in zip(conf[1:], conf[2:]))
+    for i in range(1, len(parents)):
+        assert conf[i] == pytest.approx(conf[parents[i]] * TABLE[depth[i] - 1, ranks[i]])
+    assert max(depth) <= TABLE.shape[0]
+    chain = replay_template(20, TABLE, chain=True)
+    assert chain[0] == [-1, 0, 1, 2, 3] and chain[1] == [-1, 0, 0, 0, 0]  # rank 0 only, as deep as the profile
+
+
+# ------------------------------------------------------------------------------------------------ replay statistics
+def simulate(profile: AcceptanceProfile, table_nodes: int, chain: bool, steps: int, seed: int) -> AcceptanceProfile:
+    """Greedy verification without a model: the target's continuation is the oracle; each step accepts the path of
+    draft tokens that follow it, counted into a fresh profile."""
+    vocab, requests = 1000, 16
+    rng = np.random.default_rng(seed)
+    oracle = {(i,): rng.integers(0, vocab, size=steps * 8 + 8).tolist() for i in range(requests)}
+    drafter = ReplayDrafter(profile, oracle, vocab, seed=seed)
+    measured = AcceptanceProfile.empty(1, 1)
+    contexts = {i: [i, oracle[(i,)][0]] for i in range(requests)}
+    for i in range(requests):
+        drafter.admit(i, [i])
+    for _ in range(steps):
+        reqs = [DraftRequest(i, contexts[i], SamplingParams()) for i in range(requests)]
+        for r, d in zip(reqs, drafter.propose(reqs, table_nodes, chain)):
+            truth = oracle[(r.slot,)][len(r.context) - 1:]
+            accepted, node = [], 0
+            while True:
+                kids = [c for c in range(1, d.num_nodes) if d.parents[c] == node]
+                nxt = next((c for c in kids if d.tokens[c] == truth[len(accepted)]), None)
+                if nxt is None:
+                    break
+                accepted.append(d.tokens[nxt])
+                node = nxt
+            count_step(measured, d, accepted)
+            contexts[r.slot] = r.context + accepted + [truth[len(accepted)]]
+    return measured
+
+
+@pytest.mark.parametrize("chain", [False, True])
+def test_replay_acceptance_converges_to_the_profile(chain):
+    profile = profile_of(TABLE)
+    measured = simulate(profile, 24, chain, steps=250, seed=1)
+    n, k = measured.proposed, measured.accepted
+    expected = TABLE[: n.shape[0], : n.shape[1]]
+    seen = n > 0
+    assert seen[:, 0].all()  # every depth's rank 0 proposed
+    if not chain:
+        assert seen.sum() >= 8
+    # binomial bounds, 5 sigma (+1 for tiny counts): a replay off by a few per cent fails them
+    bound = 5 * np.sqrt(n * expected * (1 - expected)) + 1
+    assert (np.abs(k - n * expected)[seen] <= bound[seen]).all(), (k / np.maximum(n, 1), expected)
+    # the same bounds reject a profile that is not the one replayed
+    wrong = expected.copy()
+    wrong[0, 0] -= 0.05
+    assert (np.abs(k - n * wrong) > bound)[0, 0]
+
+
+def test_replay_is_lossless_through_the_engine_and_the_recorder_counts_it():
+    config = HybridConfig(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, linear_num_key_heads=2,
+                          linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8, num_experts=0,
+                          layer_types=("linear_attention", "full_attention"))
+    model = build_random(config, seed=2)
+    target = ReferenceTarget(model, num_slots=3, max_seq_len=64)
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(0, 40, size=n).tolist() for n in (5, 3, 6)]
+    params = SamplingParams(max_new_tokens=14)
+    ar = [r.tokens for r in Engine(target, mode="autoregressive").generate(prompts, params)]
+    oracle = {tuple(p): t for p, t in zip(prompts, ar)}
+    profile = profile_of(TABLE)
+    for mode in ("chain", "tree"):
+        out = Engine(target, ReplayDrafter(profile, oracle, 40, seed=3), mode=mode, budget="fixed",
+                     max_nodes=8).generate(prompts, params)
+        assert [r.tokens for r in out] == ar
+    recorded, results = record_acceptance(target, ReplayDrafter(profile, oracle, 40, seed=4), prompts, 14, 8)
+    assert [r.tokens for r in results] == ar
+    # every accepted token the engine counted is one accepted candidate of the profile, and every step's root
+    # candidates were counted once at depth 1
+    assert recorded.accepted.sum() == sum(r.accepted for r in results) > 0
+    assert recorded.proposed[0, 0] == recorded.meta["steps"] == sum(r.steps for r in results)
