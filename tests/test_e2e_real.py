@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from lumotree.cli import main
-from lumotree.optimized.engine import Engine, ReferenceTarget, make_drafter
+from lumotree.optimized.engine import DRAFTERS, Engine, ReferenceTarget
 from lumotree.optimized.engine.drafters import Draft, DraftRequest
 from lumotree.optimized.engine.replay import (
     AcceptanceProfile,
@@ -153,3 +153,72 @@ def test_replay_is_lossless_through_the_engine_and_the_recorder_counts_it():
     # candidates were counted once at depth 1
     assert recorded.accepted.sum() == sum(r.accepted for r in results) > 0
     assert recorded.proposed[0, 0] == recorded.meta["steps"] == sum(r.steps for r in results)
+
+
+# ------------------------------------------------------------------------------------------------ real text
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny random qwen3_5_text checkpoint (with an MTP head) and a tokenizer trained here, with workloads built
+    from standard-library files."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("transformers")
+    import sysconfig
+
+    from lumotree.training.corpus import Source, collect
+    from lumotree.training.model import HybridLM, save_checkpoint
+    from lumotree.training.tokenizer import save_tokenizer, train_tokenizer
+    from lumotree.workloads import write_workloads
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    files = collect([Source("json", f"{stdlib}/json")])
+    tokenizer = train_tokenizer([f.text for f in files], vocab_size=300)
+    config = HybridConfig(model_type="qwen3_5_text", vocab_size=tokenizer.get_vocab_size(), hidden_size=32,
+                          num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                          linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+                          linear_num_value_heads=4, intermediate_size=48, num_experts=0, mtp_num_hidden_layers=1,
+                          tie_word_embeddings=True, partial_rotary_factor=0.5)
+    model = HybridLM(config, backend="torch")
+    model.initialize(0, std=0.3)
+    path = tmp_path_factory.mktemp("organism")
+    save_checkpoint(model, path, dtype=torch.float32)
+    save_tokenizer(tokenizer, path, model_max_length=512)
+    write_workloads(path / "workloads", files, n=2, seed=0)
+    return path
+
+
+def test_real_text_every_drafter_equals_autoregressive(checkpoint, tmp_path, capsys):
+    drafters = ("ngram", "suffix", "layer-skip", *(("mtp",) if "mtp" in DRAFTERS else ()))  # mtp: when registered
+    out, profiles = tmp_path / "e2e_real.json", tmp_path / "profiles"
+    code = main(["bench", "e2e", "--model", str(checkpoint), "--backend", "reference", "--workload", "edit",
+                 str(checkpoint / "workloads" / "completion.jsonl"), "--batches", "1", "2", "--new-tokens", "8",
+                 "--max-prompt-tokens", "24", "--drafters", *drafters, "--repeats", "1",
+                 "--max-nodes", "8", "--record-nodes", "8", "--profile-time-limit", "5", "--out", str(out),
+                 "--profile-dir", str(profiles)])
+    assert code == 0
+    summary = json.loads(out.read_text())
+    runs = summary["results"]
+    assert {(r["workload"], r["B"], r["label"]) for r in runs} == {
+        (w, b, label) for w in ("edit", "completion") for b in (1, 2)
+        for label in ("autoregressive", *(f"{m} {d}" for d in drafters
+                                          for m in ("chain", "tree")))}
+    assert all(r["equal_to_ar"] for r in runs)
+    for r in runs:
+        assert sum(r["budget_choices"].values()) == r["steps"] and r["tokens_per_s"] > 0
+    for w in ("edit", "completion"):
+        for d in drafters:
+            entry = summary["acceptance_profiles"][w][d]
+            assert entry["meta"]["equal_to_ar"] and entry["meta"]["drafter"] == d
+            loaded = AcceptanceProfile.load(profiles / f"{w}-{d}.json")
+            assert (loaded.proposed == np.array(entry["proposed"])).all()
+    assert "| edit | 1 | tree layer-skip |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--model", "/nonexistent"], "not a checkpoint directory"),
+    (["--replay", "/nonexistent.json"], "--replay"),
+    (["--model", "/nonexistent", "--replay", "p.json"], "--model"),
+])
+def test_real_text_argument_errors(capsys, argv, words):
+    assert main(["bench", "e2e", "--config", "tiny", *argv]) != 0
+    assert words in capsys.readouterr().err

@@ -218,6 +218,8 @@ def run(args: argparse.Namespace) -> int:
                 replays.append((Path(path).stem, AcceptanceProfile.load(path)))
             except (OSError, ValueError) as exc:
                 raise UsageError(f"--replay {path}: {exc}") from None
+            if not (replays[-1][1].acceptance() > 0).any():
+                raise UsageError(f"--replay {path}: no candidate was ever accepted (nothing to replay)")
         args.no_draft_model = True  # the replayed drafters stand for the real ones
     import numpy as np
     import torch
