@@ -134,14 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     real.add_argument("--replay", nargs="+", default=None, metavar="PROFILE",
                       help="acceptance profiles (JSON) replayed on the random model instead of the synthetic "
                            "acceptances: the throughput a model of this size sees at the measured acceptance")
-    real.add_argument("--random", default=None, choices=sorted(_random_configs()),
+    real.add_argument("--random", default=None, choices=("bench", "small", "tiny"),
                       help="the random model's preset (same as --config)")
-
-
-def _random_configs() -> dict:
-    from ..model.presets import RANDOM_CONFIGS
-
-    return RANDOM_CONFIGS
 
 
 def _copy_bandwidth(device: Any) -> float:
