@@ -70,7 +70,6 @@ def _probability(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
-    parser.add_argument("which", choices=("e2e",), help="the benchmark to run")
     parser.add_argument("--config", choices=("bench", "small", "tiny"), default="bench", help="model size")
     parser.add_argument("--batches", type=_positive_int, nargs="+", default=None,
                         help="batch sizes (default: 1 8 32 64; with --model: 1 16 64)")
@@ -521,6 +520,4 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/e2e.py", description=__doc__.splitlines()[0])
     add_arguments(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] != "e2e":
-        argv = ["e2e", *argv]
-    return run(parser.parse_args(argv))
+    return run(parser.parse_args(argv[1:] if argv[:1] == ["e2e"] else argv))

@@ -33,6 +33,11 @@ class TargetModel(Protocol):
     model
     that has it runs a greedy speculative step with it (fused: fewer launches); without it the engine makes the three
     calls.
+
+    Optional, for the prefix cache (:mod:`~lumotree.optimized.engine.prefix_cache`): ``read_kv(slot, start, end)``
+    (copies of the K / V rows of positions ``[start, end)``), ``read_state(slot)`` (copies of the GDN and conv
+    states), ``restore(slot, kv, state, length)`` (the slot holds ``length`` tokens from them), and
+    ``prefill(slot, tokens, start)`` going on after the ``start`` tokens a slot holds.
     """
 
     vocab_size: int
@@ -57,9 +62,12 @@ class ReferenceTarget:
     one reference cache per slot, requests run one after another. Slow and exact: the engine's CPU oracle."""
 
     def __init__(self, model: Any, num_slots: int = 8, max_seq_len: int = 4096, max_nodes: int = 128):
+        from lumotree.reference.attention import KVCache
+        from lumotree.reference.model import HybridCache
         from lumotree.reference.tree import TokenTree
 
         self._TokenTree = TokenTree
+        self._KVCache, self._HybridCache = KVCache, HybridCache
         self.model = model
         self.vocab_size = int(model.vocab_size)
         self.num_slots = int(num_slots)
@@ -74,12 +82,36 @@ class ReferenceTarget:
             raise ValueError(f"slot = {slot} is outside [0, {self.num_slots})")
         return int(slot)
 
-    def prefill(self, slot: int, tokens: Sequence[int]) -> torch.Tensor:
+    def prefill(self, slot: int, tokens: Sequence[int], start: int = 0) -> torch.Tensor:
         slot = self._check_slot(slot)
-        cache = self.model.new_cache()
+        cache = self.model.new_cache() if start == 0 else self.caches[slot]
+        if cache.length != start:
+            raise ValueError(f"start = {start}: slot {slot} holds {cache.length} tokens")
         logits = self.model.forward(list(tokens), cache)  # [T, V]
         self.caches[slot] = cache
         return torch.from_numpy(np.asarray(logits[-1], dtype=np.float64))
+
+    def read_kv(self, slot: int, start: int, end: int) -> list:
+        """Per layer: copies of the attention K / V rows ``[start, end)`` (None for a GDN layer)."""
+        return [(layer.keys[start:end].copy(), layer.values[start:end].copy()) if isinstance(layer, self._KVCache)
+                else None for layer in self.caches[int(slot)].layers]
+
+    def read_state(self, slot: int) -> list:
+        """Per layer: a copy of the GDN layer's conv and recurrent states (None for an attention layer)."""
+        return [None if isinstance(layer, self._KVCache) else layer.copy() for layer in self.caches[int(slot)].layers]
+
+    def restore(self, slot: int, kv: list, state: list, length: int) -> None:
+        slot = self._check_slot(slot)
+        layers = []
+        for i, layer_state in enumerate(state):
+            if layer_state is not None:
+                layers.append(layer_state.copy())
+            else:
+                keys = np.concatenate([rows[i][0] for _, _, rows in kv])  # [length, Hkv, Dh]
+                values = np.concatenate([rows[i][1] for _, _, rows in kv])
+                layers.append(self._KVCache(keys, values))
+        self.caches[slot] = self._HybridCache(layers, int(length))
+        self.passes.pop(slot, None)
 
     def decode(self, slots: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         rows = []
@@ -151,10 +183,20 @@ class OptimizedTarget:
             for s in pad:
                 self.model.release(s)
 
-    def prefill(self, slot: int, tokens: Sequence[int]) -> torch.Tensor:
-        logits = self.model.prefill(int(slot), list(tokens))
+    def prefill(self, slot: int, tokens: Sequence[int], start: int = 0) -> torch.Tensor:
+        logits = self.model.prefill(int(slot), list(tokens), start)
         self.busy.add(int(slot))
         return logits
+
+    def read_kv(self, slot: int, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model.caches.read_kv(int(slot), start, end)
+
+    def read_state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model.caches.read_state(int(slot))
+
+    def restore(self, slot: int, kv: list, state: Any, length: int) -> None:
+        self.model.restore(int(slot), kv, state, length)
+        self.busy.add(int(slot))
 
     def decode(self, slots: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         B = int(slots.shape[0])

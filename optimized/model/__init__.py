@@ -13,11 +13,11 @@ from .loader import LoadReport, ProgressBar, default_dtype, load_checkpoint
 from .memory import MemoryPlan, plan_memory
 from .model import HEAD_ROWS, OptimizedModel
 from .presets import RANDOM_CONFIGS
-from .weights import random_tensors, select_layers, successor_permutation
+from .weights import random_tensors, random_weights, select_layers, successor_permutation
 
 __all__ = ["OptimizedModel", "MemoryPlan", "plan_memory", "load_pretrained", "load_checkpoint", "LoadReport",
-           "ProgressBar", "from_reference", "build_random", "random_tensors", "select_layers", "successor_permutation",
-           "RANDOM_CONFIGS", "HEAD_ROWS"]
+           "ProgressBar", "from_reference", "build_random", "random_tensors", "random_weights", "select_layers",
+           "successor_permutation", "RANDOM_CONFIGS", "HEAD_ROWS"]
 
 
 def load_pretrained(path: str | os.PathLike, progress: Any = None, **kwargs: Any) -> OptimizedModel:

@@ -90,7 +90,8 @@ class OptimizedModel(Layers):
       max_seq_len, max_nodes, device, dtype, config``, ``memory_plan``.
 
     ``num_slots`` / ``max_seq_len``: None plans the most that fit the memory left after the weights
-    (:func:`~lumotree.optimized.model.memory.plan_memory`, keeping ``memory_headroom`` of it back); a request that
+    (:func:`~lumotree.optimized.model.memory.plan_memory`, keeping ``memory_headroom`` of it back, and
+    ``memory_reserved`` bytes for other uses such as a prefix cache); a request that
     does not fit is refused in one line before any pool is allocated.
 
     ``small_batch_linear``: projections of few token rows on the split-K GEMV instead of cuBLAS (default: on for a
@@ -120,6 +121,7 @@ class OptimizedModel(Layers):
         pdl: bool | None = None,
         deferred_commits: bool | None = None,
         memory_headroom: float = 0.1,
+        memory_reserved: int = 0,
     ):
         from lumotree.reference.config import HybridConfig
 
@@ -174,7 +176,7 @@ class OptimizedModel(Layers):
             raise ValueError("deferred_commits=True needs the fused GDN verify: an sm_90 GPU with Gluon, [128, 128] "
                              "GDN states, max_nodes >= 64 and a bf16 / fp16 model")
         self._fusable = fusable
-        self.memory_plan = plan_memory(config, gdn, self.weights.attn_dims, free_bytes=free_memory(self.device),
+        self.memory_plan = plan_memory(config, gdn, self.weights.attn_dims, free_bytes=free_memory(self.device) - int(memory_reserved),
                                        dtype=self.dtype, num_slots=num_slots, max_seq_len=max_seq_len,
                                        max_nodes=max_nodes, graphs=self.graphs, speculative=max_nodes > 1,
                                        deferred=bool(deferred_commits), headroom=memory_headroom)
@@ -413,32 +415,48 @@ class OptimizedModel(Layers):
         return body(**{name: t.to(self.device) for name, t in inputs.items()})
 
     # ------------------------------------------------------------------------------------------------ API
-    def prefill(self, slot: int, tokens: Sequence[int] | torch.Tensor) -> torch.Tensor:
-        """Reset ``slot`` and run ``tokens`` (chunks of up to ``max_nodes``); returns the last logits ``[V]`` fp32."""
+    def prefill(self, slot: int, tokens: Sequence[int] | torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Run ``tokens`` (chunks of up to ``max_nodes``) in ``slot`` from the empty cache (``start`` 0: the slot is
+        reset) or after the ``start`` tokens it holds (:meth:`restore`); returns the last logits ``[V]`` fp32."""
         slot = self._check_slot(slot)
         ids = tokens if isinstance(tokens, torch.Tensor) else torch.tensor(list(tokens), dtype=torch.int64)
         if ids.ndim != 1 or ids.numel() == 0:
             raise ValueError("tokens must be a non-empty sequence of token ids")
         ids = self._check_tokens("tokens", ids, (ids.numel(),)).to(self.device)
-        if ids.numel() > self.max_seq_len:
-            raise ValueError(f"{ids.numel()} prompt tokens exceed max_seq_len = {self.max_seq_len}")
-        self.caches.reset(slot)
+        if start + ids.numel() > self.max_seq_len:
+            raise ValueError(f"{start + ids.numel()} prompt tokens exceed max_seq_len = {self.max_seq_len}")
         self._settle_lengths()
-        self.lens[slot] = 0
-        self._host_lens[slot] = 0
+        if start == 0:
+            self.caches.reset(slot)
+            self.lens[slot] = 0
+            self._host_lens[slot] = 0
+        elif self._host_lens[slot] != start:
+            raise ValueError(f"start = {start}: slot {slot} holds {self._host_lens[slot]} tokens")
         slots = torch.tensor([slot], dtype=torch.int32, device=self.device)
         logits = None
-        for start in range(0, ids.numel(), self.max_nodes):
-            part = ids[start : start + self.max_nodes][None]  # [1, T]
+        for first in range(0, ids.numel(), self.max_nodes):
+            part = ids[first : first + self.max_nodes][None]  # [1, T]
             T = part.shape[1]
             parents = (torch.arange(T, dtype=torch.int32, device=self.device) - 1)[None]  # chain
             num_nodes = torch.full((1,), T, dtype=torch.int32, device=self.device)
             rec = self._tree_step(part, slots, parents, num_nodes, prefill=True)
             self._commit(rec, num_nodes - 1)
             logits = rec.logits[0, 0]
-        self._host_lens[slot] = ids.numel()
+        self._host_lens[slot] = start + ids.numel()
         self._last = None
         return logits
+
+    def restore(self, slot: int, kv: list, state: Any, length: int) -> None:
+        """Make ``slot`` hold ``length`` tokens: their K / V rows ``(start, end, (k, v))`` and the states after them
+        (:meth:`~lumotree.optimized.model.caches.Caches.write`); :meth:`prefill` with ``start=length`` goes on."""
+        slot = self._check_slot(slot)
+        if not 0 < length < self.max_seq_len:
+            raise ValueError(f"length = {length} is outside [1, {self.max_seq_len})")
+        self._settle_lengths()
+        self.caches.write(slot, kv, state)
+        self.lens[slot] = length
+        self._host_lens[slot] = length
+        self._last = None
 
     def verify(self, slots: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor,
                num_nodes: torch.Tensor | None = None, *, validate: bool = True) -> torch.Tensor:
