@@ -214,6 +214,25 @@ def test_real_text_every_drafter_equals_autoregressive(checkpoint, tmp_path, cap
     assert "| edit | 1 | tree layer-skip |" in capsys.readouterr().out
 
 
+@pytest.mark.gpu
+def test_real_text_on_the_runtime_equals_autoregressive(checkpoint, tmp_path):
+    """The optimized backend (CUDA graphs, fp32) on the same checkpoint: every drafter's chain and tree output equals
+    autoregressive decoding at B = 1 and 4, and the acceptance profiles are recorded."""
+    drafters = ("ngram", "suffix", "layer-skip", *(("mtp",) if "mtp" in DRAFTERS else ()))
+    out = tmp_path / "e2e_real.json"
+    assert main(["bench", "e2e", "--model", str(checkpoint), "--device", "cuda", "--dtype", "float32", "--workload",
+                 "edit", "tool_loop", "--batches", "1", "4", "--new-tokens", "24", "--max-prompt-tokens", "64",
+                 "--drafters", *drafters, "--repeats", "1", "--max-nodes", "16", "--record-nodes", "16",
+                 "--out", str(out)]) == 0
+    summary = json.loads(out.read_text())
+    assert len(summary["results"]) == 2 * 2 * (1 + 2 * len(drafters))
+    assert not [n for n in summary["notes"] if "failed" in n or "not available" in n], summary["notes"]
+    assert all(r["equal_to_ar"] for r in summary["results"]), [r["label"] for r in summary["results"]
+                                                               if not r["equal_to_ar"]]
+    assert all(summary["acceptance_profiles"][w][d]["meta"]["equal_to_ar"] for w in ("edit", "tool_loop")
+               for d in drafters)
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--model", "/nonexistent"], "not a checkpoint directory"),
     (["--replay", "/nonexistent.json"], "--replay"),

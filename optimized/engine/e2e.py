@@ -1,5 +1,12 @@
 r"""``lumotree bench e2e``: end-to-end decoding throughput of the engine (also ``python bench/e2e.py``).
 
+Two more modes: ``--model DIR --workload NAME`` runs a checkpoint's real-text workloads with the real drafters
+(:mod:`~lumotree.optimized.engine.e2e_real`); ``--replay PROFILE.json`` replaces the synthetic acceptances by the
+acceptance profiles recorded there, replayed on the random model of ``--random`` / ``--config``
+(:class:`~lumotree.optimized.engine.replay.ReplayDrafter`: the throughput a model of this size sees at the measured
+acceptance; an oracle for system measurements, as the synthetic drafter is). The rest of this docstring describes the
+random-model runs.
+
 Model: a Qwen3-Next-shaped hybrid with random weights sized for one H200 (``--config bench``: hidden 2048, 24 layers =
 18 Gated DeltaNet + 6 gated attention, attention 16 q / 2 kv heads x 256, GDN 16 q/k heads and 32 value heads of 128,
 dense SwiGLU MLP 5632, vocabulary 151936; 2.2 B parameters, bf16 weights, fp32 GDN states), with CUDA graphs per
