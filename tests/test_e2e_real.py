@@ -212,6 +212,16 @@ def test_real_text_every_drafter_equals_autoregressive(checkpoint, tmp_path, cap
             loaded = AcceptanceProfile.load(profiles / f"{w}-{d}.json")
             assert (loaded.proposed == np.array(entry["proposed"])).all()
     assert "| edit | 1 | tree layer-skip |" in capsys.readouterr().out
+    # the cost profile of the first run reused (no measurement), one drafter, one batch
+    again = tmp_path / "again.json"
+    assert main(["bench", "e2e", "--model", str(checkpoint), "--backend", "reference", "--workload", "tool_loop",
+                 "--batches", "2", "--new-tokens", "6", "--max-prompt-tokens", "24", "--drafters", "ngram",
+                 "--repeats", "1", "--max-nodes", "8", "--record-nodes", "8", "--cost-profile", str(out),
+                 "--out", str(again)]) == 0
+    second = json.loads(again.read_text())
+    assert second["cost_profile"] == summary["cost_profile"]
+    assert [r["label"] for r in second["results"]] == ["autoregressive", "chain ngram", "tree ngram"]
+    assert all(r["equal_to_ar"] for r in second["results"])
 
 
 @pytest.mark.gpu
@@ -231,6 +241,14 @@ def test_real_text_on_the_runtime_equals_autoregressive(checkpoint, tmp_path):
                                                                if not r["equal_to_ar"]]
     assert all(summary["acceptance_profiles"][w][d]["meta"]["equal_to_ar"] for w in ("edit", "tool_loop")
                for d in drafters)
+
+
+def test_real_text_cost_profile_error(checkpoint, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"decode_s": 1}')
+    assert main(["bench", "e2e", "--model", str(checkpoint), "--backend", "reference", "--workload", "edit",
+                 "--cost-profile", str(bad), "--out", str(tmp_path / "o.json")]) != 0
+    assert "--cost-profile" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, words", [

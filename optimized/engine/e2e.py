@@ -134,7 +134,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="--model: fixed tree size of the runs that record the acceptance profiles")
     real.add_argument("--profile-dir", default=None,
                       help="--model: write each acceptance profile here as WORKLOAD-DRAFTER.json")
-    real.add_argument("--cost-profile", default=None, help="--model: a cost profile JSON instead of measuring one")
+    real.add_argument("--cost-profile", default=None,
+                      help="--model: a cost profile JSON (or an earlier --out file of the same model and device) "
+                           "instead of measuring one")
     real.add_argument("--mtp-depth", type=_positive_int, default=4, help="--model: MTP drafter rounds")
     real.add_argument("--mtp-top-k", type=_positive_int, default=3, help="--model: MTP drafter tree width")
     real.add_argument("--replay", nargs="+", default=None, metavar="PROFILE",

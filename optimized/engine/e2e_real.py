@@ -248,9 +248,15 @@ def run_real(args: argparse.Namespace) -> int:
     if args.cost_profile:
         from .budget import CostProfile
 
-        cost = CostProfile.load(args.cost_profile)
+        try:
+            with open(args.cost_profile) as f:
+                data = json.load(f)
+            cost = CostProfile.from_dict(data.get("cost_profile", data))  # a profile, or an earlier --out file
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            raise UsageError(f"--cost-profile {args.cost_profile}: not a cost profile ({exc})") from None
     else:
         cost = profile_engine.measure_profile(repeats=9 if cuda else 1, time_limit=args.profile_time_limit)
+    measured_cost = cost.to_dict()  # as measured (the budgets' calibration updates it as the runs go)
     log("cost profile ready")
     params = SamplingParams(max_new_tokens=args.new_tokens, stop_token_ids=stop)
     results: list[dict[str, Any]] = []
@@ -277,6 +283,9 @@ def run_real(args: argparse.Namespace) -> int:
             log(f"{wname} B={B:3d} autoregressive {ar['tokens_per_s']:9.1f} tok/s")
             for dname, factory in factories.items():
                 for mode in ("chain", "tree"):
+                    if time.perf_counter() - t_start > args.time_limit:
+                        notes.append(f"skipped {wname} B={B} {mode} {dname} (time limit)")
+                        continue
                     try:
                         engine, out = _run(engine_for(mode, factory), prompts, params, args.repeats, cuda)
                     except Exception as exc:  # keep going: report what failed
@@ -319,7 +328,7 @@ def run_real(args: argparse.Namespace) -> int:
         "device_name": torch.cuda.get_device_name(dev) if cuda else "cpu",
         "workloads": {w: str(p) for w, p in workloads}, "batches": batches, "new_tokens": args.new_tokens,
         "max_nodes": args.max_nodes, "record_nodes": args.record_nodes, "stop_token_ids": list(stop),
-        "drafters": list(factories), "cost_profile": cost.to_dict(), "results": results,
+        "drafters": list(factories), "cost_profile": measured_cost, "results": results,
         "acceptance_profiles": profiles, "notes": notes, "elapsed_s": time.perf_counter() - t_start,
     }
     with open(args.out, "w") as f:
