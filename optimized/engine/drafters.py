@@ -465,6 +465,11 @@ class SyntheticDrafter:
             self._templates[key] = (np.array(parents), np.array(ranks), np.array(conf), child_at, max(depth))
         return self._templates[key]
 
+    def _draw_hits(self, B: int, n: int, nodes: int, chain: bool) -> np.ndarray:
+        """[B, n]: the rank of the true next token among each node's children, rank r with probability
+        ``rank_confidence[r]`` (>= the width: absent). ``nodes``, ``chain``: the template's key."""
+        return np.searchsorted(np.cumsum(self.rank_confidence), self.rng.random((B, n)), side="right")
+
     def propose(self, requests: Sequence[DraftRequest], max_nodes: int, chain: bool) -> list[Draft]:
         """Vectorised over requests. Children of node u carry ``(base_u + rank) mod V`` (distinct siblings). The
         oracle path of a request runs from the root through the child of each node's drawn rank while that child
@@ -485,7 +490,7 @@ class SyntheticDrafter:
         cols = np.minimum(pos[:, None] + np.arange(levels)[None, :], self._truth.shape[1] - 1)  # [B, levels]
         truth_at = np.where(pos[:, None] >= 0, self._truth[row[:, None], cols], -1)  # [B, levels] next tokens, or -1
         base = self.rng.integers(0, V, size=(B, n))  # [B, n] per parent
-        hit = np.searchsorted(np.cumsum(self.rank_confidence), self.rng.random((B, n)), side="right")  # [B, n]
+        hit = self._draw_hits(B, n, max_nodes, chain)  # [B, n]
         tokens = np.empty((B, n), dtype=np.int64)  # [B, n]
         tokens[:, 0] = [r.context[-1] for r in requests]
         tokens[:, 1:] = (base[:, parents[1:]] + ranks[1:]) % V
