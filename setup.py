@@ -10,7 +10,7 @@ from setuptools import find_packages, setup
 LAYERS = ("reference", "optimized", "proofs", "expressivity", "training", "workloads")
 
 package_dir = {"lumotree": "lumotree"}
-packages = ["lumotree"]
+packages = ["lumotree", *(f"lumotree.{sub}" for sub in find_packages(where="lumotree"))]
 for layer in LAYERS:
     if not os.path.isfile(os.path.join(layer, "__init__.py")):
         continue  # a layer not yet started (tests/test_packaging.py checks every layer ships)

@@ -20,9 +20,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "expressivity": ("lumotree.expressivity.cli",
                      "parity-conditioned retrieval: constructions, proofs, bounds, training"),
     "generate": ("lumotree.generate", "decode prompts with the engine (autoregressive / chain / tree speculation)"),
+    "serve": ("lumotree.server.cli", "an OpenAI-compatible HTTP server over the engine (completions, chat, streaming, "
+                                     "metrics)"),
     "train": ("lumotree.training.cli", "train the organism (a small Qwen3.5 hybrid with its MTP head) or an MTP "
                                        "head for a frozen target"),
-    "bench": ("lumotree.optimized.engine.e2e", "benchmarks: `lumotree bench e2e` (end-to-end decoding throughput)"),
+    "bench": ("lumotree.bench", "benchmarks: `lumotree bench e2e` (end-to-end decoding throughput), `lumotree bench "
+                                "serve` (a server under multi-turn agent load)"),
 }
 
 

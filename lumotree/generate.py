@@ -34,13 +34,35 @@ from lumotree.optimized.engine.drafters import DRAFTERS
 from lumotree.optimized.engine.selfspec import SELF_SPECULATION, self_speculation_layers
 from lumotree.optimized.model.presets import RANDOM_CONFIGS
 
-__all__ = ["add_arguments", "run", "build_model", "load_prompts", "check_arguments"]
+__all__ = ["add_arguments", "add_model_arguments", "add_speculation_arguments", "run", "build_model", "build_engine",
+           "load_prompts", "prompt_ids", "check_arguments", "check_model_arguments"]
 
 SAMPLING_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    add_model_arguments(parser)
+    inp = parser.add_argument_group("prompts")
+    inp.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for several)")
+    inp.add_argument("--batch-file", help="a file with one prompt a line, or JSON lines {\"prompt\": ..., "
+                                          "\"max_new_tokens\": ...}")
+    inp.add_argument("--ids", action="store_true", help="prompts are token ids even if a tokenizer is present")
+    gen = parser.add_argument_group("sampling")
+    gen.add_argument("--max-new-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1]")
+    gen.add_argument("--top-k", type=int, default=0, help="0 = all tokens")
+    gen.add_argument("--stop", type=int, action="append", default=[], help="stop token id (repeatable)")
+    add_speculation_arguments(parser)
+    out = parser.add_argument_group("output")
+    out.add_argument("--no-stream", action="store_true", help="print each result when done instead of streaming")
+    out.add_argument("--quiet", action="store_true", help="no progress line")
+    out.add_argument("--json", help="write results and engine statistics to this JSON file")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model's options (checkpoint or random model, backend, slots, context): shared with ``lumotree serve``."""
     src = parser.add_argument_group("model")
     which = src.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", metavar="DIR", help="HF checkpoint directory (config.json + safetensors) of "
@@ -58,17 +80,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "the weights (optimized backend)")
     src.add_argument("--max-seq-len", type=_count_or_auto, default=2048,
                      help="context length per request; auto: the longest that fits (optimized backend)")
-    inp = parser.add_argument_group("prompts")
-    inp.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for several)")
-    inp.add_argument("--batch-file", help="a file with one prompt a line, or JSON lines {\"prompt\": ..., "
-                                          "\"max_new_tokens\": ...}")
-    inp.add_argument("--ids", action="store_true", help="prompts are token ids even if a tokenizer is present")
-    gen = parser.add_argument_group("sampling")
-    gen.add_argument("--max-new-tokens", type=int, default=64)
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1]")
-    gen.add_argument("--top-k", type=int, default=0, help="0 = all tokens")
-    gen.add_argument("--stop", type=int, action="append", default=[], help="stop token id (repeatable)")
+    src.add_argument("--prefix-cache", default="0", metavar="SIZE",
+                     help="memory for the hybrid prefix cache (K / V blocks and GDN / conv state snapshots) such as "
+                          "512MiB or 4GiB (a bare number: MiB); 0: off. A prompt that extends a cached prefix "
+                          "prefills only the rest; on the optimized backend it is kept out of --num-slots auto")
+    src.add_argument("--prefix-block", type=int, default=64,
+                     help="tokens a prefix-cache block (the grid of the states kept inside a prompt)")
+
+
+def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
+    """The speculation options (mode, drafter, budget, cost profile): shared with ``lumotree serve``."""
     spec = parser.add_argument_group("speculation")
     spec.add_argument("--spec", choices=("none", "chain", "tree"), default="tree")
     spec.add_argument("--drafter", default="ngram",
@@ -77,6 +98,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_argument("--draft-layers", default="0,3",
                       help="draft-model drafter: comma-separated target layers it keeps (with the target's "
                            "embedding, final norm and head)")
+    spec.add_argument("--mtp-depth", type=int, default=3,
+                      help="mtp drafter: rounds of the checkpoint's MTP head (the deepest draft token)")
+    spec.add_argument("--mtp-top-k", type=int, default=2,
+                      help="mtp drafter, tree mode: children of each expanded node and nodes expanded a round")
+    spec.add_argument("--mtp-sampled", action="store_true",
+                      help="mtp drafter, chain mode: draw the chains of sampling requests from the head's "
+                           "distribution (verified by rejection sampling) instead of taking its argmax")
     spec.add_argument("--exit-layer", type=int, default=None,
                       help="layer-skip drafter: the draft is the target's first EXIT_LAYER layers (default: half)")
     spec.add_argument("--budget", choices=("expected", "ratio", "fixed"), default="expected",
@@ -90,10 +118,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_argument("--profile-time-limit", type=float, default=60.0,
                       help="seconds the start-up measurement may take; the rest is extrapolated")
     spec.add_argument("--save-profile", help="also write the cost profile here")
-    out = parser.add_argument_group("output")
-    out.add_argument("--no-stream", action="store_true", help="print each result when done instead of streaming")
-    out.add_argument("--quiet", action="store_true", help="no progress line")
-    out.add_argument("--json", help="write results and engine statistics to this JSON file")
 
 
 # ------------------------------------------------------------------------------------------------------ checks
@@ -102,6 +126,16 @@ def _writable(path: str, option: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
         raise UsageError(f"{option} {path}: cannot write there (no such folder, or not writable)")
+
+
+def prefix_cache_bytes(args: argparse.Namespace) -> int:
+    """``--prefix-cache`` in bytes (0: off)."""
+    from lumotree.optimized.engine.prefix_cache import parse_size
+
+    try:
+        return parse_size(args.prefix_cache)
+    except ValueError as exc:
+        raise UsageError(f"--prefix-cache {args.prefix_cache}: {exc}") from None
 
 
 def _count_or_auto(text: str) -> int | None:
@@ -116,19 +150,36 @@ def _count_or_auto(text: str) -> int | None:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Every option's value, before anything is loaded."""
-    for name in ("max_new_tokens", "num_slots", "max_seq_len", "max_nodes"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be at least 1")
-    if args.max_nodes > 128:
-        raise UsageError(f"--max-nodes = {args.max_nodes}: the kernels take trees of at most 128 nodes")
-    if args.seed < 0:
-        raise UsageError(f"--seed = {args.seed}: must be >= 0")
+    if args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens = {args.max_new_tokens}: must be at least 1")
+    check_model_arguments(args)
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise UsageError(f"--temperature = {args.temperature}: must be finite and >= 0 (0 = greedy)")
     if not (0 < args.top_p <= 1):
         raise UsageError(f"--top-p = {args.top_p}: must lie in (0, 1]")
     if args.top_k < 0:
         raise UsageError(f"--top-k = {args.top_k}: must be >= 0 (0 = all tokens)")
+    if args.json:
+        _writable(args.json, "--json")
+    if args.batch_file and not os.path.isfile(args.batch_file):
+        raise UsageError(f"--batch-file {args.batch_file}: no such file")
+    if not args.prompt and not args.batch_file:
+        raise UsageError("no prompt given (use --prompt or --batch-file)")
+
+
+def check_model_arguments(args: argparse.Namespace) -> None:
+    """The values of the model and speculation options (:func:`add_model_arguments`,
+    :func:`add_speculation_arguments`), before anything is loaded."""
+    for name in ("num_slots", "max_seq_len", "max_nodes"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be at least 1")
+    if args.max_nodes > 128:
+        raise UsageError(f"--max-nodes = {args.max_nodes}: the kernels take trees of at most 128 nodes")
+    if args.seed < 0:
+        raise UsageError(f"--seed = {args.seed}: must be >= 0")
+    prefix_cache_bytes(args)
+    if args.prefix_block < 1:
+        raise UsageError(f"--prefix-block = {args.prefix_block}: must be at least 1")
     if not (math.isfinite(args.eps) and args.eps >= 0):
         raise UsageError(f"--eps = {args.eps}: must be finite and >= 0")
     if not args.profile_time_limit > 0:
@@ -139,6 +190,12 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.drafter == "synthetic" and args.spec != "none":
         raise UsageError("--drafter synthetic reads an oracle continuation; it exists for system benchmarks only "
                          "(lumotree bench e2e), not for decoding")
+    for name in ("mtp_depth", "mtp_top_k"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} = {getattr(args, name)}: must be at least 1")
+    if args.drafter == "mtp" and args.spec != "none" and prefix_cache_bytes(args):
+        raise UsageError(f"--prefix-cache {args.prefix_cache} with --drafter mtp: the MTP head reads the target's "
+                         "hidden states of the whole prompt, which a prefix-cache hit does not compute; use one of them")
     if args.exit_layer is not None and args.drafter != "layer-skip":
         raise UsageError(f"--exit-layer applies to --drafter layer-skip, not {args.drafter}")
     if args.drafter == "draft-model":
@@ -148,15 +205,10 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise UsageError(f"--draft-layers {args.draft_layers!r}: want comma-separated layer indices") from None
         if not layers or len(set(layers)) != len(layers) or min(layers) < 0:
             raise UsageError(f"--draft-layers {args.draft_layers!r}: want distinct layer indices >= 0")
-    for option, path in (("--json", args.json), ("--save-profile", args.save_profile)):
-        if path:
-            _writable(path, option)
+    if args.save_profile:
+        _writable(args.save_profile, "--save-profile")
     if args.profile not in ("auto", "measure") and not os.path.isfile(args.profile):
         raise UsageError(f"--profile {args.profile}: no such file (or auto / measure)")
-    if args.batch_file and not os.path.isfile(args.batch_file):
-        raise UsageError(f"--batch-file {args.batch_file}: no such file")
-    if not args.prompt and not args.batch_file:
-        raise UsageError("no prompt given (use --prompt or --batch-file)")
 
 
 def choose_backend(args: argparse.Namespace) -> str:
@@ -219,24 +271,30 @@ def load_prompts(args: argparse.Namespace, tokenizer: Any, vocab_size: int
                     raise UsageError(f"{where}: keys {sorted(unknown)} are not sampling parameters "
                                      f"({', '.join(SAMPLING_KEYS)})")
                 raw.append((_token_ids(prompt, where) if isinstance(prompt, list) else prompt, item, where))
-    out = []
-    for prompt, extra, where in raw:
-        if isinstance(prompt, list):
-            ids = prompt
-        elif tokenizer is not None and not args.ids:
-            ids = list(tokenizer.encode(prompt))
-        else:
-            ids = _parse_ids(prompt, where)
-        if not ids:
-            raise UsageError(f"{where}: the prompt is empty")
-        bad = [t for t in ids if not 0 <= t < vocab_size]
-        if bad:
-            raise UsageError(f"{where}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
-        if args.max_seq_len is not None and len(ids) >= args.max_seq_len:
-            raise UsageError(f"{where}: the prompt has {len(ids)} tokens, which leaves no room under --max-seq-len "
-                             f"{args.max_seq_len}")
-        out.append((ids, extra))
-    return out
+    return [(prompt_ids(prompt, None if args.ids else tokenizer, vocab_size, args.max_seq_len, where), extra)
+            for prompt, extra, where in raw]
+
+
+def prompt_ids(prompt: str | list[int], tokenizer: Any, vocab_size: int, max_seq_len: int | None, where: str
+               ) -> list[int]:
+    """A prompt's token ids: a list of ids as given, text through the tokenizer, or (no tokenizer) whitespace-separated
+    ids; checked non-empty, inside the vocabulary and leaving room for one new token under ``max_seq_len`` (None:
+    planned with the model, the engine checks it then)."""
+    if isinstance(prompt, list):
+        ids = _token_ids(prompt, where)
+    elif tokenizer is not None:
+        ids = list(tokenizer.encode(prompt))
+    else:
+        ids = _parse_ids(prompt, where)
+    if not ids:
+        raise UsageError(f"{where}: the prompt is empty")
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad:
+        raise UsageError(f"{where}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
+    if max_seq_len is not None and len(ids) >= max_seq_len:
+        raise UsageError(f"{where}: the prompt has {len(ids)} tokens, which leaves no room for a new token in the "
+                         f"context of {max_seq_len} (--max-seq-len)")
+    return ids
 
 
 # ------------------------------------------------------------------------------------------------------ model
@@ -244,17 +302,24 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
     """(target, draft target or None, tokenizer or None, config) for the command-line options. A checkpoint loads
     through the reference's float64 reader (small models only) or streams to the device (optimized backend)."""
     from lumotree.optimized.engine import OptimizedTarget, ReferenceTarget, layer_skip_checkpoint
-    from lumotree.reference.checkpoint import read_config
+    from lumotree.reference.checkpoint import read_config, tensor_table
     from lumotree.reference.config import HybridConfig
     from lumotree.reference.drafters import layer_skip_config, layer_skip_draft
 
+    if args.backend == "auto" and backend == "reference":
+        sys.stderr.write("no CUDA GPU: the reference backend (exact float64 on the CPU); --backend optimized with "
+                         "TRITON_INTERPRET=1 runs the Triton kernels in the interpreter instead\n")
     tokenizer = None
     if args.model:
         raw = read_config(args.model)
         config = HybridConfig.from_dict(raw)  # config errors before anything is read
         tokenizer = _tokenizer(args.model)
-    else:
-        config = HybridConfig(**RANDOM_CONFIGS[args.random])
+    else:  # with --drafter mtp a random model gets a random MTP head too (drawn after the text model's weights)
+        config = HybridConfig(**{**RANDOM_CONFIGS[args.random], "mtp_num_hidden_layers": int(args.drafter == "mtp")})
+    if args.drafter == "mtp" and args.spec != "none" and args.model and \
+            not any(name.startswith("mtp.") for name in tensor_table(args.model)):
+        raise UsageError(f"--drafter mtp: {args.model} holds no MTP head (no mtp.* tensors); use --drafter ngram or "
+                         "draft-model")
     draft_layers = [int(x) for x in args.draft_layers.split(",") if x.strip()] if args.drafter == "draft-model" else []
     if args.drafter in SELF_SPECULATION:
         try:
@@ -286,7 +351,8 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
     from lumotree.optimized.model import OptimizedModel, ProgressBar, load_checkpoint, random_tensors, select_layers
 
     dev, dtype = _device(), _dtype(args)
-    common = dict(num_slots=args.num_slots, max_seq_len=args.max_seq_len, device=dev, dtype=dtype)
+    common = dict(num_slots=args.num_slots, max_seq_len=args.max_seq_len, device=dev, dtype=dtype,
+                  memory_reserved=prefix_cache_bytes(args))
     draft = None
     if args.model:
         config, weights, _ = load_checkpoint(args.model, dev, dtype, progress=None if args.quiet else ProgressBar())
@@ -311,7 +377,7 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
 def _note_plan(args: argparse.Namespace, model: Any, planned: list[str]) -> None:
     """With ``auto`` sizes: the planned pools on stderr, and the sizes in ``args`` for what follows."""
     args.num_slots, args.max_seq_len = model.num_slots, model.max_seq_len
-    if planned and not args.quiet:
+    if planned and not getattr(args, "quiet", False):  # lumotree serve has no --quiet
         sys.stderr.write(f"note: memory plan: {model.memory_plan.summary()}\n")
 
 
@@ -363,6 +429,36 @@ def cost_profile(args: argparse.Namespace, engine: Any) -> Any:
     return profile
 
 
+def build_engine(args: argparse.Namespace, target: Any, draft: Any, sampling: bool) -> Any:
+    """The engine of the speculation options over ``target`` (and ``draft``, the draft-model drafter's model): its
+    cost profile loaded or measured (:func:`cost_profile`) and saved where asked, and on a GPU its kernels compiled
+    and CUDA graphs captured (with ``sampling``, those of sampled steps too) before the first request."""
+    from lumotree.optimized.engine import Engine, make_drafter
+
+    mode = {"none": "autoregressive", "chain": "chain", "tree": "tree"}[args.spec]
+    options = dict(depth=args.mtp_depth, top_k=args.mtp_top_k, sampled=args.mtp_sampled) if args.drafter == "mtp" \
+        else {}
+    drafter = make_drafter(args.drafter, draft_model=draft, target=target, **options) \
+        if mode != "autoregressive" else None
+    engine = Engine(target, drafter, mode=mode, budget="fixed", max_nodes=args.max_nodes, eps=args.eps,
+                    seed=args.seed)
+    if mode != "autoregressive" and args.budget != "fixed":
+        engine = Engine(target, drafter, mode=mode, budget=args.budget, max_nodes=args.max_nodes, eps=args.eps,
+                        profile=cost_profile(args, engine), seed=args.seed)
+    if args.save_profile and engine.profile is not None:
+        engine.profile.save(args.save_profile)
+    if target.device.type == "cuda":
+        sys.stderr.write("warming up: compiling kernels and capturing CUDA graphs ...")
+        sys.stderr.flush()
+        seconds = engine.warm_up(sampling=sampling)
+        sys.stderr.write(f" done in {seconds:.1f} s\n")
+    if prefix_cache_bytes(args):  # after the warm-up and the profile: their prompts are not kept
+        from lumotree.optimized.engine import PrefixCache
+
+        engine.set_prefix_cache(PrefixCache(prefix_cache_bytes(args), args.prefix_block))
+    return engine
+
+
 class Progress:
     """A one-line progress display on stderr: tokens done / total, live tokens/s, mean accepted length."""
 
@@ -391,18 +487,15 @@ class Progress:
 
 # ------------------------------------------------------------------------------------------------------ command
 def run(args: argparse.Namespace) -> int:
-    from lumotree.optimized.engine import Engine, SamplingParams, make_drafter
+    from lumotree.optimized.engine import SamplingParams
 
     check_arguments(args)
-    backend = choose_backend(args)
-    if args.backend == "auto" and backend == "reference":
-        sys.stderr.write("no CUDA GPU: the reference backend (exact float64 on the CPU); --backend optimized with "
-                         "TRITON_INTERPRET=1 runs the Triton kernels in the interpreter instead\n")
     try:
         base = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                               max_new_tokens=args.max_new_tokens, stop_token_ids=tuple(args.stop))
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
+    backend = choose_backend(args)
     target, draft, tokenizer, config = build_model(args, backend)
     prompts = load_prompts(args, tokenizer, config.vocab_size)
     params = []
@@ -411,20 +504,8 @@ def run(args: argparse.Namespace) -> int:
             params.append(SamplingParams(**{**base.__dict__, **extra}))
         except (ValueError, TypeError) as exc:
             raise UsageError(f"prompt #{where + 1}: {exc}") from None
-    mode = {"none": "autoregressive", "chain": "chain", "tree": "tree"}[args.spec]
-    drafter = make_drafter(args.drafter, draft_model=draft) if mode != "autoregressive" else None
-    engine = Engine(target, drafter, mode=mode, budget="fixed", max_nodes=args.max_nodes, eps=args.eps,
-                    seed=args.seed)
-    if mode != "autoregressive" and args.budget != "fixed":
-        engine = Engine(target, drafter, mode=mode, budget=args.budget, max_nodes=args.max_nodes, eps=args.eps,
-                        profile=cost_profile(args, engine), seed=args.seed)
-    if args.save_profile and engine.profile is not None:
-        engine.profile.save(args.save_profile)
-    if target.device.type == "cuda":
-        sys.stderr.write("warming up: compiling kernels and capturing CUDA graphs ...")
-        sys.stderr.flush()
-        seconds = engine.warm_up(sampling=any(p.temperature > 0 for p in params))
-        sys.stderr.write(f" done in {seconds:.1f} s\n")
+    engine = build_engine(args, target, draft, sampling=any(p.temperature > 0 for p in params))
+    drafter = engine.drafter
     decode = (lambda ids: tokenizer.decode(ids)) if tokenizer is not None else (lambda ids: " ".join(map(str, ids)))
     total = sum(p.max_new_tokens for p in params)
     stream = len(prompts) == 1 and not args.no_stream

@@ -21,6 +21,7 @@ _PUBLIC = {
     **dict.fromkeys(("tree_conv", "tree_conv_commit"), "lumotree.optimized.ops.conv_tree"),
     **dict.fromkeys(("gdn_decode", "conv_step", "gated_rmsnorm"), "lumotree.optimized.ops.gdn_decode"),
     **dict.fromkeys(("small_batch_linear", "residual_linear"), "lumotree.optimized.ops.gemv"),
+    **dict.fromkeys(("moe_routed", "moe_routed_ref"), "lumotree.optimized.ops.moe"),
     **dict.fromkeys(("tree_metadata", "TreeMeta"), "lumotree.optimized.ops.tree_meta"),
     **dict.fromkeys(("OptimizedModel", "load_pretrained", "load_checkpoint", "from_reference", "build_random"),
                     "lumotree.optimized.model"),

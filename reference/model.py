@@ -12,8 +12,10 @@ with ``rmsnorm0(x; w) = x * rsqrt(mean(x^2) + eps) * (1 + w)``. The MLP is a den
 ``p`` (renormalised to sum 1 when ``norm_topk_prob``), plus ``sigmoid(w_s . x) * shared_expert(x)``.
 
 API (others rely on these names): ``model.new_cache()``; ``model.forward(token_ids, cache)`` -> logits ``[T, vocab]``
-and advances the cache; ``model.verify_tree(tokens, tree, cache)`` -> logits ``[N, vocab]`` of every node, cache
-untouched; ``model.commit(tokens, tree, node, cache)`` advances every layer cache along the path to ``node``
+and advances the cache (``return_hidden=True``: also the final-normed hidden states ``[T, D]``, the LM head's input,
+which the MTP head of :mod:`~lumotree.reference.mtp` reads); ``model.verify_tree(tokens, tree, cache)`` -> logits
+``[N, vocab]`` of every node, cache untouched (``model.tree_pass``: also every node's hidden state);
+``model.commit(tokens, tree, node, cache)`` advances every layer cache along the path to ``node``
 (GDN states from the factors, conv states from the path inputs, KV compaction). ``load_pretrained(path)``,
 ``save_pretrained(model, path)`` read and write HF checkpoints of every supported model type (Qwen3-Next, Qwen3.5
 dense and MoE, and Qwen3.5's conditional-generation checkpoints' text model; :mod:`~lumotree.reference.layouts`),
@@ -28,7 +30,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from numbers import Integral
-from typing import NamedTuple, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 
@@ -65,6 +67,8 @@ __all__ = [
     "HybridModel",
     "mlp",
     "moe",
+    "mlp_block",
+    "decoder_block",
     "build_random",
     "load_pretrained",
     "save_pretrained",
@@ -100,6 +104,27 @@ def moe(x: np.ndarray, w: MoEWeights, top_k: int, norm_topk_prob: bool) -> np.nd
     return out + mlp(x, w.shared_expert) * shared_gate
 
 
+def mlp_block(x: np.ndarray, block: MLPWeights | MoEWeights, config: HybridConfig) -> np.ndarray:
+    """A layer's MLP on ``x: [T, D]``: :func:`moe` (with the config's top-k rule) or the dense :func:`mlp`."""
+    if isinstance(block, MoEWeights):
+        return moe(x, block, config.num_experts_per_tok, config.norm_topk_prob)
+    return mlp(x, block)
+
+
+def decoder_block(h: np.ndarray, layer: DecoderLayerWeights, config: HybridConfig, mixer) -> tuple[np.ndarray, Any]:
+    """One pre-norm block on the residual stream ``h: [T, D]``::
+
+        h = h + mixer(rmsnorm0(h; input_layernorm))
+        h = h + mlp_block(rmsnorm0(h; post_attention_layernorm))
+
+    ``mixer(x) -> (out [T, D], state)`` runs the layer's mixer (GDN or attention, chain or tree) on the normed input;
+    returns ``(h, state)``. The model's layers and the MTP head's layers are both this block."""
+    eps = config.rms_norm_eps
+    out, state = mixer(zero_centred_rmsnorm(h, layer.input_layernorm, eps))
+    h = h + out
+    return h + mlp_block(zero_centred_rmsnorm(h, layer.post_attention_layernorm, eps), layer.mlp, config), state
+
+
 # ====================================================================================================== cache
 _cache_ids = itertools.count()
 
@@ -128,7 +153,9 @@ class HybridCache:
 class TreePass(NamedTuple):
     """The result of a tree verification pass: ``logits: [N, vocab]`` and, per layer, what its commit needs
     (:class:`~lumotree.reference.gdn.GDNTreeRecord` or :class:`~lumotree.reference.attention.AttentionTreeRecord`).
-    ``tokens, tree, cache_uid, cache_version`` identify the inputs it was computed from."""
+    ``tokens, tree, cache_uid, cache_version`` identify the inputs it was computed from; ``hidden: [N, D]`` holds
+    every node's final-normed hidden state (the LM head's input; the accepted path's rows are what the MTP head
+    reads after the commit)."""
 
     logits: np.ndarray
     records: tuple
@@ -136,6 +163,7 @@ class TreePass(NamedTuple):
     tree: TokenTree
     cache_uid: int
     cache_version: int
+    hidden: np.ndarray | None = None
 
 
 # ====================================================================================================== model
@@ -215,40 +243,41 @@ class HybridModel:
         return ids, tree
 
     # ------------------------------------------------------------------------------------------------ passes
-    def _logits(self, h: np.ndarray) -> np.ndarray:
-        head = self.weights.embed_tokens if self.weights.lm_head is None else self.weights.lm_head
-        return zero_centred_rmsnorm(h, self.weights.norm, self.config.rms_norm_eps) @ head.T  # [T, vocab]
+    @property
+    def lm_head(self) -> np.ndarray:
+        """The LM head ``[vocab, D]`` (the embedding when the config ties them and no head is stored)."""
+        return self.weights.embed_tokens if self.weights.lm_head is None else self.weights.lm_head
 
-    def _mlp(self, i: int, x: np.ndarray) -> np.ndarray:
-        block = self.weights.layers[i].mlp
-        if isinstance(block, MoEWeights):
-            return moe(x, block, self.config.num_experts_per_tok, self.config.norm_topk_prob)
-        return mlp(x, block)
+    def final_hidden(self, h: np.ndarray) -> np.ndarray:
+        """``rmsnorm0(h; norm)``: the final-normed hidden states ``[T, D]`` whose product with :attr:`lm_head` are the
+        logits."""
+        return zero_centred_rmsnorm(h, self.weights.norm, self.config.rms_norm_eps)
 
-    def forward(self, token_ids: Sequence[int] | np.ndarray, cache: HybridCache) -> np.ndarray:
-        """Run ``T`` tokens in order from the cache (prefill, or decode when T = 1): float64 logits ``[T, vocab]``.
+    def forward(self, token_ids: Sequence[int] | np.ndarray, cache: HybridCache, return_hidden: bool = False
+                ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """Run ``T`` tokens in order from the cache (prefill, or decode when T = 1): float64 logits ``[T, vocab]``,
+        and with ``return_hidden`` also their final-normed hidden states ``[T, D]`` (:meth:`final_hidden`).
 
         Advances ``cache`` by T tokens (all layers at once, only if the whole pass succeeds). GDN layers use the
         recurrence (:func:`~lumotree.reference.gdn.chain`), attention layers the causal (chain) mask.
         """
         ids = self._check_tokens("token_ids", token_ids)
         self._check_cache(cache)
-        eps = self.config.rms_norm_eps
         h = self.weights.embed_tokens[ids]  # [T, D]
         new_layers: list[GDNLayerCache | KVCache] = []
         for i, layer in enumerate(self.weights.layers):
-            x = zero_centred_rmsnorm(h, layer.input_layernorm, eps)  # [T, D]
             if isinstance(layer.mixer, GDNWeights):
-                out, new_cache = gdn.gdn_layer_chain(x, layer.mixer, self._gdn_spec, cache.layers[i])
+                def mixer(x, w=layer.mixer, c=cache.layers[i]):
+                    return gdn.gdn_layer_chain(x, w, self._gdn_spec, c)
             else:
-                out, new_cache = attention.attention_layer_chain(x, layer.mixer, self._attention_spec,
-                                                                 cache.layers[i])
+                def mixer(x, w=layer.mixer, c=cache.layers[i]):
+                    return attention.attention_layer_chain(x, w, self._attention_spec, c)
+            h, new_cache = decoder_block(h, layer, self.config, mixer)
             new_layers.append(new_cache)
-            h = h + out
-            h = h + self._mlp(i, zero_centred_rmsnorm(h, layer.post_attention_layernorm, eps))
-        logits = self._logits(h)
+        hidden = self.final_hidden(h)  # [T, D]
+        logits = hidden @ self.lm_head.T  # [T, vocab]
         cache._replace(new_layers, cache.length + ids.shape[0])
-        return logits
+        return (logits, hidden) if return_hidden else logits
 
     def tree_pass(self, tokens, tree: TokenTree, cache: HybridCache) -> TreePass:
         """Logits of every node of a draft tree plus the per-layer records a commit needs; the cache is untouched.
@@ -259,20 +288,20 @@ class HybridModel:
         """
         ids, tree = self._check_tree(tokens, tree)
         self._check_cache(cache)
-        eps = self.config.rms_norm_eps
         h = self.weights.embed_tokens[ids]  # [N, D]
         records: list[GDNTreeRecord | AttentionTreeRecord] = []
         for i, layer in enumerate(self.weights.layers):
-            x = zero_centred_rmsnorm(h, layer.input_layernorm, eps)  # [N, D]
             if isinstance(layer.mixer, GDNWeights):
-                out, record = gdn.gdn_layer_tree(x, layer.mixer, self._gdn_spec, cache.layers[i], tree)
+                def mixer(x, w=layer.mixer, c=cache.layers[i]):
+                    return gdn.gdn_layer_tree(x, w, self._gdn_spec, c, tree)
             else:
-                out, record = attention.attention_layer_tree(x, layer.mixer, self._attention_spec, cache.layers[i],
-                                                             tree)
+                def mixer(x, w=layer.mixer, c=cache.layers[i]):
+                    return attention.attention_layer_tree(x, w, self._attention_spec, c, tree)
+            h, record = decoder_block(h, layer, self.config, mixer)
             records.append(record)
-            h = h + out
-            h = h + self._mlp(i, zero_centred_rmsnorm(h, layer.post_attention_layernorm, eps))
-        result = TreePass(self._logits(h), tuple(records), tuple(ids.tolist()), tree, cache.uid, cache.version)
+        hidden = self.final_hidden(h)  # [N, D]
+        result = TreePass(hidden @ self.lm_head.T, tuple(records), tuple(ids.tolist()), tree, cache.uid,
+                          cache.version, hidden)
         self._last_pass = result
         return result
 

@@ -63,6 +63,21 @@ def test_generate_runs_a_checkpoint_with_tree_speculation_and_a_batch_file(capsy
     assert len([line for line in out.splitlines() if line.startswith("[")]) == 3
 
 
+def test_generate_with_a_prefix_cache_gives_the_same_tokens(capsys, tmp_path):
+    """A batch whose second prompt extends the first: with --prefix-cache it restores the first prompt's block-grid
+    snapshot and prints the tokens of the run without the cache."""
+    batch = tmp_path / "prompts.txt"
+    batch.write_text("1 2 3 4 5 6 7 8 9 10\n1 2 3 4 5 6 7 8 9 10 11 12\n")
+    results = []
+    for options in ([], ["--prefix-cache", "16", "--prefix-block", "4"]):
+        out_json = tmp_path / "out.json"
+        code, _, err = run(capsys, "generate", *TINY, "--batch-file", str(batch), "--num-slots", "1", "--json",
+                           str(out_json), *options)
+        assert code == 0, err
+        results.append([r["tokens"] for r in json.loads(out_json.read_text())["results"]])
+    assert results[0] == results[1]
+
+
 @pytest.mark.parametrize("argv,words", [
     (["--num-slots", "0"], ["--num-slots"]),
     (["--seed", "-1"], ["--seed"]),
@@ -81,6 +96,8 @@ def test_generate_runs_a_checkpoint_with_tree_speculation_and_a_batch_file(capsy
     (["--prompt", ""], ["empty"]),
     (["--prompt", "one two"], ["token ids"]),
     (["--prompt", "1 2 3 4 5", "--max-seq-len", "4"], ["--max-seq-len"]),
+    (["--prefix-cache", "lots"], ["--prefix-cache", "not a size"]),
+    (["--prefix-cache", "16", "--prefix-block", "0"], ["--prefix-block"]),
 ])
 def test_generate_option_errors(capsys, argv, words):
     argv = argv if any(a == "--prompt" for a in argv) else [*argv, "--prompt", "1 2"]

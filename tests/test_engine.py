@@ -664,6 +664,40 @@ def test_more_requests_than_slots_are_queued_not_failed():
     assert max(s.batch for s in engine.stats.steps) == 3
 
 
+def test_abort_frees_the_slot_and_leaves_the_others_unchanged(tiny_reference):
+    """A running request aborted between steps frees its slot and drafter state; a waiting one never runs; the
+    request that keeps running emits exactly the tokens it emits alone, and the freed slot serves a new request."""
+    prompts = prompts_for(48, 3, seed=4)
+    params = SamplingParams(max_new_tokens=12)
+
+    def engine():
+        return Engine(ReferenceTarget(tiny_reference, num_slots=2, max_seq_len=64), PromptLookupDrafter(),
+                      mode="tree", budget="fixed", max_nodes=4)
+
+    alone = engine().generate([prompts[0]], params)[0].tokens
+    eng = engine()
+    keep, drop, queued = (eng.submit(p, params) for p in prompts)
+    outputs = {keep: [], drop: []}
+    for _ in range(2):
+        for event in eng.step():
+            outputs[event.request_id].extend(event.tokens)
+    assert [r.request_id for r in eng.running] == [keep, drop] and [r.request_id for r in eng.waiting] == [queued]
+    drop_slot = next(r.slot for r in eng.running if r.request_id == drop)
+    assert eng.abort(queued) and eng.abort(drop)
+    assert not eng.abort(drop) and not eng.abort(12345)
+    assert eng.finished[drop].finish_reason == eng.finished[queued].finish_reason == "abort"
+    assert eng.finished[queued].output == [] and len(eng.running) == 1 and drop_slot in eng.free_slots
+    assert drop_slot not in eng.model.caches
+    late = eng.submit(prompts[1], params)
+    outputs[late] = []
+    while eng.has_work():
+        for event in eng.step():
+            outputs[event.request_id].extend(event.tokens)
+    assert outputs[keep] == alone
+    assert outputs[late] == engine().generate([prompts[1]], params)[0].tokens
+    assert eng.finished[late].slot == drop_slot and sorted(eng.free_slots) == [0, 1]
+
+
 def test_budget_remembers_draft_costs_in_the_profile():
     """A drafter's measured cost lands in the shared profile: a new budget for the same drafter does not pay for a
     draft whose best case (every node accepted) loses to decoding, probes it once per amortization period, and

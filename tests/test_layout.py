@@ -14,7 +14,7 @@ LAYERS = ("reference", "optimized", "proofs", "expressivity", "training", "workl
 PRODUCT = (*LAYERS, "lumotree")
 MAX_LINES = 600  # product code and benchmarks
 
-#: the runtime's packages and the modules each must have (each concept in one place)
+#: the runtime's packages and the server's, and the modules each must have (each concept in one place)
 PACKAGE_MAP = {
     "optimized/ops": {"checks", "pdl", "tree_meta", "gdn_decode"},
     "optimized/ops/gdn_tree": {"api", "config", "primitives", "solve", "apply", "portable", "fused", "fused_kernel",
@@ -22,10 +22,14 @@ PACKAGE_MAP = {
     "optimized/ops/tree_attention": {"attention", "prepare", "kv_commit"},
     "optimized/ops/conv_tree": {"kernels", "reference"},
     "optimized/ops/gemv": {"kernels", "linear"},
-    "optimized/model": {"model", "weights", "loader", "caches", "layers", "kernels", "graphs", "presets", "memory"},
-    "optimized/engine": {"engine", "targets", "records", "budget", "drafters", "sampling", "e2e", "demo"},
+    "optimized/ops/moe": {"kernels", "routed", "reference", "resources"},
+    "optimized/model": {"model", "weights", "loader", "caches", "layers", "kernels", "graphs", "presets", "memory",
+                        "mtp"},
+    "optimized/engine": {"engine", "targets", "records", "budget", "drafters", "mtp", "sampling", "e2e", "demo",
+                         "prefix_cache"},
     "training": {"model", "gdn", "corpus", "formats", "tokenizer", "data", "trainer", "organism", "cli"},
     "workloads": {"build"},
+    "lumotree/server": {"app", "loop", "protocol", "text", "metrics", "cli", "loadgen"},
 }
 
 

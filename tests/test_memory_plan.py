@@ -125,3 +125,19 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
         code = exc.code
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def test_the_mtp_head_pools_are_counted_exactly():
+    """A model with an MTP head plans for its KV pools and the hidden states it keeps: the plan's pools exceed the
+    plain model's by exactly what ``mtp_head()`` allocates."""
+    config = HybridConfig(**{**RANDOM_CONFIGS["tiny"], "mtp_num_hidden_layers": 1})
+    tensors = random_tensors(config, 0, "cpu", torch.float32)
+    model = OptimizedModel(config, tensors, num_slots=3, max_seq_len=24, max_nodes=4, graphs=False)
+    head = model.mtp_head()
+    extra = sum(t.numel() * t.element_size() for t in _tensors(head.caches)) + \
+        model.hidden_rows.numel() * model.hidden_rows.element_size()
+    common = dict(dtype=torch.float32, num_slots=3, max_seq_len=24, max_nodes=4, graphs=False, free_bytes=GIB)
+    dims = (model.weights.gdn_dims, model.weights.attn_dims)
+    plain = plan_memory(config, *dims, **common)
+    assert plan_memory(config, *dims, mtp_layers=1, **common).pool_bytes - plain.pool_bytes == extra
+    assert model.memory_plan.pool_bytes == plain.pool_bytes + extra

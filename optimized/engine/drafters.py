@@ -15,6 +15,8 @@ A drafter proposes, for every running request, a :class:`Draft`: a tree rooted a
   to the budget by cumulative probability. Confidence = cumulative draft probability. Deterministic (top-k) proposals.
 - Suffix decoding (``"suffix"``, :mod:`~lumotree.optimized.engine.suffix`) and self-speculation from the target's
   own layers (``"layer-skip"``, ``"gdn-only"``, :mod:`~lumotree.optimized.engine.selfspec`) live in their modules.
+- :class:`~lumotree.optimized.engine.mtp.MTPDrafter` (``mtp``): the checkpoint's multi-token-prediction head on the
+  target's own hidden states; chains and EAGLE-2 style trees; confidence = path probability under the head.
 - :class:`SyntheticDrafter` — **SYNTHETIC, FOR SYSTEM BENCHMARKS ONLY**: it reads each request's true continuation
   from an oracle (e.g. the target's own greedy output recorded by an autoregressive run) and places the true next token
   among the children of on-path nodes at rank r with probability ``p (1 - p)^(r - 1)``; its confidences are exactly
@@ -130,7 +132,8 @@ class Draft:
 @dataclass
 class DraftRequest:
     """What a drafter sees of a running request: its slot, ``context`` (prompt + output; the last token is the
-    pending one), sampling parameters, and the seed/counter of its drafting coins."""
+    pending one), sampling parameters, the seed/counter of its drafting coins, and ``remaining``: the tokens it has
+    left to emit (None: not told), past which the engine verifies no deterministic draft."""
 
     slot: int
     context: list[int]
@@ -138,6 +141,7 @@ class DraftRequest:
     seed: int = 0
     counter: int = 0
     request_id: int = 0
+    remaining: int | None = None
 
 
 @runtime_checkable
@@ -461,6 +465,11 @@ class SyntheticDrafter:
             self._templates[key] = (np.array(parents), np.array(ranks), np.array(conf), child_at, max(depth))
         return self._templates[key]
 
+    def _draw_hits(self, B: int, n: int, nodes: int, chain: bool) -> np.ndarray:
+        """[B, n]: the rank of the true next token among each node's children, rank r with probability
+        ``rank_confidence[r]`` (>= the width: absent). ``nodes``, ``chain``: the template's key."""
+        return np.searchsorted(np.cumsum(self.rank_confidence), self.rng.random((B, n)), side="right")
+
     def propose(self, requests: Sequence[DraftRequest], max_nodes: int, chain: bool) -> list[Draft]:
         """Vectorised over requests. Children of node u carry ``(base_u + rank) mod V`` (distinct siblings). The
         oracle path of a request runs from the root through the child of each node's drawn rank while that child
@@ -481,7 +490,7 @@ class SyntheticDrafter:
         cols = np.minimum(pos[:, None] + np.arange(levels)[None, :], self._truth.shape[1] - 1)  # [B, levels]
         truth_at = np.where(pos[:, None] >= 0, self._truth[row[:, None], cols], -1)  # [B, levels] next tokens, or -1
         base = self.rng.integers(0, V, size=(B, n))  # [B, n] per parent
-        hit = np.searchsorted(np.cumsum(self.rank_confidence), self.rng.random((B, n)), side="right")  # [B, n]
+        hit = self._draw_hits(B, n, max_nodes, chain)  # [B, n]
         tokens = np.empty((B, n), dtype=np.int64)  # [B, n]
         tokens[:, 0] = [r.context[-1] for r in requests]
         tokens[:, 1:] = (base[:, parents[1:]] + ranks[1:]) % V
@@ -509,7 +518,7 @@ class SyntheticDrafter:
         return [Draft(tokens[b].tolist(), parent_list, conf, best_first=True) for b in range(B)]  # template order
 
 
-DRAFTERS = ("ngram", "suffix", "draft-model", "layer-skip", "gdn-only", "synthetic")
+DRAFTERS = ("ngram", "suffix", "draft-model", "layer-skip", "gdn-only", "mtp", "synthetic")
 
 
 def layer_skip_checkpoint(config: Any, tensors: Mapping[str, Any], layers: Sequence[int]) -> tuple[Any, dict[str, Any]]:
@@ -535,6 +544,7 @@ def make_drafter(
     name: str,
     *,
     draft_model: Any = None,
+    target: Any = None,
     oracle: Mapping[tuple[int, ...], Sequence[int]] | None = None,
     vocab_size: int | None = None,
     acceptance: float = 0.8,
@@ -543,8 +553,9 @@ def make_drafter(
     """A drafter by name (:data:`DRAFTERS`): ``"ngram"``; ``"suffix"``
     (:class:`~lumotree.optimized.engine.suffix.SuffixDrafter`); ``"draft-model"``, ``"layer-skip"``, ``"gdn-only"``
     (need ``draft_model``, a :class:`~lumotree.optimized.engine.TargetModel`; the last two a subgraph of the target,
-    :mod:`~lumotree.optimized.engine.selfspec`); ``"synthetic"`` (needs ``oracle`` and ``vocab_size``; benchmarks
-    only). ``options`` go to the drafter's constructor."""
+    :mod:`~lumotree.optimized.engine.selfspec`); ``"mtp"`` (needs ``target``, the engine's target model, whose MTP
+    head drafts; :class:`~lumotree.optimized.engine.mtp.MTPDrafter`); ``"synthetic"`` (needs ``oracle`` and
+    ``vocab_size``; benchmarks only). ``options`` go to the drafter's constructor."""
     if name == "ngram":
         return PromptLookupDrafter(**options)
     if name == "suffix":
@@ -561,6 +572,12 @@ def make_drafter(
         if draft_model is None:
             raise ValueError("drafter 'draft-model' needs draft_model")
         return DraftModelDrafter(draft_model, **options)
+    if name == "mtp":
+        if target is None:
+            raise ValueError("drafter 'mtp' needs target (the model whose MTP head drafts)")
+        from .mtp import MTPDrafter
+
+        return MTPDrafter(target, **options)
     if name == "synthetic":
         if oracle is None or vocab_size is None:
             raise ValueError("drafter 'synthetic' needs oracle and vocab_size (it is for benchmarks only)")

@@ -1,5 +1,12 @@
 r"""``lumotree bench e2e``: end-to-end decoding throughput of the engine (also ``python bench/e2e.py``).
 
+Two more modes: ``--model DIR --workload NAME`` runs a checkpoint's real-text workloads with the real drafters
+(:mod:`~lumotree.optimized.engine.e2e_real`); ``--replay PROFILE.json`` replaces the synthetic acceptances by the
+acceptance profiles recorded there, replayed on the random model of ``--random`` / ``--config``
+(:class:`~lumotree.optimized.engine.replay.ReplayDrafter`: the throughput a model of this size sees at the measured
+acceptance; an oracle for system measurements, as the synthetic drafter is). The rest of this docstring describes the
+random-model runs.
+
 Model: a Qwen3-Next-shaped hybrid with random weights sized for one H200 (``--config bench``: hidden 2048, 24 layers =
 18 Gated DeltaNet + 6 gated attention, attention 16 q / 2 kv heads x 256, GDN 16 q/k heads and 32 value heads of 128,
 dense SwiGLU MLP 5632, vocabulary 151936; 2.2 B parameters, bf16 weights, fp32 GDN states), with CUDA graphs per
@@ -39,6 +46,8 @@ import json
 import math
 import sys
 import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from lumotree.errors import UsageError
@@ -68,9 +77,9 @@ def _probability(text: str) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.ArgumentDefaultsHelpFormatter
-    parser.add_argument("which", choices=("e2e",), help="the benchmark to run")
     parser.add_argument("--config", choices=("bench", "small", "tiny"), default="bench", help="model size")
-    parser.add_argument("--batches", type=_positive_int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--batches", type=_positive_int, nargs="+", default=None,
+                        help="batch sizes (default: 1 8 32 64; with --model: 1 16 64)")
     parser.add_argument("--acceptance", type=_probability, nargs="+", default=[0.6, 0.8, 0.9])
     parser.add_argument("--new-tokens", type=_positive_int, default=128,
                         help="tokens each request generates (at least)")
@@ -101,11 +110,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only the autoregressive baseline and the fixed tree sizes (--sweep)")
     parser.add_argument("--time-limit", type=float, default=float("inf"),
                         help="seconds after which no new run starts")
-    parser.add_argument("--out", default="bench/baselines/e2e.json", help="JSON results")
+    parser.add_argument("--out", default=None, help="JSON results (default: bench/baselines/e2e.json; with --model "
+                        "e2e_real.json; with --replay e2e_replay.json)")
     parser.add_argument("--markdown", default=None, help="also write the result table as markdown here")
     parser.add_argument("--plot", default=None, help="also draw tokens/s against batch size into this PNG")
     parser.add_argument("--from-json", default=None,
                         help="render --markdown / --plot from an earlier --out file instead of running")
+    real = parser.add_argument_group("real text (--model) and replayed acceptance (--replay)")
+    real.add_argument("--model", default=None, help="a checkpoint directory: run its workloads with real drafters")
+    real.add_argument("--workload", nargs="+", default=["completion", "edit", "tool_loop"],
+                      help="--model: workload names (the model's workloads/NAME.jsonl) or JSONL paths")
+    real.add_argument("--drafters", nargs="+", default=["ngram", "suffix", "layer-skip", "mtp"],
+                      help="--model: drafters run chain and tree (ngram suffix layer-skip gdn-only mtp; mtp when the "
+                           "checkpoint has an MTP head)")
+    real.add_argument("--backend", choices=("optimized", "reference"), default="optimized",
+                      help="--model: the runtime, or the exact float64 reference (CPU, small models)")
+    real.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                      help="--model: weights and activations (auto: bfloat16 on CUDA, float32 on the CPU)")
+    real.add_argument("--max-prompt-tokens", type=_positive_int, default=None,
+                      help="--model: keep the last N tokens of each prompt")
+    real.add_argument("--ignore-eos", action="store_true", help="--model: decode --new-tokens past end of text")
+    real.add_argument("--record-nodes", type=_positive_int, default=32,
+                      help="--model: fixed tree size of the runs that record the acceptance profiles")
+    real.add_argument("--profile-dir", default=None,
+                      help="--model: write each acceptance profile here as WORKLOAD-DRAFTER.json")
+    real.add_argument("--cost-profile", default=None,
+                      help="--model: a cost profile JSON (or an earlier --out file of the same model and device) "
+                           "instead of measuring one")
+    real.add_argument("--mtp-depth", type=_positive_int, default=4, help="--model: MTP drafter rounds")
+    real.add_argument("--mtp-top-k", type=_positive_int, default=3, help="--model: MTP drafter tree width")
+    real.add_argument("--replay", nargs="+", default=None, metavar="PROFILE",
+                      help="acceptance profiles (JSON) replayed on the random model instead of the synthetic "
+                           "acceptances: the throughput a model of this size sees at the measured acceptance")
+    real.add_argument("--random", default=None, choices=("bench", "small", "tiny"),
+                      help="the random model's preset (same as --config)")
 
 
 def _copy_bandwidth(device: Any) -> float:
@@ -163,6 +201,28 @@ def run(args: argparse.Namespace) -> int:
             summary = json.load(f)
         _render(summary, args)
         return 0
+    if args.model is not None:
+        if args.replay or args.random:
+            raise UsageError("--model runs real drafters on the checkpoint; --replay / --random run a random model")
+        from .e2e_real import run_real
+
+        args.out = args.out or "bench/baselines/e2e_real.json"
+        return run_real(args)
+    args.out = args.out or ("bench/baselines/e2e_replay.json" if args.replay else "bench/baselines/e2e.json")
+    if args.random:
+        args.config = args.random
+    replays = []
+    if args.replay:
+        from .replay import AcceptanceProfile
+
+        for path in args.replay:
+            try:
+                replays.append((Path(path).stem, AcceptanceProfile.load(path)))
+            except (OSError, ValueError) as exc:
+                raise UsageError(f"--replay {path}: {exc}") from None
+            if not (replays[-1][1].acceptance() > 0).any():
+                raise UsageError(f"--replay {path}: no candidate was ever accepted (nothing to replay)")
+        args.no_draft_model = True  # the replayed drafters stand for the real ones
     import numpy as np
     import torch
 
@@ -186,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
     cuda = dev.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
     config = HybridConfig(**RANDOM_CONFIGS[args.config])
-    batches = sorted(set(args.batches))
+    batches = sorted(set(args.batches or [1, 8, 32, 64]))
     max_batch = max(batches)
     max_nodes = max([args.max_nodes, *args.sweep])
     new_tokens = {B: max(args.new_tokens, -(-args.min_decode_tokens // B)) for B in batches}  # per request
@@ -250,8 +310,13 @@ def run(args: argparse.Namespace) -> int:
     def plan_run(B: int, label: str, mode: str, kind: tuple[str, Any], budget: str, nodes: int,
                  deferred: bool | None = None) -> None:
         name, p = kind
-        drafter = (SyntheticDrafter(p, oracles[B], config.vocab_size, seed=args.seed) if name == "synthetic"
-                   else DraftModelDrafter(draft, top_k=4, max_depth=6))
+        if name == "replay":
+            from .replay import ReplayDrafter
+
+            drafter = ReplayDrafter(p, oracles[B], config.vocab_size, seed=args.seed)
+        else:
+            drafter = (SyntheticDrafter(p, oracles[B], config.vocab_size, seed=args.seed) if name == "synthetic"
+                       else DraftModelDrafter(draft, top_k=4, max_depth=6))
         if deferred is not None:  # switching drops the model's graphs: capture every shape again before timing
             model.set_deferred_commits(deferred)
             Engine(target, drafter, mode=mode, budget="fixed", max_nodes=nodes, node_buckets=node_buckets,
@@ -309,6 +374,8 @@ def run(args: argparse.Namespace) -> int:
         }
         if isinstance(drafter, SyntheticDrafter):
             record["desynced_proposals"] = drafter.desynced
+        record["budget_choices"] = dict(Counter("autoregressive" if x.kind == "autoregressive" else str(x.nodes)
+                                                for x in steps))
         record["measured_over_predicted"] = record["tokens_per_s"] / record["predicted_tokens_per_s"] \
             if record["predicted_tokens_per_s"] else float("nan")
         log(f"B={B:3d} {label:28s} {record['tokens_per_s']:9.1f} tok/s  accepted {record['mean_accepted']:.2f}  "
@@ -329,7 +396,10 @@ def run(args: argparse.Namespace) -> int:
         oracles[B] = {tuple(p): toks for p, toks in zip(prompts_for[B], ar["outputs"])}
         if args.skip_budget:
             return
-        for p in args.acceptance:
+        for name, replayed in replays:
+            for mode in ("chain", "tree"):
+                plan_run(B, f"{mode} replay {name}", mode, ("replay", replayed), "expected", args.max_nodes)
+        for p in ([] if replays else args.acceptance):
             for mode in ("chain", "tree"):
                 plan_run(B, f"{mode} synthetic p={p}", mode, ("synthetic", p), "expected", args.max_nodes)
 
@@ -339,7 +409,7 @@ def run(args: argparse.Namespace) -> int:
     for B in swept:  # 1: the budget at the sweep batches
         budget_runs(B)
     for B in swept:  # 2: fixed tree sizes next to the budget's choice
-        if B in oracles and 0.8 in args.acceptance:
+        if B in oracles and 0.8 in args.acceptance and not replays:
             for n in args.sweep:
                 if args.deferred == "both":  # fused steps with deferred commits, then in place (the default)
                     for deferred in (True, False):
@@ -381,6 +451,7 @@ def run(args: argparse.Namespace) -> int:
         "profile": profile.to_dict(), "draft_layers": draft_layers,
         "new_tokens": {str(B): n for B, n in new_tokens.items()},
         "prompt_len": args.prompt_len, "results": results, "notes": note,
+        "replayed_profiles": {name: prof.to_dict() for name, prof in replays},
         "elapsed_s": time.perf_counter() - t_start,
     }
     with open(args.out, "w") as f:
@@ -458,6 +529,4 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/e2e.py", description=__doc__.splitlines()[0])
     add_arguments(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] != "e2e":
-        argv = ["e2e", *argv]
-    return run(parser.parse_args(argv))
+    return run(parser.parse_args(argv[1:] if argv[:1] == ["e2e"] else argv))

@@ -18,6 +18,10 @@ The model follows :class:`TargetModel` (slot-addressed ``prefill / decode / veri
 :class:`ReferenceTarget` adapts the exact float64 reference model (CPU, one cache per slot);
 :class:`OptimizedTarget` adapts :mod:`lumotree.optimized.model` (pools by slot, CUDA graphs per (B, N) bucket).
 
+With a :class:`~lumotree.optimized.engine.prefix_cache.PrefixCache` (``prefix_cache=``), a prompt that extends a
+cached prefix restores its K / V and GDN / conv states and prefills only the rest, and each request's states are kept
+where its prompt's last block ends and where it ends.
+
 Requests beyond the free slots wait in a queue (the pools are allocated once, so a large batch never runs out of
 memory mid-way); ``submit`` validates prompts and sampling parameters before anything runs.
 """
@@ -44,6 +48,7 @@ from .budget import (
     make_budget,
 )
 from ..model.memory import BATCH_BUCKETS, NODE_BUCKETS
+from . import prefix_cache as prefixes
 from . import profiling
 from .drafters import Draft, DraftRequest, EngineDrafter
 from .records import EngineStats, GenerationResult, Request, StepRecord, TokenEvent
@@ -95,6 +100,8 @@ class Engine:
     - ``profile``: a :class:`~lumotree.optimized.engine.budget.CostProfile` or a JSON path; None measures one at
       start-up when the budget needs it (:meth:`measure_profile`).
     - ``max_batch``: most requests decoded at once (default: the model's slots); more wait in the queue.
+    - ``prefix_cache``: a :class:`~lumotree.optimized.engine.prefix_cache.PrefixCache` (None: every prompt prefills
+      whole); the model needs the prefix-cache methods of :class:`TargetModel`.
     """
 
     def __init__(
@@ -111,8 +118,11 @@ class Engine:
         node_buckets: Sequence[int] = DEFAULT_NODE_BUCKETS,
         batch_buckets: Sequence[int] | None = None,
         seed: int = 0,
+        prefix_cache: prefixes.PrefixCache | None = None,
     ):
         self.model = self._wrap(model)
+        self.set_prefix_cache(prefix_cache)
+        self._in_step = False  # a step is running (or raised): a slot's caches may not match its tokens
         if mode not in MODES:
             raise ValueError(f"mode = {mode!r}; expected one of {MODES}")
         if mode != "autoregressive" and drafter is None:
@@ -146,6 +156,15 @@ class Engine:
         self.budget = self._make_budget(budget)
 
     # ------------------------------------------------------------------------------------------------ set-up
+    def set_prefix_cache(self, prefix_cache: prefixes.PrefixCache | None) -> None:
+        """Use ``prefix_cache`` for the prompts admitted from now on (None: none)."""
+        if prefix_cache is not None and not isinstance(prefix_cache, prefixes.PrefixCache):
+            raise TypeError(f"prefix_cache must be a PrefixCache, got {type(prefix_cache).__name__}")
+        if prefix_cache is not None and not prefixes.supports_prefix_cache(self.model):
+            raise ValueError(f"prefix_cache: {type(self.model).__name__} cannot save and restore its caches "
+                             "(read_kv / read_state / restore)")
+        self.prefix_cache = prefix_cache
+
     @staticmethod
     def _wrap(model: Any) -> TargetModel:
         if isinstance(model, TargetModel):
@@ -228,6 +247,22 @@ class Engine:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def abort(self, request_id: int) -> bool:
+        """End a waiting or running request now (``finish_reason`` ``"abort"``; a running one frees its slot and
+        drafter state for the next step). Call between steps. Returns False when no such request is waiting or
+        running."""
+        request = next((r for r in self.waiting if r.request_id == request_id), None)
+        if request is not None:
+            self.waiting.remove(request)
+            self.finished[request_id] = request
+        else:
+            request = next((r for r in self.running if r.request_id == request_id), None)
+            if request is None:
+                return False
+            self._finish(request, keep=not self._in_step)
+        request.finished, request.finish_reason = True, "abort"
+        return True
+
     def _coins(self, requests: Sequence[Request], n: int, stream: int = 0) -> torch.Tensor:
         """``[B, n]`` coins of each request's current model call (its step counter): recursive rejection sampling
         of sampled drafts, and the drafts' own draws."""
@@ -285,7 +320,11 @@ class Engine:
             request.finish_reason = reason
         return TokenEvent(request.request_id, new, request.finished, reason)
 
-    def _finish(self, request: Request) -> None:
+    def _finish(self, request: Request, keep: bool = True) -> None:
+        """Free ``request``'s slot; with a prefix cache, its states are kept first (``keep``: its caches are
+        consistent, not after a failed step)."""
+        if self.prefix_cache is not None and keep and request.cached:
+            prefixes.keep(self.model, self.prefix_cache, request.slot, request.cached)
         self.model.release(request.slot)
         if self.drafter is not None:
             self.drafter.release(request.slot)
@@ -301,7 +340,7 @@ class Engine:
         while self.waiting and self.free_slots and len(self.running) < self.max_batch:
             request = self.waiting.popleft()
             request.slot = self.free_slots.pop()
-            rows.append(self.model.prefill(request.slot, request.prompt))  # [V]
+            rows.append(self._prefill(request))  # [V]
             if self.drafter is not None:
                 self.drafter.admit(request.slot, request.prompt)
             self.running.append(request)
@@ -322,9 +361,23 @@ class Engine:
         )
         return events
 
+    def _prefill(self, request: Request) -> torch.Tensor:
+        """The prompt's prefill into the request's slot (through the prefix cache when there is one): ``[V]``."""
+        if self.prefix_cache is None:
+            return self.model.prefill(request.slot, request.prompt)
+        logits, request.prefix_hit = prefixes.prefill(self.model, self.prefix_cache, request.slot, request.prompt)
+        request.cached = list(request.prompt)
+        return logits
+
     # ------------------------------------------------------------------------------------------------ steps
     def step(self) -> list[TokenEvent]:
         """Admit waiting requests (prefill), then one decode or speculative step for every running request."""
+        self._in_step = True
+        events = self._step()
+        self._in_step = False
+        return events
+
+    def _step(self) -> list[TokenEvent]:
         events = self._admit()
         batch = list(self.running)
         if not batch:
@@ -363,6 +416,9 @@ class Engine:
             kind, reason = "verify", decision.reason
             self.budget.observe(decision, predicted, float(sum(accepted)), draft_s)
         model_s = time.perf_counter() - tm
+        if self.prefix_cache is not None:
+            for request, tokens in zip(batch, committed):
+                request.cached.extend(tokens)
         if self.drafter is not None:
             self.drafter.advance(requests or [self._draft_request(r) for r in batch], committed)
         emitted_total = 0
@@ -385,7 +441,8 @@ class Engine:
         return events
 
     def _draft_request(self, r: Request) -> DraftRequest:
-        return DraftRequest(r.slot, r.context, r.params, r.seed, r.counter, r.request_id)
+        return DraftRequest(r.slot, r.context, r.params, r.seed, r.counter, r.request_id,
+                            r.params.max_new_tokens - len(r.output))
 
     def _autoregressive_step(self, batch: list[Request]):
         slots = torch.tensor([r.slot for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
@@ -402,8 +459,9 @@ class Engine:
                 raise ValueError(f"drafter {self.drafter.name!r} proposed a tree whose root is not the pending token")
             room = self.model.max_seq_len - 1 - r.cache_length  # deepest node position must stay in the context
             max_depth = max(0, room)
-            if d.variant == "deterministic":
-                cut.append(d.cut(nodes, max_depth))
+            if d.variant == "deterministic":  # no deeper than the tokens left to emit: none verified in vain, and
+                # the cache never holds tokens past the output (what the prefix cache keeps at the end)
+                cut.append(d.cut(nodes, max(0, min(room, r.params.max_new_tokens - len(r.output) - 1))))
             elif max(d.depth()) > max_depth:
                 raise ValueError(
                     f"drafter {self.drafter.name!r} drew a tree deeper than the context allows ({max_depth}); sampled "

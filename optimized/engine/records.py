@@ -25,6 +25,8 @@ class Request:
     finish_reason: str = ""
     steps: int = 0
     accepted: int = 0  # draft tokens accepted in total
+    cached: list[int] = field(default_factory=list)  # the tokens the model's cache holds (kept with a prefix cache)
+    prefix_hit: int = 0  # prompt tokens restored from the prefix cache
 
     @property
     def context(self) -> list[int]:

@@ -94,8 +94,9 @@ class SelfSpeculationDrafter(DraftModelDrafter):
 
 
 class DraftCounter:
-    """Wraps a drafter and counts the draft tokens it proposes, each draft cut to the step's node count as the engine
-    cuts it (``drafted``; ``proposals``: drafts), for acceptance rates."""
+    """Wraps a drafter and counts the draft tokens it proposes, each draft cut to the step's node count and the
+    request's remaining tokens as the engine cuts it (``drafted``; ``proposals``: drafts; ``verified``: drafts with a
+    token left to verify), for acceptance rates."""
 
     synthetic = False
 
@@ -106,13 +107,18 @@ class DraftCounter:
         self.synthetic = bool(getattr(drafter, "synthetic", False))
         self.drafted = 0
         self.proposals = 0
+        self.verified = 0  # drafts with at least one token verified
 
     def admit(self, slot: int, prompt: Sequence[int]) -> None:
         self.inner.admit(slot, prompt)
 
     def propose(self, requests: Sequence[DraftRequest], max_nodes: int, chain: bool) -> list[Draft]:
         drafts = self.inner.propose(requests, max_nodes, chain)
-        self.drafted += sum(min(d.num_nodes, max_nodes) - 1 for d in drafts)
+        for r, d in zip(requests, drafts):
+            depth = None if r.remaining is None or d.variant != "deterministic" else max(0, r.remaining - 1)
+            tokens = (d.cut(max_nodes, depth) if d.variant == "deterministic" else d).num_nodes - 1
+            self.drafted += tokens
+            self.verified += tokens > 0
         self.proposals += len(drafts)
         return drafts
 
@@ -178,8 +184,8 @@ def acceptance_study(
     """Acceptance of greedy chains of ``k`` tokens drafted by ``draft`` (a TargetModel over a subgraph of ``target``)
     for each k in ``ks``, and the perplexity-ablation ratio on ``texts`` (default: each prompt followed by the target's
     greedy continuation). Returns ``{"alpha": {k: accepted / drafted}, "mean_accepted": {k: accepted tokens per
-    speculative request-step}, "lossless": every speculative output equal to the autoregressive one, "ppl_target",
-    "ppl_draft", "ppl_ratio"}``. ``target`` and ``draft`` need as many slots as prompts run at once (the engine
+    request-step that verified a drafted token}, "lossless": every speculative output equal to the autoregressive
+    one, "ppl_target", "ppl_draft", "ppl_ratio"}``. ``target`` and ``draft`` need as many slots as prompts run at once (the engine
     queues the rest) and a context of ``prompt + max_new_tokens + max(ks) + 1``."""
     from .engine import Engine
 
@@ -198,7 +204,7 @@ def acceptance_study(
         result["lossless"] &= [r.tokens for r in out] == reference
         accepted = sum(r.accepted for r in out)
         result["alpha"][int(k)] = accepted / counter.drafted if counter.drafted else 0.0
-        result["mean_accepted"][int(k)] = engine.stats.summary()["mean_accepted"]
+        result["mean_accepted"][int(k)] = accepted / counter.verified if counter.verified else 0.0
     texts = texts if texts is not None else [list(p) + list(r) for p, r in zip(prompts, reference)]
     result.update(perplexity_ratio(target, draft, texts))
     return result

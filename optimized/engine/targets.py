@@ -1,5 +1,6 @@
 """The models behind the engine: the :class:`TargetModel` protocol, the exact reference (:class:`ReferenceTarget`)
-and the optimized model (:class:`OptimizedTarget`, padded to batch buckets for its CUDA graphs)."""
+and the optimized model (:class:`OptimizedTarget`, padded to batch buckets for its CUDA graphs), and the MTP head each
+hands out (:class:`ReferenceMTPHead`; the optimized model's :class:`~lumotree.optimized.model.mtp.MTPHead`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from ..model.memory import BATCH_BUCKETS
 from .sampling import TreeBatch, VerifyOutcome
 
-__all__ = ["TargetModel", "ReferenceTarget", "OptimizedTarget"]
+__all__ = ["TargetModel", "ReferenceTarget", "OptimizedTarget", "ReferenceMTPHead"]
 
 
 @runtime_checkable
@@ -33,6 +34,16 @@ class TargetModel(Protocol):
     model
     that has it runs a greedy speculative step with it (fused: fewer launches); without it the engine makes the three
     calls.
+
+    Optional, for the MTP drafter (:class:`~lumotree.optimized.engine.mtp.MTPDrafter`): ``hidden_states(slot, count)
+    -> [count, D]``, the final-normed hidden states (the LM head's input) of the last ``count`` tokens the slot's last
+    ``prefill`` / ``decode`` / ``commit`` added; ``mtp_head()``, the checkpoint's MTP head, slot-addressed
+    (:class:`ReferenceMTPHead` states its protocol; ``ValueError`` without ``mtp.*`` weights).
+
+    Optional, for the prefix cache (:mod:`~lumotree.optimized.engine.prefix_cache`): ``read_kv(slot, start, end)``
+    (copies of the K / V rows of positions ``[start, end)``), ``read_state(slot)`` (copies of the GDN and conv
+    states), ``restore(slot, kv, state, length)`` (the slot holds ``length`` tokens from them), and
+    ``prefill(slot, tokens, start)`` going on after the ``start`` tokens a slot holds.
     """
 
     vocab_size: int
@@ -57,9 +68,12 @@ class ReferenceTarget:
     one reference cache per slot, requests run one after another. Slow and exact: the engine's CPU oracle."""
 
     def __init__(self, model: Any, num_slots: int = 8, max_seq_len: int = 4096, max_nodes: int = 128):
+        from lumotree.reference.attention import KVCache
+        from lumotree.reference.model import HybridCache
         from lumotree.reference.tree import TokenTree
 
         self._TokenTree = TokenTree
+        self._KVCache, self._HybridCache = KVCache, HybridCache
         self.model = model
         self.vocab_size = int(model.vocab_size)
         self.num_slots = int(num_slots)
@@ -68,23 +82,51 @@ class ReferenceTarget:
         self.device = torch.device("cpu")
         self.caches: dict[int, Any] = {}
         self.passes: dict[int, Any] = {}
+        self.hidden: dict[int, np.ndarray] = {}  # slot -> [n, D] hidden states of what its last step added
+        self._mtp_head: ReferenceMTPHead | None = None
 
     def _check_slot(self, slot: int) -> int:
         if not 0 <= int(slot) < self.num_slots:
             raise ValueError(f"slot = {slot} is outside [0, {self.num_slots})")
         return int(slot)
 
-    def prefill(self, slot: int, tokens: Sequence[int]) -> torch.Tensor:
+    def prefill(self, slot: int, tokens: Sequence[int], start: int = 0) -> torch.Tensor:
         slot = self._check_slot(slot)
-        cache = self.model.new_cache()
-        logits = self.model.forward(list(tokens), cache)  # [T, V]
+        cache = self.model.new_cache() if start == 0 else self.caches[slot]
+        if cache.length != start:
+            raise ValueError(f"start = {start}: slot {slot} holds {cache.length} tokens")
+        logits, self.hidden[slot] = self.model.forward(list(tokens), cache, return_hidden=True)  # [T, V], [T, D]
         self.caches[slot] = cache
         return torch.from_numpy(np.asarray(logits[-1], dtype=np.float64))
+
+    def read_kv(self, slot: int, start: int, end: int) -> list:
+        """Per layer: copies of the attention K / V rows ``[start, end)`` (None for a GDN layer)."""
+        return [(layer.keys[start:end].copy(), layer.values[start:end].copy()) if isinstance(layer, self._KVCache)
+                else None for layer in self.caches[int(slot)].layers]
+
+    def read_state(self, slot: int) -> list:
+        """Per layer: a copy of the GDN layer's conv and recurrent states (None for an attention layer)."""
+        return [None if isinstance(layer, self._KVCache) else layer.copy() for layer in self.caches[int(slot)].layers]
+
+    def restore(self, slot: int, kv: list, state: list, length: int) -> None:
+        slot = self._check_slot(slot)
+        layers = []
+        for i, layer_state in enumerate(state):
+            if layer_state is not None:
+                layers.append(layer_state.copy())
+            else:
+                keys = np.concatenate([rows[i][0] for _, _, rows in kv])  # [length, Hkv, Dh]
+                values = np.concatenate([rows[i][1] for _, _, rows in kv])
+                layers.append(self._KVCache(keys, values))
+        self.caches[slot] = self._HybridCache(layers, int(length))
+        self.passes.pop(slot, None)
 
     def decode(self, slots: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         rows = []
         for slot, tok in zip(slots.tolist(), tokens.tolist()):
-            rows.append(self.model.forward([int(tok)], self.caches[self._check_slot(slot)])[-1])
+            logits, self.hidden[slot] = self.model.forward([int(tok)], self.caches[self._check_slot(slot)],
+                                                           return_hidden=True)  # [1, V], [1, D]
+            rows.append(logits[-1])
         return torch.from_numpy(np.stack(rows).astype(np.float64))  # [B, V]
 
     def _tree(self, trees: TreeBatch, b: int):
@@ -103,14 +145,81 @@ class ReferenceTarget:
 
     def commit(self, slots: torch.Tensor, trees: TreeBatch, accepted: torch.Tensor) -> None:
         for slot, node in zip(slots.tolist(), accepted.tolist()):
-            self.model.commit_pass(self.passes.pop(slot), int(node), self.caches[slot])
+            tree_pass = self.passes.pop(slot)
+            self.hidden[slot] = tree_pass.hidden[tree_pass.tree.path(int(node))]  # [depth + 1, D] the accepted path
+            self.model.commit_pass(tree_pass, int(node), self.caches[slot])
 
     def release(self, slot: int) -> None:
         self.caches.pop(int(slot), None)
         self.passes.pop(int(slot), None)
+        self.hidden.pop(int(slot), None)
 
     def cache_length(self, slot: int) -> int:
         return int(self.caches[int(slot)].length)
+
+    def hidden_states(self, slot: int, count: int) -> torch.Tensor:
+        """``[count, D]`` float64: the final-normed hidden states of the last ``count`` tokens the slot's last step
+        added (:class:`TargetModel`)."""
+        have = self.hidden[self._check_slot(slot)]
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= have.shape[0]:
+            raise ValueError(f"count = {count!r} must be an integer in [1, {have.shape[0]}]")
+        return torch.from_numpy(have[-count:])
+
+    def mtp_head(self) -> ReferenceMTPHead:
+        """The model's MTP head in float64 (:class:`ReferenceMTPHead`, built once)."""
+        if self._mtp_head is None:
+            self._mtp_head = ReferenceMTPHead(self.model, self.num_slots, self.max_nodes)
+        return self._mtp_head
+
+
+class ReferenceMTPHead:
+    """The exact MTP head (:class:`lumotree.reference.mtp.MTPHead`, float64) behind the slot-addressed protocol the MTP
+    drafter drives (the optimized model's :class:`~lumotree.optimized.model.mtp.MTPHead` follows it too): one
+    :class:`~lumotree.reference.mtp.MTPCache` per slot, requests one after another.
+
+    - ``reset(slot)`` / ``release(slot)``: the slot holds no entry;
+    - ``extend(slots, tokens, hidden)``: append the pairs ``(hidden[b][t] [D], tokens[b][t])`` to slot ``slots[b]``;
+    - ``tree(slots [B], tokens [B, N], parents [B, N], num_nodes [B], hidden [B, N, D], rows [B, R]) ->
+      (g [B, N, D], logits [B, R, V])``: every node of each draft tree, the caches untouched.
+    """
+
+    def __init__(self, model: Any, num_slots: int, max_nodes: int):
+        from lumotree.reference.mtp import MTPHead
+
+        self.head = MTPHead(model)  # ValueError without an MTP head
+        self.num_slots, self.max_nodes = int(num_slots), int(max_nodes)
+        self.hidden_size = int(model.config.hidden_size)
+        self.device, self.dtype = torch.device("cpu"), torch.float64
+        self.caches: dict[int, Any] = {}
+
+    def reset(self, slot: int) -> None:
+        if not 0 <= int(slot) < self.num_slots:
+            raise ValueError(f"slot = {slot} is outside [0, {self.num_slots})")
+        self.caches[int(slot)] = self.head.new_cache()
+
+    def release(self, slot: int) -> None:
+        self.caches.pop(int(slot), None)
+
+    def extend(self, slots: Sequence[int], tokens: Sequence[Sequence[int]], hidden: Sequence[torch.Tensor]) -> None:
+        for slot, ids, h in zip(slots, tokens, hidden):
+            if len(ids):
+                self.head.forward(h.double().numpy(), list(ids), self.caches[int(slot)])
+
+    def tree(self, slots: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, num_nodes: torch.Tensor,
+             hidden: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from lumotree.reference.tree import TokenTree
+
+        B, N = tokens.shape
+        g = torch.zeros((B, N, self.hidden_size), dtype=torch.float64)  # [B, N, D]
+        logits = torch.zeros((B, rows.shape[1], self.head.model.vocab_size), dtype=torch.float64)  # [B, R, V]
+        for b, slot in enumerate(slots.tolist()):
+            n = int(num_nodes[b])
+            ids = tokens[b, :n].tolist()
+            node_logits, node_g = self.head.tree(hidden[b, :n].double().numpy(), ids,
+                                                 TokenTree(parents[b, :n].tolist(), ids), self.caches[int(slot)])
+            g[b, :n] = torch.from_numpy(node_g)
+            logits[b] = torch.from_numpy(node_logits[rows[b].numpy()])
+        return g, logits
 
 
 class OptimizedTarget:
@@ -151,10 +260,20 @@ class OptimizedTarget:
             for s in pad:
                 self.model.release(s)
 
-    def prefill(self, slot: int, tokens: Sequence[int]) -> torch.Tensor:
-        logits = self.model.prefill(int(slot), list(tokens))
+    def prefill(self, slot: int, tokens: Sequence[int], start: int = 0) -> torch.Tensor:
+        logits = self.model.prefill(int(slot), list(tokens), start)
         self.busy.add(int(slot))
         return logits
+
+    def read_kv(self, slot: int, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model.caches.read_kv(int(slot), start, end)
+
+    def read_state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model.caches.read_state(int(slot))
+
+    def restore(self, slot: int, kv: list, state: Any, length: int) -> None:
+        self.model.restore(int(slot), kv, state, length)
+        self.busy.add(int(slot))
 
     def decode(self, slots: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         B = int(slots.shape[0])
@@ -211,5 +330,13 @@ class OptimizedTarget:
     def release(self, slot: int) -> None:
         self.busy.discard(int(slot))
         self.model.release(int(slot))
+
+    def hidden_states(self, slot: int, count: int) -> torch.Tensor:
+        """The model's :meth:`~lumotree.optimized.model.OptimizedModel.hidden_states` (:class:`TargetModel`)."""
+        return self.model.hidden_states(slot, count)
+
+    def mtp_head(self) -> Any:
+        """The model's MTP head (:class:`~lumotree.optimized.model.mtp.MTPHead`; hidden states kept from now on)."""
+        return self.model.mtp_head()
 
 

@@ -1,5 +1,6 @@
 """The optimized hybrid model: :class:`OptimizedModel` (the API, :mod:`~lumotree.optimized.model.model`), its
-weights, caches (sized by :mod:`~lumotree.optimized.model.memory`), layers, small kernels and CUDA graphs, and the
+weights, caches (sized by :mod:`~lumotree.optimized.model.memory`), layers, small kernels and CUDA graphs, the MTP
+head (:mod:`~lumotree.optimized.model.mtp`), and the
 builders below."""
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import torch
 from .loader import LoadReport, ProgressBar, default_dtype, load_checkpoint
 from .memory import MemoryPlan, plan_memory
 from .model import HEAD_ROWS, OptimizedModel
+from .mtp import MTPHead
 from .presets import RANDOM_CONFIGS
-from .weights import random_tensors, select_layers, successor_permutation
+from .weights import random_tensors, random_weights, select_layers, successor_permutation
 
-__all__ = ["OptimizedModel", "MemoryPlan", "plan_memory", "load_pretrained", "load_checkpoint", "LoadReport",
-           "ProgressBar", "from_reference", "build_random", "random_tensors", "select_layers", "successor_permutation",
-           "RANDOM_CONFIGS", "HEAD_ROWS"]
+__all__ = ["OptimizedModel", "MTPHead", "MemoryPlan", "plan_memory", "load_pretrained", "load_checkpoint",
+           "LoadReport", "ProgressBar", "from_reference", "build_random", "random_tensors", "random_weights",
+           "select_layers", "successor_permutation", "RANDOM_CONFIGS", "HEAD_ROWS"]
 
 
 def load_pretrained(path: str | os.PathLike, progress: Any = None, **kwargs: Any) -> OptimizedModel:

@@ -92,3 +92,25 @@ class Caches:
         for pending, pool in zip(self.pending, self.state_pools):
             gdn_tree_flush(pending, pool, index, validate=False)
         self.deferred.difference_update(todo)
+
+    def read_kv(self, slot: int, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of ``slot``'s K / V rows of positions ``[start, end)``: ``[A, HKV, end - start, D]`` each."""
+        return (self.k_stack[:, slot, :, start:end].clone(),  # [A, HKV, n, D]
+                self.v_stack[:, slot, :, start:end].clone())
+
+    def read_state(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of ``slot``'s recurrent and conv states (its deferred commits applied first): ``[G, HV, K, V]``,
+        ``[G, W - 1, C]``."""
+        self.flush([slot])
+        return self.state_stack[:, slot].clone(), self.conv_stack[:, slot].clone()
+
+    def write(self, slot: int, kv: list[tuple[int, int, tuple[torch.Tensor, torch.Tensor]]],
+              state: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Put K / V rows (``(start, end, (k, v))`` as :meth:`read_kv` returns them) and states (as
+        :meth:`read_state` returns them) in ``slot``, which holds nothing pending afterwards."""
+        self.reset(slot)
+        for start, end, (k, v) in kv:
+            self.k_stack[:, slot, :, start:end] = k
+            self.v_stack[:, slot, :, start:end] = v
+        self.state_stack[:, slot] = state[0]
+        self.conv_stack[:, slot] = state[1]

@@ -12,8 +12,8 @@ a tree step: every node of every request's draft tree, caches untouched until th
 - attention layer: ``w_qkv``, the fused q / k norm + RoPE + KV store
   (:func:`~lumotree.optimized.ops.tree_attention.prepare_qkv`) at each node's position, tree attention over the
   committed cache and the node's ancestors (a decode step: a one-node tree), ``w_o``;
-- MLP: SwiGLU (dense) or the MoE block, computed densely (every expert on every token, weighted by the renormalised
-  top-k router probabilities: exact and CUDA-graph safe, not fast).
+- MLP: SwiGLU (dense) or the MoE block, routed (:func:`~lumotree.optimized.ops.moe.moe_routed`: each token through
+  its top-k experts only, grouped by expert; CUDA-graph safe).
 
 Projections of steps with few token rows run on the split-K weight-streaming GEMV
 (:func:`~lumotree.optimized.ops.gemv.small_batch_linear`, launched with PDL) where
@@ -40,6 +40,7 @@ from ..ops.gdn_decode import conv_step, gated_rmsnorm, gdn_decode
 from ..ops.gdn_tree import GATE_PIECE, LOG_DECAY_FLOOR, OutputGate, TreeFactors, gates, gdn_tree_verify
 from ..ops.gemv import (ConvStep, Fp8Weight, ResidualRows, RowNorm, TreeConv, fp8_linear, gemv_config, preferred,
                         residual_linear, small_batch_linear)
+from ..ops.moe import moe_routed
 from ..ops.tree_meta import TreeMeta
 from .kernels import add_rmsnorm, silu_mul
 from .weights import AttentionLayerWeights, GDNLayerWeights, MLPWeights, ModelWeights
@@ -194,26 +195,28 @@ class Layers:
 
     def mlp(self, m: MLPWeights, res: Residual, next_norm: torch.Tensor | None) -> None:
         """``h += MLP(RMSNorm(h))``: SwiGLU (on the GEMVs, the norm and the add inside them, ``next_norm`` the norm
-        after it, None before the final one), or the MoE block computed densely."""
+        after it, None before the final one), or the routed MoE block
+        (:func:`~lumotree.optimized.ops.moe.moe_routed`)."""
         if m.router is None:
             act = self.norm_linear(res, m.post_norm, m.w_gate_up, swiglu=True)  # [T, I] silu(gate) * up
             self.add_linear(res, act, m.w_down, next_norm)
             return
         x = self.normed(res, m.post_norm)  # [T, Dm]
+        if not isinstance(m.w_gate_up, Fp8Weight):  # the routed block: only the experts the tokens chose
+            res.delta = moe_routed(x, m.router, m.w_gate_up, m.w_down, top_k=self.config.num_experts_per_tok,
+                                   norm_topk_prob=bool(self.config.norm_topk_prob), shared_gate_up=m.shared_gate_up,
+                                   shared_down=m.shared_down, shared_gate=m.shared_gate, validate=False)  # [T, Dm]
+            return
+        # block-FP8 experts: every expert on every token, one FP8 product each (the routed block takes float experts)
         probs = torch.softmax((x @ m.router.T).float(), dim=-1)  # [T, E]
         top_p, top_i = torch.topk(probs, self.config.num_experts_per_tok, dim=-1)  # [T, k]
         if self.config.norm_topk_prob:
             top_p = top_p / top_p.sum(-1, keepdim=True)
         weights = torch.zeros_like(probs).scatter(1, top_i, top_p).to(x.dtype)  # [T, E]
-        if isinstance(m.w_gate_up, Fp8Weight):  # block-FP8 experts: one product per expert
-            E = m.w_gate_up.shape[0]
-            g, u = torch.stack([fp8_linear(x, m.w_gate_up.expert(e)) for e in range(E)]).chunk(2, dim=-1)
-            act = F.silu(g) * u  # [E, T, I]
-            y = torch.stack([fp8_linear(act[e], m.w_down.expert(e)) for e in range(E)])  # [E, T, Dm]
-        else:
-            gu = torch.einsum("td,efd->etf", x, m.w_gate_up)  # [E, T, 2I]
-            g, u = gu.chunk(2, dim=-1)
-            y = torch.einsum("eti,edi->etd", F.silu(g) * u, m.w_down)  # [E, T, Dm]
+        E = m.w_gate_up.shape[0]
+        g, u = torch.stack([fp8_linear(x, m.w_gate_up.expert(e)) for e in range(E)]).chunk(2, dim=-1)
+        act = F.silu(g) * u  # [E, T, I]
+        y = torch.stack([fp8_linear(act[e], m.w_down.expert(e)) for e in range(E)])  # [E, T, Dm]
         out = torch.einsum("etd,te->td", y, weights)
         sg, su = self.matmul(x, m.shared_gate_up).chunk(2, dim=-1)
         shared = self.matmul(F.silu(sg) * su, m.shared_down)

@@ -14,7 +14,9 @@ caches (:class:`~lumotree.optimized.model.caches.Caches`); the layers run in one
 - ``speculate_greedy`` = tree step, greedy acceptance and commit in one call (one graph);
 - ``decode`` = one token per request, every cache advanced in place (the GDN state read and written once);
 - ``prefill`` = chunks of up to ``max_nodes`` tokens, each a chain tree + commit of its last node (the GDN core runs
-  flash-linear-attention's ``chunk_gated_delta_rule`` on the chunk instead when it is importable on a GPU).
+  flash-linear-attention's ``chunk_gated_delta_rule`` on the chunk instead when it is importable on a GPU);
+- ``hidden_states(slot, count)`` and ``mtp_head()``: what the last step added to a slot, as the LM head read it, and
+  the MTP head on these weights (:mod:`~lumotree.optimized.model.mtp`: :class:`~.mtp.HiddenStates`, the head).
 
 CUDA graphs (GPU, ``graphs=True``): the first call of each shape runs eagerly (compiling the kernels) and captures a
 graph per ``("verify", B, N, depth)``, ``("commit", ...)``, ``("greedy", B, N, depth)`` and ``("decode", B)``;
@@ -46,6 +48,7 @@ from .graphs import GraphCache
 from .kernels import step_prologue
 from .layers import Layers, Residual, StepBuffers
 from .memory import free_memory, plan_memory
+from .mtp import HiddenStates
 from .weights import GDNLayerWeights, ModelWeights, load_weights
 
 __all__ = ["OptimizedModel", "HEAD_ROWS"]
@@ -70,9 +73,10 @@ class StepRecord:
     layer_factors: list[TreeFactors] | None  # deferred commits: each GDN layer's factors
     conv_inputs: torch.Tensor | None  # [G, B, N, C] every GDN layer's conv inputs (strided: projection rows)
     logits: torch.Tensor  # [B, N, V] fp32 (or [B, 1, V] for prefill chunks); greedy steps: argmax [B, N] int64
+    hidden: torch.Tensor | None = None  # [B, N, Dm] final-normed hidden states (keep_hidden_states), else None
 
 
-class OptimizedModel(Layers):
+class OptimizedModel(Layers, HiddenStates):
     """The hybrid model (every supported type) on the optimized kernels, with slot-addressed caches (see the module
     docstring). ``tensors``: canonical HF-named tensors (:func:`~lumotree.optimized.model.weights.load_weights`) or
     :class:`~lumotree.optimized.model.weights.ModelWeights` already on the device in ``dtype`` (a streamed checkpoint,
@@ -90,7 +94,8 @@ class OptimizedModel(Layers):
       max_seq_len, max_nodes, device, dtype, config``, ``memory_plan``.
 
     ``num_slots`` / ``max_seq_len``: None plans the most that fit the memory left after the weights
-    (:func:`~lumotree.optimized.model.memory.plan_memory`, keeping ``memory_headroom`` of it back); a request that
+    (:func:`~lumotree.optimized.model.memory.plan_memory`, keeping ``memory_headroom`` of it back, and
+    ``memory_reserved`` bytes for other uses such as a prefix cache); a request that
     does not fit is refused in one line before any pool is allocated.
 
     ``small_batch_linear``: projections of few token rows on the split-K GEMV instead of cuBLAS (default: on for a
@@ -120,6 +125,7 @@ class OptimizedModel(Layers):
         pdl: bool | None = None,
         deferred_commits: bool | None = None,
         memory_headroom: float = 0.1,
+        memory_reserved: int = 0,
     ):
         from lumotree.reference.config import HybridConfig
 
@@ -174,10 +180,11 @@ class OptimizedModel(Layers):
             raise ValueError("deferred_commits=True needs the fused GDN verify: an sm_90 GPU with Gluon, [128, 128] "
                              "GDN states, max_nodes >= 64 and a bf16 / fp16 model")
         self._fusable = fusable
-        self.memory_plan = plan_memory(config, gdn, self.weights.attn_dims, free_bytes=free_memory(self.device),
+        self.memory_plan = plan_memory(config, gdn, self.weights.attn_dims, free_bytes=free_memory(self.device) - int(memory_reserved),
                                        dtype=self.dtype, num_slots=num_slots, max_seq_len=max_seq_len,
                                        max_nodes=max_nodes, graphs=self.graphs, speculative=max_nodes > 1,
-                                       deferred=bool(deferred_commits), headroom=memory_headroom)
+                                       deferred=bool(deferred_commits), headroom=memory_headroom,
+                                       mtp_layers=len(self.weights.mtp.layers) if self.weights.mtp else 0)
         self.num_slots, self.max_seq_len = self.memory_plan.num_slots, self.memory_plan.max_seq_len
         num_slots, self.capacity = self.num_slots, self.max_seq_len + max_nodes
         n_gdn = sum(1 for kind in config.layer_types if kind == "linear_attention")
@@ -190,6 +197,7 @@ class OptimizedModel(Layers):
         self._last: StepRecord | None = None
         self._last_key: tuple | None = None
         self._graphs = GraphCache(self.device)
+        self.init_hidden_states()
 
     # ------------------------------------------------------------------------------------------------ properties
     @property
@@ -352,6 +360,7 @@ class OptimizedModel(Layers):
         res = Residual(h)  # [B N, Dm] residual stream (fresh: updated in place)
         self.run_layers(res, step)
         x = self.normed(res, self.weights.final_norm).view(B, N, -1)  # [B, N, Dm] final-normed
+        hidden = x if self.hidden_rows is not None else None  # [B, N, Dm]
         if prefill:  # only the chunk's last real token needs logits
             last = (num_nodes.long() - 1)[:, None, None].expand(B, 1, x.shape[-1])
             x = x.gather(1, last)  # [B, 1, Dm]
@@ -364,7 +373,7 @@ class OptimizedModel(Layers):
             out = self.linear(flat, self.weights.lm_head, torch.float32).view(B, rows, -1)  # [B, N or 1, V]
         conv_inputs = step.proj_all.view(n_gdn, B, N, -1)[..., :C] if n_gdn else None  # [G, B, N, C]
         return StepRecord(B, N, slots, parents, num_nodes, meta, lens, step.factors, step.layer_factors, conv_inputs,
-                          out)
+                          out, hidden)
 
     def _decode_step(self, tokens: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """One token per request (``tokens, slots: [B]`` integer device tensors, any stride): every cache advances by
@@ -373,7 +382,9 @@ class OptimizedModel(Layers):
         h, slots, lens, _ = step_prologue(tokens, slots, self.weights.embed, self.lens, True)  # lens: before; += 1
         res = Residual(h)  # [B, Dm] residual stream
         self.run_layers(res, StepBuffers(B, 1, slots, lens))
-        return self.linear(self.normed(res, self.weights.final_norm), self.weights.lm_head, torch.float32)
+        x = self.normed(res, self.weights.final_norm)  # [B, Dm] final-normed
+        self._keep_decode_hidden(slots, x)
+        return self.linear(x, self.weights.lm_head, torch.float32)
 
     def _commit(self, rec: StepRecord, accepted: torch.Tensor) -> torch.Tensor:
         """Advance every cache of ``rec``'s slots along root..accepted (device tensors only: graph safe), one launch
@@ -394,6 +405,8 @@ class OptimizedModel(Layers):
             kv_commit(c.k_stack, c.v_stack, rec.slots, rec.lens, rec.meta, accepted, validate=False)
         advance = rec.meta.depth.gather(1, accepted.long()[:, None])[:, 0] + 1  # [B]
         self.lens.index_copy_(0, rec.slots.long(), rec.lens + advance)
+        if rec.hidden is not None:
+            self._keep_path_hidden(rec, accepted)
         return advance
 
     def _plan(self, host_slots: list[int], parents: torch.Tensor, num_nodes: torch.Tensor) -> tuple[bool, int | None]:
@@ -413,32 +426,53 @@ class OptimizedModel(Layers):
         return body(**{name: t.to(self.device) for name, t in inputs.items()})
 
     # ------------------------------------------------------------------------------------------------ API
-    def prefill(self, slot: int, tokens: Sequence[int] | torch.Tensor) -> torch.Tensor:
-        """Reset ``slot`` and run ``tokens`` (chunks of up to ``max_nodes``); returns the last logits ``[V]`` fp32."""
+    def prefill(self, slot: int, tokens: Sequence[int] | torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Run ``tokens`` (chunks of up to ``max_nodes``) in ``slot`` from the empty cache (``start`` 0: the slot is
+        reset) or after the ``start`` tokens it holds (:meth:`restore`); returns the last logits ``[V]`` fp32."""
         slot = self._check_slot(slot)
         ids = tokens if isinstance(tokens, torch.Tensor) else torch.tensor(list(tokens), dtype=torch.int64)
         if ids.ndim != 1 or ids.numel() == 0:
             raise ValueError("tokens must be a non-empty sequence of token ids")
         ids = self._check_tokens("tokens", ids, (ids.numel(),)).to(self.device)
-        if ids.numel() > self.max_seq_len:
-            raise ValueError(f"{ids.numel()} prompt tokens exceed max_seq_len = {self.max_seq_len}")
-        self.caches.reset(slot)
+        if start + ids.numel() > self.max_seq_len:
+            raise ValueError(f"{start + ids.numel()} prompt tokens exceed max_seq_len = {self.max_seq_len}")
         self._settle_lengths()
-        self.lens[slot] = 0
-        self._host_lens[slot] = 0
+        if start == 0:
+            self.caches.reset(slot)
+            self.lens[slot] = 0
+            self._host_lens[slot] = 0
+        elif self._host_lens[slot] != start:
+            raise ValueError(f"start = {start}: slot {slot} holds {self._host_lens[slot]} tokens")
         slots = torch.tensor([slot], dtype=torch.int32, device=self.device)
         logits = None
-        for start in range(0, ids.numel(), self.max_nodes):
-            part = ids[start : start + self.max_nodes][None]  # [1, T]
+        kept: list[torch.Tensor] = []  # [T, Dm] per chunk (keep_hidden_states)
+        for first in range(0, ids.numel(), self.max_nodes):
+            part = ids[first : first + self.max_nodes][None]  # [1, T]
             T = part.shape[1]
             parents = (torch.arange(T, dtype=torch.int32, device=self.device) - 1)[None]  # chain
             num_nodes = torch.full((1,), T, dtype=torch.int32, device=self.device)
             rec = self._tree_step(part, slots, parents, num_nodes, prefill=True)
             self._commit(rec, num_nodes - 1)
             logits = rec.logits[0, 0]
-        self._host_lens[slot] = ids.numel()
+            if self.hidden_rows is not None:
+                kept.append(self.hidden_rows[slot, :T].clone())
+        if kept:
+            self._prompt_hidden[slot] = torch.cat(kept)  # [T, Dm] of the tokens this prefill ran
+        self._host_lens[slot] = start + ids.numel()
         self._last = None
         return logits
+
+    def restore(self, slot: int, kv: list, state: Any, length: int) -> None:
+        """Make ``slot`` hold ``length`` tokens: their K / V rows ``(start, end, (k, v))`` and the states after them
+        (:meth:`~lumotree.optimized.model.caches.Caches.write`); :meth:`prefill` with ``start=length`` goes on."""
+        slot = self._check_slot(slot)
+        if not 0 < length < self.max_seq_len:
+            raise ValueError(f"length = {length} is outside [1, {self.max_seq_len})")
+        self._settle_lengths()
+        self.caches.write(slot, kv, state)
+        self.lens[slot] = length
+        self._host_lens[slot] = length
+        self._last = None
 
     def verify(self, slots: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor,
                num_nodes: torch.Tensor | None = None, *, validate: bool = True) -> torch.Tensor:
@@ -470,6 +504,7 @@ class OptimizedModel(Layers):
             num_nodes = torch.full((B,), N, dtype=torch.int32, device=tokens.device)
         self._settle_lengths()  # one pending advance at a time: a replay overwrites its graph's static advance
         host_slots = self._host_slots(slots)
+        self._forget_prompt_hidden(host_slots)
         self._last = None
         fused, max_depth = self._plan(host_slots, parents, num_nodes)
         step_in = _step_input(B, tokens, parents, num_nodes, slots)  # [B, 2N + 2]
@@ -526,6 +561,7 @@ class OptimizedModel(Layers):
             advance = self._commit(rec, accepted.to(self.device))  # [B] on the device
         if rec.layer_factors is not None:
             self.caches.deferred.update(self._last_slots)
+        self._forget_prompt_hidden(self._last_slots)
         self._pending_advance.append((self._last_slots, advance))
         self._last = None
 
@@ -538,6 +574,7 @@ class OptimizedModel(Layers):
         B = slots.shape[0]
         host_slots = self._host_slots(slots)  # before the launch: a device read would wait for the step
         self.caches.flush(host_slots)
+        self._forget_prompt_hidden(host_slots)
         for s in host_slots:
             self._host_lens[s] += 1
         return self._run(("decode", B), {"step_in": _step_input(B, tokens, slots)},  # [B, 2] tokens | slots

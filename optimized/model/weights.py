@@ -17,7 +17,7 @@ from ..ops.tree_attention import rope_inv_freq
 __all__ = ["finite",
            "GDNLayerWeights", "AttentionLayerWeights", "MLPWeights", "MTPWeights", "ModelWeights", "load_weights",
            "build_weights", "check_kernel_limits", "select_layers", "gdn_row_orders", "random_tensors",
-           "successor_permutation"]
+           "random_weights", "successor_permutation"]
 
 
 @dataclass
@@ -303,31 +303,54 @@ def random_tensors(config: Any, seed: int, device: Any, dtype: Any = None, *,
     if successor and config.tie_word_embeddings:
         raise ValueError("successor=True needs tie_word_embeddings=False (lm_head is a permuted copy of the embedding)")
     gen = torch.Generator(device=device).manual_seed(seed)
-    tensors: dict[str, torch.Tensor] = {}
-    residual_writers = ("o_proj", "out_proj", "down_proj")
-    for name, shape in canonical_shapes(config).items():
-        leaf = name.rsplit(".", 2)[-2] if name.endswith(".weight") else name.rsplit(".", 1)[-1]
-        t = torch.empty(shape, dtype=torch.float32, device=device)
-        if name == "model.embed_tokens.weight":
-            t.normal_(generator=gen)
-        elif name.endswith("A_log"):
-            t.uniform_(0.1, 2.0, generator=gen).log_()
-        elif name.endswith("dt_bias") or leaf == "conv1d":
-            t.normal_(0.0, 0.5, generator=gen)
-        elif name.endswith("linear_attn.norm.weight"):
-            t.normal_(1.0, 0.1, generator=gen)
-        elif len(shape) == 1:
-            t.normal_(0.0, 0.1, generator=gen)
-        else:
-            t.normal_(0.0, shape[-1] ** -0.5, generator=gen)
-            if successor and leaf in residual_writers:
-                t.mul_(residual_scale)
-        tensors[name] = t
+    tensors = {name: _draw(name, shape, gen, device, residual_scale if successor else 1.0)
+               for name, shape in canonical_shapes(config).items()}
     if successor:
         embed = tensors["model.embed_tokens.weight"]  # [Vocab, Dm]
         successor_of = successor_permutation(config.vocab_size, seed, device)  # [Vocab]
         tensors["lm_head.weight"] = torch.empty_like(embed).index_copy_(0, successor_of, embed)  # row pi(t) = e_t
     return tensors if dtype is None else {name: t.to(dtype) for name, t in tensors.items()}
+
+
+def _draw(name: str, shape: tuple[int, ...], gen: torch.Generator, device: Any, residual_scale: float = 1.0
+          ) -> torch.Tensor:
+    """One canonical tensor of a random model, fp32 on ``device``: :func:`lumotree.reference.model.build_random`'s
+    distribution for ``name``; the projections that write the residual stream scaled by ``residual_scale``."""
+    leaf = name.rsplit(".", 2)[-2] if name.endswith(".weight") else name.rsplit(".", 1)[-1]
+    t = torch.empty(shape, dtype=torch.float32, device=device)
+    if name == "model.embed_tokens.weight":
+        t.normal_(generator=gen)
+    elif name.endswith("A_log"):
+        t.uniform_(0.1, 2.0, generator=gen).log_()
+    elif name.endswith("dt_bias") or leaf == "conv1d":
+        t.normal_(0.0, 0.5, generator=gen)
+    elif name.endswith("linear_attn.norm.weight"):
+        t.normal_(1.0, 0.1, generator=gen)
+    elif len(shape) == 1:
+        t.normal_(0.0, 0.1, generator=gen)
+    else:
+        t.normal_(0.0, shape[-1] ** -0.5, generator=gen)
+        if residual_scale != 1.0 and leaf in ("o_proj", "out_proj", "down_proj"):
+            t.mul_(residual_scale)
+    return t
+
+
+def random_weights(config: Any, seed: int, device: Any, dtype: torch.dtype) -> ModelWeights:
+    """A random model's :class:`ModelWeights` in ``dtype`` on ``device``, each tensor drawn (with
+    :func:`random_tensors`' distributions, in the order the layouts are built, so other values than
+    :func:`random_tensors` gives for the same seed) and cast just before it is placed: the device holds the weights
+    plus one fp32 tensor (one expert's matrix), so a model that fills the card builds without a second copy."""
+    from lumotree.reference.layouts import CheckpointLayout, canonical_shapes
+
+    check_kernel_limits(config)
+    device = torch.device(device)
+    shapes = canonical_shapes(config)
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def fetch(name: str, as_dtype: torch.dtype | None) -> torch.Tensor:
+        return _draw(name, shapes[name], gen, device).to(as_dtype or dtype)
+
+    return build_weights(config, CheckpointLayout(), fetch, set(shapes), device, dtype)
 
 
 def successor_permutation(vocab_size: int, seed: int, device: Any = "cpu") -> torch.Tensor:
