@@ -17,6 +17,10 @@ A drafter proposes, for every running request, a :class:`Draft`: a tree rooted a
   own layers (``"layer-skip"``, ``"gdn-only"``, :mod:`~lumotree.optimized.engine.selfspec`) live in their modules.
 - :class:`~lumotree.optimized.engine.mtp.MTPDrafter` (``mtp``): the checkpoint's multi-token-prediction head on the
   target's own hidden states; chains and EAGLE-2 style trees; confidence = path probability under the head.
+- :class:`~lumotree.optimized.engine.eagle.EagleDrafter` (``eagle``): a one-layer EAGLE head trained on the
+  target's own outputs; EAGLE-2 dynamic trees with calibrated confidences.
+- :class:`~lumotree.optimized.engine.router.RouterDrafter` (``router``): per step and request, the suffix cache's
+  draft, the model drafter's or their merged tree, by predicted accepted tokens per unit of verify cost.
 - :class:`SyntheticDrafter` — **SYNTHETIC, FOR SYSTEM BENCHMARKS ONLY**: it reads each request's true continuation
   from an oracle (e.g. the target's own greedy output recorded by an autoregressive run) and places the true next token
   among the children of on-path nodes at rank r with probability ``p (1 - p)^(r - 1)``; its confidences are exactly
@@ -511,7 +515,7 @@ class SyntheticDrafter:
         return [Draft(tokens[b].tolist(), parent_list, conf, best_first=True) for b in range(B)]  # template order
 
 
-DRAFTERS = ("ngram", "suffix", "draft-model", "layer-skip", "gdn-only", "mtp", "synthetic")
+DRAFTERS = ("ngram", "suffix", "draft-model", "layer-skip", "gdn-only", "mtp", "eagle", "router", "synthetic")
 
 
 def layer_skip_checkpoint(config: Any, tensors: Mapping[str, Any], layers: Sequence[int]) -> tuple[Any, dict[str, Any]]:
@@ -547,7 +551,10 @@ def make_drafter(
     (:class:`~lumotree.optimized.engine.suffix.SuffixDrafter`); ``"draft-model"``, ``"layer-skip"``, ``"gdn-only"``
     (need ``draft_model``, a :class:`~lumotree.optimized.engine.TargetModel`; the last two a subgraph of the target,
     :mod:`~lumotree.optimized.engine.selfspec`); ``"mtp"`` (needs ``target``, the engine's target model, whose MTP
-    head drafts; :class:`~lumotree.optimized.engine.mtp.MTPDrafter`); ``"synthetic"`` (needs ``oracle`` and
+    head drafts; :class:`~lumotree.optimized.engine.mtp.MTPDrafter`); ``"eagle"`` (needs ``target`` and the option
+    ``eagle``, the head's folder; :class:`~lumotree.optimized.engine.eagle.EagleDrafter`); ``"router"`` (needs
+    ``target``; options ``eagle`` / ``model_dir`` pick its model drafter, ``router`` a payoff-model file;
+    :class:`~lumotree.optimized.engine.router.RouterDrafter`); ``"synthetic"`` (needs ``oracle`` and
     ``vocab_size``; benchmarks only). ``options`` go to the drafter's constructor."""
     if name == "ngram":
         return PromptLookupDrafter(**options)
@@ -571,6 +578,22 @@ def make_drafter(
         from .mtp import MTPDrafter
 
         return MTPDrafter(target, **options)
+    if name == "eagle":
+        if target is None or "eagle" not in options:
+            raise ValueError("drafter 'eagle' needs target and eagle (the head's folder, lumotree train eagle)")
+        from .eagle import EagleDrafter
+
+        return EagleDrafter(target, options.pop("eagle"), **options)
+    if name == "router":
+        if target is None:
+            raise ValueError("drafter 'router' needs target (its model drafter runs on the target's hidden states)")
+        from .router import RouterDrafter, load_router
+        from .router_training import model_drafter
+        from .suffix import SuffixDrafter
+
+        model = model_drafter(target, options.pop("model_dir", None), options.pop("eagle", None))
+        path = options.pop("router", None)
+        return RouterDrafter(SuffixDrafter(), model, models=load_router(path) if path else None, **options)
     if name == "synthetic":
         if oracle is None or vocab_size is None:
             raise ValueError("drafter 'synthetic' needs oracle and vocab_size (it is for benchmarks only)")
