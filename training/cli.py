@@ -105,7 +105,7 @@ def _drafter_training(args: argparse.Namespace) -> int:
         print(f"wrote {record['out']}: held-out loss {held['loss']:.4g}, top-1 agreement {held['agreement']:.3f} "
               f"(untrained {record['heldout_before']['agreement']:.3f})")
         return 0
-    from lumotree.optimized.engine.router import train_router
+    from lumotree.optimized.engine.router_training import train_router
 
     record = train_router(args.model, eagle=args.eagle, out=args.out, device=args.device,
                           per_workload=args.per_workload, max_new_tokens=args.max_new_tokens, seed=args.seed)

@@ -578,22 +578,12 @@ def make_drafter(
         from .mtp import MTPDrafter
 
         return MTPDrafter(target, **options)
-    if name == "eagle":
-        if target is None or "eagle" not in options:
-            raise ValueError("drafter 'eagle' needs target and eagle (the head's folder, lumotree train eagle)")
-        from .eagle import EagleDrafter
-
-        return EagleDrafter(target, options.pop("eagle"), **options)
-    if name == "router":
+    if name in ("eagle", "router"):
         if target is None:
-            raise ValueError("drafter 'router' needs target (its model drafter runs on the target's hidden states)")
-        from .router import RouterDrafter, load_router
-        from .router_training import model_drafter
-        from .suffix import SuffixDrafter
+            raise ValueError(f"drafter {name!r} needs target (it drafts from the target's hidden states)")
+        from .router_training import learned_drafter
 
-        model = model_drafter(target, options.pop("model_dir", None), options.pop("eagle", None))
-        path = options.pop("router", None)
-        return RouterDrafter(SuffixDrafter(), model, models=load_router(path) if path else None, **options)
+        return learned_drafter(name, target, **options)
     if name == "synthetic":
         if oracle is None or vocab_size is None:
             raise ValueError("drafter 'synthetic' needs oracle and vocab_size (it is for benchmarks only)")

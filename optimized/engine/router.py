@@ -17,7 +17,8 @@ drafting time per step, or the relative default). Each request:
 
 1. drafts from the cache and predicts its payoff ``a_c``;
 2. compares ``(1 + a_c) / cost(n_c)`` with the model's expected rate ``(1 + a_m) / (cost(n_m) + model_cost)``, where
-   ``a_m`` is the request's recent predicted model payoff; if the cache wins, the model drafter is not run;
+   ``a_m`` and ``n_m`` are the request's last model draft's predicted payoff and size (at first 1 token and 4
+   nodes: the model is tried early); if the cache wins, the model drafter is not run;
 3. else the model drafter drafts (batched over these requests) and the router predicts its payoff; the merged tree
    (:func:`merge_drafts`: the union trie, each node's confidence the larger of the two sources' after scaling each
    tree's confidences to its predicted payoff) has payoff the sum of its confidences; the best of cache, model and
@@ -189,6 +190,7 @@ class RouterDrafter:
         self.errors: list[tuple[str, float, int]] = []  # (source, predicted, measured) of chosen drafts
         self._recent: dict[int, float] = {}
         self._model_payoff: dict[int, float] = {}
+        self._model_nodes: dict[int, int] = {}
         self._pending: dict[int, list[tuple[str, np.ndarray, Draft, float, bool]]] = {}
         self._truth: dict[int, list[int]] = {}
         self._model_seconds: float | None = None
@@ -199,13 +201,14 @@ class RouterDrafter:
         self.model.admit(slot, prompt)
         self._recent[slot] = 0.0
         self._model_payoff[slot] = 1.0  # optimistic: the model is tried early
+        self._model_nodes[slot] = 4
         self._pending.pop(slot, None)
         self._truth.pop(slot, None)
 
     def release(self, slot: int) -> None:
         self.cache.release(slot)
         self.model.release(slot)
-        for state in (self._recent, self._model_payoff, self._pending, self._truth):
+        for state in (self._recent, self._model_payoff, self._model_nodes, self._pending, self._truth):
             state.pop(slot, None)
 
     def advance(self, requests: Sequence[DraftRequest], committed: Sequence[Sequence[int]]) -> None:
@@ -276,7 +279,7 @@ class RouterDrafter:
         want = []
         for b, r in enumerate(requests):
             guess = self._model_payoff[r.slot]
-            n_guess = max_nodes if not chain else min(max_nodes, int(guess) + 2)
+            n_guess = min(max_nodes, self._model_nodes[r.slot])
             pick = self.choose(B, {"cache": (cache_pay[b], cache_drafts[b].num_nodes), "model": (guess, n_guess)},
                                model_pending=True)
             if self.explore or pick == "model":
@@ -298,6 +301,7 @@ class RouterDrafter:
                 x = draft_features(m, 0, len(r.context), self._recent[r.slot])
                 pay = self.models["model"].predict(x) if m.num_nodes > 1 else 0.0
                 self._model_payoff[r.slot] = pay
+                self._model_nodes[r.slot] = m.num_nodes
                 pending.append(("model", x, m, pay))
                 options["model"] = (pay, m.num_nodes)
                 drafts["model"] = (m, scaled_confidences(m, pay))

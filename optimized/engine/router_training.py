@@ -16,7 +16,7 @@ from typing import Any
 
 from .router import FEATURES, RouterDrafter, fit_payoff_models, save_router
 
-__all__ = ["record_drafts", "train_router", "model_drafter"]
+__all__ = ["record_drafts", "train_router", "model_drafter", "learned_drafter"]
 
 
 def model_drafter(target: Any, model_dir: str | os.PathLike | None, eagle: str | os.PathLike | None) -> Any:
@@ -30,6 +30,23 @@ def model_drafter(target: Any, model_dir: str | os.PathLike | None, eagle: str |
     if eagle is not None:
         return EagleDrafter(target, eagle)
     return MTPDrafter(target)
+
+
+def learned_drafter(name: str, target: Any, eagle: str | os.PathLike | None = None,
+                    model_dir: str | os.PathLike | None = None, router: str | os.PathLike | None = None,
+                    **options: Any) -> Any:
+    """``make_drafter``'s ``"eagle"`` (needs ``eagle``, the head's folder) and ``"router"`` (its model drafter from
+    ``eagle`` / ``model_dir``: :func:`model_drafter`; ``router``: a payoff-model file, default confidence sums)."""
+    from .eagle import EagleDrafter
+    from .router import load_router
+    from .suffix import SuffixDrafter
+
+    if name == "eagle":
+        if eagle is None:
+            raise ValueError("drafter 'eagle' needs eagle (the head's folder, lumotree train eagle)")
+        return EagleDrafter(target, eagle, **options)
+    return RouterDrafter(SuffixDrafter(), model_drafter(target, model_dir, eagle),
+                         models=load_router(router) if router else None, **options)
 
 
 def record_drafts(target: Any, model: Any, prompts: list[list[int]], max_new_tokens: int, max_nodes: int = 32
