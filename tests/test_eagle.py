@@ -16,7 +16,8 @@ pytest.importorskip("safetensors")
 from lumotree.cli import main  # noqa: E402
 from lumotree.optimized.engine import Engine, OptimizedTarget, ReferenceTarget, SamplingParams  # noqa: E402
 from lumotree.optimized.engine.drafters import make_drafter  # noqa: E402
-from lumotree.optimized.engine.eagle import EagleDrafter, calibrated_confidences  # noqa: E402
+from lumotree.optimized.engine.eagle import (EagleDrafter, ReferenceEagleHead, calibrated_confidences,  # noqa: E402
+                                             optimized_eagle_head)
 from lumotree.reference.config import HybridConfig  # noqa: E402
 from lumotree.reference.eagle import EagleHead, calibrate  # noqa: E402
 from lumotree.reference.model import load_pretrained  # noqa: E402
@@ -142,7 +143,8 @@ def test_greedy_eagle_speculation_equals_autoregressive_on_the_reference(trained
 
 
 def test_greedy_eagle_trees_on_the_optimized_model(trained):
-    """fp32 optimized model and head under the interpreter: tree speculation emits the reference's greedy tokens."""
+    """fp32 optimized model and head under the interpreter: tree speculation emits the reference's greedy tokens, and
+    the head's features and logits on a cached context and a branching tree match the exact head's."""
     from lumotree.optimized.model import load_pretrained as load_optimized
 
     path, _ = trained
@@ -153,6 +155,21 @@ def test_greedy_eagle_trees_on_the_optimized_model(trained):
     got, _ = greedy(lambda: OptimizedTarget(model), lambda t: EagleDrafter(t, path / "eagle", depth=2, top_k=2),
                     prompts, "tree", new=4)
     assert got == want
+    # the optimized head (fp32 kernels) against the exact one: 5 cached entries, then a branching 4-node tree
+    head, _ = optimized_eagle_head(model, path / "eagle")
+    exact = ReferenceEagleHead(load_pretrained(path), path / "eagle", 2, 8)
+    rng = np.random.default_rng(2)
+    cached = torch.from_numpy(rng.standard_normal((5, 32)))  # [5, D]
+    nodes = torch.from_numpy(rng.standard_normal((1, 4, 32)))  # [1, 4, D]
+    tokens, parents = torch.tensor([[7, 1, 2, 3]]), torch.tensor([[-1, 0, 0, 1]], dtype=torch.int32)
+    outs = []
+    for h in (head, exact):
+        h.reset(1)
+        h.extend([1], [[4, 8, 15, 16, 23]], [cached.to(getattr(h, "dtype", torch.float64))])
+        outs.append(h.tree(torch.tensor([1]), tokens, parents, torch.tensor([4], dtype=torch.int32),
+                           nodes.to(h.dtype), torch.tensor([[0, 1, 2, 3]])))
+    assert rel_error(outs[0][0].double().numpy(), outs[1][0].numpy()) < 1e-5  # features
+    assert rel_error(outs[0][1].double().numpy(), outs[1][1].numpy()) < 1e-5  # logits
 
 
 def test_generate_with_the_eagle_drafter(trained, tmp_path, capsys):
