@@ -314,6 +314,11 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
         raise UsageError(f"{planned[0]} auto plans device memory: the optimized backend only")
     if len(planned) == 2:
         raise UsageError("--num-slots auto and --max-seq-len auto: give one of them a number (the other is planned)")
+    uses_eagle = args.drafter == "eagle" or (args.drafter == "router" and (args.eagle is not None or (
+        args.model and os.path.isfile(os.path.join(args.model, "eagle", "config.json")))))
+    if planned and uses_eagle and args.spec != "none":
+        raise UsageError(f"{planned[0]} auto plans the model's memory without the EAGLE head's KV pools: give "
+                         f"--num-slots and --max-seq-len with --drafter {args.drafter}")
     if planned and draft_layers:
         raise UsageError(f"{planned[0]} auto plans one model's memory: give --num-slots and --max-seq-len with "
                          f"--drafter {args.drafter}")
