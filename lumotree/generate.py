@@ -105,6 +105,12 @@ def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_argument("--mtp-sampled", action="store_true",
                       help="mtp drafter, chain mode: draw the chains of sampling requests from the head's "
                            "distribution (verified by rejection sampling) instead of taking its argmax")
+    spec.add_argument("--eagle", metavar="DIR",
+                      help="eagle drafter: the head's folder (lumotree train eagle; default: MODEL/eagle); router: "
+                           "its model drafter (default: MODEL/eagle if present, else the checkpoint's MTP head)")
+    spec.add_argument("--router", metavar="FILE",
+                      help="router drafter: payoff models (lumotree train router; default: MODEL/router.json if "
+                           "present, else confidence sums), updated online")
     spec.add_argument("--exit-layer", type=int, default=None,
                       help="layer-skip drafter: the draft is the target's first EXIT_LAYER layers (default: half)")
     spec.add_argument("--budget", choices=("expected", "ratio", "fixed"), default="expected",
@@ -196,6 +202,23 @@ def check_model_arguments(args: argparse.Namespace) -> None:
     if args.drafter == "mtp" and args.spec != "none" and prefix_cache_bytes(args):
         raise UsageError(f"--prefix-cache {args.prefix_cache} with --drafter mtp: the MTP head reads the target's "
                          "hidden states of the whole prompt, which a prefix-cache hit does not compute; use one of them")
+    if args.eagle is not None and args.drafter not in ("eagle", "router"):
+        raise UsageError(f"--eagle applies to --drafter eagle or router, not {args.drafter}")
+    if args.router is not None and args.drafter != "router":
+        raise UsageError(f"--router applies to --drafter router, not {args.drafter}")
+    if args.drafter == "eagle" and args.spec != "none":
+        folder = args.eagle or (os.path.join(args.model, "eagle") if args.model else None)
+        if folder is None or not os.path.isfile(os.path.join(folder, "config.json")):
+            raise UsageError(f"--drafter eagle: no EAGLE head at {folder or '(no --eagle DIR)'} (train one with "
+                             "lumotree train eagle --model DIR)")
+        args.eagle = folder
+    if args.drafter == "router" and args.spec != "none":
+        if args.router is None and args.model and os.path.isfile(os.path.join(args.model, "router.json")):
+            args.router = os.path.join(args.model, "router.json")
+        if args.router is not None and not os.path.isfile(args.router):
+            raise UsageError(f"--router {args.router}: no such file")
+        if args.eagle is not None and not os.path.isfile(os.path.join(args.eagle, "config.json")):
+            raise UsageError(f"--eagle {args.eagle}: no EAGLE head there (no config.json)")
     if args.exit_layer is not None and args.drafter != "layer-skip":
         raise UsageError(f"--exit-layer applies to --drafter layer-skip, not {args.drafter}")
     if args.drafter == "draft-model":
@@ -315,11 +338,16 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
         config = HybridConfig.from_dict(raw)  # config errors before anything is read
         tokenizer = _tokenizer(args.model)
     else:  # with --drafter mtp a random model gets a random MTP head too (drawn after the text model's weights)
-        config = HybridConfig(**{**RANDOM_CONFIGS[args.random], "mtp_num_hidden_layers": int(args.drafter == "mtp")})
+        config = HybridConfig(**{**RANDOM_CONFIGS[args.random], "mtp_num_hidden_layers": int(args.drafter in ("mtp", "router"))})
     if args.drafter == "mtp" and args.spec != "none" and args.model and \
             not any(name.startswith("mtp.") for name in tensor_table(args.model)):
         raise UsageError(f"--drafter mtp: {args.model} holds no MTP head (no mtp.* tensors); use --drafter ngram or "
                          "draft-model")
+    if args.drafter == "router" and args.spec != "none" and args.model and args.eagle is None and \
+            not os.path.isfile(os.path.join(args.model, "eagle", "config.json")) and \
+            not any(name.startswith("mtp.") for name in tensor_table(args.model)):
+        raise UsageError(f"--drafter router: {args.model} has neither an EAGLE head (--eagle DIR, or DIR/eagle) nor an "
+                         "MTP head for its model drafter")
     draft_layers = [int(x) for x in args.draft_layers.split(",") if x.strip()] if args.drafter == "draft-model" else []
     if args.drafter in SELF_SPECULATION:
         try:
@@ -337,6 +365,11 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
         raise UsageError(f"{planned[0]} auto plans device memory: the optimized backend only")
     if len(planned) == 2:
         raise UsageError("--num-slots auto and --max-seq-len auto: give one of them a number (the other is planned)")
+    uses_eagle = args.drafter == "eagle" or (args.drafter == "router" and (args.eagle is not None or (
+        args.model and os.path.isfile(os.path.join(args.model, "eagle", "config.json")))))
+    if planned and uses_eagle and args.spec != "none":
+        raise UsageError(f"{planned[0]} auto plans the model's memory without the EAGLE head's KV pools: give "
+                         f"--num-slots and --max-seq-len with --drafter {args.drafter}")
     if planned and draft_layers:
         raise UsageError(f"{planned[0]} auto plans one model's memory: give --num-slots and --max-seq-len with "
                          f"--drafter {args.drafter}")
@@ -438,6 +471,10 @@ def build_engine(args: argparse.Namespace, target: Any, draft: Any, sampling: bo
     mode = {"none": "autoregressive", "chain": "chain", "tree": "tree"}[args.spec]
     options = dict(depth=args.mtp_depth, top_k=args.mtp_top_k, sampled=args.mtp_sampled) if args.drafter == "mtp" \
         else {}
+    if args.drafter == "eagle":
+        options = {"eagle": args.eagle}
+    elif args.drafter == "router":
+        options = {"eagle": args.eagle, "model_dir": args.model, "router": args.router}
     drafter = make_drafter(args.drafter, draft_model=draft, target=target, **options) \
         if mode != "autoregressive" else None
     engine = Engine(target, drafter, mode=mode, budget="fixed", max_nodes=args.max_nodes, eps=args.eps,
@@ -445,6 +482,8 @@ def build_engine(args: argparse.Namespace, target: Any, draft: Any, sampling: bo
     if mode != "autoregressive" and args.budget != "fixed":
         engine = Engine(target, drafter, mode=mode, budget=args.budget, max_nodes=args.max_nodes, eps=args.eps,
                         profile=cost_profile(args, engine), seed=args.seed)
+    if args.drafter == "router" and drafter is not None:
+        drafter.profile = engine.profile  # the router weighs payoffs by the budget's verify costs
     if args.save_profile and engine.profile is not None:
         engine.profile.save(args.save_profile)
     if target.device.type == "cuda":

@@ -4,6 +4,8 @@ head for a frozen target).
     lumotree train organism --out DIR [--device cuda] [--seconds N | --steps N] [--seed S] [--checkpoint-dir DIR]
                             [--resume] [--packages a,b,...]
     lumotree train mtp --model DIR --out DIR [--device cuda] [--seconds N | --steps N] [--seed S]
+    lumotree train eagle --model DIR [--out DIR] [--device cuda] [--seconds N | --steps N] [--seed S]
+    lumotree train router --model DIR [--eagle DIR] [--out FILE] [--device cuda] [--per-workload N]
     lumotree train card --model DIR      # redraw loss_curve.png and README.md from recipe.json and training_log.json
 """
 
@@ -28,6 +30,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     organism = sub.add_parser("organism", help="train the organism from scratch (corpus, tokenizer, model, card)")
     mtp = sub.add_parser("mtp", help="train a fresh MTP head for the frozen model in --model")
     mtp.add_argument("--model", required=True, metavar="DIR", help="the target's checkpoint directory")
+    eagle = sub.add_parser("eagle", help="train an EAGLE-style draft head on the frozen model's own outputs "
+                           "(saved in DIR/eagle unless --out)")
+    eagle.add_argument("--model", required=True, metavar="DIR", help="the target's checkpoint directory")
+    eagle.add_argument("--out", metavar="DIR", help="where the head is written (default: DIR/eagle)")
+    eagle.add_argument("--device", default="cuda", help="torch device")
+    eagle_len = eagle.add_mutually_exclusive_group()
+    eagle_len.add_argument("--seconds", type=_positive(float), help="training time budget (default 300 s)")
+    eagle_len.add_argument("--steps", type=_positive(int), help="exact step count")
+    eagle.add_argument("--seed", type=int, default=0, help="seed of the head's initialisation and the data order")
+    eagle.add_argument("--batch-size", type=_positive(int), default=16)
+    eagle.add_argument("--seq-len", type=_positive(int), default=256)
+    router = sub.add_parser("router", help="fit the router's payoff model on drafts recorded from engine runs on "
+                            "the training workloads")
+    router.add_argument("--model", required=True, metavar="DIR", help="the target's checkpoint directory")
+    router.add_argument("--eagle", metavar="DIR", help="the EAGLE head the router pairs with the cache drafter "
+                        "(default: DIR/eagle if present, else the checkpoint's MTP head)")
+    router.add_argument("--out", metavar="FILE", help="where the payoff model is written (default: DIR/router.json)")
+    router.add_argument("--device", default="cuda", help="cuda: the optimized backend; cpu: the reference backend")
+    router.add_argument("--per-workload", type=_positive(int), default=8, help="prompts per training workload")
+    router.add_argument("--max-new-tokens", type=_positive(int), default=128)
+    router.add_argument("--seed", type=int, default=0)
     card = sub.add_parser("card", help="redraw an organism's loss curve and model card from its recipe.json and "
                           "training_log.json (e.g. where matplotlib was missing at training time)")
     card.add_argument("--model", required=True, metavar="DIR", help="the organism's directory")
@@ -64,9 +87,38 @@ def _card(model_dir: str) -> int:
     return 0
 
 
+def _drafter_training(args: argparse.Namespace) -> int:
+    if args.seed < 0:
+        raise ValueError(f"--seed = {args.seed} must be >= 0")
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {args.device}: CUDA is not available on this machine (use --device cpu)")
+    if args.what == "eagle":
+        from .eagle import EagleTraining, train_eagle
+
+        cfg = EagleTraining(steps=args.steps, seconds=None if args.steps else (args.seconds or 300.0),
+                            batch_size=args.batch_size, seq_len=args.seq_len, seed=args.seed)
+        record = train_eagle(args.model, args.out, cfg=cfg, device=args.device)
+        held = record["heldout"]
+        print(f"wrote {record['out']}: held-out loss {held['loss']:.4g}, top-1 agreement {held['agreement']:.3f} "
+              f"(untrained {record['heldout_before']['agreement']:.3f})")
+        return 0
+    from lumotree.optimized.engine.router_training import train_router
+
+    record = train_router(args.model, eagle=args.eagle, out=args.out, device=args.device,
+                          per_workload=args.per_workload, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    print(f"wrote {record['out']}: {record['records']} recorded drafts, in-sample mean absolute error "
+          f"{record['mae']}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.what == "card":
         return _card(args.model)
+    if args.what in ("eagle", "router"):
+        return _drafter_training(args)
     from .organism import ORGANISM_TRAINING, RECIPE, train_mtp, train_organism
 
     if args.seed < 0:

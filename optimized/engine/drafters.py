@@ -17,6 +17,10 @@ A drafter proposes, for every running request, a :class:`Draft`: a tree rooted a
   own layers (``"layer-skip"``, ``"gdn-only"``, :mod:`~lumotree.optimized.engine.selfspec`) live in their modules.
 - :class:`~lumotree.optimized.engine.mtp.MTPDrafter` (``mtp``): the checkpoint's multi-token-prediction head on the
   target's own hidden states; chains and EAGLE-2 style trees; confidence = path probability under the head.
+- :class:`~lumotree.optimized.engine.eagle.EagleDrafter` (``eagle``): a one-layer EAGLE head trained on the
+  target's own outputs; EAGLE-2 dynamic trees with calibrated confidences.
+- :class:`~lumotree.optimized.engine.router.RouterDrafter` (``router``): per step and request, the suffix cache's
+  draft, the model drafter's or their merged tree, by predicted accepted tokens per unit of verify cost.
 - :class:`SyntheticDrafter` — **SYNTHETIC, FOR SYSTEM BENCHMARKS ONLY**: it reads each request's true continuation
   from an oracle (e.g. the target's own greedy output recorded by an autoregressive run) and places the true next token
   among the children of on-path nodes at rank r with probability ``p (1 - p)^(r - 1)``; its confidences are exactly
@@ -518,7 +522,7 @@ class SyntheticDrafter:
         return [Draft(tokens[b].tolist(), parent_list, conf, best_first=True) for b in range(B)]  # template order
 
 
-DRAFTERS = ("ngram", "suffix", "draft-model", "layer-skip", "gdn-only", "mtp", "synthetic")
+DRAFTERS = ("ngram", "suffix", "draft-model", "layer-skip", "gdn-only", "mtp", "eagle", "router", "synthetic")
 
 
 def layer_skip_checkpoint(config: Any, tensors: Mapping[str, Any], layers: Sequence[int]) -> tuple[Any, dict[str, Any]]:
@@ -554,7 +558,10 @@ def make_drafter(
     (:class:`~lumotree.optimized.engine.suffix.SuffixDrafter`); ``"draft-model"``, ``"layer-skip"``, ``"gdn-only"``
     (need ``draft_model``, a :class:`~lumotree.optimized.engine.TargetModel`; the last two a subgraph of the target,
     :mod:`~lumotree.optimized.engine.selfspec`); ``"mtp"`` (needs ``target``, the engine's target model, whose MTP
-    head drafts; :class:`~lumotree.optimized.engine.mtp.MTPDrafter`); ``"synthetic"`` (needs ``oracle`` and
+    head drafts; :class:`~lumotree.optimized.engine.mtp.MTPDrafter`); ``"eagle"`` (needs ``target`` and the option
+    ``eagle``, the head's folder; :class:`~lumotree.optimized.engine.eagle.EagleDrafter`); ``"router"`` (needs
+    ``target``; options ``eagle`` / ``model_dir`` pick its model drafter, ``router`` a payoff-model file;
+    :class:`~lumotree.optimized.engine.router.RouterDrafter`); ``"synthetic"`` (needs ``oracle`` and
     ``vocab_size``; benchmarks only). ``options`` go to the drafter's constructor."""
     if name == "ngram":
         return PromptLookupDrafter(**options)
@@ -578,6 +585,12 @@ def make_drafter(
         from .mtp import MTPDrafter
 
         return MTPDrafter(target, **options)
+    if name in ("eagle", "router"):
+        if target is None:
+            raise ValueError(f"drafter {name!r} needs target (it drafts from the target's hidden states)")
+        from .router_training import learned_drafter
+
+        return learned_drafter(name, target, **options)
     if name == "synthetic":
         if oracle is None or vocab_size is None:
             raise ValueError("drafter 'synthetic' needs oracle and vocab_size (it is for benchmarks only)")
