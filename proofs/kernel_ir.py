@@ -149,6 +149,11 @@ def _compiling(world: JitWorld) -> Iterator[None]:
     from triton.runtime.interpreter import InterpretedFunction
 
     swapped = []
+    for name, value in list(vars(tl.core).items()):  # the interpreter's leaked patches of tl.core (module docstring)
+        original = _unpatched(value, vars(tl).get(name))
+        if original is not value:
+            swapped.append((tl.core, name, value))
+            setattr(tl.core, name, original)
     for owner in (tl, tl.core, tl.standard, tl.math):
         for name, value in list(vars(owner).items()):
             if isinstance(value, InterpretedFunction):
@@ -159,6 +164,8 @@ def _compiling(world: JitWorld) -> Iterator[None]:
             swapped.append((tl.core.tensor, name, value))
     try:
         for owner, name, value in swapped:
+            if owner is tl.core and getattr(tl.core, name) is not value:
+                continue  # an unwrapped leak, set above
             target = value if isinstance(value, InterpretedFunction) else value.__closure__[0].cell_contents
             setattr(owner, name, world.jit(target))
         if getattr(knobs.runtime, "interpret", False):
@@ -168,8 +175,22 @@ def _compiling(world: JitWorld) -> Iterator[None]:
         else:
             yield
     finally:
-        for owner, name, value in swapped:
+        for owner, name, value in reversed(swapped):
             setattr(owner, name, value)
+
+
+def _unpatched(value: Any, exported: Any) -> Any:
+    """``value`` without the Triton interpreter's patches. The interpreter patches ``triton.language`` for each kernel
+    it runs and puts it back after, but a library function called inside the kernel (``tl.sum``: its module sees
+    ``triton.language.core``) patches ``tl.core`` again and never puts that back. A patched builtin keeps the original
+    as its ``member`` default; any other leaked name is the one ``triton.language`` exports (``exported``), which the
+    kernel's own patches gave back."""
+    while callable(value) and (getattr(value, "__kwdefaults__", None) or {}).get("member") is not None:
+        value = value.__kwdefaults__["member"]
+    source = getattr(value, "func", value)  # a functools.partial's function
+    if exported is not None and value is not exported and "interpreter" in str(getattr(source, "__module__", "")):
+        return exported
+    return value
 
 
 def _strip_locations(text: str) -> str:
