@@ -55,6 +55,26 @@ def _deepen(items) -> None:
             test._hypothesis_internal_use_settings = settings(own, max_examples=examples, derandomize=False)
 
 
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread (tiny ops on a shared 2-core machine), put back after the test."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def one_torch_thread_no_grad(one_torch_thread):
+    """:func:`one_torch_thread` without autograd."""
+    import torch
+
+    with torch.no_grad():
+        yield
+
+
 def pytest_collection_modifyitems(config, items):
     if settings.get_current_profile_name() == "deep":
         _deepen(items)

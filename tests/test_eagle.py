@@ -32,12 +32,7 @@ TINY = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_laye
             model_type="qwen3_5_text", partial_rotary_factor=0.5)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 def tiny_target(path, seed: int = 0):

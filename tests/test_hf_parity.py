@@ -81,14 +81,7 @@ HF_CONFIGS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _torch_settings():
-    """One thread (tiny ops on a shared 2-core box), no autograd."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with torch.no_grad():
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread_no_grad")  # conftest.py
 
 
 def randomise(model, seed: int) -> None:

@@ -70,14 +70,7 @@ def hf_model(kind: str):
 KINDS = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe")
 
 
-@pytest.fixture(autouse=True)
-def _torch_settings():
-    """One thread (tiny ops on a shared 2-core box), no autograd."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with torch.no_grad():
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread_no_grad")  # conftest.py
 
 
 @pytest.fixture(scope="module")

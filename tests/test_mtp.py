@@ -44,14 +44,7 @@ MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, share
 PARITY_BOUND = 1e-5  # max |fp32 interpreter - float64 reference| / max |reference|
 
 
-@pytest.fixture(autouse=True)
-def _torch_settings():
-    """One thread (tiny ops on a shared 2-core box), no autograd."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with torch.no_grad():
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread_no_grad")  # conftest.py
 
 
 def rel_error(got, want) -> float:

@@ -16,17 +16,10 @@ from lumotree.reference.model import load_pretrained  # noqa: E402
 from lumotree.workloads import WORKLOADS, load_workload  # noqa: E402
 
 ORGANISM = Path(__file__).resolve().parents[1] / "models" / "organism"
-pytestmark = pytest.mark.skipif(not (ORGANISM / "config.json").is_file(), reason="models/organism is not committed")
+pytestmark = [pytest.mark.skipif(not (ORGANISM / "config.json").is_file(), reason="models/organism is not committed"),
+              pytest.mark.usefixtures("one_torch_thread")]  # conftest.py
 NEW_TOKENS = 12
 PROMPT_TOKENS = 48
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_transformers_greedy_equals_lumotree_on_a_heldout_prompt():

@@ -29,13 +29,7 @@ TINY = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_laye
             linear_num_value_heads=4, rope_theta=1000.0, num_experts=0, mtp_num_hidden_layers=1)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with torch.no_grad():
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread_no_grad")  # conftest.py
 
 
 @pytest.fixture(scope="module")

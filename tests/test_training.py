@@ -40,12 +40,7 @@ TINY_TRAINING = TrainConfig(seq_len=16, batch_size=4, lr=3e-3, warmup_steps=3, c
 PARITY_BOUND = 1e-5
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 def random_model(config: HybridConfig, seed: int) -> HybridLM:
