@@ -365,11 +365,8 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
         raise UsageError(f"{planned[0]} auto plans device memory: the optimized backend only")
     if len(planned) == 2:
         raise UsageError("--num-slots auto and --max-seq-len auto: give one of them a number (the other is planned)")
-    uses_eagle = args.drafter == "eagle" or (args.drafter == "router" and (args.eagle is not None or (
-        args.model and os.path.isfile(os.path.join(args.model, "eagle", "config.json")))))
-    if planned and uses_eagle and args.spec != "none":
-        raise UsageError(f"{planned[0]} auto plans the model's memory without the EAGLE head's KV pools: give "
-                         f"--num-slots and --max-seq-len with --drafter {args.drafter}")
+    uses_eagle = args.spec != "none" and (args.drafter == "eagle" or (args.drafter == "router" and (
+        args.eagle is not None or (args.model and os.path.isfile(os.path.join(args.model, "eagle", "config.json"))))))
     if planned and draft_layers:
         raise UsageError(f"{planned[0]} auto plans one model's memory: give --num-slots and --max-seq-len with "
                          f"--drafter {args.drafter}")
@@ -389,8 +386,8 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
     draft = None
     if args.model:
         config, weights, _ = load_checkpoint(args.model, dev, dtype, progress=None if args.quiet else ProgressBar())
-        target = OptimizedTarget(OptimizedModel(config, weights, max_nodes=max(args.max_nodes, 1), **common),
-                                 validate=dev.type != "cuda")
+        target = OptimizedTarget(OptimizedModel(config, weights, max_nodes=max(args.max_nodes, 1),
+                                                eagle_layers=int(uses_eagle), **common), validate=dev.type != "cuda")
         _note_plan(args, target.model, planned)
         if draft_layers:  # the draft shares the target's tensors
             dc, chosen = layer_skip_config(config, draft_layers)
@@ -398,8 +395,8 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
                                     validate=dev.type != "cuda")
         return target, draft, tokenizer, config
     tensors = random_tensors(config, args.seed, dev, dtype)
-    target = OptimizedTarget(OptimizedModel(config, tensors, max_nodes=max(args.max_nodes, 1), **common),
-                             validate=dev.type != "cuda")
+    target = OptimizedTarget(OptimizedModel(config, tensors, max_nodes=max(args.max_nodes, 1),
+                                            eagle_layers=int(uses_eagle), **common), validate=dev.type != "cuda")
     _note_plan(args, target.model, planned)
     if draft_layers:
         dc, dt = layer_skip_checkpoint(config, tensors, draft_layers)

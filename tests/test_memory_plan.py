@@ -16,6 +16,7 @@ GIB = 1 << 30
 BENCH = HybridConfig(**RANDOM_CONFIGS["bench"])
 BENCH_DIMS = ((16, 32, 128, 128, 4), (16, 2, 256))  # (H, HV, K, V, conv width), (HQ, HKV, D)
 TINY = HybridConfig(**RANDOM_CONFIGS["tiny"])
+TINY_35 = HybridConfig(**{**RANDOM_CONFIGS["tiny"], "model_type": "qwen3_5_text"})  # what the training model builds
 
 
 def _tensors(caches: Caches) -> list[torch.Tensor]:
@@ -141,3 +142,47 @@ def test_the_mtp_head_pools_are_counted_exactly():
     plain = plan_memory(config, *dims, **common)
     assert plan_memory(config, *dims, mtp_layers=1, **common).pool_bytes - plain.pool_bytes == extra
     assert model.memory_plan.pool_bytes == plain.pool_bytes + extra
+
+
+def _eagle_checkpoint(path) -> None:
+    """A random TINY_35 checkpoint in ``path`` with an (untrained) EAGLE head in ``path/eagle``."""
+    pytest.importorskip("safetensors")
+    from lumotree.training.eagle import new_eagle_head, save_eagle
+    from lumotree.training.model import HybridLM, save_checkpoint
+
+    trainable = HybridLM(TINY_35, backend="torch")
+    trainable.initialize(0)
+    save_checkpoint(trainable, path, dtype=torch.float32)
+    save_eagle(new_eagle_head(trainable), trainable, path / "eagle")
+
+
+def test_the_eagle_head_pools_are_counted_exactly(tmp_path):
+    """A model told of an EAGLE head (``eagle_layers=1``) plans for its KV pools and the hidden states it keeps: the
+    plan's pools exceed the plain model's by exactly what ``optimized_eagle_head`` allocates."""
+    from lumotree.optimized.engine.eagle import optimized_eagle_head
+    from lumotree.optimized.model import load_pretrained
+
+    _eagle_checkpoint(tmp_path)
+    model = load_pretrained(tmp_path, num_slots=3, max_seq_len=24, max_nodes=4, graphs=False, dtype=torch.float32,
+                            eagle_layers=1)
+    head, _ = optimized_eagle_head(model, tmp_path / "eagle")
+    extra = sum(t.numel() * t.element_size() for t in _tensors(head.caches)) + \
+        model.hidden_rows.numel() * model.hidden_rows.element_size()
+    common = dict(dtype=torch.float32, num_slots=3, max_seq_len=24, max_nodes=4, graphs=False, free_bytes=GIB)
+    dims = (model.weights.gdn_dims, model.weights.attn_dims)
+    plain = plan_memory(TINY_35, *dims, **common)
+    assert plan_memory(TINY_35, *dims, eagle_layers=1, **common).pool_bytes - plain.pool_bytes == extra
+    assert model.memory_plan.pool_bytes == plain.pool_bytes + extra
+    with pytest.raises(ValueError, match="eagle_layers = -1 must be an integer"):
+        OptimizedModel(TINY_35, random_tensors(TINY_35, 0, "cpu", torch.float32), eagle_layers=-1, device="cpu")
+
+
+def test_cli_auto_sizes_with_the_eagle_drafter(capsys, monkeypatch, tmp_path):
+    """``--num-slots auto`` with ``--drafter eagle`` plans the head's pools (no refusal) and decodes."""
+    _eagle_checkpoint(tmp_path)
+    monkeypatch.setattr("lumotree.optimized.model.model.free_memory", lambda device: 32 << 20)
+    code, out, err = _run(capsys, "generate", "--model", str(tmp_path), "--backend", "optimized", "--drafter", "eagle",
+                          "--spec", "chain", "--max-nodes", "4", "--num-slots", "auto", "--max-seq-len", "64",
+                          "--max-new-tokens", "2", "--prompt", "1 2 3", "--budget", "fixed")
+    assert code == 0, err
+    assert "memory plan:" in err and "x 64 tokens" in err

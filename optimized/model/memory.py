@@ -7,7 +7,9 @@ one ``ValueError`` line saying what the request needs, what is free, and what wo
 - the **slot pools**, exactly: the shapes :meth:`~lumotree.optimized.model.caches.Caches.layout` allocates (GDN and
   conv states, KV at ``max_seq_len + max_nodes`` rows, lengths, pending commits), and the KV pools of the MTP head's
   ``mtp_layers`` attention layers (:mod:`~lumotree.optimized.model.mtp`; counted when the checkpoint has a head, used
-  or not, so that the MTP drafter can start on a planned model) with the hidden states the model keeps for it;
+  or not, so that the MTP drafter can start on a planned model), those of an EAGLE head's ``eagle_layers`` attention
+  layers (:mod:`~lumotree.optimized.engine.eagle`; counted when the caller will draft with one), and the hidden states
+  the model keeps for either head;
 - the **step buffers** of every step shape the engine runs (:func:`step_shapes`): the tree step's stacked GDN
   projections, conv outputs and factors, the fp32 logits of every node, and the per-layer activations (an
   estimate of the largest transients: residual, normed input, GDN output and gate, attention projections, the MLP's
@@ -67,15 +69,16 @@ def step_shapes(max_batch: int, max_nodes: int, speculative: bool = True) -> lis
 
 
 def pool_bytes(config: Any, gdn_dims: tuple | None, attn_dims: tuple | None, *, num_slots: int, capacity: int,
-               dtype: torch.dtype, deferred: bool = False, mtp_layers: int = 0) -> int:
+               dtype: torch.dtype, deferred: bool = False, mtp_layers: int = 0, eagle_layers: int = 0) -> int:
     """Bytes of every slot pool (:meth:`Caches.layout`) of ``num_slots`` slots of ``capacity`` KV rows, plus the MTP
-    head's pools when ``mtp_layers`` > 0 (its attention layers' KV and lengths, as
-    :class:`~lumotree.optimized.model.mtp.MTPHead` allocates them)."""
+    head's pools when ``mtp_layers`` > 0 and the EAGLE head's when ``eagle_layers`` > 0 (each head's attention layers'
+    KV and lengths, as :class:`~lumotree.optimized.model.mtp.MTPHead` allocates them)."""
     n_gdn = sum(1 for kind in config.layer_types if kind == "linear_attention")
     layouts = [Caches.layout(num_slots, capacity, n_gdn, len(config.layer_types) - n_gdn, gdn_dims, attn_dims, dtype,
                              deferred)]
-    if mtp_layers:
-        layouts.append(Caches.layout(num_slots, capacity, 0, mtp_layers, None, attn_dims, dtype, False))
+    for head_layers in (mtp_layers, eagle_layers):
+        if head_layers:
+            layouts.append(Caches.layout(num_slots, capacity, 0, head_layers, None, attn_dims, dtype, False))
     return sum(_numel(shape) * torch.empty((), dtype=kind).element_size() * count
                for layout in layouts for shape, kind, count in layout.values())
 
@@ -135,7 +138,7 @@ class MemoryPlan:
 def plan_memory(config: Any, gdn_dims: tuple | None, attn_dims: tuple | None, *, free_bytes: int,
                 dtype: torch.dtype, num_slots: int | None, max_seq_len: int | None, max_nodes: int,
                 graphs: bool, speculative: bool = True, deferred: bool = False,
-                headroom: float = 0.1, mtp_layers: int = 0) -> MemoryPlan:
+                headroom: float = 0.1, mtp_layers: int = 0, eagle_layers: int = 0) -> MemoryPlan:
     """The pools for ``num_slots`` x ``max_seq_len`` (one of them None: the most that fit; ``max_seq_len`` at most the config's
     ``max_position_embeddings`` where it has one, and 2^24), checked against ``free_bytes`` less ``headroom``. Raises ``ValueError`` (one line:
     the need, the free memory, what fits) when the request does not fit."""
@@ -148,8 +151,8 @@ def plan_memory(config: Any, gdn_dims: tuple | None, attn_dims: tuple | None, *,
         shapes = step_shapes(slots, max_nodes, speculative)
         steps = [step_bytes(config, gdn_dims, attn_dims, b, n, dtype) for b, n in shapes]
         pools = pool_bytes(config, gdn_dims, attn_dims, num_slots=slots, capacity=seq + max_nodes, dtype=dtype,
-                           deferred=deferred, mtp_layers=mtp_layers)
-        if mtp_layers:  # the hidden states the model keeps for the head: [P, max_nodes + 1, D]
+                           deferred=deferred, mtp_layers=mtp_layers, eagle_layers=eagle_layers)
+        if mtp_layers or eagle_layers:  # the hidden states the model keeps for a head: [P, max_nodes + 1, D]
             pools += slots * (max_nodes + 1) * int(config.hidden_size) * torch.empty((), dtype=dtype).element_size()
         return pools, (sum(steps) if graphs else max(steps)), len(shapes)
 
@@ -191,9 +194,9 @@ def plan_memory(config: Any, gdn_dims: tuple | None, attn_dims: tuple | None, *,
         raise ValueError(_refusal((pools, steps, shapes), slots, seq, free_bytes, budget, headroom,
                                   " or ".join(hint) or "a smaller model or fewer step shapes"))
     per_slot = pool_bytes(config, gdn_dims, attn_dims, num_slots=2, capacity=seq + max_nodes, dtype=dtype,
-                          deferred=deferred, mtp_layers=mtp_layers) - pool_bytes(
+                          deferred=deferred, mtp_layers=mtp_layers, eagle_layers=eagle_layers) - pool_bytes(
         config, gdn_dims, attn_dims, num_slots=1, capacity=seq + max_nodes, dtype=dtype, deferred=deferred,
-        mtp_layers=mtp_layers)
+        mtp_layers=mtp_layers, eagle_layers=eagle_layers)
     return MemoryPlan(slots, seq, pools, per_slot, steps, free_bytes, headroom, shapes)
 
 

@@ -95,8 +95,8 @@ class OptimizedModel(Layers, HiddenStates):
 
     ``num_slots`` / ``max_seq_len``: None plans the most that fit the memory left after the weights
     (:func:`~lumotree.optimized.model.memory.plan_memory`, keeping ``memory_headroom`` of it back, and
-    ``memory_reserved`` bytes for other uses such as a prefix cache); a request that
-    does not fit is refused in one line before any pool is allocated.
+    ``memory_reserved`` bytes for other uses such as a prefix cache; ``eagle_layers`` = 1: an EAGLE head's KV pools
+    counted, as the MTP head's always are); a request that does not fit is refused in one line before allocating.
 
     ``small_batch_linear``: projections of few token rows on the split-K GEMV instead of cuBLAS (default: on for a
     CUDA model in bf16 / fp16); ``pdl`` (default: where supported): the GEMV as a programmatic dependent launch;
@@ -125,15 +125,15 @@ class OptimizedModel(Layers, HiddenStates):
         pdl: bool | None = None,
         deferred_commits: bool | None = None,
         memory_headroom: float = 0.1,
-        memory_reserved: int = 0,
+        memory_reserved: int = 0, eagle_layers: int = 0,
     ):
         from lumotree.reference.config import HybridConfig
 
         if not isinstance(config, HybridConfig):
             raise TypeError(f"config must be a lumotree.reference.config.HybridConfig, got {type(config).__name__}")
         for name, value, low, high in (("num_slots", num_slots, 1, 1 << 20), ("max_seq_len", max_seq_len, 1, 1 << 24),
-                                       ("max_nodes", max_nodes, 1, MAX_NODES)):
-            if value is None and name != "max_nodes":
+                                       ("max_nodes", max_nodes, 1, MAX_NODES), ("eagle_layers", eagle_layers, 0, 64)):
+            if value is None and name in ("num_slots", "max_seq_len"):
                 continue  # planned from the free memory
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} = {value!r} must be an integer in [{low}, {high}]")
@@ -180,11 +180,11 @@ class OptimizedModel(Layers, HiddenStates):
             raise ValueError("deferred_commits=True needs the fused GDN verify: an sm_90 GPU with Gluon, [128, 128] "
                              "GDN states, max_nodes >= 64 and a bf16 / fp16 model")
         self._fusable = fusable
-        self.memory_plan = plan_memory(config, gdn, self.weights.attn_dims, free_bytes=free_memory(self.device) - int(memory_reserved),
-                                       dtype=self.dtype, num_slots=num_slots, max_seq_len=max_seq_len,
-                                       max_nodes=max_nodes, graphs=self.graphs, speculative=max_nodes > 1,
-                                       deferred=bool(deferred_commits), headroom=memory_headroom,
-                                       mtp_layers=len(self.weights.mtp.layers) if self.weights.mtp else 0)
+        self.memory_plan = plan_memory(
+            config, gdn, self.weights.attn_dims, free_bytes=free_memory(self.device) - int(memory_reserved),
+            dtype=self.dtype, num_slots=num_slots, max_seq_len=max_seq_len, max_nodes=max_nodes, graphs=self.graphs,
+            speculative=max_nodes > 1, deferred=bool(deferred_commits), headroom=memory_headroom,
+            mtp_layers=len(self.weights.mtp.layers) if self.weights.mtp else 0, eagle_layers=eagle_layers)
         self.num_slots, self.max_seq_len = self.memory_plan.num_slots, self.memory_plan.max_seq_len
         num_slots, self.capacity = self.num_slots, self.max_seq_len + max_nodes
         n_gdn = sum(1 for kind in config.layer_types if kind == "linear_attention")
