@@ -149,6 +149,20 @@ def _expert_tile(totals_ptr, tile, E, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr
 
 
 @triton.jit
+def _tile_rows(totals_ptr, tile, T, E, SHARED_TILES, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr):
+    """``(e, row0, row_end, rows [BLOCK_M])`` of program tile ``tile``: a shared tile (``tile < SHARED_TILES``,
+    ``e = -1``) covers tokens ``[row0, min(row0 + BLOCK_M, T))``, a routed tile the sorted rows of expert ``e``
+    (:func:`_expert_tile`); ``row0 >= row_end`` past the last tile."""
+    if tile < SHARED_TILES:
+        e = tile * 0 - 1
+        row0 = tile * BLOCK_M
+        row_end = T
+    else:
+        e, row0, row_end = _expert_tile(totals_ptr, tile - SHARED_TILES, E, BLOCK_M, E_PAD)
+    return e, row0, row_end, row0 + tl.arange(0, BLOCK_M)
+
+
+@triton.jit
 def _gate_up_kernel(x_ptr, s_x, w_ptr, s_we, s_wr, ws_ptr, s_wsr, act_ptr, act_s_ptr, totals_ptr, sorted_pair_ptr,
                     T, E, I, I_S, DM, SHARED_TILES, TOP_K: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, E_PAD: tl.constexpr, EVEN_K: tl.constexpr,
@@ -158,19 +172,14 @@ def _gate_up_kernel(x_ptr, s_x, w_ptr, s_we, s_wr, ws_ptr, s_wsr, act_ptr, act_s
     [E, 2I, DM]``; shared tiles: ``shared_gate_up: [2 I_S, DM]``, rows = tokens, into ``act_s: [T, I_S]``)."""
     tile = tl.program_id(0)
     pid_n = tl.program_id(1)
-    lanes = tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    e, row0, row_end, rows = _tile_rows(totals_ptr, tile, T, E, SHARED_TILES, BLOCK_M, E_PAD)
     if tile < SHARED_TILES:
-        row0 = tile * BLOCK_M
-        row_end = T
-        rows = row0 + lanes  # [BLOCK_M] tokens
         tokens = rows
         inner = I_S
         w_base = ws_ptr
         s_row = s_wsr
         out_base = act_s_ptr
     else:
-        e, row0, row_end = _expert_tile(totals_ptr, tile - SHARED_TILES, E, BLOCK_M, E_PAD)
-        rows = row0 + lanes  # [BLOCK_M] sorted positions
         tokens = tl.load(sorted_pair_ptr + rows, mask=rows < row_end, other=0) // TOP_K
         inner = I
         w_base = w_ptr + e.to(tl.int64) * s_we
@@ -215,11 +224,8 @@ def _down_kernel(act_ptr, act_s_ptr, w_ptr, s_we, s_wr, ws_ptr, s_wsr, y_ptr, y_
     sorted row stored at its pair (``y: [P, DM]``); shared tiles: ``y_s[t] = act_s[t] shared_down^T``."""
     tile = tl.program_id(0)
     pid_n = tl.program_id(1)
-    lanes = tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    e, row0, row_end, rows = _tile_rows(totals_ptr, tile, T, E, SHARED_TILES, BLOCK_M, E_PAD)
     if tile < SHARED_TILES:
-        row0 = tile * BLOCK_M
-        row_end = T
-        rows = row0 + lanes  # [BLOCK_M] tokens
         out_rows = rows
         scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
         inner = I_S
@@ -228,8 +234,6 @@ def _down_kernel(act_ptr, act_s_ptr, w_ptr, s_we, s_wr, ws_ptr, s_wsr, y_ptr, y_
         s_row = s_wsr
         out_base = y_s_ptr
     else:
-        e, row0, row_end = _expert_tile(totals_ptr, tile - SHARED_TILES, E, BLOCK_M, E_PAD)
-        rows = row0 + lanes  # [BLOCK_M] sorted positions
         out_rows = tl.load(sorted_pair_ptr + rows, mask=rows < row_end, other=0)  # pairs
         scale = tl.load(weights_ptr + out_rows, mask=rows < row_end, other=0.0)  # [BLOCK_M] router weights
         inner = I
