@@ -121,9 +121,10 @@ def test_gdn_backend_argument_is_checked():
     x = torch.zeros(1, 2, 1, 4)
     with pytest.raises(ValueError, match="backend"):
         gated_delta_rule(x, x, x, x[..., 0], x[..., 0], backend="cuda")
-    with pytest.raises(ValueError, match="heads"):
-        recurrent_gated_delta_rule(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 4, 4),
-                                   torch.zeros(1, 2, 4), torch.zeros(1, 2, 4))
+    for rule in (recurrent_gated_delta_rule, chunked_gated_delta_rule):
+        with pytest.raises(ValueError, match="v has 4 heads, not a multiple of the 3 key heads"):
+            rule(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 4, 4), torch.zeros(1, 2, 4),
+                 torch.zeros(1, 2, 4))
 
 
 def gdn_inputs(device: str, T: int, K: int, V: int, seed: int = 0):

@@ -25,19 +25,27 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
 
 
+def _query_keys(q: torch.Tensor, k: torch.Tensor, HV: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q, k: [B, T, H, K]`` in float32, L2-normalised (``q`` scaled by ``K^-1/2``) and expanded to the ``HV`` value
+    heads (each key head serves ``HV / H`` consecutive value heads): ``[B, T, HV, K]`` each."""
+    H, K = k.shape[-2:]
+    if HV % H:
+        raise ValueError(f"v has {HV} heads, not a multiple of the {H} key heads")
+    q = l2_normalize(q.float()) * K ** -0.5
+    k = l2_normalize(k.float())
+    if HV != H:
+        q, k = q.repeat_interleave(HV // H, dim=2), k.repeat_interleave(HV // H, dim=2)
+    return q, k
+
+
 def recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                                beta: torch.Tensor) -> torch.Tensor:
     """The rule token by token (differentiable, float32). ``q, k: [B, T, H, K]``, ``v: [B, T, HV, V]``,
     ``g, beta: [B, T, HV]`` (``g`` the log decay); returns ``o: [B, T, HV, V]`` in ``v``'s dtype."""
-    B, T, H, K = k.shape
+    B, T, _, K = k.shape
     HV, V = v.shape[-2:]
-    if HV % H:
-        raise ValueError(f"v has {HV} heads, not a multiple of the {H} key heads")
     dtype = v.dtype
-    q = l2_normalize(q.float()) * K ** -0.5
-    k = l2_normalize(k.float())
-    if HV != H:  # each key head serves HV / H consecutive value heads
-        q, k = q.repeat_interleave(HV // H, dim=2), k.repeat_interleave(HV // H, dim=2)
+    q, k = _query_keys(q, k, HV)
     v, g, beta = v.float(), g.float(), beta.float()
     state = v.new_zeros(B, HV, K, V)  # [B, HV, K, V]
     outs = []
@@ -59,15 +67,10 @@ def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     ``V' = U - W S``, ``O = e^{G} Q S + lower(Q K^T * e^{G_i - G_j}) V'`` and
     ``S <- e^{G_C} S + (K e^{G_C - G})^T V'``.
     """
-    B, T, H, K = k.shape
+    B, T, _, K = k.shape
     HV, V = v.shape[-2:]
-    if HV % H:
-        raise ValueError(f"v has {HV} heads, not a multiple of the {H} key heads")
     dtype = v.dtype
-    q = l2_normalize(q.float()) * K ** -0.5
-    k = l2_normalize(k.float())
-    if HV != H:
-        q, k = q.repeat_interleave(HV // H, dim=2), k.repeat_interleave(HV // H, dim=2)
+    q, k = _query_keys(q, k, HV)
     pad = (-T) % chunk
     q, k, v = (torch.nn.functional.pad(x.float(), (0, 0, 0, 0, 0, pad)) for x in (q, k, v))
     g, beta = (torch.nn.functional.pad(x.float(), (0, 0, 0, pad)) for x in (g, beta))  # padding: g = beta = 0
