@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,22 +193,16 @@ class _Prover:
 
     def _support(self, terms: list[Any]) -> list[Any]:
         """Range premises of the data values and reduced lanes the terms mention."""
-        out, seen, stack = [], set(), list(terms)
+        out = []
         free = {str(s): (s, lo, hi) for s, lo, hi in self.model.free}
-        while stack:
-            term = stack.pop()
-            if term.get_id() in seen:
-                continue
-            seen.add(term.get_id())
-            if z3.is_app(term):
-                decl = term.decl()
-                if decl in self.model.data:
-                    lo, hi = self.model.data[decl]
-                    out += [term >= lo, term <= hi]
-                elif term.num_args() == 0 and str(term) in free:
-                    symbol, lo, hi = free[str(term)]
-                    out += [symbol >= lo, symbol <= hi]
-                stack.extend(term.children())
+        for term in _subterms(terms):
+            decl = term.decl()
+            if decl in self.model.data:
+                lo, hi = self.model.data[decl]
+                out += [term >= lo, term <= hi]
+            elif term.num_args() == 0 and str(term) in free:
+                symbol, lo, hi = free[str(term)]
+                out += [symbol >= lo, symbol <= hi]
         return out
 
     def _relevant(self, terms: list[Any]) -> list[Any]:
@@ -307,19 +302,23 @@ class _Prover:
         return claims
 
 
-def _quotients(terms: list[Any]) -> list[Any]:
-    """The integer quotients by a non-constant divisor in the terms."""
-    out, seen, stack = [], set(), list(terms)
+def _subterms(terms: list[Any]) -> Iterator[Any]:
+    """Every distinct application in the terms and below them, once, depth first."""
+    seen, stack = set(), list(terms)
     while stack:
         term = stack.pop()
         if term.get_id() in seen:
             continue
         seen.add(term.get_id())
         if z3.is_app(term):
-            if term.decl().kind() == z3.Z3_OP_IDIV and not z3.is_int_value(term.arg(1)):
-                out.append(term)
+            yield term
             stack.extend(term.children())
-    return out
+
+
+def _quotients(terms: list[Any]) -> list[Any]:
+    """The integer quotients by a non-constant divisor in the terms."""
+    return [term for term in _subterms(terms)
+            if term.decl().kind() == z3.Z3_OP_IDIV and not z3.is_int_value(term.arg(1))]
 
 
 def _counterexample(prover: _Prover, model: Any, failed: str, shape: tuple[int, ...]) -> dict[str, Any]:
