@@ -14,14 +14,15 @@ import pytest
 import torch
 
 from lumotree.optimized import model as om
-from lumotree.optimized.engine import Engine, OptimizedTarget, SamplingParams
+from lumotree.optimized.engine import Engine
 from lumotree.optimized.engine.eagle import EagleDrafter, optimized_eagle_head
 from lumotree.optimized.engine.router_training import learned_drafter
 from lumotree.reference.config import HybridConfig
 from lumotree.reference.eagle import EagleHead
 from lumotree.reference.tree import TokenTree
+from organism_greedy import ORGANISM, organism_greedy
 from test_engine_optimized import GPU_CFG, _bf16_rounded_reference, _report
-from test_mtp_gpu import BF16_BOUND, ORGANISM, ORGANISM_PROMPTS, rel
+from test_mtp_gpu import BF16_BOUND, rel
 
 pytestmark = pytest.mark.gpu
 
@@ -67,17 +68,7 @@ def test_gpu_eagle_head_matches_the_reference_bf16(tmp_path):
 @pytest.mark.skipif(not (ORGANISM / "eagle" / "config.json").exists(),
                     reason="no trained organism with an EAGLE head under models/organism")
 def test_gpu_eagle_and_router_on_the_organism_equal_autoregressive_fp32():
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(ORGANISM)
-    prompts = [tokenizer.encode(text) for text in ORGANISM_PROMPTS]
-    params = SamplingParams(max_new_tokens=64)
-
-    def target():
-        model = om.load_pretrained(ORGANISM, num_slots=4, max_seq_len=512, max_nodes=32, dtype=torch.float32)
-        return OptimizedTarget(model, validate=False)
-
-    ar = [r.tokens for r in Engine(target(), mode="autoregressive").generate(prompts, params)]
+    prompts, params, target, ar = organism_greedy()
     report = {}
     for name in ("eagle", "router"):
         spec_target = target()

@@ -15,8 +15,6 @@ Results go to ``$OUT/gpu_mtp_*.json`` when ``OUT`` is set.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -27,6 +25,7 @@ from lumotree.reference import model as rm
 from lumotree.reference.config import HybridConfig
 from lumotree.reference.mtp import MTPHead
 from lumotree.reference.tree import TokenTree
+from organism_greedy import ORGANISM, organism_greedy
 from strategies import chi_square_pvalue
 from test_engine_optimized import GPU_CFG, _bf16_rounded_reference, _report
 from test_mtp import VOCAB4, exact_autoregressive
@@ -35,13 +34,6 @@ pytestmark = pytest.mark.gpu
 MTP_CFG = {**GPU_CFG, "mtp_num_hidden_layers": 1}
 VOCAB4_KERNELS = {**VOCAB4, "hidden_size": 32, "head_dim": 16, "linear_key_head_dim": 16, "linear_value_head_dim": 16}
 BF16_BOUND = 3e-2  # relative L2 error of bf16 activations against float64 (the model's own parity bound)
-ORGANISM = Path(__file__).resolve().parents[1] / "models" / "organism"
-ORGANISM_PROMPTS = (
-    "import os\nimport sys\n\n\ndef main(argv):\n    \"\"\"Parse the arguments and run.\"\"\"\n    ",
-    "class Queue:\n    def __init__(self, maxsize=0):\n        self.maxsize = maxsize\n        self.queue = []\n\n"
-    "    def put(self, item):\n        ",
-    "The module provides functions for working with paths. Each function takes a path as a string and ",
-)
 
 
 def rel(got, want) -> float:
@@ -139,17 +131,7 @@ def test_gpu_sampled_mtp_chains_are_lossless():
 
 @pytest.mark.skipif(not (ORGANISM / "config.json").exists(), reason="no trained organism under models/organism")
 def test_gpu_mtp_on_the_organism_equals_autoregressive_fp32():
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(ORGANISM)
-    prompts = [tokenizer.encode(text) for text in ORGANISM_PROMPTS]
-    params = SamplingParams(max_new_tokens=64)
-
-    def target():
-        model = om.load_pretrained(ORGANISM, num_slots=4, max_seq_len=512, max_nodes=32, dtype=torch.float32)
-        return OptimizedTarget(model, validate=False)
-
-    ar = [r.tokens for r in Engine(target(), mode="autoregressive").generate(prompts, params)]
+    prompts, params, target, ar = organism_greedy()
     report = {}
     for mode, options in (("chain", dict(depth=3)), ("tree", dict(depth=3, top_k=2)), ("tree-wide",
                                                                                       dict(depth=4, top_k=4))):
