@@ -128,20 +128,26 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+def _assert_the_plan_holds_the_head(model, head, **layers: int) -> None:
+    """The plan of ``model`` (3 slots of 24 tokens, 4 nodes, fp32) with the head's ``layers`` (``mtp_layers`` or
+    ``eagle_layers``) exceeds the plain plan by exactly the head's pools and the hidden rows the model keeps for it,
+    and the model's own plan is that one."""
+    extra = sum(t.numel() * t.element_size() for t in _tensors(head.caches)) + \
+        model.hidden_rows.numel() * model.hidden_rows.element_size()
+    common = dict(dtype=torch.float32, num_slots=3, max_seq_len=24, max_nodes=4, graphs=False, free_bytes=GIB)
+    dims = (model.weights.gdn_dims, model.weights.attn_dims)
+    plain = plan_memory(model.config, *dims, **common)
+    assert extra > 0 and plan_memory(model.config, *dims, **layers, **common).pool_bytes - plain.pool_bytes == extra
+    assert model.memory_plan.pool_bytes == plain.pool_bytes + extra
+
+
 def test_the_mtp_head_pools_are_counted_exactly():
     """A model with an MTP head plans for its KV pools and the hidden states it keeps: the plan's pools exceed the
     plain model's by exactly what ``mtp_head()`` allocates."""
     config = HybridConfig(**{**RANDOM_CONFIGS["tiny"], "mtp_num_hidden_layers": 1})
     tensors = random_tensors(config, 0, "cpu", torch.float32)
     model = OptimizedModel(config, tensors, num_slots=3, max_seq_len=24, max_nodes=4, graphs=False)
-    head = model.mtp_head()
-    extra = sum(t.numel() * t.element_size() for t in _tensors(head.caches)) + \
-        model.hidden_rows.numel() * model.hidden_rows.element_size()
-    common = dict(dtype=torch.float32, num_slots=3, max_seq_len=24, max_nodes=4, graphs=False, free_bytes=GIB)
-    dims = (model.weights.gdn_dims, model.weights.attn_dims)
-    plain = plan_memory(config, *dims, **common)
-    assert plan_memory(config, *dims, mtp_layers=1, **common).pool_bytes - plain.pool_bytes == extra
-    assert model.memory_plan.pool_bytes == plain.pool_bytes + extra
+    _assert_the_plan_holds_the_head(model, model.mtp_head(), mtp_layers=1)
 
 
 def _eagle_checkpoint(path) -> None:
@@ -165,14 +171,7 @@ def test_the_eagle_head_pools_are_counted_exactly(tmp_path):
     _eagle_checkpoint(tmp_path)
     model = load_pretrained(tmp_path, num_slots=3, max_seq_len=24, max_nodes=4, graphs=False, dtype=torch.float32,
                             eagle_layers=1)
-    head, _ = optimized_eagle_head(model, tmp_path / "eagle")
-    extra = sum(t.numel() * t.element_size() for t in _tensors(head.caches)) + \
-        model.hidden_rows.numel() * model.hidden_rows.element_size()
-    common = dict(dtype=torch.float32, num_slots=3, max_seq_len=24, max_nodes=4, graphs=False, free_bytes=GIB)
-    dims = (model.weights.gdn_dims, model.weights.attn_dims)
-    plain = plan_memory(TINY_35, *dims, **common)
-    assert plan_memory(TINY_35, *dims, eagle_layers=1, **common).pool_bytes - plain.pool_bytes == extra
-    assert model.memory_plan.pool_bytes == plain.pool_bytes + extra
+    _assert_the_plan_holds_the_head(model, optimized_eagle_head(model, tmp_path / "eagle")[0], eagle_layers=1)
     with pytest.raises(ValueError, match="eagle_layers = -1 must be an integer"):
         OptimizedModel(TINY_35, random_tensors(TINY_35, 0, "cpu", torch.float32), eagle_layers=-1, device="cpu")
 
