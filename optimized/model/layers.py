@@ -19,9 +19,9 @@ Projections of steps with few token rows run on the split-K weight-streaming GEM
 (:func:`~lumotree.optimized.ops.gemv.small_batch_linear`, launched with PDL) where
 :func:`~lumotree.optimized.ops.gemv.preferred`, else cuBLAS (block-FP8 weights,
 :class:`~lumotree.optimized.ops.gemv.Fp8Weight`: the same GEMV, else :func:`~lumotree.optimized.ops.gemv.fp8_linear`;
-the MoE block's FP8 experts in the routed kernels, dequantised per tile); where both projections around a residual add run on the
-GEMV, the add and the RMSNorm live inside the two GEMVs (``fused_norms``), and in a tree step on the GEMV the GDN
-layer's gated RMSNorm is split between the verify kernel and the ``w_out`` GEMV
+the MoE block's FP8 experts in the routed kernels, dequantised per tile); where both projections around a residual
+add run on the GEMV, the add and the RMSNorm live inside the two GEMVs (``fused_norms``), and in a tree step on the
+GEMV the GDN layer's gated RMSNorm is split between the verify kernel and the ``w_out`` GEMV
 (:class:`~lumotree.optimized.ops.gdn_tree.OutputGate`).
 """
 

@@ -22,6 +22,13 @@ A step's ``T`` tokens each pick ``k`` experts: ``P = T k`` (token, expert) *pair
 6. ``_combine_kernel``: ``out[t] = sum_j y[t k + j]`` in the fixed order ``j = 0 .. k - 1``, fp32, plus
    ``sigmoid(x_t . shared_gate) y_shared[t]``; one rounding.
 
+Block-FP8 weights (``FP8`` for the experts, ``FP8_S`` for the shared expert, each kernel apart:
+:class:`~lumotree.optimized.ops.gemv.Fp8Weight`): each e4m3 weight tile is converted to x's dtype in registers
+(exact) and each K tile's fp32 product is multiplied by its output rows' scales ``scale[e, scale_rows[n], k0 // 128]``
+before it joins the accumulator (``BLOCK_K`` divides 128: a tile lies in one scale block). When the experts and the
+shared expert are of one kind, the tile's branch only picks the pointers and one copy of the loop runs (as the
+float kernels always did); of two kinds, each branch runs its own copy.
+
 No float atomics and no data-dependent shapes: every buffer and grid is sized from ``(T, k, E)``, so the block is
 deterministic and a CUDA graph can capture it.
 """
@@ -222,7 +229,33 @@ def _gate_up_kernel(x_ptr, s_x, w_ptr, s_we, s_wr, sc_ptr, s_sce, s_scr, sr_ptr,
     tile = tl.program_id(0)
     pid_n = tl.program_id(1)
     lanes = tl.arange(0, BLOCK_M)  # [BLOCK_M]
-    if tile < SHARED_TILES:
+    if FP8 == FP8_S:  # one kind: the branches pick the pointers, one copy of the loop
+        if tile < SHARED_TILES:
+            rows = tile * BLOCK_M + lanes  # [BLOCK_M] tokens
+            row_end = T
+            tokens = rows
+            inner = I_S
+            w_base = ws_ptr
+            s_row = s_wsr
+            sc_base = scs_ptr
+            sr_base = srs_ptr
+            s_sc = s_scsr
+            out_base = act_s_ptr
+        else:
+            e, row0, row_end = _expert_tile(totals_ptr, tile - SHARED_TILES, E, BLOCK_M, E_PAD)
+            rows = row0 + lanes  # [BLOCK_M] sorted positions
+            tokens = tl.load(sorted_pair_ptr + rows, mask=rows < row_end, other=0) // TOP_K
+            inner = I
+            w_base = w_ptr + e.to(tl.int64) * s_we
+            s_row = s_wr
+            sc_base = sc_ptr + e.to(tl.int64) * s_sce
+            sr_base = sr_ptr
+            s_sc = s_scr
+            out_base = act_ptr
+        if (tl.min(rows, axis=0) < row_end) & (pid_n * BLOCK_N < inner):  # else past the last tile or columns
+            _gate_up_tile(x_ptr, s_x, tokens, rows, rows < row_end, w_base, s_row, sc_base, sr_base, s_sc, out_base,
+                          pid_n, inner, DM, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, IEEE, FP8)
+    elif tile < SHARED_TILES:
         rows = tile * BLOCK_M + lanes  # [BLOCK_M] tokens
         if pid_n * BLOCK_N < I_S:
             _gate_up_tile(x_ptr, s_x, rows, rows, rows < T, ws_ptr, s_wsr, scs_ptr, srs_ptr, s_scsr, act_s_ptr,
@@ -276,7 +309,37 @@ def _down_kernel(act_ptr, act_s_ptr, w_ptr, s_we, s_wr, sc_ptr, s_sce, s_scr, sr
     tile = tl.program_id(0)
     pid_n = tl.program_id(1)
     lanes = tl.arange(0, BLOCK_M)  # [BLOCK_M]
-    if tile < SHARED_TILES:
+    if FP8 == FP8_S:  # one kind: the branches pick the pointers, one copy of the loop
+        if tile < SHARED_TILES:
+            rows = tile * BLOCK_M + lanes  # [BLOCK_M] tokens
+            row_end = T
+            out_rows = rows
+            scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+            inner = I_S
+            a_base = act_s_ptr
+            w_base = ws_ptr
+            s_row = s_wsr
+            sc_base = scs_ptr
+            sr_base = srs_ptr
+            s_sc = s_scsr
+            out_base = y_s_ptr
+        else:
+            e, row0, row_end = _expert_tile(totals_ptr, tile - SHARED_TILES, E, BLOCK_M, E_PAD)
+            rows = row0 + lanes  # [BLOCK_M] sorted positions
+            out_rows = tl.load(sorted_pair_ptr + rows, mask=rows < row_end, other=0)  # pairs
+            scale = tl.load(weights_ptr + out_rows, mask=rows < row_end, other=0.0)  # [BLOCK_M] router weights
+            inner = I
+            a_base = act_ptr
+            w_base = w_ptr + e.to(tl.int64) * s_we
+            s_row = s_wr
+            sc_base = sc_ptr + e.to(tl.int64) * s_sce
+            sr_base = sr_ptr
+            s_sc = s_scr
+            out_base = y_ptr
+        if tl.min(rows, axis=0) < row_end:  # else past the last tile
+            _down_tile(a_base, rows, rows < row_end, out_rows, scale, w_base, s_row, sc_base, sr_base, s_sc, out_base,
+                       pid_n, inner, DM, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, IEEE, FP8)
+    elif tile < SHARED_TILES:
         rows = tile * BLOCK_M + lanes  # [BLOCK_M] tokens
         one = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
         _down_tile(act_s_ptr, rows, rows < T, rows, one, ws_ptr, s_wsr, scs_ptr, srs_ptr, s_scsr, y_s_ptr, pid_n,
