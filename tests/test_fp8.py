@@ -207,6 +207,16 @@ def test_an_moe_block_of_fp8_and_float_experts_dequantises(tmp_path, name, kept)
     assert np.array_equal(mixed.w_down.cpu().numpy(), down.astype(np.float32))  # fp8 x fp32 rounds once
 
 
+def test_a_shared_expert_of_an_fp8_gate_and_a_float_up_dequantises(tmp_path):
+    """The shared expert's gate | up of two kinds becomes float (the routed kernels take no float tail); its down
+    projection and the experts stay FP8."""
+    write_fp8(tmp_path, "qwen3_next", keep_float=["model.layers.1.mlp.shared_expert.up_proj.weight"])
+    _, weights, _ = load_checkpoint(tmp_path, DEVICE, torch.float32)
+    mixed, other = weights.mlps[1], weights.mlps[0]
+    assert mixed.shared_gate_up.dtype == torch.float32 and isinstance(mixed.shared_down, G.Fp8Weight)
+    assert isinstance(mixed.w_gate_up, G.Fp8Weight) and isinstance(other.shared_gate_up, G.Fp8Weight)
+
+
 def test_a_float_tail_runs_as_a_second_launch_with_the_norm_and_the_conv():
     M, K, C, width = 2, 256, 96, 4
     head, tail = _weight(160, K, 1), torch.randn(24, K, device=DEVICE)

@@ -7,8 +7,9 @@ every token on one expert, exact ties in the router (the lower index wins), one 
 identical), a NaN-poisoned ``out``, fp16 inputs, run-to-run determinism, every input error, a hypothesis property,
 the default launch rule, every default kernel compiled for sm_90 (no GPU needed), the prefill, tree verify, commit
 and decode of a Qwen3-Next and a Qwen3.5-MoE model against the reference model, and the benchmark's random weights.
-GPU (``pytest -m gpu``): Qwen3-Next's and Qwen3.5-MoE's shapes in bf16 against the reference's fp32 experts on the
-same routing, and a CUDA-graph replay.
+Block-FP8 experts (any mix of FP8 and float weights) against the reference on the dequantised weights.
+GPU (``pytest -m gpu``): Qwen3-Next's and Qwen3.5-MoE's shapes in bf16 (float and block-FP8 experts) against the
+reference's fp32 experts on the same routing, and a CUDA-graph replay.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from lumotree.optimized.ops import moe as M
+from lumotree.optimized.ops.gemv import Fp8Weight
 from lumotree.optimized.ops.moe.resources import tools_present
 from lumotree.reference import model as rm
 from lumotree.reference.config import HybridConfig
@@ -95,6 +97,66 @@ def test_matches_both_references(T, E, top_k, norm, Is):
     exact = (_model_moe(args, top_k, norm) if Is else
              _call(M.moe_routed_ref, {n: t.double() for n, t in args.items()}, top_k, norm).numpy())
     assert _rel_err(y, torch.from_numpy(exact)) < RTOL
+
+
+def _fp8(w: torch.Tensor, seed: int, permute: bool = False) -> Fp8Weight:
+    """Block FP8 of ``w`` after scaling each 128 x 128 block by its own random factor (so that a wrong scale block
+    shows), optionally with permuted rows (the scale-row index then differs from ``n // 128``)."""
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    *lead, N, K = w.shape
+    blocks = torch.exp(torch.randn(*lead, -(-N // 128), -(-K // 128), generator=gen, device=DEVICE))
+    full = blocks.repeat_interleave(128, dim=-2).repeat_interleave(128, dim=-1)[..., :N, :K]
+    q = Fp8Weight.quantize(w * full)
+    return q.take_rows(torch.randperm(N, generator=gen, device=DEVICE)) if permute else q
+
+
+def _dequantised(args: dict, dtype=torch.float32) -> dict:
+    return {n: t.dequantize(dtype) if isinstance(t, Fp8Weight) else t.to(dtype) for n, t in args.items()}
+
+
+FP8_CASES = [  # (T, E, top_k, the FP8 weights, shared width Is; 0: none)
+    (1, 8, 2, ("w_gate_up", "w_down", "shared_gate_up", "shared_down"), 136),
+    (5, 4, 2, ("w_gate_up", "w_down"), 136),
+    (5, 8, 3, ("w_gate_up", "w_down"), 0),
+    (33, 8, 2, ("w_gate_up", "shared_down"), 136),
+    (33, 4, 1, ("w_down", "shared_gate_up"), 136),
+]
+
+
+@pytest.mark.parametrize("T,E,top_k,fp8,Is", FP8_CASES, ids=lambda v: str(v))
+def test_fp8_experts_match_the_reference_on_the_dequantised_weights(T, E, top_k, fp8, Is):
+    """Block-FP8 experts and shared expert (any mix of FP8 and float weights; 2 x 3 scale blocks of 128, partial
+    ones, permuted rows) against ``moe_routed_ref`` on the dequantised weights in float32 and, exactly dequantised,
+    float64; into a NaN-poisoned ``out``."""
+    args = _block(T, E, 160, 144, Is, seed=T + E + top_k)
+    for i, name in enumerate(fp8):
+        args[name] = _fp8(args[name], seed=i, permute=i == 0)
+    out = torch.full((T, 160), float("nan"), device=DEVICE)
+    y = _call(M.moe_routed, args, top_k, True, out=out)
+    assert y.data_ptr() == out.data_ptr() and bool(torch.isfinite(y).all())
+    assert _rel_err(y, _call(M.moe_routed_ref, _dequantised(args), top_k, True)) < RTOL
+    assert _rel_err(y, _call(M.moe_routed_ref, _dequantised(args, torch.float64), top_k, True)) < RTOL
+    assert torch.equal(y, _call(M.moe_routed, args, top_k, True))
+
+
+def test_fp8_experts_bad_inputs_name_the_argument():
+    a = _block(3, 4, 160, 144, 136, seed=2)
+    a.update(w_gate_up=_fp8(a["w_gate_up"], 0), w_down=_fp8(a["w_down"], 1), shared_down=_fp8(a["shared_down"], 2))
+    up, down = a["w_gate_up"], a["w_down"]
+    cases = [
+        (dict(a, w_down=down._replace(scale=down.scale[:, :, :1])), ValueError, r"w_down.scale has shape"),
+        (dict(a, w_gate_up=up._replace(weight=up.weight.float())), TypeError, "w_gate_up.weight has dtype"),
+        (dict(a, w_gate_up=up._replace(scale_rows=up.scale_rows.long())), TypeError, "w_gate_up.scale_rows has dtype"),
+        (dict(a, w_down=down._replace(scale_rows=down.scale_rows + 5)), ValueError,
+         r"w_down.scale_rows holds 6: the indices must lie in \[0, R = 2\)"),
+        (dict(a, shared_down=a["shared_down"]._replace(tail=torch.zeros(1, 136, device=DEVICE))), ValueError,
+         "shared_down is an Fp8Weight with a float tail"),
+        (dict(a, config=M.MoEConfig(16, 16, 16, 256, 4)), ValueError,
+         "config.block_k = 256 must divide 128 with block-FP8 weights"),
+    ]
+    for kwargs, error, message in cases:
+        with pytest.raises(error, match=message):
+            _call(M.moe_routed, kwargs, 2, True)
 
 
 @pytest.mark.parametrize("T", [17, 40])
@@ -352,13 +414,15 @@ def test_bad_inputs_raise_naming_the_argument(case):
 
 # ------------------------------------------------------------------------------------------------ compile check
 @pytest.mark.skipif(not tools_present(), reason="Triton's NVIDIA ptxas / cuobjdump are not installed")
-def test_default_kernels_compile_for_sm90_without_spills():
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_default_kernels_compile_for_sm90_without_spills(fp8):
     """Every default launch at Qwen3-Next's shapes (T = 1, 16, 64, 1024), specialised as the JIT does, compiles for
-    sm_90 in bf16 without stack (spills) (:mod:`lumotree.optimized.ops.moe.resources`, in a subprocess without the
-    interpreter; ``--models`` without the flag adds Qwen3.5-MoE's shapes)."""
+    sm_90 in bf16 (and with block-FP8 expert and shared weights) without stack (spills)
+    (:mod:`lumotree.optimized.ops.moe.resources`, in a subprocess without the interpreter; ``--models`` without the
+    flag adds Qwen3.5-MoE's shapes)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-m", "lumotree.optimized.ops.moe.resources", "--models", "qwen3-next"],
-                         capture_output=True, text=True, env=env, timeout=600)
+    run = subprocess.run([sys.executable, "-m", "lumotree.optimized.ops.moe.resources", "--models", "qwen3-next",
+                          *["--fp8"] * fp8], capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
     rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     kinds = {row["label"].split()[0] for row in rows}
@@ -386,6 +450,22 @@ def test_gpu_model_shapes_bf16_match_fp32_reference(model, T):
     ref = _call(M.moe_routed_ref, dict(args, x=args["x"].float()), k, True, route_dtype=torch.bfloat16)
     assert y.dtype == torch.bfloat16 and _rel_err(y, ref) < 1e-2
     assert torch.equal(y, _call(M.moe_routed, args, k, True))  # deterministic
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", list(GPU_MODELS))
+@pytest.mark.parametrize("T", [1, 16, 64, 1024])
+def test_gpu_fp8_experts_bf16_match_fp32_reference(model, T):
+    """Block-FP8 experts and shared expert at the models' block shapes, bf16 activations, against
+    ``moe_routed_ref``'s fp32 experts on the dequantised weights and the same bf16 routing; deterministic."""
+    Dm, E, I, k, Is = GPU_MODELS[model]
+    args = _block(T, E, Dm, I, Is, seed=T, dtype=torch.bfloat16)
+    for name in ("w_gate_up", "w_down", "shared_gate_up", "shared_down"):
+        args[name] = Fp8Weight.quantize(args[name])
+    y = _call(M.moe_routed, args, k, True)
+    ref = _call(M.moe_routed_ref, _dequantised(args), k, True, route_dtype=torch.bfloat16)
+    assert y.dtype == torch.bfloat16 and _rel_err(y, ref) < 1e-2
+    assert torch.equal(y, _call(M.moe_routed, args, k, True))
 
 
 @pytest.mark.gpu

@@ -13,15 +13,15 @@ a tree step: every node of every request's draft tree, caches untouched until th
   (:func:`~lumotree.optimized.ops.tree_attention.prepare_qkv`) at each node's position, tree attention over the
   committed cache and the node's ancestors (a decode step: a one-node tree), ``w_o``;
 - MLP: SwiGLU (dense) or the MoE block, routed (:func:`~lumotree.optimized.ops.moe.moe_routed`: each token through
-  its top-k experts only, grouped by expert; CUDA-graph safe).
+  its top-k experts only, grouped by expert, float or block-FP8 experts; CUDA-graph safe).
 
 Projections of steps with few token rows run on the split-K weight-streaming GEMV
 (:func:`~lumotree.optimized.ops.gemv.small_batch_linear`, launched with PDL) where
 :func:`~lumotree.optimized.ops.gemv.preferred`, else cuBLAS (block-FP8 weights,
 :class:`~lumotree.optimized.ops.gemv.Fp8Weight`: the same GEMV, else :func:`~lumotree.optimized.ops.gemv.fp8_linear`;
-the MoE block's FP8 experts one product per expert); where both projections around a residual add run on the
-GEMV, the add and the RMSNorm live inside the two GEMVs (``fused_norms``), and in a tree step on the GEMV the GDN
-layer's gated RMSNorm is split between the verify kernel and the ``w_out`` GEMV
+the MoE block's FP8 experts in the routed kernels, dequantised per tile); where both projections around a residual
+add run on the GEMV, the add and the RMSNorm live inside the two GEMVs (``fused_norms``), and in a tree step on the
+GEMV the GDN layer's gated RMSNorm is split between the verify kernel and the ``w_out`` GEMV
 (:class:`~lumotree.optimized.ops.gdn_tree.OutputGate`).
 """
 
@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from ..ops import tree_attention as ta
 from ..ops.checks import interpreting
@@ -155,11 +154,6 @@ class Layers:
                       out=y[:, :C], validate=False)
         return y
 
-    @staticmethod
-    def matmul(x: torch.Tensor, w: torch.Tensor | Fp8Weight) -> torch.Tensor:
-        """``x @ w^T`` outside the GEMV path (a float or block-FP8 weight)."""
-        return fp8_linear(x, w) if isinstance(w, Fp8Weight) else x @ w.T
-
     def normed(self, res: Residual, weight1p: torch.Tensor) -> torch.Tensor:
         """``RMSNorm(h + delta)`` of the residual stream (its pending add done in place first): ``[T, Dm]``."""
         x = add_rmsnorm(res.h, res.delta, weight1p, self.eps)  # [T, Dm]
@@ -202,25 +196,9 @@ class Layers:
             self.add_linear(res, act, m.w_down, next_norm)
             return
         x = self.normed(res, m.post_norm)  # [T, Dm]
-        if not isinstance(m.w_gate_up, Fp8Weight):  # the routed block: only the experts the tokens chose
-            res.delta = moe_routed(x, m.router, m.w_gate_up, m.w_down, top_k=self.config.num_experts_per_tok,
-                                   norm_topk_prob=bool(self.config.norm_topk_prob), shared_gate_up=m.shared_gate_up,
-                                   shared_down=m.shared_down, shared_gate=m.shared_gate, validate=False)  # [T, Dm]
-            return
-        # block-FP8 experts: every expert on every token, one FP8 product each (the routed block takes float experts)
-        probs = torch.softmax((x @ m.router.T).float(), dim=-1)  # [T, E]
-        top_p, top_i = torch.topk(probs, self.config.num_experts_per_tok, dim=-1)  # [T, k]
-        if self.config.norm_topk_prob:
-            top_p = top_p / top_p.sum(-1, keepdim=True)
-        weights = torch.zeros_like(probs).scatter(1, top_i, top_p).to(x.dtype)  # [T, E]
-        E = m.w_gate_up.shape[0]
-        g, u = torch.stack([fp8_linear(x, m.w_gate_up.expert(e)) for e in range(E)]).chunk(2, dim=-1)
-        act = F.silu(g) * u  # [E, T, I]
-        y = torch.stack([fp8_linear(act[e], m.w_down.expert(e)) for e in range(E)])  # [E, T, Dm]
-        out = torch.einsum("etd,te->td", y, weights)
-        sg, su = self.matmul(x, m.shared_gate_up).chunk(2, dim=-1)
-        shared = self.matmul(F.silu(sg) * su, m.shared_down)
-        res.delta = out + torch.sigmoid(x @ m.shared_gate.T) * shared  # [T, Dm]
+        res.delta = moe_routed(x, m.router, m.w_gate_up, m.w_down, top_k=self.config.num_experts_per_tok,
+                               norm_topk_prob=bool(self.config.norm_topk_prob), shared_gate_up=m.shared_gate_up,
+                               shared_down=m.shared_down, shared_gate=m.shared_gate, validate=False)  # [T, Dm]
 
     # ------------------------------------------------------------------------------------------------ the loop
     def run_layers(self, res: Residual, step: StepBuffers) -> None:

@@ -208,9 +208,10 @@ def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str
                 gate_up[e, :inner] = get(f"{m}.experts.{e}.gate_proj.weight")
                 gate_up[e, inner:] = get(f"{m}.experts.{e}.up_proj.weight")
                 down[e] = get(f"{m}.experts.{e}.down_proj.weight")
-        return MLPWeights(post, gate_up, down, router=get(f"{m}.gate.weight"),
-                          shared_gate_up=cat([get(f"{m}.shared_expert.gate_proj.weight"),
-                                              get(f"{m}.shared_expert.up_proj.weight")]),
+        shared_gate_up = cat([get(f"{m}.shared_expert.gate_proj.weight"), get(f"{m}.shared_expert.up_proj.weight")])
+        if isinstance(shared_gate_up, Fp8Weight) and shared_gate_up.tail is not None:  # FP8 gate, float up: float
+            shared_gate_up = shared_gate_up.dequantize(dtype)
+        return MLPWeights(post, gate_up, down, router=get(f"{m}.gate.weight"), shared_gate_up=shared_gate_up,
                           shared_down=get(f"{m}.shared_expert.down_proj.weight"),
                           shared_gate=get(f"{m}.shared_expert_gate.weight"))
 

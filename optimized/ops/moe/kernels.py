@@ -22,6 +22,13 @@ A step's ``T`` tokens each pick ``k`` experts: ``P = T k`` (token, expert) *pair
 6. ``_combine_kernel``: ``out[t] = sum_j y[t k + j]`` in the fixed order ``j = 0 .. k - 1``, fp32, plus
    ``sigmoid(x_t . shared_gate) y_shared[t]``; one rounding.
 
+Block-FP8 weights (``FP8`` for the experts, ``FP8_S`` for the shared expert, each kernel apart:
+:class:`~lumotree.optimized.ops.gemv.Fp8Weight`): each e4m3 weight tile is converted to x's dtype in registers
+(exact) and each K tile's fp32 product is multiplied by its output rows' scales ``scale[e, scale_rows[n], k0 // 128]``
+before it joins the accumulator (``BLOCK_K`` divides 128: a tile lies in one scale block). When the experts and the
+shared expert are of one kind, the tile's branch only picks the pointers and one copy of the loop runs (as the
+float kernels always did); of two kinds, each branch runs its own copy.
+
 No float atomics and no data-dependent shapes: every buffer and grid is sized from ``(T, k, E)``, so the block is
 deterministic and a CUDA graph can capture it.
 """
@@ -149,51 +156,43 @@ def _expert_tile(totals_ptr, tile, E, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr
 
 
 @triton.jit
-def _tile_rows(totals_ptr, tile, T, E, SHARED_TILES, BLOCK_M: tl.constexpr, E_PAD: tl.constexpr):
-    """``(e, row0, row_end, rows [BLOCK_M])`` of program tile ``tile``: a shared tile (``tile < SHARED_TILES``,
-    ``e = -1``) covers tokens ``[row0, min(row0 + BLOCK_M, T))``, a routed tile the sorted rows of expert ``e``
-    (:func:`_expert_tile`); ``row0 >= row_end`` past the last tile."""
-    if tile < SHARED_TILES:
-        e = tile * 0 - 1
-        row0 = tile * BLOCK_M
-        row_end = T
+def _scale_rows(s_ptr, r_ptr, s_row, rows, ok, FP8: tl.constexpr):
+    """FP8: pointers ``[1, BLOCK_N]`` to the first scale of weight rows ``rows`` (``s_ptr + r[rows] s_row``; rows out of
+    range read scale row 0, never stored); else ``s_ptr`` unchanged (unused)."""
+    if FP8:
+        ptrs = s_ptr + (tl.load(r_ptr + rows, mask=ok, other=0).to(tl.int64) * s_row)[None, :]
     else:
-        e, row0, row_end = _expert_tile(totals_ptr, tile - SHARED_TILES, E, BLOCK_M, E_PAD)
-    return e, row0, row_end, row0 + tl.arange(0, BLOCK_M)
+        ptrs = s_ptr
+    return ptrs
 
 
 @triton.jit
-def _gate_up_kernel(x_ptr, s_x, w_ptr, s_we, s_wr, ws_ptr, s_wsr, act_ptr, act_s_ptr, totals_ptr, sorted_pair_ptr,
-                    T, E, I, I_S, DM, SHARED_TILES, TOP_K: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, E_PAD: tl.constexpr, EVEN_K: tl.constexpr,
-                    IEEE: tl.constexpr):
-    """Program ``(tile, n)``: ``act[rows, n BLOCK_N ..] = silu(x_rows w_g^T) * (x_rows w_u^T)`` with ``w_g, w_u``
-    the gate rows ``n BLOCK_N ..`` and the up rows ``I + n BLOCK_N ..`` of the tile's expert (``w_gate_up:
-    [E, 2I, DM]``; shared tiles: ``shared_gate_up: [2 I_S, DM]``, rows = tokens, into ``act_s: [T, I_S]``)."""
-    tile = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    e, row0, row_end, rows = _tile_rows(totals_ptr, tile, T, E, SHARED_TILES, BLOCK_M, E_PAD)
-    if tile < SHARED_TILES:
-        tokens = rows
-        inner = I_S
-        w_base = ws_ptr
-        s_row = s_wsr
-        out_base = act_s_ptr
+def _tile_dot(a, w, acc, sc, k0, IEEE: tl.constexpr, FP8: tl.constexpr):
+    """``acc + a w`` for a float weight tile ``w: [BLOCK_K, BLOCK_N]``; FP8: ``w`` holds e4m3 values, converted to
+    a's dtype (exact), and the tile's fp32 product is scaled by its rows' scales ``sc[k0 // 128]`` (a tile lies in
+    one 128-column scale block: ``BLOCK_K`` divides 128)."""
+    if FP8:
+        acc += _dot(a, w.to(a.dtype), tl.zeros_like(acc), IEEE) * tl.load(sc + k0 // 128)
     else:
-        tokens = tl.load(sorted_pair_ptr + rows, mask=rows < row_end, other=0) // TOP_K
-        inner = I
-        w_base = w_ptr + e.to(tl.int64) * s_we
-        s_row = s_wr
-        out_base = act_ptr
-    if (row0 >= row_end) | (pid_n * BLOCK_N >= inner):  # past the last tile, or past this matrix's columns
-        return
-    ok_m = rows < row_end
+        acc = _dot(a, w, acc, IEEE)
+    return acc
+
+
+@triton.jit
+def _gate_up_tile(x_ptr, s_x, tokens, rows, ok_m, w_base, s_row, sc_ptr, sr_ptr, s_scr, out_base, pid_n, inner, DM,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+                  IEEE: tl.constexpr, FP8: tl.constexpr):
+    """``out[rows, n BLOCK_N ..] = silu(x_tokens w_g^T) * (x_tokens w_u^T)`` with ``w_g, w_u`` the gate rows
+    ``n BLOCK_N ..`` and the up rows ``inner + n BLOCK_N ..`` of the weight at ``w_base`` (rows ``s_row`` apart; FP8:
+    e4m3 with scales ``sc_ptr`` indexed by ``sr_ptr``, scale rows ``s_scr`` apart)."""
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
     ok_n = cols < inner
     ks = tl.arange(0, BLOCK_K)  # [BLOCK_K]
     x_rows = x_ptr + tokens.to(tl.int64)[:, None] * s_x  # [BLOCK_M, 1]
     g_cols = w_base + cols.to(tl.int64)[None, :] * s_row  # [1, BLOCK_N]
     u_cols = w_base + (inner + cols).to(tl.int64)[None, :] * s_row
+    sc_g = _scale_rows(sc_ptr, sr_ptr, s_scr, cols, ok_n, FP8)  # [1, BLOCK_N] (FP8)
+    sc_u = _scale_rows(sc_ptr, sr_ptr, s_scr, inner + cols, ok_n, FP8)
     acc_g = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, DM, BLOCK_K):
@@ -207,9 +206,9 @@ def _gate_up_kernel(x_ptr, s_x, w_ptr, s_we, s_wr, ws_ptr, s_wsr, act_ptr, act_s
             xs = tl.load(x_rows + kk[None, :], mask=ok_m[:, None] & ok_k[None, :], other=0.0)
             wg = tl.load(g_cols + kk[:, None], mask=ok_k[:, None] & ok_n[None, :], other=0.0)
             wu = tl.load(u_cols + kk[:, None], mask=ok_k[:, None] & ok_n[None, :], other=0.0)
-        acc_g = _dot(xs, wg, acc_g, IEEE)
-        acc_u = _dot(xs, wu, acc_u, IEEE)
-    dtype = act_ptr.dtype.element_ty
+        acc_g = _tile_dot(xs, wg, acc_g, sc_g, k0, IEEE, FP8)
+        acc_u = _tile_dot(xs, wu, acc_u, sc_u, k0, IEEE, FP8)
+    dtype = out_base.dtype.element_ty
     g = acc_g.to(dtype).to(tl.float32)  # each product rounded, as a plain GEMM stores it
     u = acc_u.to(dtype).to(tl.float32)
     act = (g * tl.sigmoid(g) * u).to(dtype)  # [BLOCK_M, BLOCK_N]
@@ -217,38 +216,73 @@ def _gate_up_kernel(x_ptr, s_x, w_ptr, s_we, s_wr, ws_ptr, s_wsr, act_ptr, act_s
 
 
 @triton.jit
-def _down_kernel(act_ptr, act_s_ptr, w_ptr, s_we, s_wr, ws_ptr, s_wsr, y_ptr, y_s_ptr, totals_ptr, sorted_pair_ptr,
-                 weights_ptr, T, E, I, I_S, DM, SHARED_TILES, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, E_PAD: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
-    """Program ``(tile, n)``: ``y[pair] = weight[pair] (act_rows w_down[e]^T)[:, n BLOCK_N ..]`` rounded, each
-    sorted row stored at its pair (``y: [P, DM]``); shared tiles: ``y_s[t] = act_s[t] shared_down^T``."""
+def _gate_up_kernel(x_ptr, s_x, w_ptr, s_we, s_wr, sc_ptr, s_sce, s_scr, sr_ptr, ws_ptr, s_wsr, scs_ptr, s_scsr,
+                    srs_ptr, act_ptr, act_s_ptr, totals_ptr, sorted_pair_ptr, T, E, I, I_S, DM, SHARED_TILES,
+                    TOP_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    E_PAD: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, FP8: tl.constexpr,
+                    FP8_S: tl.constexpr):
+    """Program ``(tile, n)``: ``act[rows, n BLOCK_N ..] = silu(x_rows w_g^T) * (x_rows w_u^T)`` with ``w_g, w_u``
+    the gate rows ``n BLOCK_N ..`` and the up rows ``I + n BLOCK_N ..`` of the tile's expert (``w_gate_up:
+    [E, 2I, DM]``; shared tiles: ``shared_gate_up: [2 I_S, DM]``, rows = tokens, into ``act_s: [T, I_S]``).
+    ``FP8`` / ``FP8_S``: the experts' / the shared expert's weight is block FP8 (scales ``[E, R, cdiv(DM, 128)]`` /
+    ``[R, ..]`` and scale-row indices), dequantised per tile."""
     tile = tl.program_id(0)
     pid_n = tl.program_id(1)
-    e, row0, row_end, rows = _tile_rows(totals_ptr, tile, T, E, SHARED_TILES, BLOCK_M, E_PAD)
-    if tile < SHARED_TILES:
-        out_rows = rows
-        scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-        inner = I_S
-        a_base = act_s_ptr
-        w_base = ws_ptr
-        s_row = s_wsr
-        out_base = y_s_ptr
+    lanes = tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    if FP8 == FP8_S:  # one kind: the branches pick the pointers, one copy of the loop
+        if tile < SHARED_TILES:
+            rows = tile * BLOCK_M + lanes  # [BLOCK_M] tokens
+            row_end = T
+            tokens = rows
+            inner = I_S
+            w_base = ws_ptr
+            s_row = s_wsr
+            sc_base = scs_ptr
+            sr_base = srs_ptr
+            s_sc = s_scsr
+            out_base = act_s_ptr
+        else:
+            e, row0, row_end = _expert_tile(totals_ptr, tile - SHARED_TILES, E, BLOCK_M, E_PAD)
+            rows = row0 + lanes  # [BLOCK_M] sorted positions
+            tokens = tl.load(sorted_pair_ptr + rows, mask=rows < row_end, other=0) // TOP_K
+            inner = I
+            w_base = w_ptr + e.to(tl.int64) * s_we
+            s_row = s_wr
+            sc_base = sc_ptr + e.to(tl.int64) * s_sce
+            sr_base = sr_ptr
+            s_sc = s_scr
+            out_base = act_ptr
+        if (tl.min(rows, axis=0) < row_end) & (pid_n * BLOCK_N < inner):  # else past the last tile or columns
+            _gate_up_tile(x_ptr, s_x, tokens, rows, rows < row_end, w_base, s_row, sc_base, sr_base, s_sc, out_base,
+                          pid_n, inner, DM, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, IEEE, FP8)
+    elif tile < SHARED_TILES:
+        rows = tile * BLOCK_M + lanes  # [BLOCK_M] tokens
+        if pid_n * BLOCK_N < I_S:
+            _gate_up_tile(x_ptr, s_x, rows, rows, rows < T, ws_ptr, s_wsr, scs_ptr, srs_ptr, s_scsr, act_s_ptr,
+                          pid_n, I_S, DM, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, IEEE, FP8_S)
     else:
-        out_rows = tl.load(sorted_pair_ptr + rows, mask=rows < row_end, other=0)  # pairs
-        scale = tl.load(weights_ptr + out_rows, mask=rows < row_end, other=0.0)  # [BLOCK_M] router weights
-        inner = I
-        a_base = act_ptr
-        w_base = w_ptr + e.to(tl.int64) * s_we
-        s_row = s_wr
-        out_base = y_ptr
-    if row0 >= row_end:  # past the last tile
-        return
-    ok_m = rows < row_end
+        e, row0, row_end = _expert_tile(totals_ptr, tile - SHARED_TILES, E, BLOCK_M, E_PAD)
+        if (row0 < row_end) & (pid_n * BLOCK_N < I):  # else past the last tile, or past this matrix's columns
+            rows = row0 + lanes  # [BLOCK_M] sorted positions
+            ok_m = rows < row_end
+            tokens = tl.load(sorted_pair_ptr + rows, mask=ok_m, other=0) // TOP_K
+            e64 = e.to(tl.int64)
+            _gate_up_tile(x_ptr, s_x, tokens, rows, ok_m, w_ptr + e64 * s_we, s_wr, sc_ptr + e64 * s_sce, sr_ptr,
+                          s_scr, act_ptr, pid_n, I, DM, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, IEEE, FP8)
+
+
+@triton.jit
+def _down_tile(a_base, rows, ok_m, out_rows, scale, w_base, s_row, sc_ptr, sr_ptr, s_scr, out_base, pid_n, inner,
+               DM, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+               IEEE: tl.constexpr, FP8: tl.constexpr):
+    """``out[out_rows, n BLOCK_N ..] = scale (a_rows w^T)[:, n BLOCK_N ..]`` rounded, ``a: [.., inner]`` and the
+    weight ``[DM, inner]`` at ``w_base`` (FP8 as :func:`_gate_up_tile`)."""
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
     ok_n = cols < DM
     ks = tl.arange(0, BLOCK_K)  # [BLOCK_K]
     a_rows = a_base + rows.to(tl.int64)[:, None] * inner  # [BLOCK_M, 1]
     w_cols = w_base + cols.to(tl.int64)[None, :] * s_row  # [1, BLOCK_N]
+    sc = _scale_rows(sc_ptr, sr_ptr, s_scr, cols, ok_n, FP8)  # [1, BLOCK_N] (FP8)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, inner, BLOCK_K):
         kk = k0 + ks
@@ -259,9 +293,67 @@ def _down_kernel(act_ptr, act_s_ptr, w_ptr, s_we, s_wr, ws_ptr, s_wsr, y_ptr, y_
             ok_k = kk < inner
             a = tl.load(a_rows + kk[None, :], mask=ok_m[:, None] & ok_k[None, :], other=0.0)
             w = tl.load(w_cols + kk[:, None], mask=ok_k[:, None] & ok_n[None, :], other=0.0)
-        acc = _dot(a, w, acc, IEEE)
-    y = (acc * scale[:, None]).to(y_ptr.dtype.element_ty)  # [BLOCK_M, BLOCK_N]
+        acc = _tile_dot(a, w, acc, sc, k0, IEEE, FP8)
+    y = (acc * scale[:, None]).to(out_base.dtype.element_ty)  # [BLOCK_M, BLOCK_N]
     tl.store(out_base + out_rows.to(tl.int64)[:, None] * DM + cols[None, :], y, mask=ok_m[:, None] & ok_n[None, :])
+
+
+@triton.jit
+def _down_kernel(act_ptr, act_s_ptr, w_ptr, s_we, s_wr, sc_ptr, s_sce, s_scr, sr_ptr, ws_ptr, s_wsr, scs_ptr, s_scsr,
+                 srs_ptr, y_ptr, y_s_ptr, totals_ptr, sorted_pair_ptr, weights_ptr, T, E, I, I_S, DM, SHARED_TILES,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, E_PAD: tl.constexpr,
+                 EVEN_K: tl.constexpr, IEEE: tl.constexpr, FP8: tl.constexpr, FP8_S: tl.constexpr):
+    """Program ``(tile, n)``: ``y[pair] = weight[pair] (act_rows w_down[e]^T)[:, n BLOCK_N ..]`` rounded, each
+    sorted row stored at its pair (``y: [P, DM]``); shared tiles: ``y_s[t] = act_s[t] shared_down^T``. ``FP8`` /
+    ``FP8_S`` as :func:`_gate_up_kernel`."""
+    tile = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    lanes = tl.arange(0, BLOCK_M)  # [BLOCK_M]
+    if FP8 == FP8_S:  # one kind: the branches pick the pointers, one copy of the loop
+        if tile < SHARED_TILES:
+            rows = tile * BLOCK_M + lanes  # [BLOCK_M] tokens
+            row_end = T
+            out_rows = rows
+            scale = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+            inner = I_S
+            a_base = act_s_ptr
+            w_base = ws_ptr
+            s_row = s_wsr
+            sc_base = scs_ptr
+            sr_base = srs_ptr
+            s_sc = s_scsr
+            out_base = y_s_ptr
+        else:
+            e, row0, row_end = _expert_tile(totals_ptr, tile - SHARED_TILES, E, BLOCK_M, E_PAD)
+            rows = row0 + lanes  # [BLOCK_M] sorted positions
+            out_rows = tl.load(sorted_pair_ptr + rows, mask=rows < row_end, other=0)  # pairs
+            scale = tl.load(weights_ptr + out_rows, mask=rows < row_end, other=0.0)  # [BLOCK_M] router weights
+            inner = I
+            a_base = act_ptr
+            w_base = w_ptr + e.to(tl.int64) * s_we
+            s_row = s_wr
+            sc_base = sc_ptr + e.to(tl.int64) * s_sce
+            sr_base = sr_ptr
+            s_sc = s_scr
+            out_base = y_ptr
+        if tl.min(rows, axis=0) < row_end:  # else past the last tile
+            _down_tile(a_base, rows, rows < row_end, out_rows, scale, w_base, s_row, sc_base, sr_base, s_sc, out_base,
+                       pid_n, inner, DM, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, IEEE, FP8)
+    elif tile < SHARED_TILES:
+        rows = tile * BLOCK_M + lanes  # [BLOCK_M] tokens
+        one = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+        _down_tile(act_s_ptr, rows, rows < T, rows, one, ws_ptr, s_wsr, scs_ptr, srs_ptr, s_scsr, y_s_ptr, pid_n,
+                   I_S, DM, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, IEEE, FP8_S)
+    else:
+        e, row0, row_end = _expert_tile(totals_ptr, tile - SHARED_TILES, E, BLOCK_M, E_PAD)
+        if row0 < row_end:  # else past the last tile
+            rows = row0 + lanes  # [BLOCK_M] sorted positions
+            ok_m = rows < row_end
+            pairs = tl.load(sorted_pair_ptr + rows, mask=ok_m, other=0)
+            scale = tl.load(weights_ptr + pairs, mask=ok_m, other=0.0)  # [BLOCK_M] router weights
+            e64 = e.to(tl.int64)
+            _down_tile(act_ptr, rows, ok_m, pairs, scale, w_ptr + e64 * s_we, s_wr, sc_ptr + e64 * s_sce, sr_ptr,
+                       s_scr, y_ptr, pid_n, I, DM, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, IEEE, FP8)
 
 
 @triton.jit

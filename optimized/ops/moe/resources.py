@@ -8,8 +8,11 @@ integer arguments specialised as the JIT specialises them. It reads registers, s
 ``cuobjdump -res-usage`` (Triton's own tools). The interpreter checks the kernels' values on a CPU; this catches
 what only the GPU compiler sees (an unsupported construct, spills).
 
-Run ``python -m lumotree.optimized.ops.moe.resources [--models qwen3-next]`` (one JSON line a compiled kernel),
-without ``TRITON_INTERPRET``.
+``--fp8``: the experts and the shared expert as block FP8
+(:class:`~lumotree.optimized.ops.gemv.Fp8Weight`, the FP8 releases' format), activations bf16.
+
+Run ``python -m lumotree.optimized.ops.moe.resources [--models qwen3-next] [--fp8]`` (one JSON line a compiled
+kernel), without ``TRITON_INTERPRET``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import tempfile
 import torch
 import triton
 
+from ..gemv import Fp8Weight
 from .routed import Launch, _launches, moe_config
 
 __all__ = ["default_kernel_resources", "tools_present"]
@@ -31,7 +35,8 @@ __all__ = ["default_kernel_resources", "tools_present"]
 MODELS = {"qwen3-next": (2048, 512, 512, 10, 512), "qwen3.5-moe": (2048, 256, 512, 8, 512)}  # Dm, E, I, k, Is
 H200_SMS = 132
 TOKENS = (1, 16, 64, 1024)
-POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.int32: "*i32"}
+POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.int32: "*i32",
+                 torch.float8_e4m3fn: "*fp8e4nv"}
 
 
 def _tool(name: str) -> str:
@@ -83,9 +88,10 @@ def _resources(compiled) -> dict:
     return dict(regs=int(usage.get("REG", -1)), stack=int(usage.get("STACK", -1)), smem=int(compiled.metadata.shared))
 
 
-def _default_launches(models: tuple[str, ...]) -> list[tuple[str, Launch]]:
+def _default_launches(models: tuple[str, ...], fp8: bool = False) -> list[tuple[str, Launch]]:
     """``(label, launch)`` of :func:`moe_routed`'s default launches at each model's shapes and token count, as
-    :func:`~lumotree.optimized.ops.moe.routed._launches` builds them on meta tensors (bf16)."""
+    :func:`~lumotree.optimized.ops.moe.routed._launches` builds them on meta tensors (bf16; ``fp8``: block-FP8
+    expert and shared weights)."""
     out = []
     for model in models:
         Dm, E, I, k, Is = MODELS[model]
@@ -93,19 +99,27 @@ def _default_launches(models: tuple[str, ...]) -> list[tuple[str, Launch]]:
             def meta(*shape):
                 return torch.empty(shape, dtype=torch.bfloat16, device="meta")
 
-            cfg = moe_config(T, k, E, I, Dm, "meta", sms=H200_SMS)
-            for launch in _launches(meta(T, Dm), meta(E, Dm), meta(E, 2 * I, Dm), meta(E, Dm, I), k, True,
-                                    meta(2 * Is, Dm), meta(Dm, Is), meta(1, Dm), Is, cfg, meta(T, Dm)):
+            def weight(*shape):  # [..., N, K] of the run's kind
+                if not fp8:
+                    return meta(*shape)
+                *lead, N, K = shape
+                return Fp8Weight(torch.empty(shape, dtype=torch.float8_e4m3fn, device="meta"),
+                                 torch.empty((*lead, triton.cdiv(N, 128), triton.cdiv(K, 128)), dtype=torch.float32,
+                                             device="meta"), torch.empty((N,), dtype=torch.int32, device="meta"))
+
+            cfg = moe_config(T, k, E, I, Dm, "meta", sms=H200_SMS, fp8=fp8)
+            for launch in _launches(meta(T, Dm), meta(E, Dm), weight(E, 2 * I, Dm), weight(E, Dm, I), k, True,
+                                    weight(2 * Is, Dm), weight(Dm, Is), meta(1, Dm), Is, cfg, meta(T, Dm)):
                 out.append((f"{launch.kernel.fn.__name__.strip('_').removesuffix('_kernel')} {model} T={T}",
                             launch))
     return out
 
 
-def default_kernel_resources(models: tuple[str, ...] = tuple(MODELS)) -> list[dict]:
+def default_kernel_resources(models: tuple[str, ...] = tuple(MODELS), fp8: bool = False) -> list[dict]:
     """One row per distinct compiled kernel: ``label`` (kernel, model, T; the first launch that compiles to it),
     ``launches`` (how many launches share it), ``regs``, ``stack`` (bytes), ``smem``, or ``error``."""
     rows, seen = [], {}
-    for label, launch in _default_launches(models):
+    for label, launch in _default_launches(models, fp8):
         spec = _specialise(launch)
         key = (launch.kernel.fn.__name__, *(json.dumps(sorted((str(k), str(v)) for k, v in d.items())) for d in spec))
         if key in seen:
@@ -123,8 +137,9 @@ def default_kernel_resources(models: tuple[str, ...] = tuple(MODELS)) -> list[di
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--fp8", action="store_true", help="block-FP8 expert and shared weights")
     args = parser.parse_args(argv)
-    for row in default_kernel_resources(tuple(args.models)):
+    for row in default_kernel_resources(tuple(args.models), args.fp8):
         print(json.dumps(row), flush=True)
     return 0
 

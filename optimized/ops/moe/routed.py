@@ -9,6 +9,7 @@ import torch
 import triton
 
 from ..checks import FLOAT_DTYPES, check_finite, check_tensor, num_sms
+from ..gemv import FP8_BLOCK_K, Fp8Weight
 from .kernels import (_combine_kernel, _down_kernel, _gate_up_kernel, _route_kernel, _scan_kernel,
                       _scatter_kernel)
 
@@ -36,8 +37,8 @@ class MoEConfig(NamedTuple):
     num_stages: int = 3
 
 
-def moe_config(T: int, top_k: int, E: int, I: int, Dm: int, device: torch.device | str, sms: int | None = None
-               ) -> MoEConfig:
+def moe_config(T: int, top_k: int, E: int, I: int, Dm: int, device: torch.device | str, sms: int | None = None,
+               fp8: bool = False) -> MoEConfig:
     """Default launch for ``T`` tokens, top ``top_k`` of ``E`` experts of width ``I``, hidden size ``Dm``: a rule,
     not a measured sweep (``bench/moe.py`` times it):
 
@@ -50,7 +51,8 @@ def moe_config(T: int, top_k: int, E: int, I: int, Dm: int, device: torch.device
       of bf16 weight per tile and stage); 8 warps on 64 x 128 tiles; every block shrunk to the problem;
     - ``route_tokens = 8192 / next_pow2(E)`` (16 tokens at 512 experts) up to 128.
 
-    ``sms``: the device's SM count (None: read from ``device``).
+    ``sms``: the device's SM count (None: read from ``device``). ``fp8``: block-FP8 experts (each K tile's product
+    is scaled apart from the accumulator): 8 warps from 32 x 128 tiles up (4 spill there on sm_90).
     """
     pairs = T * top_k
     touched = max(1, min(E, pairs))
@@ -70,6 +72,8 @@ def moe_config(T: int, top_k: int, E: int, I: int, Dm: int, device: torch.device
     block_k = min(block_k, max(16, triton.next_power_of_2(min(I, Dm))))
     route_tokens = max(1, min(128, ROUTE_ELEMENTS // triton.next_power_of_2(E)))
     warps = 8 if block_m == 64 and max(gate_up_n, down_n) == 128 else 4
+    if fp8 and block_m * max(gate_up_n, down_n) >= 32 * 128:
+        warps = 8
     return MoEConfig(block_m, gate_up_n, down_n, block_k, route_tokens, warps, 3)
 
 
@@ -97,6 +101,32 @@ def _check_config(config: object) -> MoEConfig:
     return config
 
 
+def _check_weight(name: str, w: object, shape: tuple[int | None, ...], dims: str, dtype: torch.dtype,
+                  device: torch.device) -> None:
+    """A weight argument: a tensor of x's dtype, or an :class:`~lumotree.optimized.ops.gemv.Fp8Weight` of that
+    shape (float8 values, float32 scales ``[..., R, cdiv(K, 128)]``, int32 scale-row indices, contiguous, no float
+    tail; the indices' range is checked by :func:`_check_scale_rows`)."""
+    if not isinstance(w, Fp8Weight):
+        check_tensor(name, w, shape, dims, (dtype,), device)
+        return
+    if w.tail is not None:
+        raise ValueError(f"{name} is an Fp8Weight with a float tail: give the experts one kind (dequantise it)")
+    check_tensor(f"{name}.weight", w.weight, shape, dims, (torch.float8_e4m3fn,), device, contiguous=True)
+    *lead, N, K = w.weight.shape
+    check_tensor(f"{name}.scale", w.scale, (*lead, None, triton.cdiv(K, FP8_BLOCK_K)),
+                 "E, R, cdiv(K, 128)" if lead else "R, cdiv(K, 128)",
+                 (torch.float32,), device, contiguous=True)
+    check_tensor(f"{name}.scale_rows", w.scale_rows, (N,), "N", (torch.int32,), device, contiguous=True)
+
+
+def _check_scale_rows(name: str, w: object) -> None:
+    """An :class:`Fp8Weight`'s scale-row indices lie in ``[0, R)`` (reads them to the host)."""
+    if isinstance(w, Fp8Weight) and w.scale_rows.numel():
+        lo, hi, R = int(w.scale_rows.min()), int(w.scale_rows.max()), w.scale.shape[-2]
+        if lo < 0 or hi >= R:
+            raise ValueError(f"{name}.scale_rows holds {lo if lo < 0 else hi}: the indices must lie in [0, R = {R})")
+
+
 def _check_shared(shared_gate_up, shared_down, shared_gate, Dm: int, dtype: torch.dtype, device: torch.device
                   ) -> int:
     """The shared expert's weights (all three or none); returns its width ``Is`` (0: none)."""
@@ -107,12 +137,12 @@ def _check_shared(shared_gate_up, shared_down, shared_gate, Dm: int, dtype: torc
         missing = [n for n, g in zip(("shared_gate_up", "shared_down", "shared_gate"), given) if not g]
         raise ValueError(f"{', '.join(missing)} is None: the shared expert needs shared_gate_up, shared_down and "
                          "shared_gate")
-    check_tensor("shared_gate_up", shared_gate_up, (None, Dm), "2 Is, Dm", (dtype,), device)
+    _check_weight("shared_gate_up", shared_gate_up, (None, Dm), "2 Is, Dm", dtype, device)
     if shared_gate_up.shape[0] < 2 or shared_gate_up.shape[0] % 2:
         raise ValueError(f"shared_gate_up has {shared_gate_up.shape[0]} rows: gate rows then up rows, an even "
                          "number >= 2")
     Is = shared_gate_up.shape[0] // 2
-    check_tensor("shared_down", shared_down, (Dm, Is), "Dm, Is", (dtype,), device)
+    _check_weight("shared_down", shared_down, (Dm, Is), "Dm, Is", dtype, device)
     check_tensor("shared_gate", shared_gate, (1, Dm), "1, Dm", (dtype,), device)
     return Is
 
@@ -129,12 +159,12 @@ def _check_inputs(x, router, w_gate_up, w_down, top_k, norm_topk_prob) -> tuple[
     E = router.shape[0]
     if not 1 <= E <= MAX_EXPERTS:
         raise ValueError(f"router has {E} rows: the number of experts E must lie in [1, {MAX_EXPERTS}]")
-    check_tensor("w_gate_up", w_gate_up, (E, None, Dm), "E, 2I, Dm", (x.dtype,), x.device)
+    _check_weight("w_gate_up", w_gate_up, (E, None, Dm), "E, 2I, Dm", x.dtype, x.device)
     if w_gate_up.shape[1] < 2 or w_gate_up.shape[1] % 2:
         raise ValueError(f"w_gate_up has {w_gate_up.shape[1]} rows per expert: gate rows then up rows, an even "
                          "number >= 2")
     I = w_gate_up.shape[1] // 2
-    check_tensor("w_down", w_down, (E, Dm, I), "E, Dm, I", (x.dtype,), x.device)
+    _check_weight("w_down", w_down, (E, Dm, I), "E, Dm, I", x.dtype, x.device)
     if isinstance(top_k, bool) or not isinstance(top_k, int):
         raise TypeError(f"top_k must be an int, got {type(top_k).__name__}")
     if not 1 <= top_k <= E:
@@ -144,9 +174,10 @@ def _check_inputs(x, router, w_gate_up, w_down, top_k, norm_topk_prob) -> tuple[
     return T, Dm, E, I
 
 
-def moe_routed(x: torch.Tensor, router: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, *,
-               top_k: int, norm_topk_prob: bool, shared_gate_up: torch.Tensor | None = None,
-               shared_down: torch.Tensor | None = None, shared_gate: torch.Tensor | None = None,
+def moe_routed(x: torch.Tensor, router: torch.Tensor, w_gate_up: torch.Tensor | Fp8Weight,
+               w_down: torch.Tensor | Fp8Weight, *, top_k: int, norm_topk_prob: bool,
+               shared_gate_up: torch.Tensor | Fp8Weight | None = None,
+               shared_down: torch.Tensor | Fp8Weight | None = None, shared_gate: torch.Tensor | None = None,
                config: MoEConfig | None = None, validate: bool = True, out: torch.Tensor | None = None
                ) -> torch.Tensor:
     """The Qwen3-Next / Qwen3.5-MoE sparse MoE block on ``x: [T, Dm]``, reading only the routed experts' weights:
@@ -160,11 +191,24 @@ def moe_routed(x: torch.Tensor, router: torch.Tensor, w_gate_up: torch.Tensor, w
     ``shared_gate: [1, Dm]``. One float dtype, one device, contiguous last dims; fp32 accumulation, each expert's
     intermediate and output rounded to x's dtype, the sum over experts in fp32 in the order of ``j``. Returns
     ``[T, Dm]`` in x's dtype (in ``out`` if given: contiguous, not x's memory). ``config`` overrides
-    :func:`moe_config`. ``validate``: reject NaN / inf in ``x`` (one host copy; off in CUDA-graph capture)."""
+    :func:`moe_config`. ``validate``: reject NaN / inf in ``x`` and out-of-range FP8 scale-row indices (host
+    copies; off in CUDA-graph capture).
+
+    Block FP8: ``w_gate_up``, ``w_down``, ``shared_gate_up`` and ``shared_down`` may each be an
+    :class:`~lumotree.optimized.ops.gemv.Fp8Weight` (experts stacked: ``weight: [E, N, K]`` float8_e4m3fn,
+    ``scale: [E, R, cdiv(K, 128)]``, one ``scale_rows: [N]``; no float tail). The grouped GEMMs dequantise each
+    weight tile in registers (the e4m3 values converted to x's dtype, exact) and scale each K tile's fp32 product
+    by its rows' block scales, so the block computes the dequantised weights' MoE with fp32 accumulation; only the
+    routed experts' fp8 bytes are read. ``config.block_k`` must then divide 128."""
     T, Dm, E, I = _check_inputs(x, router, w_gate_up, w_down, top_k, norm_topk_prob)
     device, dtype = x.device, x.dtype
     Is = _check_shared(shared_gate_up, shared_down, shared_gate, Dm, dtype, device)
-    cfg = moe_config(T, top_k, E, I, Dm, device) if config is None else _check_config(config)
+    weights = dict(w_gate_up=w_gate_up, w_down=w_down, shared_gate_up=shared_gate_up, shared_down=shared_down)
+    fp8 = [name for name, w in weights.items() if isinstance(w, Fp8Weight)]
+    cfg = moe_config(T, top_k, E, I, Dm, device, fp8=bool(fp8)) if config is None else _check_config(config)
+    if fp8 and FP8_BLOCK_K % cfg.block_k:
+        raise ValueError(f"config.block_k = {cfg.block_k} must divide {FP8_BLOCK_K} with block-FP8 weights "
+                         f"({fp8[0]}): a K tile lies in one scale block")
     if out is None:
         out = torch.empty((T, Dm), dtype=dtype, device=device)  # [T, Dm]
     else:
@@ -173,9 +217,26 @@ def moe_routed(x: torch.Tensor, router: torch.Tensor, w_gate_up: torch.Tensor, w
             raise ValueError("out shares memory with x: the combine reads x's rows while it stores")
     if validate:
         check_finite("x", x)
+        for name in fp8:
+            _check_scale_rows(name, weights[name])
     _launch(x, router, w_gate_up, w_down, top_k, norm_topk_prob, shared_gate_up, shared_down, shared_gate, Is,
             cfg, out)
     return out
+
+
+def _shared_args(w: torch.Tensor | Fp8Weight) -> tuple:
+    """A weight's kernel arguments ``(values, row stride, scales, scale row stride, scale rows)``; a float weight's
+    scale arguments: the values again and stride 0 (not read)."""
+    if isinstance(w, Fp8Weight):
+        return (w.weight, w.weight.stride(-2), w.scale, w.scale.stride(-2), w.scale_rows)
+    return (w, w.stride(-2), w, 0, w)
+
+
+def _expert_args(w: torch.Tensor | Fp8Weight) -> tuple:
+    """Stacked experts' kernel arguments ``(values, expert stride, row stride, scales, scale expert stride, scale
+    row stride, scale rows)``."""
+    values, s_r, scales, s_sr, rows = _shared_args(w)
+    return (values, values.stride(0), s_r, scales, scales.stride(0) if isinstance(w, Fp8Weight) else 0, s_sr, rows)
 
 
 class Launch(NamedTuple):
@@ -226,30 +287,33 @@ def _launches(x, router, w_gate_up, w_down, top_k, norm, shared_gate_up, shared_
 
     has_shared = Is > 0
     bm = cfg.block_m
+    # no shared expert: the experts' weights stand in (of their kind, so that the unused branch compiles)
+    ws_up, ws_dn = (shared_gate_up, shared_down) if has_shared else (w_gate_up, w_down)
     shared_tiles = triton.cdiv(T, bm) if has_shared else 0
     routed_tiles = (P + min(E, P) * (bm - 1)) // bm  # >= sum_e cdiv(count_e, bm) over the experts holding pairs
     grid_m = shared_tiles + routed_tiles
-    ws_up = shared_gate_up if has_shared else w_gate_up  # any pointer of the dtype when there is no shared expert
-    ws_down = shared_down if has_shared else w_down
     act = torch.empty((P, I), dtype=dtype, device=device)  # [P, I] silu(g) u in sorted order
     act_s = torch.empty((T, Is), dtype=dtype, device=device) if has_shared else act  # [T, Is]
     gemm = dict(BLOCK_M=bm, E_PAD=e_pad, IEEE=dtype == torch.float32, num_warps=cfg.num_warps,
                 num_stages=cfg.num_stages)
+    kinds = lambda w, ws: dict(FP8=isinstance(w, Fp8Weight), FP8_S=isinstance(ws, Fp8Weight))  # noqa: E731
     gate_up_n = min(cfg.gate_up_n, max(16, triton.next_power_of_2(max(I, Is))))
     block_k = min(cfg.block_k, max(16, triton.next_power_of_2(Dm)))
     launches.append(Launch(_gate_up_kernel, (grid_m, triton.cdiv(max(I, Is), gate_up_n)), (
-        x, x.stride(0), w_gate_up, w_gate_up.stride(0), w_gate_up.stride(1), ws_up, ws_up.stride(-2), act, act_s,
-        totals, sorted_pair, T, E, I, Is, Dm, shared_tiles), dict(gemm, TOP_K=top_k, BLOCK_N=gate_up_n,
-                                                                 BLOCK_K=block_k, EVEN_K=Dm % block_k == 0)))
+        x, x.stride(0), *_expert_args(w_gate_up), *_shared_args(ws_up), act, act_s, totals, sorted_pair, T, E, I,
+        Is, Dm, shared_tiles),
+        dict(gemm, TOP_K=top_k, BLOCK_N=gate_up_n, BLOCK_K=block_k, EVEN_K=Dm % block_k == 0,
+             **kinds(w_gate_up, ws_up))))
 
     y = torch.empty((P, Dm), dtype=dtype, device=device)  # [P, Dm] each pair's weighted expert output
     y_s = torch.empty((T, Dm), dtype=dtype, device=device) if has_shared else y  # [T, Dm]
     down_n = min(cfg.down_n, max(16, triton.next_power_of_2(Dm)))
     down_k = min(cfg.block_k, max(16, triton.next_power_of_2(max(I, Is))))
     launches.append(Launch(_down_kernel, (grid_m, triton.cdiv(Dm, down_n)), (
-        act, act_s, w_down, w_down.stride(0), w_down.stride(1), ws_down, ws_down.stride(0), y, y_s, totals,
-        sorted_pair, weights, T, E, I, Is, Dm, shared_tiles), dict(gemm, BLOCK_N=down_n, BLOCK_K=down_k,
-                                                                  EVEN_K=I % down_k == 0 and Is % down_k == 0)))
+        act, act_s, *_expert_args(w_down), *_shared_args(ws_dn), y, y_s, totals, sorted_pair, weights, T, E, I,
+        Is, Dm, shared_tiles),
+        dict(gemm, BLOCK_N=down_n, BLOCK_K=down_k, EVEN_K=I % down_k == 0 and Is % down_k == 0,
+             **kinds(w_down, ws_dn))))
 
     block_d = min(COMBINE_BLOCK, triton.next_power_of_2(Dm))
     launches.append(Launch(_combine_kernel, (T, triton.cdiv(Dm, block_d)), (
