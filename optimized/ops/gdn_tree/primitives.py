@@ -22,7 +22,6 @@ import triton.language as tl
 LOG_DECAY_FLOOR = tl.constexpr(-128.0)
 
 
-
 @triton.jit
 def _tf32_round(x, PRECISION: tl.constexpr):
     """Round fp32 to the nearest tf32 before a tf32 tensor-core product: the hardware truncates the low 13 mantissa
