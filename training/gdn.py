@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 __all__ = ["gated_delta_rule", "recurrent_gated_delta_rule", "chunked_gated_delta_rule", "fla_available",
-           "l2_normalize"]
+           "fla_unusable", "l2_normalize"]
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -99,20 +99,33 @@ def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     return o.transpose(1, 2).to(dtype)  # [B, T, HV, V]
 
 
-def fla_available() -> bool:
-    """Whether fla's chunk kernel can be imported (the carried ``fla_core`` wheel)."""
+def fla_unusable() -> str | None:
+    """Why fla's chunk kernel cannot train here (``None`` when it can): not importable (the carried ``fla_core``
+    wheel), or fla's own refusal of its gated backward on Hopper with Triton >= 3.4 and < 3.7.1, whose results
+    fla reports as incorrect."""
     try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: F401
     except Exception:
-        return False
-    return True
+        return "fla not importable"
+    try:
+        from fla.utils import IS_NVIDIA_HOPPER, TRITON_ABOVE_3_4_0, TRITON_ABOVE_3_7_1
+    except ImportError:  # a version of fla without the refusal
+        return None
+    if IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1:
+        return "fla refuses its gated backward on Hopper with this Triton"
+    return None
+
+
+def fla_available() -> bool:
+    """Whether fla's chunk kernel can train here (:func:`fla_unusable` gives the reason when not)."""
+    return fla_unusable() is None
 
 
 def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                      backend: str = "auto") -> torch.Tensor:
     """The rule with the backend's kernel: ``"fla"`` (chunk kernel, CUDA), ``"torch"``
     (:func:`recurrent_gated_delta_rule`), ``"chunk"`` (:func:`chunked_gated_delta_rule`) or ``"auto"`` (fla for
-    CUDA tensors, the chunked torch form there when fla is not importable, the recurrence on the CPU). Shapes as in
+    CUDA tensors, the chunked torch form there when fla cannot train (:func:`fla_unusable`), the recurrence on the CPU). Shapes as in
     :func:`recurrent_gated_delta_rule`."""
     if backend not in ("auto", "fla", "torch", "chunk"):
         raise ValueError(f"backend = {backend!r} is not one of 'auto', 'fla', 'torch', 'chunk'")

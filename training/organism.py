@@ -30,7 +30,7 @@ import torch
 from ..reference.config import HybridConfig
 from .corpus import PINNED_PACKAGES, CorpusFile, Source, collect, corpus_digest, default_sources, split
 from .data import documents, encode
-from .gdn import fla_available
+from .gdn import fla_unusable
 from .model import HybridLM, load_checkpoint, parameter_count, save_checkpoint
 from .tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from .trainer import TrainConfig, train
@@ -132,7 +132,8 @@ def train_organism(out_dir: str | Path, device: str = "cuda", seconds: float | N
     timings["encode_s"] = time.perf_counter() - t
     _log(progress, f"tokens: {len(stream):,} training, {len(heldout):,} held out ({timings['encode_s']:.0f} s)")
     cuda = str(device).startswith("cuda")
-    kernel = ("fla" if fla_available() else "chunk (torch; fla not importable)") if cuda else "torch recurrence"
+    reason = fla_unusable() if cuda else None
+    kernel = ("fla" if reason is None else f"chunk (torch; {reason})") if cuda else "torch recurrence"
     _log(progress, f"GDN kernel: {kernel}")
     if steps is None and (seconds is not None or training.steps is None):  # the loop gets what the budget left
         budget = seconds if seconds is not None else training.seconds + time.perf_counter() - t0
