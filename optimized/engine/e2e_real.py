@@ -185,6 +185,7 @@ def run_real(args: argparse.Namespace) -> int:
 
     from lumotree.workloads import load_workload
 
+    from ..ops.checks import interpreting
     from .engine import Engine
     from .replay import record_acceptance
     from .sampling import SamplingParams
@@ -214,6 +215,11 @@ def run_real(args: argparse.Namespace) -> int:
     except RuntimeError:
         raise UsageError(f"--device {args.device!r} is not a device (cuda, cuda:1, cpu)") from None
     cuda = dev.type == "cuda"
+    if args.backend == "optimized" and not cuda and not interpreting():
+        raise UsageError(f"--device {dev}: the optimized backend needs a CUDA GPU, or TRITON_INTERPRET=1 to run its "
+                         "kernels in the interpreter (slow); --backend reference runs the float64 reference")
+    if cuda and not torch.cuda.is_available():
+        raise UsageError(f"--device {dev}: no CUDA GPU is available")
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(args.dtype) or \
         (torch.bfloat16 if cuda else torch.float32)
     batches = sorted(set(args.batches or [1, 16, 64]))
