@@ -264,6 +264,11 @@ def run_real(args: argparse.Namespace) -> int:
         cost = profile_engine.measure_profile(repeats=9 if cuda else 1, time_limit=args.profile_time_limit)
     measured_cost = cost.to_dict()  # as measured (the budgets' calibration updates it as the runs go)
     log("cost profile ready")
+    if cuda and factories:  # every step shape compiled and captured before the timed runs (a profile cut short by
+        # --profile-time-limit extrapolates shapes it never ran, and a capture inside a timed run costs a step ~0.1 s)
+        seconds = Engine(target, next(iter(factories.values()))(), mode="tree", max_nodes=args.max_nodes,
+                         node_buckets=node_buckets).warm_up()
+        log(f"every step shape warmed up ({seconds:.1f} s)")
     params = SamplingParams(max_new_tokens=args.new_tokens, stop_token_ids=stop)
     results: list[dict[str, Any]] = []
     profiles: dict[str, dict[str, Any]] = {}
