@@ -83,8 +83,11 @@ class MTPDrafter:
         self.head.release(slot)
 
     def advance(self, requests: Sequence[DraftRequest], committed: Sequence[Sequence[int]]) -> None:
-        for r, new in zip(requests, committed):
-            hidden = self.target.hidden_states(r.slot, len(new)).clone()  # [n, D] of the tokens just committed
+        if not requests:
+            return
+        views = [self.target.hidden_states(r.slot, len(new)) for r, new in zip(requests, committed)]  # [n_b, D]
+        kept = torch.cat(views).split([len(new) for new in committed])  # one copy for the batch, then its views
+        for r, new, hidden in zip(requests, committed, kept):  # hidden: [n, D] of the tokens just committed
             self._tokens[r.slot].extend(int(t) for t in new)
             self._hidden[r.slot] += [self._root[r.slot][None], hidden[:-1]]
             self._root[r.slot] = hidden[-1]
