@@ -50,6 +50,7 @@ from .layers import Layers, Residual, StepBuffers
 from .memory import free_memory, plan_memory
 from .mtp import HiddenStates
 from .weights import GDNLayerWeights, ModelWeights, load_weights
+from ..parallel.context import SINGLE, Parallel
 
 __all__ = ["OptimizedModel", "HEAD_ROWS"]
 
@@ -126,6 +127,7 @@ class OptimizedModel(Layers, HiddenStates):
         deferred_commits: bool | None = None,
         memory_headroom: float = 0.1,
         memory_reserved: int = 0, eagle_layers: int = 0,
+        parallel: Parallel | None = None,
     ):
         from lumotree.reference.config import HybridConfig
 
@@ -138,6 +140,7 @@ class OptimizedModel(Layers, HiddenStates):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} = {value!r} must be an integer in [{low}, {high}]")
         self.config = config
+        self.parallel = parallel if parallel is not None else SINGLE
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         if self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
@@ -171,6 +174,18 @@ class OptimizedModel(Layers, HiddenStates):
             self.weights = tensors
         else:
             self.weights = load_weights(config, tensors, self.device, self.dtype)
+        par = self.parallel
+        if self.weights.shard == (0, 1) and par.active:  # this rank's part (a draft may share an already sharded one)
+            from ..parallel.shard import shard_weights  # here: the parallel package imports the model's weights
+
+            self.weights = shard_weights(self.weights, config, par.rank, par.world)
+        elif self.weights.shard != (par.rank, par.world):
+            raise ValueError(f"weights are the part {self.weights.shard} (rank, tensor_parallel) of a model; this "
+                             f"model is rank {par.rank} of tensor_parallel = {par.world}")
+        #: (HQ, HKV, D) of the whole model's attention (``weights.attn_dims``: this rank's)
+        self.full_attn_dims = None if not ("full_attention" in config.layer_types or config.mtp_num_hidden_layers) \
+            else (config.attention_spec().num_heads, config.attention_spec().num_kv_heads,
+                  config.attention_spec().head_dim)
         gdn = self.weights.gdn_dims
         fusable = (gdn is not None and gdn[2:4] == (128, 128) and max_nodes >= 64 and self.gdn_precision == "tf32"
                    and fused_verify_supported(self.device))
@@ -367,10 +382,10 @@ class OptimizedModel(Layers, HiddenStates):
         rows = x.shape[1]
         flat = x.reshape(B * rows, -1)  # [B N or B, Dm]
         if argmax:
-            out = torch.cat([self.linear(flat[r : r + HEAD_ROWS], self.weights.lm_head, torch.float32).argmax(-1)
+            out = torch.cat([self.head(flat[r : r + HEAD_ROWS], argmax=True)
                              for r in range(0, B * rows, HEAD_ROWS)]).view(B, rows)  # [B, N]
         else:
-            out = self.linear(flat, self.weights.lm_head, torch.float32).view(B, rows, -1)  # [B, N or 1, V]
+            out = self.head(flat).view(B, rows, -1)  # [B, N or 1, V]
         conv_inputs = step.proj_all.view(n_gdn, B, N, -1)[..., :C] if n_gdn else None  # [G, B, N, C]
         return StepRecord(B, N, slots, parents, num_nodes, meta, lens, step.factors, step.layer_factors, conv_inputs,
                           out, hidden)
@@ -384,7 +399,7 @@ class OptimizedModel(Layers, HiddenStates):
         self.run_layers(res, StepBuffers(B, 1, slots, lens))
         x = self.normed(res, self.weights.final_norm)  # [B, Dm] final-normed
         self._keep_decode_hidden(slots, x)
-        return self.linear(x, self.weights.lm_head, torch.float32)
+        return self.head(x)
 
     def _commit(self, rec: StepRecord, accepted: torch.Tensor) -> torch.Tensor:
         """Advance every cache of ``rec``'s slots along root..accepted (device tensors only: graph safe), one launch

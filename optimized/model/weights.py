@@ -49,6 +49,7 @@ class MLPWeights:
     shared_gate_up: torch.Tensor | None = None  # [2 Is, Dm]
     shared_down: torch.Tensor | None = None  # [Dm, Is]
     shared_gate: torch.Tensor | None = None  # [1, Dm]
+    first_expert: int = 0  # MoE: the global id of w_gate_up[0] (a tensor-parallel rank holds a block of experts)
 
 
 @dataclass
@@ -78,6 +79,7 @@ class ModelWeights:
     attn_dims: tuple[int, int, int] | None  # (HQ, HKV, D) of the attention layers
     inv_freq: torch.Tensor | None  # [rotary_dim / 2] fp32 RoPE inverse frequencies
     mtp: MTPWeights | None = None
+    shard: tuple[int, int] = (0, 1)  # (rank, tensor_parallel) of the part held (:mod:`lumotree.optimized.parallel`)
 
 
 #: ``fetch(stored name, dtype or None) -> tensor``: one stored tensor on the device, finite, in ``dtype`` (None: the
@@ -272,7 +274,7 @@ def select_layers(weights: ModelWeights, layers: Sequence[int]) -> ModelWeights:
     has_attention = any(isinstance(w, AttentionLayerWeights) for w in kinds)
     return ModelWeights(weights.embed, weights.final_norm, weights.lm_head, kinds, [weights.mlps[i] for i in chosen],
                         weights.gdn_dims if has_gdn else None, weights.attn_dims if has_attention else None,
-                        weights.inv_freq if has_attention else None)
+                        weights.inv_freq if has_attention else None, shard=weights.shard)
 
 
 def gdn_row_orders(H: int, HV: int, K: int, V: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,164 @@
+"""Tensor and expert parallel decoding (:mod:`lumotree.optimized.parallel`): on the CPU, 2 and 4 gloo processes
+decode the tiny models of every model type exactly as one process does (greedy tokens, a sampled request, prefill
+logits to fp32 rounding) in every mode, with the model drafters running in lockstep and the others on rank 0;
+``lumotree generate --tensor-parallel 2`` launches its ranks and prints one process's tokens. The sharding plan
+refuses sizes that do not split, and the expert-parallel MoE blocks sum to the whole block. On a machine with at
+least two GPUs, ``pytest -m multigpu``: the same over NCCL with CUDA graphs holding the collectives, and the scaling
+benchmark's short form."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import parallel_cases as cases
+from lumotree.cli import main
+from lumotree.optimized.model import random_weights
+from lumotree.optimized.ops.moe import moe_routed
+from lumotree.optimized.parallel import SINGLE, check_shardable, shard_weights, vocab_range
+from lumotree.optimized.parallel.launch import rank_env
+from lumotree.reference.config import HybridConfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_SINGLE: dict = {}  # the one-process results of the cases, computed once for both sizes
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ranks(world: int, out: str, *extra: str) -> list[subprocess.Popen]:
+    port = _free_port()
+    return [subprocess.Popen([sys.executable, os.path.join(HERE, "parallel_cases.py"), out, str(world), *extra],
+                             env=rank_env(r, world, port), stderr=subprocess.PIPE) for r in range(world)]
+
+
+def _wait(procs: list[subprocess.Popen], timeout: float = 300) -> None:
+    for rank, p in enumerate(procs):
+        _, err = p.communicate(timeout=timeout)
+        assert p.returncode == 0, f"rank {rank} failed:\n{err.decode()[-3000:]}"
+
+
+def test_sizes_that_do_not_split_are_refused_naming_tensor_parallel():
+    base = HybridConfig(**cases.BASE)
+    for config, world, key in ((base, 3, "linear_num_key_heads"),
+                               (HybridConfig(**{**cases.BASE, "num_attention_heads": 6, "num_key_value_heads": 3}),
+                                2, "num_key_value_heads"),
+                               (HybridConfig(**cases.MODELS["qwen3_5_moe_text"], ), 8, "linear_num_key_heads"),
+                               (HybridConfig(**{**cases.MODELS["qwen3_5_moe_text"], "num_experts": 6}), 4,
+                                "num_experts")):
+        with pytest.raises(ValueError, match=f"tensor_parallel = {world} .*{key}"):
+            check_shardable(config, world)
+    check_shardable(base, 4)  # 2 KV heads over 4 ranks: each holds the one its query heads read
+    weights = random_weights(base, 0, "cpu", torch.float32)
+    part = shard_weights(weights, base, 1, 2)
+    assert (part.gdn_dims, part.attn_dims, part.shard) == ((2, 2, 16, 16, 4), (2, 1, 16), (1, 2))
+    assert part.lm_head.shape[0] == 32 and torch.equal(part.lm_head, weights.lm_head[32:])
+    assert torch.equal(part.layers[0].w_out, weights.layers[0].w_out[:, 32:])
+    assert shard_weights(weights, base, 0, 1) is weights
+    with pytest.raises(ValueError, match="already the part"):
+        shard_weights(part, base, 0, 2)
+    assert [vocab_range(10, r, 4) for r in range(4)] == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    x = torch.randn(3, 5)
+    assert SINGLE.all_reduce(x) is x and SINGLE.gather_vocab(x, 5) is x and SINGLE.argmax(x, 5).tolist() == \
+        x.argmax(-1).tolist()
+
+
+def test_expert_blocks_sum_to_the_whole_moe_block():
+    """Each rank's experts (``first_expert``) and its columns of the shared expert: the blocks' outputs sum to the
+    block of all experts; a block that does not fit the router is refused."""
+    gen = torch.Generator().manual_seed(0)
+    T, Dm, E, I, Is = 5, 32, 4, 16, 16
+    x = torch.randn(T, Dm, generator=gen)
+    router = torch.randn(E, Dm, generator=gen)
+    gate_up, down = torch.randn(E, 2 * I, Dm, generator=gen) / 6, torch.randn(E, Dm, I, generator=gen) / 4
+    s_gate_up, s_down = torch.randn(2 * Is, Dm, generator=gen) / 6, torch.randn(Dm, Is, generator=gen) / 4
+    s_gate = torch.randn(1, Dm, generator=gen)
+    whole = moe_routed(x, router, gate_up, down, top_k=2, norm_topk_prob=True, shared_gate_up=s_gate_up,
+                       shared_down=s_down, shared_gate=s_gate)
+    parts = []
+    for r in range(2):
+        rows = torch.cat([torch.arange(r * 8, r * 8 + 8), Is + torch.arange(r * 8, r * 8 + 8)])
+        parts.append(moe_routed(x, router, gate_up[2 * r : 2 * r + 2].contiguous(), down[2 * r : 2 * r + 2]
+                                .contiguous(), top_k=2, norm_topk_prob=True, shared_gate_up=s_gate_up[rows]
+                                .contiguous(), shared_down=s_down[:, r * 8 : r * 8 + 8].contiguous(),
+                                shared_gate=s_gate, first_expert=2 * r))
+    torch.testing.assert_close(parts[0] + parts[1], whole, rtol=1e-5, atol=1e-5)
+    assert (parts[0] - whole).abs().max() > 1e-2  # each part alone is not the block
+    with pytest.raises(ValueError, match="first_expert"):
+        moe_routed(x, router, gate_up[:2].contiguous(), down[:2].contiguous(), top_k=2, norm_topk_prob=True,
+                   first_expert=3)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ranks_decode_exactly_as_one_process(world, tmp_path, one_torch_thread):
+    out = str(tmp_path / "rank0.pt")
+    procs = _ranks(world, out)
+    if not _SINGLE:  # while the ranks run
+        _SINGLE.update(cases.run_cases(cases.CASES[2], SINGLE))
+    _wait(procs)
+    got = torch.load(out, weights_only=False)
+    assert got["collectives_agree"]
+    for key in cases.CASES[world]:
+        one, many = _SINGLE[key], got["results"][key]
+        assert many["tokens"] == one["tokens"], key
+        assert many["accepted"] == one["accepted"], key
+        torch.testing.assert_close(many["logits"], one["logits"], rtol=1e-5, atol=1e-5)
+    assert got["rank1_tokens"] == [got["results"][k]["tokens"] for k in cases.CASES[world]]
+    speculative = [got["results"][k]["accepted"] for k in cases.CASES[world] if k[1] != "autoregressive"]
+    assert sum(speculative) > 0  # drafts were accepted (and committed) on the ranks too
+
+
+def test_generate_launches_tensor_parallel_ranks(tmp_path, capsys):
+    argv = ["--random", "tiny", "--backend", "optimized", "--prompt", "3 1 4 1 5 3 1 4", "--max-new-tokens", "4",
+            "--spec", "tree", "--drafter", "ngram", "--budget", "fixed", "--max-nodes", "4", "--num-slots", "2",
+            "--max-seq-len", "32", "--no-stream", "--quiet"]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    two = subprocess.Popen([sys.executable, "-m", "lumotree", "generate", *argv, "--tensor-parallel", "2", "--json",
+                            str(tmp_path / "two.json")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert main(["generate", *argv, "--json", str(tmp_path / "one.json")]) == 0
+    out, err = two.communicate(timeout=300)
+    assert two.returncode == 0, err.decode()[-2000:]
+    one = json.loads((tmp_path / "one.json").read_text())["results"][0]["tokens"]
+    assert json.loads((tmp_path / "two.json").read_text())["results"][0]["tokens"] == one
+    assert out.decode().count("(max_new_tokens)") == 1  # rank 0 prints; the other rank's output is dropped
+    capsys.readouterr()
+    assert main(["generate", *argv, "--backend", "reference", "--tensor-parallel", "2"]) == 2
+    assert "--tensor-parallel 2 needs --backend optimized" in capsys.readouterr().err
+
+
+# ================================================================================================== multi-GPU
+@pytest.mark.multigpu
+@pytest.mark.parametrize("world", [2, 4])
+def test_nccl_ranks_with_cuda_graphs_decode_as_one_gpu(world, tmp_path):
+    if torch.cuda.device_count() < world:
+        pytest.skip(f"needs {world} GPUs")
+    out = str(tmp_path / "rank0.pt")
+    procs = _ranks(world, out, "cuda")
+    _wait(procs, timeout=1200)
+    one = cases.run_cases(cases.CASES[world], SINGLE, "cuda")
+    got = torch.load(out, weights_only=False)
+    assert got["collectives_agree"]
+    for key in cases.CASES[world]:
+        assert got["results"][key]["tokens"] == one[key]["tokens"], key
+        torch.testing.assert_close(got["results"][key]["logits"], one[key]["logits"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.multigpu
+def test_scaling_benchmark_short_form(tmp_path, capsys):
+    sizes = "1,2" + (",4" if torch.cuda.device_count() >= 4 else "")
+    assert main(["bench", "tp", "--config", "small", "--tensor-parallel", sizes, "--batches", "1,16", "--new", "16",
+                 "--prompt-len", "16", "--json", str(tmp_path / "tp.json")]) == 0
+    rows = json.loads((tmp_path / "tp.json").read_text())["rows"]
+    print(json.dumps(rows, indent=1))
+    assert {r["tensor_parallel"] for r in rows} == {int(n) for n in sizes.split(",")}
+    assert all(r["tree_equals_ar"] and r["collective_ms"] >= 0 for r in rows)
