@@ -102,6 +102,33 @@ def collectives_agree(par: Parallel, device: torch.device) -> bool:
         par.argmax(local, vocab).tolist() == full.argmax(-1).tolist()
 
 
+def served(par: Parallel, device: torch.device) -> tuple:
+    """``lumotree serve``'s ranks: rank 0 drives a :class:`~lumotree.server.follow.LeaderEngine` (requests submitted
+    between steps, one aborted), the others :func:`~lumotree.server.follow.follow` it. Returns (steps, the rank's
+    free slots at the end, rank 0's tokens of the first request)."""
+    from lumotree.server.follow import LeaderEngine, follow
+
+    config = HybridConfig(**MODELS["qwen3_next"])
+    model = OptimizedModel(config, random_tensors(config, seed=SEED, device=device.type, successor=True), num_slots=4,
+                           max_seq_len=48, max_nodes=8, graphs=False, dtype=torch.float32, device=device,
+                           parallel=par)
+    engine = Engine(OptimizedTarget(model, batch_buckets=(2, 4)), make_drafter("ngram"), mode="tree",
+                    budget="fixed", max_nodes=8)
+    if par.rank:
+        return follow(engine), sorted(engine.free_slots), None
+    leader, steps, tokens = LeaderEngine(engine), 0, {}
+    first = leader.submit(PROMPTS[0], SamplingParams(max_new_tokens=8))
+    while leader.has_work():
+        if steps == 1:
+            leader.submit(PROMPTS[1], SAMPLED)
+            leader.abort(leader.submit(PROMPTS[1], GREEDY))
+        for event in leader.step():
+            tokens.setdefault(event.request_id, []).extend(event.tokens)
+        steps += 1
+    leader.close()
+    return steps, sorted(engine.free_slots), tokens[first]
+
+
 def main(path: str, world: int, device_kind: str = "cpu") -> int:
     torch.set_num_threads(1)
     par, device = init_parallel(world)
@@ -109,8 +136,11 @@ def main(path: str, world: int, device_kind: str = "cpu") -> int:
     results = run_cases(CASES[world], par, device.type)
     mine = [v["tokens"] for v in results.values()]
     every = par.broadcast_object(mine, src=1)  # rank 1's tokens, to check that the ranks agree
+    serving = served(par, device) if world == 2 else None
+    follower = par.broadcast_object(serving, src=1)
     if par.rank == 0:
-        torch.save({"results": results, "rank1_tokens": every, "collectives_agree": agree}, path)
+        torch.save({"results": results, "rank1_tokens": every, "collectives_agree": agree, "served": serving,
+                    "follower": follower}, path)
     torch.distributed.destroy_process_group()
     return 0
 

@@ -116,6 +116,10 @@ def test_ranks_decode_exactly_as_one_process(world, tmp_path, one_torch_thread):
     assert got["rank1_tokens"] == [got["results"][k]["tokens"] for k in cases.CASES[world]]
     speculative = [got["results"][k]["accepted"] for k in cases.CASES[world] if k[1] != "autoregressive"]
     assert sum(speculative) > 0  # drafts were accepted (and committed) on the ranks too
+    if world == 2:  # lumotree serve's ranks: the follower made rank 0's steps and freed the same slots
+        steps, free, tokens = got["served"]
+        assert got["follower"][:2] == (steps, free) and free == [0, 1, 2, 3] and steps >= 2
+        assert tokens[:4] == _SINGLE[("qwen3_next", "tree", "ngram", True)]["tokens"][0]
 
 
 def test_generate_launches_tensor_parallel_ranks(tmp_path, capsys):

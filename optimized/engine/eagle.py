@@ -95,10 +95,11 @@ def optimized_eagle_head(model: Any, eagle: str | os.PathLike) -> tuple[Any, dic
                          1.0 + get("eagle.pre_fc_norm_hidden.weight", f32), [layer], [mlp],
                          1.0 + get("eagle.norm.weight", f32))
     par = model.parallel
-    if par.active:  # this rank's heads and columns, as the model's (the model's attn_dims are already its shard)
+    if par.active:  # this rank's heads and columns, as the model's
         from ..parallel import shard_head
 
-        weights = shard_head(weights, model.full_attn_dims, par.rank, par.world)
+        spec = model.config.attention_spec()  # the whole model's heads (model.weights holds this rank's)
+        weights = shard_head(weights, (spec.num_heads, spec.num_kv_heads, spec.head_dim), par.rank, par.world)
     head = MTPHead(_WithWeights(model, replace(model.weights, mtp=weights)))
     model.keep_hidden_states(True)
     return head, config

@@ -33,6 +33,7 @@ combines the vocabulary-parallel head's shards.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +52,7 @@ from ..parallel.context import SINGLE, Parallel
 from .kernels import add_rmsnorm, silu_mul
 from .weights import AttentionLayerWeights, GDNLayerWeights, MLPWeights, ModelWeights
 
-__all__ = ["Residual", "StepBuffers", "Layers", "ATTENTION_PDL_MAX_BATCH"]
+__all__ = ["Residual", "StepBuffers", "Layers", "ATTENTION_PDL_MAX_BATCH", "fla_available"]
 
 #: tree attention is launched with PDL (each split's committed K / V prefetched into L2 before its wait) in steps of
 #: at most this many requests, when the model's GEMVs are: faster at B = 1, slower at B = 16
@@ -336,3 +337,15 @@ class Layers:
                                           use_qk_l2norm_in_kernel=True)
         pool.index_copy_(0, slots.long(), final.float())
         return o
+
+
+def fla_available() -> bool:
+    """Whether flash-linear-attention's chunked GDN can run prefill chunks (a CUDA device, importable, no Triton
+    interpreter)."""
+    if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return False
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: F401
+    except Exception:
+        return False
+    return True

@@ -49,7 +49,7 @@ class MLPWeights:
     shared_gate_up: torch.Tensor | None = None  # [2 Is, Dm]
     shared_down: torch.Tensor | None = None  # [Dm, Is]
     shared_gate: torch.Tensor | None = None  # [1, Dm]
-    first_expert: int = 0  # MoE: the global id of w_gate_up[0] (a tensor-parallel rank holds a block of experts)
+    first_expert: int | None = None  # MoE on a tensor-parallel rank: the global id of w_gate_up[0] (a block)
 
 
 @dataclass

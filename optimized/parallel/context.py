@@ -117,6 +117,15 @@ class Parallel:
         torch.distributed.broadcast(payload, src, group=group)
         return obj if self.rank == src else pickle.loads(payload.cpu().numpy().tobytes())
 
+    def least(self, value: int) -> int:
+        """The smallest of every rank's ``value`` (an integer on the host)."""
+        if not self.active:
+            return int(value)
+        t = torch.tensor([int(value)], dtype=torch.int64)
+        group = self.control if self.control is not None else self.group  # the host group (gloo)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN, group=group)
+        return int(t.item())
+
     def barrier(self) -> None:
         if self.active:
             torch.distributed.barrier(group=self.group)

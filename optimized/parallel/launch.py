@@ -4,9 +4,9 @@ own command line in ``N`` processes with torchrun's environment (``RANK``, ``LOC
 off), and waits for them. Under ``torchrun`` (``WORLD_SIZE`` already set) nothing is started: each process is a rank.
 
 Rank 0 writes to this process's stdout and stderr; the other ranks' output is dropped, except their stderr when they
-fail. SIGINT and SIGTERM go to rank 0 only (each rank runs in its own session), which ends the others through its
-engine (``lumotree serve`` tells them to stop) or by failing; when one rank fails the others are stopped (a rank
-waiting in a collective would wait for ever).
+fail. SIGINT and SIGTERM go to rank 0 only (each rank starts in a process group of its own), which ends the others
+through its engine (``lumotree serve`` tells them to stop) or by failing; when one rank fails the others are stopped
+(a rank waiting in a collective would wait for ever).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from ..model.weights import AttentionLayerWeights, GDNLayerWeights, MLPWeights, 
 from ..ops.gemv import Fp8Weight
 from .context import vocab_range
 
-__all__ = ["shard_weights", "shard_head", "check_shardable"]
+__all__ = ["shard_weights", "shard_head", "rank_weights", "check_shardable"]
 
 
 def _split(name: str, size: int, world: int) -> int:
@@ -163,3 +163,14 @@ def shard_head(head: MTPWeights, attn_dims: tuple[int, int, int], rank: int, wor
     return MTPWeights(head.fc, head.embed_norm, head.hidden_norm,
                       [_attention(w, attn_dims, rank, world) for w in head.layers],
                       [_mlp(m, rank, world) for m in head.mlps], head.final_norm)
+
+
+def rank_weights(weights: ModelWeights, config: Any, parallel: Any) -> ModelWeights:
+    """The weights a model on rank ``parallel.rank`` of ``parallel.world`` runs: whole weights sharded, a part
+    already made for this rank (a draft sharing a sharded target's tensors) as it is; another part is refused."""
+    if weights.shard == (0, 1) and parallel.world > 1:
+        return shard_weights(weights, config, parallel.rank, parallel.world)
+    if weights.shard != (parallel.rank, parallel.world):
+        raise ValueError(f"weights are the part {weights.shard} (rank, tensor_parallel) of a model; this model is "
+                         f"rank {parallel.rank} of tensor_parallel = {parallel.world}")
+    return weights

@@ -147,7 +147,7 @@ def _check_shared(shared_gate_up, shared_down, shared_gate, Dm: int, dtype: torc
     return Is
 
 
-def _check_inputs(x, router, w_gate_up, w_down, top_k, norm_topk_prob, first_expert: int = 0
+def _check_inputs(x, router, w_gate_up, w_down, top_k, norm_topk_prob, first_expert: int | None = None
                   ) -> tuple[int, int, int, int]:
     """``(T, Dm, E, I)`` of valid inputs; raises naming the first bad argument."""
     if not isinstance(x, torch.Tensor):
@@ -160,16 +160,18 @@ def _check_inputs(x, router, w_gate_up, w_down, top_k, norm_topk_prob, first_exp
     E = router.shape[0]
     if not 1 <= E <= MAX_EXPERTS:
         raise ValueError(f"router has {E} rows: the number of experts E must lie in [1, {MAX_EXPERTS}]")
-    local = w_gate_up.shape[0] if len(w_gate_up.shape) == 3 else E  # experts held (expert parallel: a block)
-    if isinstance(first_expert, bool) or not isinstance(first_expert, int) or not (
-            0 <= first_expert and 1 <= local and first_expert + local <= E):
-        raise ValueError(f"first_expert = {first_expert!r}: the {local} experts held must lie in [0, E = {E})")
-    _check_weight("w_gate_up", w_gate_up, (local, None, Dm), "El, 2I, Dm", x.dtype, x.device)
+    local, held = E, "E"  # experts held (expert parallel: a block of El)
+    if first_expert is not None:
+        local, held = (w_gate_up.shape[0] if len(w_gate_up.shape) == 3 else E), "El"
+        if isinstance(first_expert, bool) or not isinstance(first_expert, int) or not (
+                0 <= first_expert and 1 <= local and first_expert + local <= E):
+            raise ValueError(f"first_expert = {first_expert!r}: the {local} experts held must lie in [0, E = {E})")
+    _check_weight("w_gate_up", w_gate_up, (local, None, Dm), f"{held}, 2I, Dm", x.dtype, x.device)
     if w_gate_up.shape[1] < 2 or w_gate_up.shape[1] % 2:
         raise ValueError(f"w_gate_up has {w_gate_up.shape[1]} rows per expert: gate rows then up rows, an even "
                          "number >= 2")
     I = w_gate_up.shape[1] // 2
-    _check_weight("w_down", w_down, (local, Dm, I), "El, Dm, I", x.dtype, x.device)
+    _check_weight("w_down", w_down, (local, Dm, I), f"{held}, Dm, I", x.dtype, x.device)
     if isinstance(top_k, bool) or not isinstance(top_k, int):
         raise TypeError(f"top_k must be an int, got {type(top_k).__name__}")
     if not 1 <= top_k <= E:
@@ -184,7 +186,7 @@ def moe_routed(x: torch.Tensor, router: torch.Tensor, w_gate_up: torch.Tensor | 
                shared_gate_up: torch.Tensor | Fp8Weight | None = None,
                shared_down: torch.Tensor | Fp8Weight | None = None, shared_gate: torch.Tensor | None = None,
                config: MoEConfig | None = None, validate: bool = True, out: torch.Tensor | None = None,
-               first_expert: int = 0) -> torch.Tensor:
+               first_expert: int | None = None) -> torch.Tensor:
     """The Qwen3-Next / Qwen3.5-MoE sparse MoE block on ``x: [T, Dm]``, reading only the routed experts' weights:
 
     ``p = softmax(x router^T)`` (logits rounded to x's dtype, softmax in fp32); the ``top_k`` largest (ties: the
@@ -206,10 +208,10 @@ def moe_routed(x: torch.Tensor, router: torch.Tensor, w_gate_up: torch.Tensor | 
     by its rows' block scales, so the block computes the dequantised weights' MoE with fp32 accumulation; only the
     routed experts' fp8 bytes are read. ``config.block_k`` must then divide 128.
 
-    Expert parallel: ``w_gate_up: [El, 2I, Dm]`` and ``w_down: [El, Dm, I]`` may hold experts ``[first_expert,
-    first_expert + El)`` of the router's ``E`` only: every token is routed over all ``E``, and ``out`` sums the pairs
-    of these experts (plus the shared expert given); the other ranks' pairs count zero, so the sum over ranks of
-    their outputs is the whole block."""
+    Expert parallel (``first_expert`` given): ``w_gate_up: [El, 2I, Dm]`` and ``w_down: [El, Dm, I]`` hold experts
+    ``[first_expert, first_expert + El)`` of the router's ``E`` only: every token is routed over all ``E``, and
+    ``out`` sums the pairs of these experts (plus the shared expert given); the other ranks' pairs count zero, so the
+    sum over ranks of their outputs is the whole block."""
     T, Dm, E, I = _check_inputs(x, router, w_gate_up, w_down, top_k, norm_topk_prob, first_expert)
     device, dtype = x.device, x.dtype
     Is = _check_shared(shared_gate_up, shared_down, shared_gate, Dm, dtype, device)
@@ -275,7 +277,7 @@ def _launch(*inputs) -> None:
 
 
 def _launches(x, router, w_gate_up, w_down, top_k, norm, shared_gate_up, shared_down, shared_gate, Is: int,
-              cfg: MoEConfig, out: torch.Tensor, first_expert: int = 0) -> list[Launch]:
+              cfg: MoEConfig, out: torch.Tensor, first_expert: int | None = None) -> list[Launch]:
     """The router logits (cuBLAS, computed here), the buffers, and the launches of the routing kernels, the two
     grouped GEMMs and the combine (kernels' docstring), in order. Meta tensors give the launches without a GPU
     (:mod:`~lumotree.optimized.ops.moe.resources` compiles them)."""
