@@ -388,7 +388,8 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
     dtype = common["dtype"]
     draft = None
     if args.model:
-        config, weights, _ = load_checkpoint(args.model, dev, dtype, progress=None if args.quiet else ProgressBar())
+        config, weights, _ = load_checkpoint(args.model, dev, dtype, progress=None if args.quiet else ProgressBar(),
+                                             part=(par.rank, par.world))  # this rank's part, layer by layer
         target = OptimizedTarget(OptimizedModel(config, weights, max_nodes=max(args.max_nodes, 1),
                                                 eagle_layers=int(uses_eagle), **common), validate=dev.type != "cuda")
         _note_plan(args, target.model, planned)

@@ -8,6 +8,7 @@ benchmark's short form."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,11 +19,13 @@ import torch
 
 import parallel_cases as cases
 from lumotree.cli import main
-from lumotree.optimized.model import random_weights
+from lumotree.optimized.model import load_checkpoint, random_weights
+from lumotree.optimized.ops.gemv import Fp8Weight
 from lumotree.optimized.ops.moe import moe_routed
 from lumotree.optimized.parallel import SINGLE, check_shardable, shard_weights, vocab_range
 from lumotree.optimized.parallel.launch import rank_env
 from lumotree.reference.config import HybridConfig
+from lumotree.reference.model import build_random, save_pretrained
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _SINGLE: dict = {}  # the one-process results of the cases, computed once for both sizes
@@ -71,6 +74,68 @@ def test_sizes_that_do_not_split_are_refused_naming_tensor_parallel():
     x = torch.randn(3, 5)
     assert SINGLE.all_reduce(x) is x and SINGLE.gather_vocab(x, 5) is x and SINGLE.argmax(x, 5).tolist() == \
         x.argmax(-1).tolist()
+
+
+def _leaves(obj, at: str = "") -> dict:
+    """Every tensor and size of a weights dataclass by its path."""
+    if dataclasses.is_dataclass(obj):
+        return {k: v for f in dataclasses.fields(obj)
+                for k, v in _leaves(getattr(obj, f.name), f"{at}.{f.name}").items()}
+    if isinstance(obj, list):
+        return {k: v for i, x in enumerate(obj) for k, v in _leaves(x, f"{at}[{i}]").items()}
+    return {at: obj}
+
+
+@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text"])
+def test_a_checkpoint_streams_each_rank_its_part(name, tmp_path):
+    """``load_checkpoint(part=(rank, P))`` cuts each layer as it arrives: the same part as the whole model cut after
+    (packed Qwen3-Next projections with an MTP head; split Qwen3.5 projections with experts)."""
+    config = HybridConfig(**cases.MODELS[name])
+    save_pretrained(build_random(config, seed=1), tmp_path, dtype="float32")
+    _, whole, _ = load_checkpoint(tmp_path, "cpu", torch.float32)
+    for rank in range(2):
+        expected = _leaves(shard_weights(whole, config, rank, 2))
+        got = _leaves(load_checkpoint(tmp_path, "cpu", torch.float32, part=(rank, 2))[1])
+        assert got.keys() == expected.keys()
+        for key, value in expected.items():
+            assert torch.equal(got[key], value) if isinstance(value, torch.Tensor) else got[key] == value, key
+
+
+def test_block_fp8_weights_split_on_whole_scale_blocks():
+    """Block-FP8 projections (an FP8 ``w_in`` with a float tail, as a release stores ``in_proj_ba``; FP8 experts and
+    shared expert) split into the parts of their dequantised weights; a cut inside a scale block is refused."""
+    config = HybridConfig(**{**cases.MODELS["qwen3_5_moe_text"], "hidden_size": 64, "head_dim": 64,
+                             "linear_key_head_dim": 64, "linear_value_head_dim": 64, "moe_intermediate_size": 32,
+                             "shared_expert_intermediate_size": 256, "mtp_num_hidden_layers": 0})
+    plain = random_weights(config, 0, "cpu", torch.float32)
+    fp8 = lambda w: Fp8Weight.quantize(w)  # noqa: E731
+    H, HV, K, V, _ = plain.gdn_dims
+    gdn = plain.layers[0]
+    rows = 2 * H * K + 2 * HV * V  # q | k | v | z in FP8, b | a a float tail
+    layers = [dataclasses.replace(gdn, w_in=fp8(gdn.w_in[:rows])._replace(tail=gdn.w_in[rows:].contiguous()),
+                                  w_out=fp8(gdn.w_out)),
+              dataclasses.replace(plain.layers[1], w_qkv=fp8(plain.layers[1].w_qkv), w_o=fp8(plain.layers[1].w_o))]
+    mlps = [dataclasses.replace(m, w_gate_up=fp8(m.w_gate_up), w_down=fp8(m.w_down),
+                                shared_gate_up=fp8(m.shared_gate_up), shared_down=fp8(m.shared_down))
+            for m in plain.mlps]
+    quantised = dataclasses.replace(plain, layers=layers, mlps=mlps)
+    dense = lambda w: w.dequantize() if isinstance(w, Fp8Weight) else w  # noqa: E731
+    exact = dataclasses.replace(plain, layers=[dataclasses.replace(w, **{f.name: dense(getattr(w, f.name))
+                                                                        for f in dataclasses.fields(w)})
+                                               for w in layers],
+                                mlps=[dataclasses.replace(m, **{f.name: dense(getattr(m, f.name))
+                                                                for f in dataclasses.fields(m)}) for m in mlps])
+    for rank in range(2):
+        got, want = _leaves(shard_weights(quantised, config, rank, 2)), _leaves(shard_weights(exact, config, rank, 2))
+        assert got.keys() == want.keys()
+        for key, value in want.items():
+            part = got[key]
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(dense(part), value), key
+                assert isinstance(part, Fp8Weight) == (key.rsplit(".", 1)[-1] in (
+                    "w_in", "w_out", "w_qkv", "w_o", "w_gate_up", "w_down", "shared_gate_up", "shared_down")), key
+    with pytest.raises(ValueError, match="tensor_parallel: columns .* scale blocks"):
+        shard_weights(quantised, config, 0, 4)  # 256 / 4 = 64 columns of the shared expert's down projection
 
 
 def test_expert_blocks_sum_to_the_whole_moe_block():

@@ -18,16 +18,17 @@ A size that does not split raises one line naming ``tensor_parallel``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import torch
 
 from ..model.weights import AttentionLayerWeights, GDNLayerWeights, MLPWeights, ModelWeights, MTPWeights
-from ..ops.gemv import Fp8Weight
+from ..ops.gemv import FP8_BLOCK_K, Fp8Weight
 from .context import vocab_range
 
-__all__ = ["shard_weights", "shard_head", "rank_weights", "check_shardable"]
+__all__ = ["shard_weights", "shard_head", "rank_weights", "layer_part", "check_shardable"]
 
 
 def _split(name: str, size: int, world: int) -> int:
@@ -68,16 +69,37 @@ def check_shardable(config: Any, world: int) -> None:
             _split("shared_expert_intermediate_size", config.shared_expert_intermediate_size, world)
 
 
-def _rows(w: Any, index: torch.Tensor) -> torch.Tensor:
-    if isinstance(w, Fp8Weight):
-        raise ValueError("tensor_parallel > 1 does not take block-FP8 weights yet (dequantise the checkpoint)")
-    return w[index.to(w.device)].contiguous()
+def _rows(w: Any, index: torch.Tensor) -> Any:
+    """Rows ``index`` of a weight (increasing across an FP8 weight's float tail: its FP8 rows first)."""
+    if not isinstance(w, Fp8Weight):
+        return w[index.to(w.device)].contiguous()
+    index = index.to(w.device)
+    n = w.weight.shape[-2]
+    part = w.head.take_rows(index[index < n])
+    tail = None if w.tail is None else w.tail[index[index >= n] - n].contiguous()
+    return part if tail is None or not tail.shape[0] else part._replace(tail=tail)
 
 
-def _cols(w: Any, first: int, count: int) -> torch.Tensor:
+def _cols(w: Any, first: int, count: int) -> Any:
+    """Columns ``[first, first + count)`` of a weight; block FP8: whole scale blocks only."""
+    if not isinstance(w, Fp8Weight):
+        return w[..., first : first + count].contiguous()
+    K = w.weight.shape[-1]
+    if first % FP8_BLOCK_K or (count % FP8_BLOCK_K and first + count != K):
+        raise ValueError(f"tensor_parallel: columns [{first}, {first + count}) of a block-FP8 weight cut its "
+                         f"{FP8_BLOCK_K}-column scale blocks")
+    blocks = slice(first // FP8_BLOCK_K, -(-(first + count) // FP8_BLOCK_K))
+    tail = None if w.tail is None else w.tail[..., first : first + count].contiguous()
+    return Fp8Weight(w.weight[..., first : first + count].contiguous(), w.scale[..., blocks].contiguous(),
+                     w.scale_rows, tail)
+
+
+def _experts(w: Any, first: int, count: int) -> Any:
+    """Experts ``[first, first + count)`` of stacked ``[E, N, K]`` experts."""
     if isinstance(w, Fp8Weight):
-        raise ValueError("tensor_parallel > 1 does not take block-FP8 weights yet (dequantise the checkpoint)")
-    return w[..., first : first + count].contiguous()
+        return Fp8Weight(w.weight[first : first + count].contiguous(), w.scale[first : first + count].contiguous(),
+                         w.scale_rows)
+    return w[first : first + count].contiguous()
 
 
 def _block(first: int, count: int, width: int = 1, offset: int = 0) -> torch.Tensor:
@@ -118,20 +140,44 @@ def _mlp(m: MLPWeights, rank: int, world: int) -> MLPWeights:
         return replace(m, w_gate_up=_rows(m.w_gate_up, _block(rank * inner, inner, 2)),
                        w_down=_cols(m.w_down, rank * inner, inner))
     E = m.router.shape[0] // world
-    if isinstance(m.w_gate_up, Fp8Weight) or isinstance(m.w_down, Fp8Weight):
-        raise ValueError("tensor_parallel > 1 does not take block-FP8 weights yet (dequantise the checkpoint)")
     shared = {}
     if m.shared_down is not None:
         Is = m.shared_down.shape[1] // world
         rows = torch.cat([_block(rank * Is, Is), _block(rank * Is, Is, 1, Is * world)])  # gate rows, up rows
         shared = dict(shared_gate_up=_rows(m.shared_gate_up, rows), shared_down=_cols(m.shared_down, rank * Is, Is))
-    return replace(m, w_gate_up=m.w_gate_up[rank * E : (rank + 1) * E].contiguous(),
-                   w_down=m.w_down[rank * E : (rank + 1) * E].contiguous(), first_expert=rank * E, **shared)
+    return replace(m, w_gate_up=_experts(m.w_gate_up, rank * E, E), w_down=_experts(m.w_down, rank * E, E),
+                   first_expert=rank * E, **shared)
 
 
-def shard_weights(weights: ModelWeights, config: Any, rank: int, world: int) -> ModelWeights:
+def layer_part(config: Any, rank: int, world: int) -> Callable[[Any], Any]:
+    """Rank ``rank``'s part of one layer's or one MLP's weights (GDN, attention, dense or MoE), as a function: the
+    ``keep`` of :func:`~lumotree.optimized.model.weights.build_weights`, so that a checkpoint streams to the device
+    one whole layer at a time (:func:`~lumotree.optimized.model.loader.load_checkpoint` with ``part``); the head and
+    the sizes follow with :func:`shard_weights` ``(layers_done=True)``."""
+    check_shardable(config, world)
+    gdn = attn = None
+    if "linear_attention" in config.layer_types:
+        gs = config.gdn_spec()
+        gdn = (gs.num_k_heads, gs.num_v_heads, gs.head_k_dim, gs.head_v_dim, gs.conv_kernel)
+    if "full_attention" in config.layer_types or config.mtp_num_hidden_layers:
+        spec = config.attention_spec()
+        attn = (spec.num_heads, spec.num_kv_heads, spec.head_dim)
+
+    def part(w: Any) -> Any:
+        if isinstance(w, GDNLayerWeights):
+            return _gdn(w, gdn, rank, world)
+        if isinstance(w, AttentionLayerWeights):
+            return _attention(w, attn, rank, world)
+        return _mlp(w, rank, world)
+
+    return part
+
+
+def shard_weights(weights: ModelWeights, config: Any, rank: int, world: int, layers_done: bool = False
+                  ) -> ModelWeights:
     """Rank ``rank``'s part of ``weights`` (module docstring); new tensors on the weights' device, the rest shared.
-    ``world`` 1: ``weights`` itself."""
+    ``world`` 1: ``weights`` itself. ``layers_done``: the layers, MLPs and MTP head are this rank's parts already
+    (:func:`layer_part`); the LM head and the sizes are cut here."""
     check_shardable(config, world)
     if weights.shard != (0, 1):
         raise ValueError(f"weights are already the part {weights.shard} (rank, tensor_parallel) of a model")
@@ -140,14 +186,16 @@ def shard_weights(weights: ModelWeights, config: Any, rank: int, world: int) -> 
     if not 0 <= rank < world:
         raise ValueError(f"rank = {rank} is outside [0, tensor_parallel = {world})")
     gdn, attn = weights.gdn_dims, weights.attn_dims
-    layers = [_gdn(w, gdn, rank, world) if isinstance(w, GDNLayerWeights) else _attention(w, attn, rank, world)
-              for w in weights.layers]
-    mlps = [_mlp(m, rank, world) for m in weights.mlps]
+    layers, mlps = weights.layers, weights.mlps
+    if not layers_done:
+        layers = [_gdn(w, gdn, rank, world) if isinstance(w, GDNLayerWeights) else _attention(w, attn, rank, world)
+                  for w in weights.layers]
+        mlps = [_mlp(m, rank, world) for m in weights.mlps]
     first, end = vocab_range(weights.lm_head.shape[0], rank, world)
     lm_head = _rows(weights.lm_head, torch.arange(first, end))
     local_gdn = None if gdn is None else (gdn[0] // world, gdn[1] // world, *gdn[2:])
     local_attn = None if attn is None else (attn[0] // world, _kv_heads(*attn[:2], world)[0], attn[2])
-    mtp = None if weights.mtp is None else shard_head(weights.mtp, attn, rank, world)
+    mtp = weights.mtp if layers_done or weights.mtp is None else shard_head(weights.mtp, attn, rank, world)
     return ModelWeights(weights.embed, weights.final_norm, lm_head, layers, mlps, local_gdn, local_attn,
                         weights.inv_freq, mtp, shard=(rank, world))
 
