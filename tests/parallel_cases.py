@@ -61,14 +61,14 @@ CASES = {
 }
 
 
-def run_cases(cases: list, par: Parallel, device: str = "cpu") -> dict:
+def run_cases(cases: list, par: Parallel, device: str | torch.device = "cpu") -> dict:
     """Each case's tokens per prompt and the first prompt's prefill logits (every case on fresh models; fp32; on
     a GPU with CUDA graphs)."""
-    out = {}
+    out, device = {}, torch.device(device)
     for model_name, mode, drafter_name, sampled in cases:
         config = HybridConfig(**MODELS[model_name])
         tensors = random_tensors(config, seed=SEED, device=device, successor=True)
-        common = dict(num_slots=4, max_seq_len=48, graphs=device != "cpu", dtype=torch.float32, device=device,
+        common = dict(num_slots=4, max_seq_len=48, graphs=device.type == "cuda", dtype=torch.float32, device=device,
                       parallel=par)
         model = OptimizedModel(config, tensors, max_nodes=8, **common)
         logits = model.prefill(0, PROMPTS[0]).cpu()
@@ -109,7 +109,7 @@ def served(par: Parallel, device: torch.device) -> tuple:
     from lumotree.server.follow import LeaderEngine, follow
 
     config = HybridConfig(**MODELS["qwen3_next"])
-    model = OptimizedModel(config, random_tensors(config, seed=SEED, device=device.type, successor=True), num_slots=4,
+    model = OptimizedModel(config, random_tensors(config, seed=SEED, device=device, successor=True), num_slots=4,
                            max_seq_len=48, max_nodes=8, graphs=False, dtype=torch.float32, device=device,
                            parallel=par)
     engine = Engine(OptimizedTarget(model, batch_buckets=(2, 4)), make_drafter("ngram"), mode="tree",
@@ -133,7 +133,7 @@ def main(path: str, world: int, device_kind: str = "cpu") -> int:
     torch.set_num_threads(1)
     par, device = init_parallel(world)
     agree = collectives_agree(par, device)
-    results = run_cases(CASES[world], par, device.type)
+    results = run_cases(CASES[world], par, device)
     mine = [v["tokens"] for v in results.values()]
     every = par.broadcast_object(mine, src=1)  # rank 1's tokens, to check that the ranks agree
     serving = served(par, device) if world == 2 else None

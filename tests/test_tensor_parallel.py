@@ -41,8 +41,13 @@ def _free_port() -> int:
 
 def _ranks(world: int, out: str, *extra: str) -> list[subprocess.Popen]:
     port = _free_port()
+    cpu = {} if "cuda" in extra else {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}  # gloo on the CPU
     return [subprocess.Popen([sys.executable, os.path.join(HERE, "parallel_cases.py"), out, str(world), *extra],
-                             env=rank_env(r, world, port), stderr=subprocess.PIPE) for r in range(world)]
+                             env={**rank_env(r, world, port), **cpu}, stderr=subprocess.PIPE) for r in range(world)]
+
+
+#: the gloo tests run the kernels in the Triton interpreter on the CPU; a GPU machine runs the multigpu ones instead
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path (gloo); pytest -m multigpu on GPUs")
 
 
 def _wait(procs: list[subprocess.Popen], timeout: float = 300) -> None:
@@ -143,11 +148,11 @@ def test_expert_blocks_sum_to_the_whole_moe_block():
     block of all experts; a block that does not fit the router is refused."""
     gen = torch.Generator().manual_seed(0)
     T, Dm, E, I, Is = 5, 32, 4, 16, 16
-    x = torch.randn(T, Dm, generator=gen)
-    router = torch.randn(E, Dm, generator=gen)
-    gate_up, down = torch.randn(E, 2 * I, Dm, generator=gen) / 6, torch.randn(E, Dm, I, generator=gen) / 4
-    s_gate_up, s_down = torch.randn(2 * Is, Dm, generator=gen) / 6, torch.randn(Dm, Is, generator=gen) / 4
-    s_gate = torch.randn(1, Dm, generator=gen)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    draw = lambda *shape, scale=1.0: (torch.randn(*shape, generator=gen) * scale).to(dev)  # noqa: E731
+    x, router, s_gate = draw(T, Dm), draw(E, Dm), draw(1, Dm)
+    gate_up, down = draw(E, 2 * I, Dm, scale=1 / 6), draw(E, Dm, I, scale=1 / 4)
+    s_gate_up, s_down = draw(2 * Is, Dm, scale=1 / 6), draw(Dm, Is, scale=1 / 4)
     whole = moe_routed(x, router, gate_up, down, top_k=2, norm_topk_prob=True, shared_gate_up=s_gate_up,
                        shared_down=s_down, shared_gate=s_gate)
     parts = []
@@ -164,6 +169,7 @@ def test_expert_blocks_sum_to_the_whole_moe_block():
                    first_expert=3)
 
 
+@cpu_only
 @pytest.mark.parametrize("world", [2, 4])
 def test_ranks_decode_exactly_as_one_process(world, tmp_path, one_torch_thread):
     out = str(tmp_path / "rank0.pt")
@@ -187,6 +193,7 @@ def test_ranks_decode_exactly_as_one_process(world, tmp_path, one_torch_thread):
         assert tokens[:4] == _SINGLE[("qwen3_next", "tree", "ngram", True)]["tokens"][0]
 
 
+@cpu_only
 def test_generate_launches_tensor_parallel_ranks(tmp_path, capsys):
     argv = ["--random", "tiny", "--backend", "optimized", "--prompt", "3 1 4 1 5 3 1 4", "--max-new-tokens", "4",
             "--spec", "tree", "--drafter", "ngram", "--budget", "fixed", "--max-nodes", "4", "--num-slots", "2",

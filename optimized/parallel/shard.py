@@ -38,7 +38,8 @@ def _split(name: str, size: int, world: int) -> int:
 
 
 def _kv_heads(hq: int, hkv: int, world: int) -> tuple[int, int]:
-    """``(first KV head, KV heads)`` of rank 0's block shape: split when ``world`` divides ``hkv``, else one each."""
+    """``(KV heads a rank holds, 1 if each is held by several ranks else 0)``: ``hkv / world`` when ``world``
+    divides ``hkv``, else (``hkv`` divides ``world``) the one KV head its query heads read."""
     if hkv % world == 0:
         return hkv // world, 0
     if world % hkv == 0:
