@@ -27,14 +27,17 @@ def add_parallel_argument(group: Any) -> None:
 
 
 def check_parallel_arguments(args: argparse.Namespace, backend: str) -> None:
-    """``--tensor-parallel``'s value and what it needs (the optimized backend)."""
+    """``--tensor-parallel``'s value and what it needs (the optimized backend); under a launch of several processes
+    (torchrun) it defaults to their number."""
+    world = os.environ.get("WORLD_SIZE")
+    if args.tensor_parallel == 1 and world is not None and int(world) > 1:
+        args.tensor_parallel = int(world)
     n = args.tensor_parallel
     if n < 1:
         raise UsageError(f"--tensor-parallel = {n}: must be at least 1")
     if n > 1 and backend != "optimized":
         raise UsageError(f"--tensor-parallel {n} needs --backend optimized (a GPU per rank, or TRITON_INTERPRET=1 "
                          "on a CPU)")
-    world = os.environ.get("WORLD_SIZE")
     if n > 1 and world is not None and int(world) != n:
         raise UsageError(f"--tensor-parallel {n} under a launch of WORLD_SIZE = {world} processes")
 
