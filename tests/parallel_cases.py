@@ -98,8 +98,28 @@ def collectives_agree(par: Parallel, device: torch.device) -> bool:
     full[3] = torch.arange(vocab, device=device) % 4  # ties in every shard
     first, end = vocab_range(vocab, par.rank, par.world)
     local = full[:, first:end].contiguous()
-    return bool(torch.equal(par.gather_vocab(local, vocab), full)) and \
+    ok = bool(torch.equal(par.gather_vocab(local, vocab), full)) and \
         par.argmax(local, vocab).tolist() == full.argmax(-1).tolist()
+    if device.type != "cuda":
+        return ok
+    # the same collectives captured in one CUDA graph and replayed on new inputs (as the model's step graphs hold them)
+    x = torch.full((3, 8), float(par.rank + 1), device=device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        par.all_reduce(x.clone())  # warm-up outside the capture
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        summed = par.all_reduce(x.clone())
+        gathered, best = par.gather_vocab(local, vocab), par.argmax(local, vocab)
+    x.fill_(2.0 * (par.rank + 1))
+    local.copy_(full[:, first:end].flip(0))
+    graph.replay()
+    torch.cuda.synchronize(device)
+    total = float(par.world * (par.world + 1))  # sum over ranks of 2 (rank + 1)
+    return ok and bool((summed == total).all()) and bool(torch.equal(gathered, full.flip(0))) and \
+        best.tolist() == full.flip(0).argmax(-1).tolist()
 
 
 def served(par: Parallel, device: torch.device) -> tuple:
