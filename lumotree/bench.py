@@ -1,5 +1,6 @@
 """``lumotree bench NAME``: the benchmarks, each a module with ``add_arguments`` / ``run``: ``e2e`` (end-to-end decoding
-throughput of the engine, :mod:`lumotree.optimized.engine.e2e`) and ``serve`` (a server under multi-turn agent load,
+throughput of the engine, :mod:`lumotree.optimized.engine.e2e`), ``tp`` (tensor-parallel scaling,
+:mod:`lumotree.optimized.parallel.bench`) and ``serve`` (a server under multi-turn agent load,
 :mod:`lumotree.server.loadgen`)."""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ __all__ = ["add_arguments", "run", "BENCHMARKS"]
 #: name -> (module, one-line help)
 BENCHMARKS = {
     "e2e": ("lumotree.optimized.engine.e2e", "end-to-end decoding throughput of the engine"),
+    "tp": ("lumotree.optimized.parallel.bench",
+           "tensor-parallel scaling: decode step against floor + collectives, tokens/s per batch and size"),
     "serve": ("lumotree.server.loadgen",
               "TTFT, TPOT, latency and goodput of servers under multi-turn agent conversations"),
 }

@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    command_line = list(argv)  # as given: what --tensor-parallel runs again in each rank
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
     parser = build_parser()
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     command_parser = _Parser(prog=f"lumotree {known.command}", description=help_text)
     module.add_arguments(command_parser)
     args = command_parser.parse_args(argv[argv.index(known.command) + 1:])
+    args.command_line = command_line
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:

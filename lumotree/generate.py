@@ -33,6 +33,7 @@ from lumotree.errors import UsageError
 from lumotree.optimized.engine.drafters import DRAFTERS
 from lumotree.optimized.engine.selfspec import SELF_SPECULATION, self_speculation_layers
 from lumotree.optimized.model.presets import RANDOM_CONFIGS
+from lumotree.parallel import add_parallel_argument, check_parallel_arguments, join_group, launch_ranks
 
 __all__ = ["add_arguments", "add_model_arguments", "add_speculation_arguments", "run", "build_model", "build_engine",
            "load_prompts", "prompt_ids", "check_arguments", "check_model_arguments"]
@@ -86,6 +87,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                           "prefills only the rest; on the optimized backend it is kept out of --num-slots auto")
     src.add_argument("--prefix-block", type=int, default=64,
                      help="tokens a prefix-cache block (the grid of the states kept inside a prompt)")
+    add_parallel_argument(src)
 
 
 def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -380,18 +382,21 @@ def build_model(args: argparse.Namespace, backend: str) -> tuple[Any, Any, Any, 
         return target, draft, tokenizer, model.config
     from lumotree.optimized.model import OptimizedModel, ProgressBar, load_checkpoint, random_tensors, select_layers
 
-    dev, dtype = _device(), _dtype(args)
-    common = dict(num_slots=args.num_slots, max_seq_len=args.max_seq_len, device=dev, dtype=dtype,
-                  memory_reserved=prefix_cache_bytes(args))
+    par, dev = join_group(args)  # one process, or this rank of --tensor-parallel
+    common = dict(num_slots=args.num_slots, max_seq_len=args.max_seq_len, device=dev, dtype=_dtype(args),
+                  memory_reserved=prefix_cache_bytes(args), parallel=par)
+    dtype = common["dtype"]
     draft = None
     if args.model:
-        config, weights, _ = load_checkpoint(args.model, dev, dtype, progress=None if args.quiet else ProgressBar())
+        config, weights, _ = load_checkpoint(args.model, dev, dtype, progress=None if args.quiet else ProgressBar(),
+                                             part=(par.rank, par.world))  # this rank's part, layer by layer
         target = OptimizedTarget(OptimizedModel(config, weights, max_nodes=max(args.max_nodes, 1),
                                                 eagle_layers=int(uses_eagle), **common), validate=dev.type != "cuda")
         _note_plan(args, target.model, planned)
         if draft_layers:  # the draft shares the target's tensors
             dc, chosen = layer_skip_config(config, draft_layers)
-            draft = OptimizedTarget(OptimizedModel(dc, select_layers(weights, chosen), max_nodes=64, **common),
+            draft = OptimizedTarget(OptimizedModel(dc, select_layers(target.model.weights, chosen), max_nodes=64,
+                                                   **common),
                                     validate=dev.type != "cuda")
         return target, draft, tokenizer, config
     tensors = random_tensors(config, args.seed, dev, dtype)
@@ -453,8 +458,9 @@ def cost_profile(args: argparse.Namespace, engine: Any) -> Any:
     start = time.perf_counter()
     profile = engine.measure_profile(repeats=5 if engine.model.device.type == "cuda" else 1,
                                      time_limit=args.profile_time_limit)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    profile.save(path)
+    if engine.parallel.rank == 0:  # tensor parallel: rank 0's times (its budget decides)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        profile.save(path)
     sys.stderr.write(f"cost profile: measured in {time.perf_counter() - start:.1f} s, cached in {path}\n")
     return profile
 
@@ -481,7 +487,7 @@ def build_engine(args: argparse.Namespace, target: Any, draft: Any, sampling: bo
                         profile=cost_profile(args, engine), seed=args.seed)
     if args.drafter == "router" and drafter is not None:
         drafter.profile = engine.profile  # the router weighs payoffs by the budget's verify costs
-    if args.save_profile and engine.profile is not None:
+    if args.save_profile and engine.profile is not None and engine.parallel.rank == 0:
         engine.profile.save(args.save_profile)
     if target.device.type == "cuda":
         sys.stderr.write("warming up: compiling kernels and capturing CUDA graphs ...")
@@ -532,6 +538,10 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
     backend = choose_backend(args)
+    check_parallel_arguments(args, backend)
+    code = launch_ranks(args)
+    if code is not None:  # --tensor-parallel: this process started the ranks
+        return code
     target, draft, tokenizer, config = build_model(args, backend)
     prompts = load_prompts(args, tokenizer, config.vocab_size)
     params = []
@@ -580,7 +590,7 @@ def run(args: argparse.Namespace) -> int:
         f"decode: {summary['decode_tokens']} tokens in {summary['decode_seconds']:.3f} s = "
         f"{summary['tokens_per_s']:.1f} tok/s; {summary['speculative_steps']}/{summary['decode_steps']} speculative "
         f"steps, mean accepted {summary['mean_accepted']:.2f} per request-step\n")
-    if args.json:
+    if args.json and engine.parallel.rank == 0:
         with open(args.json, "w") as f:
             json.dump({"results": [{"id": i, "prompt": engine.finished[i].prompt, "tokens": outputs[i],
                                     "finish_reason": engine.finished[i].finish_reason} for i in ids],

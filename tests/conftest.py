@@ -75,9 +75,20 @@ def one_torch_thread_no_grad(one_torch_thread):
         yield
 
 
+def _cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count() if HAS_CUDA else 0
+
+
 def pytest_collection_modifyitems(config, items):
     if settings.get_current_profile_name() == "deep":
         _deepen(items)
+    if any("multigpu" in item.keywords for item in items) and _cuda_devices() < 2:
+        skip_multi = pytest.mark.skip(reason="needs at least 2 CUDA GPUs (pytest -m multigpu on a multi-GPU kind)")
+        for item in items:
+            if "multigpu" in item.keywords:
+                item.add_marker(skip_multi)
     if HAS_CUDA:
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (pytest -m gpu on a GPU machine)")

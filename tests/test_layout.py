@@ -27,9 +27,10 @@ PACKAGE_MAP = {
                         "mtp"},
     "optimized/engine": {"engine", "targets", "records", "budget", "drafters", "mtp", "sampling", "e2e", "demo",
                          "prefix_cache"},
+    "optimized/parallel": {"context", "shard", "launch", "bench"},
     "training": {"model", "gdn", "corpus", "formats", "tokenizer", "data", "trainer", "organism", "cli"},
     "workloads": {"build"},
-    "lumotree/server": {"app", "loop", "protocol", "text", "metrics", "cli", "loadgen"},
+    "lumotree/server": {"app", "loop", "protocol", "text", "metrics", "cli", "loadgen", "follow"},
 }
 
 

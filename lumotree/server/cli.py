@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from lumotree.errors import UsageError
+from lumotree.parallel import check_parallel_arguments, launch_ranks
 from lumotree.generate import (
     add_model_arguments,
     add_speculation_arguments,
@@ -97,17 +98,29 @@ def _listen(host: str, port: int) -> socket.socket:
 def run(args: argparse.Namespace) -> int:
     check_model_arguments(args)
     check_server_arguments(args)
+    backend = choose_backend(args)
+    check_parallel_arguments(args, backend)
     try:
         import uvicorn
 
         from .app import create_app
     except ImportError as exc:
         raise UsageError(f"lumotree serve needs the serve extra (pip install 'lumotree[serve]'): {exc}") from None
+    from .follow import LeaderEngine, follow
     from .protocol import ServedModel
 
-    sock = _listen(args.host, args.port)
-    target, draft, tokenizer, _ = build_model(args, choose_backend(args))
+    code = launch_ranks(args)
+    if code is not None:  # --tensor-parallel: this process started the ranks
+        return code
+    lead = os.environ.get("RANK", "0") == "0"
+    sock = _listen(args.host, args.port) if lead else None
+    target, draft, tokenizer, _ = build_model(args, backend)
     engine = build_engine(args, target, draft, sampling=True)
+    if engine.parallel.active:  # rank 0 serves; the others replay its engine calls
+        if not lead:
+            follow(engine)
+            return 0
+        engine = LeaderEngine(engine)
     name = args.served_model_name or (os.path.basename(os.path.normpath(args.model)) if args.model
                                       else f"random-{args.random}")
     served = ServedModel(name, tokenizer, engine.model.vocab_size, engine.model.max_seq_len, int(time.time()),
@@ -140,4 +153,7 @@ def run(args: argparse.Namespace) -> int:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn raises the SIGINT it handled again once shut down: the shutdown was clean
         pass
+    finally:
+        if isinstance(engine, LeaderEngine):
+            engine.close()
     return 0

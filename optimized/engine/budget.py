@@ -149,17 +149,19 @@ class CostProfile:
         device: str = "",
         note: str = "",
         time_limit: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> CostProfile:
         """Call the timers at every bucket (they return seconds per step, e.g. a median of CUDA-graph replays):
         every decode bucket, then the verify buckets from the smallest up. Past ``time_limit`` seconds the verify
-        buckets not yet measured are extrapolated (:func:`extrapolate_verify`; the note says how many)."""
-        start = time.perf_counter()
+        buckets not yet measured are extrapolated (:func:`extrapolate_verify`; the note says how many). ``clock``:
+        the seconds the limit reads (tensor parallel: rank 0's, so that every rank stops at the same bucket)."""
+        start = clock()
         batch_buckets, node_buckets = sorted(int(b) for b in batch_buckets), sorted(int(n) for n in node_buckets)
         decode = {b: float(time_decode(b)) for b in batch_buckets}
         verify: dict[tuple[int, int], float] = {}
         for b in batch_buckets:
             for n in node_buckets:
-                if time_limit is not None and verify and time.perf_counter() - start > time_limit:
+                if time_limit is not None and verify and clock() - start > time_limit:
                     break
                 verify[(b, n)] = float(time_verify(b, n))
         missing = [(b, n) for b in batch_buckets for n in node_buckets if (b, n) not in verify]

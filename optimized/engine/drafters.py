@@ -179,6 +179,7 @@ class PromptLookupDrafter:
     name = "ngram"
     description = "prompt lookup: continuations of earlier n-gram matches in the request's own tokens (no model)"
     synthetic = False
+    runs_model = False  # tensor parallel: proposes on rank 0 only (engine.stepplan)
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, max_depth: int = 8, max_matches: int = 8):
         for name, v in (("max_ngram", max_ngram), ("min_ngram", min_ngram), ("max_depth", max_depth),
@@ -394,6 +395,7 @@ class SyntheticDrafter:
 
     name = "synthetic"
     synthetic = True
+    runs_model = False
 
     def __init__(
         self,

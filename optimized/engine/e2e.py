@@ -52,7 +52,7 @@ from typing import Any
 
 from lumotree.errors import UsageError
 
-__all__ = ["add_arguments", "run", "main"]
+__all__ = ["add_arguments", "run", "main", "copy_bandwidth"]
 
 
 def _positive_int(text: str) -> int:
@@ -146,7 +146,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="the random model's preset (same as --config)")
 
 
-def _copy_bandwidth(device: Any) -> float:
+def copy_bandwidth(device: Any) -> float:
     """Bytes moved (read + write) per second by a 1 GiB device copy (median of 10)."""
     import torch
 
@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
                                 validate=not cuda)
     del tensors
     log(f"model: {params / 1e9:.2f} B parameters, {weight_bytes / 2**30:.2f} GiB weights, {dtype}, {dev}")
-    bandwidth = _copy_bandwidth(dev) if cuda else float("nan")
+    bandwidth = copy_bandwidth(dev) if cuda else float("nan")
     gdn_layers = sum(1 for k in config.layer_types if k == "linear_attention")
     state_bytes = gdn_layers * config.linear_num_value_heads * config.linear_key_head_dim * \
         config.linear_value_head_dim * 4  # fp32, one request

@@ -94,6 +94,12 @@ def optimized_eagle_head(model: Any, eagle: str | os.PathLike) -> tuple[Any, dic
     weights = MTPWeights(get("eagle.fc.weight"), 1.0 + get("eagle.pre_fc_norm_embedding.weight", f32),
                          1.0 + get("eagle.pre_fc_norm_hidden.weight", f32), [layer], [mlp],
                          1.0 + get("eagle.norm.weight", f32))
+    par = model.parallel
+    if par.active:  # this rank's heads and columns, as the model's
+        from ..parallel import shard_head
+
+        spec = model.config.attention_spec()  # the whole model's heads (model.weights holds this rank's)
+        weights = shard_head(weights, (spec.num_heads, spec.num_kv_heads, spec.head_dim), par.rank, par.world)
     head = MTPHead(_WithWeights(model, replace(model.weights, mtp=weights)))
     model.keep_hidden_states(True)
     return head, config

@@ -41,7 +41,6 @@ from .budget import (
     AutoregressiveOnly,
     BudgetPolicy,
     CostProfile,
-    Decision,
     ExpectedThroughputBudget,
     FixedBudget,
     RatioRuleBudget,
@@ -50,7 +49,9 @@ from .budget import (
 from ..model.memory import BATCH_BUCKETS, NODE_BUCKETS
 from . import prefix_cache as prefixes
 from . import profiling
+from ..parallel.context import SINGLE
 from .drafters import Draft, DraftRequest, EngineDrafter
+from .stepplan import plan_step
 from .records import EngineStats, GenerationResult, Request, StepRecord, TokenEvent
 from .targets import OptimizedTarget, ReferenceTarget, TargetModel
 from .sampling import (
@@ -121,6 +122,8 @@ class Engine:
         prefix_cache: prefixes.PrefixCache | None = None,
     ):
         self.model = self._wrap(model)
+        #: tensor parallel: the target's process group (the drafter and the budget on rank 0, :mod:`.stepplan`)
+        self.parallel = getattr(getattr(self.model, "model", None), "parallel", SINGLE)
         self.set_prefix_cache(prefix_cache)
         self._in_step = False  # a step is running (or raised): a slot's caches may not match its tokens
         if mode not in MODES:
@@ -384,28 +387,7 @@ class Engine:
             return events
         t0 = time.perf_counter()
         B = len(batch)
-        drafts: list[Draft] | None = None
-        draft_s = 0.0
-        decision = None
-        requests = None  # the drafter's view of the batch, built once a step (propose and advance)
-        if self.mode != "autoregressive" and self.budget.want_draft(B):
-            requests = [self._draft_request(r) for r in batch]
-            td = time.perf_counter()
-            assert self.drafter is not None
-            drafts = self.drafter.propose(requests, self.budget.draft_size(B), self.mode == "chain")
-            _sync(self.model.device)
-            draft_s = time.perf_counter() - td
-            if isinstance(self.budget, ExpectedThroughputBudget):
-                widest = max(drafts, key=lambda d: d.num_nodes)  # its depth: one O(N) pass, not one per request
-                self.budget.record_draft_time(B, draft_s, max(widest.depth()))
-            if all(d.variant == "deterministic" for d in drafts):
-                decision = self.budget.choose(B, [d.sorted_confidences() for d in drafts], draft_s)
-                if decision.autoregressive:
-                    drafts = None
-            else:  # sampled drafts: the decision was made before drawing (want_draft) and is not revisited
-                largest = max(d.num_nodes for d in drafts)
-                decision = Decision(largest, B + sum(float(np.sum(d.confidence[1:])) for d in drafts),
-                                    self.budget.profile.verify_time(B, largest), "sampled drafts, verified whole")
+        drafts, decision, draft_s, requests = plan_step(self, batch)  # rank 0's, tensor parallel
         tm = time.perf_counter()
         if drafts is None:
             committed, emitted_lists, accepted, predicted, nodes = self._autoregressive_step(batch)

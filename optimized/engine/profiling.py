@@ -91,6 +91,7 @@ def measure_profile(engine: Any, repeats: int = 5, prompt_len: int = 16, time_li
         profile = CostProfile.measure(
             time_decode, time_verify, engine.batch_buckets, engine.node_buckets, device=str(dev),
             note=f"measured by Engine.measure_profile, median of {repeats}", time_limit=time_limit,
+            clock=lambda: engine.parallel.broadcast_object(time.perf_counter()),  # rank 0's (one process: its own)
         )
     finally:
         for s in length:
@@ -114,7 +115,8 @@ def profile_key(engine: Any) -> dict:
         "max_seq_len": engine.model.max_seq_len, "max_nodes": engine.max_nodes,
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else dev.type,
         "interpreter": os.environ.get("TRITON_INTERPRET", "0"), "batch_buckets": list(engine.batch_buckets),
-        "node_buckets": list(engine.node_buckets),
+        "node_buckets": list(engine.node_buckets), **({"tensor_parallel": engine.parallel.world}
+                                                      if engine.parallel.active else {}),
     }
 
 def warm_up(engine: Any, sampling: bool = False, progress: Callable[[str], None] | None = None) -> float:

@@ -342,6 +342,7 @@ class SuffixDrafter:
     description = ("suffix decoding: frequency-scored trees from suffix trees over the request's tokens and earlier "
                    "outputs (no model)")
     synthetic = False
+    runs_model = False  # tensor parallel: proposes on rank 0 only (engine.stepplan)
 
     def __init__(
         self,

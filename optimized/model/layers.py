@@ -23,10 +23,17 @@ the MoE block's FP8 experts in the routed kernels, dequantised per tile); where 
 add run on the GEMV, the add and the RMSNorm live inside the two GEMVs (``fused_norms``), and in a tree step on the
 GEMV the GDN layer's gated RMSNorm is split between the verify kernel and the ``w_out`` GEMV
 (:class:`~lumotree.optimized.ops.gdn_tree.OutputGate`).
+
+Tensor parallel (``parallel``, :class:`~lumotree.optimized.parallel.Parallel`): the weights are one rank's shard
+(:func:`~lumotree.optimized.parallel.shard_weights`), so every layer runs on this rank's heads, columns and experts;
+the row-parallel products (``w_out``, ``w_o``, ``w_down``, the MoE block) are all-reduced before they join the
+residual stream (their adds then run in the add + RMSNorm kernel, not in a GEMV's epilogue), and :meth:`Layers.head`
+combines the vocabulary-parallel head's shards.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +48,11 @@ from ..ops.gemv import (ConvStep, Fp8Weight, ResidualRows, RowNorm, TreeConv, fp
                         residual_linear, small_batch_linear)
 from ..ops.moe import moe_routed
 from ..ops.tree_meta import TreeMeta
+from ..parallel.context import SINGLE, Parallel
 from .kernels import add_rmsnorm, silu_mul
 from .weights import AttentionLayerWeights, GDNLayerWeights, MLPWeights, ModelWeights
 
-__all__ = ["Residual", "StepBuffers", "Layers", "ATTENTION_PDL_MAX_BATCH"]
+__all__ = ["Residual", "StepBuffers", "Layers", "ATTENTION_PDL_MAX_BATCH", "fla_available"]
 
 #: tree attention is launched with PDL (each split's committed K / V prefetched into L2 before its wait) in steps of
 #: at most this many requests, when the model's GEMVs are: faster at B = 1, slower at B = 16
@@ -108,6 +116,7 @@ class Layers:
     fused_norms: bool
     pdl: bool
     capacity: int
+    parallel: Parallel = SINGLE
 
     # ------------------------------------------------------------------------------------------------ projections
     def _on_gemv(self, x: torch.Tensor, n_out: int) -> bool:
@@ -119,7 +128,8 @@ class Layers:
     def _gate_in_gemv(self, T: int, w_out: torch.Tensor) -> bool:
         """Whether a ``T``-row tree step splits each GDN layer's gated RMSNorm between the verify kernel and the
         ``w_out`` GEMV: the GEMV takes the fused norms in its ``tl.dot`` form."""
-        return (self.fused_norms and self.small_batch_linear and preferred(T, w_out.shape[0])
+        return (self.fused_norms and self.small_batch_linear and not self.parallel.active
+                and preferred(T, w_out.shape[0])
                 and (w_out.is_cuda or interpreting()) and gemv_config(T, *w_out.shape, w_out.device).use_dot)
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype | None = None, swiglu: bool = False,
@@ -180,7 +190,10 @@ class Layers:
         ``delta`` that the next add + RMSNorm kernel adds. ``norm``: the product scaled first (the GEMV path only:
         :meth:`_gate_in_gemv` chose it)."""
         assert res.delta is None, "a norm settles every pending add before the next projection"
-        if self.fused_norms and next_norm is not None and self._on_gemv(x, w.shape[0]):
+        if self.parallel.active:  # row parallel: the ranks' partial products summed first
+            assert norm is None, "a scaled product needs the GEMV path"
+            res.delta, res.rows, res.norm_for = self.parallel.all_reduce(self.linear(x, w)), None, None
+        elif self.fused_norms and next_norm is not None and self._on_gemv(x, w.shape[0]):
             res.rows = residual_linear(x, w, res.h, scale=next_norm, norm=norm, pdl=self.pdl)
             res.norm_for = next_norm
         else:
@@ -198,7 +211,16 @@ class Layers:
         x = self.normed(res, m.post_norm)  # [T, Dm]
         res.delta = moe_routed(x, m.router, m.w_gate_up, m.w_down, top_k=self.config.num_experts_per_tok,
                                norm_topk_prob=bool(self.config.norm_topk_prob), shared_gate_up=m.shared_gate_up,
-                               shared_down=m.shared_down, shared_gate=m.shared_gate, validate=False)  # [T, Dm]
+                               shared_down=m.shared_down, shared_gate=m.shared_gate, validate=False,
+                               first_expert=m.first_expert)  # [T, Dm] (this rank's experts: summed over ranks)
+        self.parallel.all_reduce(res.delta)
+
+    def head(self, x: torch.Tensor, argmax: bool = False) -> torch.Tensor:
+        """The LM head on ``x: [T, Dm]``: fp32 logits ``[T, V]``, or (``argmax``) the greedy token ids ``[T]``
+        int64 (ties: the lowest id); over the vocabulary shards of every rank when tensor parallel."""
+        local = self.linear(x, self.weights.lm_head, torch.float32)  # [T, V_r]
+        vocab = int(self.config.vocab_size)
+        return self.parallel.argmax(local, vocab) if argmax else self.parallel.gather_vocab(local, vocab)
 
     # ------------------------------------------------------------------------------------------------ the loop
     def run_layers(self, res: Residual, step: StepBuffers) -> None:
@@ -315,3 +337,15 @@ class Layers:
                                           use_qk_l2norm_in_kernel=True)
         pool.index_copy_(0, slots.long(), final.float())
         return o
+
+
+def fla_available() -> bool:
+    """Whether flash-linear-attention's chunked GDN can run prefill chunks (a CUDA device, importable, no Triton
+    interpreter)."""
+    if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return False
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: F401
+    except Exception:
+        return False
+    return True

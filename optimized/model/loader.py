@@ -58,11 +58,13 @@ def default_dtype(device: torch.device) -> torch.dtype:
 
 
 def load_checkpoint(path: str | os.PathLike, device: str | torch.device | None = None,
-                    dtype: torch.dtype | None = None, progress: Progress | None = None
-                    ) -> tuple[Any, ModelWeights, LoadReport]:
+                    dtype: torch.dtype | None = None, progress: Progress | None = None,
+                    part: tuple[int, int] = (0, 1)) -> tuple[Any, ModelWeights, LoadReport]:
     """``(config, weights, report)`` of the checkpoint directory ``path`` of any supported model type, its weights
     on ``device`` (default: CUDA when present) in ``dtype`` (default :func:`default_dtype`) in the kernels' layouts,
-    the MTP head's included (module docstring for the order of work and the memory it takes)."""
+    the MTP head's included (module docstring for the order of work and the memory it takes). ``part = (rank,
+    tensor_parallel)``: only that rank's part of each layer is kept, cut as the layer arrives
+    (:func:`~lumotree.optimized.parallel.layer_part`), so the device holds the part plus one whole layer."""
     from safetensors import safe_open
 
     from lumotree.reference.checkpoint import read_config, tensor_table
@@ -100,7 +102,13 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device | None =
             return t
 
         try:
-            weights = build_weights(config, layout, fetch, set(names), device, dtype)
+            if part[1] > 1:  # the parallel package imports this one: here
+                from ..parallel.shard import layer_part, shard_weights
+
+                weights = shard_weights(build_weights(config, layout, fetch, set(names), device, dtype,
+                                                      layer_part(config, *part)), config, *part, layers_done=True)
+            else:
+                weights = build_weights(config, layout, fetch, set(names), device, dtype)
         except BaseException as exc:  # nothing half-loaded: drop the frames' references, return the memory
             traceback.clear_frames(exc.__traceback__)
             if device.type == "cuda":

@@ -27,7 +27,6 @@ until the next call of the same shape (clone to keep them). The engine pads B an
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,10 +45,12 @@ from ..ops.tree_meta import WORD_BITS, TreeMeta
 from .caches import Caches
 from .graphs import GraphCache
 from .kernels import step_prologue
-from .layers import Layers, Residual, StepBuffers
+from .layers import Layers, Residual, StepBuffers, fla_available
 from .memory import free_memory, plan_memory
 from .mtp import HiddenStates
 from .weights import GDNLayerWeights, ModelWeights, load_weights
+from ..parallel import shard as sharding  # the module: the parallel package imports the model's weights
+from ..parallel.context import SINGLE, Parallel
 
 __all__ = ["OptimizedModel", "HEAD_ROWS"]
 
@@ -106,6 +107,10 @@ class OptimizedModel(Layers, HiddenStates):
     these steps write the tree conv's outputs in fp32 and read fp32 outputs in the gated norm; in the bf16 benchmark
     model on an H100 at B = 64, N = 64 that extra traffic ate the kernel's gain (36.5 against 36.0 ms a step), so it
     stays off until the fused kernel reads bf16 inputs.
+
+    ``parallel`` (:class:`~lumotree.optimized.parallel.Parallel`): this process is one rank of a tensor-parallel group;
+    it keeps its part of the weights (:func:`~lumotree.optimized.parallel.shard_weights`) and the caches of its heads,
+    and every step makes the group's collectives (:mod:`~lumotree.optimized.model.layers`). Logits are whole.
     """
 
     def __init__(
@@ -125,7 +130,7 @@ class OptimizedModel(Layers, HiddenStates):
         pdl: bool | None = None,
         deferred_commits: bool | None = None,
         memory_headroom: float = 0.1,
-        memory_reserved: int = 0, eagle_layers: int = 0,
+        memory_reserved: int = 0, eagle_layers: int = 0, parallel: Parallel | None = None,
     ):
         from lumotree.reference.config import HybridConfig
 
@@ -138,6 +143,7 @@ class OptimizedModel(Layers, HiddenStates):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} = {value!r} must be an integer in [{low}, {high}]")
         self.config = config
+        self.parallel = parallel if parallel is not None else SINGLE
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         if self.dtype not in (torch.float32, torch.bfloat16, torch.float16):
@@ -149,8 +155,8 @@ class OptimizedModel(Layers, HiddenStates):
         # tf32 tensor cores for bf16/fp16 models (GDN error ~4e-4, far below the model's own rounding), fp32 FMA
         # (ieee, ~3e-7) for fp32 models
         self.gdn_precision = gdn_precision or ("ieee" if self.dtype == torch.float32 else "tf32")
-        self.use_fla = _fla_available() if use_fla is None else bool(use_fla)
-        if self.use_fla and not _fla_available():
+        self.use_fla = fla_available() if use_fla is None else bool(use_fla)
+        if self.use_fla and not fla_available():
             raise ValueError("use_fla=True but flash-linear-attention is not importable on a CUDA device")
         self.eps = float(config.rms_norm_eps)
         if small_batch_linear is None:  # decode projections on ops.gemv (see Layers.linear)
@@ -171,6 +177,8 @@ class OptimizedModel(Layers, HiddenStates):
             self.weights = tensors
         else:
             self.weights = load_weights(config, tensors, self.device, self.dtype)
+        if self.parallel.active or self.weights.shard != (0, 1):  # this rank's part of the weights
+            self.weights = sharding.rank_weights(self.weights, config, self.parallel)
         gdn = self.weights.gdn_dims
         fusable = (gdn is not None and gdn[2:4] == (128, 128) and max_nodes >= 64 and self.gdn_precision == "tf32"
                    and fused_verify_supported(self.device))
@@ -181,7 +189,8 @@ class OptimizedModel(Layers, HiddenStates):
                              "GDN states, max_nodes >= 64 and a bf16 / fp16 model")
         self._fusable = fusable
         self.memory_plan = plan_memory(
-            config, gdn, self.weights.attn_dims, free_bytes=free_memory(self.device) - int(memory_reserved),
+            config, gdn, self.weights.attn_dims, free_bytes=self.parallel.least(free_memory(self.device))
+            - int(memory_reserved),  # tensor parallel: every rank plans the same pools (the least free memory)
             dtype=self.dtype, num_slots=num_slots, max_seq_len=max_seq_len, max_nodes=max_nodes, graphs=self.graphs,
             speculative=max_nodes > 1, deferred=bool(deferred_commits), headroom=memory_headroom,
             mtp_layers=len(self.weights.mtp.layers) if self.weights.mtp else 0, eagle_layers=eagle_layers)
@@ -367,10 +376,10 @@ class OptimizedModel(Layers, HiddenStates):
         rows = x.shape[1]
         flat = x.reshape(B * rows, -1)  # [B N or B, Dm]
         if argmax:
-            out = torch.cat([self.linear(flat[r : r + HEAD_ROWS], self.weights.lm_head, torch.float32).argmax(-1)
+            out = torch.cat([self.head(flat[r : r + HEAD_ROWS], argmax=True)
                              for r in range(0, B * rows, HEAD_ROWS)]).view(B, rows)  # [B, N]
         else:
-            out = self.linear(flat, self.weights.lm_head, torch.float32).view(B, rows, -1)  # [B, N or 1, V]
+            out = self.head(flat).view(B, rows, -1)  # [B, N or 1, V]
         conv_inputs = step.proj_all.view(n_gdn, B, N, -1)[..., :C] if n_gdn else None  # [G, B, N, C]
         return StepRecord(B, N, slots, parents, num_nodes, meta, lens, step.factors, step.layer_factors, conv_inputs,
                           out, hidden)
@@ -384,7 +393,7 @@ class OptimizedModel(Layers, HiddenStates):
         self.run_layers(res, StepBuffers(B, 1, slots, lens))
         x = self.normed(res, self.weights.final_norm)  # [B, Dm] final-normed
         self._keep_decode_hidden(slots, x)
-        return self.linear(x, self.weights.lm_head, torch.float32)
+        return self.head(x)
 
     def _commit(self, rec: StepRecord, accepted: torch.Tensor) -> torch.Tensor:
         """Advance every cache of ``rec``'s slots along root..accepted (device tensors only: graph safe), one launch
@@ -589,12 +598,3 @@ def _step_input(B: int, *parts: torch.Tensor) -> torch.Tensor:
         return torch.from_numpy(np.concatenate([t.numpy().reshape(B, -1).astype(np.int64) for t in parts], 1))
     return torch.cat([t.reshape(B, -1).to(parts[0].device, torch.int64) for t in parts], 1)
 
-
-def _fla_available() -> bool:
-    if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET", "0") == "1":
-        return False
-    try:
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: F401
-    except Exception:
-        return False
-    return True

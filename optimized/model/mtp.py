@@ -167,6 +167,10 @@ class MTPHead(Layers):
     def pdl(self) -> bool:
         return self.model.pdl
 
+    @property
+    def parallel(self) -> Any:  # tensor parallel: the model's group (its weights are this rank's shard)
+        return self.model.parallel
+
     def reset(self, slot: int) -> None:
         self.lens[self.model._check_slot(slot)] = 0
 
@@ -196,7 +200,7 @@ class MTPHead(Layers):
         g, _, _, _ = self._pass(tokens, slots, parents, num_nodes, hidden)  # [B, N, Dm]
         B, R = rows.shape
         picked = g.gather(1, rows.long()[:, :, None].expand(B, R, g.shape[-1]))  # [B, R, Dm]
-        logits = self.linear(picked.reshape(B * R, -1), self.weights.lm_head, torch.float32)  # [B R, V]
+        logits = self.head(picked.reshape(B * R, -1))  # [B R, V] fp32
         return g, logits.view(B, R, -1)
 
     def _check_batch(self, slots: torch.Tensor, B: int) -> list[int]:

@@ -49,6 +49,7 @@ class MLPWeights:
     shared_gate_up: torch.Tensor | None = None  # [2 Is, Dm]
     shared_down: torch.Tensor | None = None  # [Dm, Is]
     shared_gate: torch.Tensor | None = None  # [1, Dm]
+    first_expert: int | None = None  # MoE on a tensor-parallel rank: the global id of w_gate_up[0] (a block)
 
 
 @dataclass
@@ -78,6 +79,7 @@ class ModelWeights:
     attn_dims: tuple[int, int, int] | None  # (HQ, HKV, D) of the attention layers
     inv_freq: torch.Tensor | None  # [rotary_dim / 2] fp32 RoPE inverse frequencies
     mtp: MTPWeights | None = None
+    shard: tuple[int, int] = (0, 1)  # (rank, tensor_parallel) of the part held (:mod:`lumotree.optimized.parallel`)
 
 
 #: ``fetch(stored name, dtype or None) -> tensor``: one stored tensor on the device, finite, in ``dtype`` (None: the
@@ -132,7 +134,7 @@ def load_weights(config: Any, tensors: Mapping[str, Any], device: torch.device, 
 
 
 def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str], device: torch.device,
-                  dtype: torch.dtype) -> ModelWeights:
+                  dtype: torch.dtype, keep: Callable[[Any], Any] | None = None) -> ModelWeights:
     """The kernels' layouts from a checkpoint of ``layout`` (:class:`lumotree.reference.layouts.CheckpointLayout`,
     already checked), one layer after the other: each stored tensor is fetched once and combined on the device
     (GDN ``w_in`` rows ``q | k | v | z | b | a``: Qwen3.5's split projections concatenated, Qwen3-Next's packed ones
@@ -142,8 +144,12 @@ def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str
     (:class:`~lumotree.optimized.ops.gemv.Fp8Weight`); fused from FP8 parts they stay FP8 (each row keeps its scales,
     nothing is requantised); a fused weight whose parts are stored some in FP8, some in float is dequantised to the
     model's dtype, except float parts after the FP8 ones (a release's ``in_proj_ba`` / ``in_proj_b`` and ``in_proj_a``
-    next to an FP8 ``in_proj_qkvz``), which stay a float tail of the FP8 weight."""
+    next to an FP8 ``in_proj_qkvz``), which stay a float tail of the FP8 weight.
+
+    ``keep``: applied to each layer's and each MLP's weights once built, and only its result kept (a tensor-parallel
+    rank's part, :func:`~lumotree.optimized.parallel.layer_part`: a whole layer is on the device one at a time)."""
     f32 = torch.float32
+    keep = keep or (lambda w: w)
 
     def get(name: str, as_dtype: torch.dtype | None = None) -> torch.Tensor | Fp8Weight:
         stored_name = layout.stored_name(name)
@@ -229,17 +235,19 @@ def build_weights(config: Any, layout: Any, fetch: Fetch, stored: Collection[str
             else:
                 w_in = cat([rows(get(f"{a}.in_proj_qkvz.weight"), qkvz_perm),
                             rows(get(f"{a}.in_proj_ba.weight"), ba_perm)])
-            layers.append(GDNLayerWeights(
+            layers.append(keep(GDNLayerWeights(
                 in_norm, contiguous(w_in), get(f"{a}.conv1d.weight")[:, 0, :].contiguous(), A_log,
-                get(f"{a}.dt_bias", f32), get(f"{a}.norm.weight", f32), get(f"{a}.out_proj.weight")))
+                get(f"{a}.dt_bias", f32), get(f"{a}.norm.weight", f32), get(f"{a}.out_proj.weight"))))
         else:
-            layers.append(attention(f"{p}.self_attn", in_norm))
-        mlps.append(mlp(f"{p}.mlp", config.is_moe_layer(i), 1.0 + get(f"{p}.post_attention_layernorm.weight", f32)))
+            layers.append(keep(attention(f"{p}.self_attn", in_norm)))
+        mlps.append(keep(mlp(f"{p}.mlp", config.is_moe_layer(i),
+                             1.0 + get(f"{p}.post_attention_layernorm.weight", f32))))
     mtp = None
     if config.mtp_num_hidden_layers:
-        heads = [(attention(f"mtp.layers.{j}.self_attn", 1.0 + get(f"mtp.layers.{j}.input_layernorm.weight", f32)),
-                  mlp(f"mtp.layers.{j}.mlp", config.is_moe_layer(j),
-                      1.0 + get(f"mtp.layers.{j}.post_attention_layernorm.weight", f32)))
+        heads = [(keep(attention(f"mtp.layers.{j}.self_attn",
+                                 1.0 + get(f"mtp.layers.{j}.input_layernorm.weight", f32))),
+                  keep(mlp(f"mtp.layers.{j}.mlp", config.is_moe_layer(j),
+                           1.0 + get(f"mtp.layers.{j}.post_attention_layernorm.weight", f32))))
                  for j in range(config.mtp_num_hidden_layers)]
         mtp = MTPWeights(get("mtp.fc.weight"), 1.0 + get("mtp.pre_fc_norm_embedding.weight", f32),
                          1.0 + get("mtp.pre_fc_norm_hidden.weight", f32), [h[0] for h in heads],
@@ -272,7 +280,7 @@ def select_layers(weights: ModelWeights, layers: Sequence[int]) -> ModelWeights:
     has_attention = any(isinstance(w, AttentionLayerWeights) for w in kinds)
     return ModelWeights(weights.embed, weights.final_norm, weights.lm_head, kinds, [weights.mlps[i] for i in chosen],
                         weights.gdn_dims if has_gdn else None, weights.attn_dims if has_attention else None,
-                        weights.inv_freq if has_attention else None)
+                        weights.inv_freq if has_attention else None, shard=weights.shard)
 
 
 def gdn_row_orders(H: int, HV: int, K: int, V: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -147,7 +147,8 @@ def _check_shared(shared_gate_up, shared_down, shared_gate, Dm: int, dtype: torc
     return Is
 
 
-def _check_inputs(x, router, w_gate_up, w_down, top_k, norm_topk_prob) -> tuple[int, int, int, int]:
+def _check_inputs(x, router, w_gate_up, w_down, top_k, norm_topk_prob, first_expert: int | None = None
+                  ) -> tuple[int, int, int, int]:
     """``(T, Dm, E, I)`` of valid inputs; raises naming the first bad argument."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -159,12 +160,18 @@ def _check_inputs(x, router, w_gate_up, w_down, top_k, norm_topk_prob) -> tuple[
     E = router.shape[0]
     if not 1 <= E <= MAX_EXPERTS:
         raise ValueError(f"router has {E} rows: the number of experts E must lie in [1, {MAX_EXPERTS}]")
-    _check_weight("w_gate_up", w_gate_up, (E, None, Dm), "E, 2I, Dm", x.dtype, x.device)
+    local, held = E, "E"  # experts held (expert parallel: a block of El)
+    if first_expert is not None:
+        local, held = (w_gate_up.shape[0] if len(w_gate_up.shape) == 3 else E), "El"
+        if isinstance(first_expert, bool) or not isinstance(first_expert, int) or not (
+                0 <= first_expert and 1 <= local and first_expert + local <= E):
+            raise ValueError(f"first_expert = {first_expert!r}: the {local} experts held must lie in [0, E = {E})")
+    _check_weight("w_gate_up", w_gate_up, (local, None, Dm), f"{held}, 2I, Dm", x.dtype, x.device)
     if w_gate_up.shape[1] < 2 or w_gate_up.shape[1] % 2:
         raise ValueError(f"w_gate_up has {w_gate_up.shape[1]} rows per expert: gate rows then up rows, an even "
                          "number >= 2")
     I = w_gate_up.shape[1] // 2
-    _check_weight("w_down", w_down, (E, Dm, I), "E, Dm, I", x.dtype, x.device)
+    _check_weight("w_down", w_down, (local, Dm, I), f"{held}, Dm, I", x.dtype, x.device)
     if isinstance(top_k, bool) or not isinstance(top_k, int):
         raise TypeError(f"top_k must be an int, got {type(top_k).__name__}")
     if not 1 <= top_k <= E:
@@ -178,8 +185,8 @@ def moe_routed(x: torch.Tensor, router: torch.Tensor, w_gate_up: torch.Tensor | 
                w_down: torch.Tensor | Fp8Weight, *, top_k: int, norm_topk_prob: bool,
                shared_gate_up: torch.Tensor | Fp8Weight | None = None,
                shared_down: torch.Tensor | Fp8Weight | None = None, shared_gate: torch.Tensor | None = None,
-               config: MoEConfig | None = None, validate: bool = True, out: torch.Tensor | None = None
-               ) -> torch.Tensor:
+               config: MoEConfig | None = None, validate: bool = True, out: torch.Tensor | None = None,
+               first_expert: int | None = None) -> torch.Tensor:
     """The Qwen3-Next / Qwen3.5-MoE sparse MoE block on ``x: [T, Dm]``, reading only the routed experts' weights:
 
     ``p = softmax(x router^T)`` (logits rounded to x's dtype, softmax in fp32); the ``top_k`` largest (ties: the
@@ -199,8 +206,13 @@ def moe_routed(x: torch.Tensor, router: torch.Tensor, w_gate_up: torch.Tensor | 
     ``scale: [E, R, cdiv(K, 128)]``, one ``scale_rows: [N]``; no float tail). The grouped GEMMs dequantise each
     weight tile in registers (the e4m3 values converted to x's dtype, exact) and scale each K tile's fp32 product
     by its rows' block scales, so the block computes the dequantised weights' MoE with fp32 accumulation; only the
-    routed experts' fp8 bytes are read. ``config.block_k`` must then divide 128."""
-    T, Dm, E, I = _check_inputs(x, router, w_gate_up, w_down, top_k, norm_topk_prob)
+    routed experts' fp8 bytes are read. ``config.block_k`` must then divide 128.
+
+    Expert parallel (``first_expert`` given): ``w_gate_up: [El, 2I, Dm]`` and ``w_down: [El, Dm, I]`` hold experts
+    ``[first_expert, first_expert + El)`` of the router's ``E`` only: every token is routed over all ``E``, and
+    ``out`` sums the pairs of these experts (plus the shared expert given); the other ranks' pairs count zero, so the
+    sum over ranks of their outputs is the whole block."""
+    T, Dm, E, I = _check_inputs(x, router, w_gate_up, w_down, top_k, norm_topk_prob, first_expert)
     device, dtype = x.device, x.dtype
     Is = _check_shared(shared_gate_up, shared_down, shared_gate, Dm, dtype, device)
     weights = dict(w_gate_up=w_gate_up, w_down=w_down, shared_gate_up=shared_gate_up, shared_down=shared_down)
@@ -220,7 +232,7 @@ def moe_routed(x: torch.Tensor, router: torch.Tensor, w_gate_up: torch.Tensor | 
         for name in fp8:
             _check_scale_rows(name, weights[name])
     _launch(x, router, w_gate_up, w_down, top_k, norm_topk_prob, shared_gate_up, shared_down, shared_gate, Is,
-            cfg, out)
+            cfg, out, first_expert)
     return out
 
 
@@ -239,6 +251,16 @@ def _expert_args(w: torch.Tensor | Fp8Weight) -> tuple:
     return (values, values.stride(0), s_r, scales, scales.stride(0) if isinstance(w, Fp8Weight) else 0, s_sr, rows)
 
 
+class _HostStep:
+    """Torch ops between two launches, in the launch list's form: ``step[grid]()`` runs ``fn()``."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def __getitem__(self, grid: tuple) -> Any:
+        return self.fn
+
+
 class Launch(NamedTuple):
     """One kernel launch of the block: ``kernel[grid](*args, **meta)``."""
 
@@ -255,7 +277,7 @@ def _launch(*inputs) -> None:
 
 
 def _launches(x, router, w_gate_up, w_down, top_k, norm, shared_gate_up, shared_down, shared_gate, Is: int,
-              cfg: MoEConfig, out: torch.Tensor) -> list[Launch]:
+              cfg: MoEConfig, out: torch.Tensor, first_expert: int | None = None) -> list[Launch]:
     """The router logits (cuBLAS, computed here), the buffers, and the launches of the routing kernels, the two
     grouped GEMMs and the combine (kernels' docstring), in order. Meta tensors give the launches without a GPU
     (:mod:`~lumotree.optimized.ops.moe.resources` compiles them)."""
@@ -285,6 +307,19 @@ def _launches(x, router, w_gate_up, w_down, top_k, norm, shared_gate_up, shared_
                      Launch(_scatter_kernel, (blocks,), (ids, rank, base, sorted_pair, T, E),
                             dict(TOP_K=top_k, BLOCK_T=block_t))]
 
+    held = w_down.shape[0]  # experts of this rank (all E on one process)
+    if held != E:  # expert parallel: the pairs re-sorted by held expert (others last, in no tile), as totals [El]
+        local_sorted, local_totals = torch.empty((P,), **i32), torch.empty((held,), **i32)
+
+        def resort() -> None:  # fixed shapes: CUDA-graph safe
+            key = ids.view(-1).long() - first_expert  # [P]
+            key = torch.where((key >= 0) & (key < held), key, held)
+            local_sorted.copy_(torch.sort(key, stable=True).indices)
+            local_totals.copy_(torch.zeros(held + 1, dtype=torch.int64, device=device).scatter_add_(
+                0, key, torch.ones_like(key))[:held])
+
+        launches.append(Launch(_HostStep(resort), (), (), {}))
+        E, totals, sorted_pair, e_pad = held, local_totals, local_sorted, triton.next_power_of_2(held)
     has_shared = Is > 0
     bm = cfg.block_m
     # no shared expert: the experts' weights stand in (of their kind, so that the unused branch compiles)
@@ -305,7 +340,8 @@ def _launches(x, router, w_gate_up, w_down, top_k, norm, shared_gate_up, shared_
         dict(gemm, TOP_K=top_k, BLOCK_N=gate_up_n, BLOCK_K=block_k, EVEN_K=Dm % block_k == 0,
              **kinds(w_gate_up, ws_up))))
 
-    y = torch.empty((P, Dm), dtype=dtype, device=device)  # [P, Dm] each pair's weighted expert output
+    y = (torch.empty if held == router.shape[0] else torch.zeros)(
+        (P, Dm), dtype=dtype, device=device)  # [P, Dm] each pair's weighted expert output (others' pairs: 0)
     y_s = torch.empty((T, Dm), dtype=dtype, device=device) if has_shared else y  # [T, Dm]
     down_n = min(cfg.down_n, max(16, triton.next_power_of_2(Dm)))
     down_k = min(cfg.block_k, max(16, triton.next_power_of_2(max(I, Is))))
