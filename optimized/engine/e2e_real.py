@@ -160,6 +160,10 @@ def _run(engine_factory: Any, prompts: list[list[int]], params: Any, repeats: in
     return best
 
 
+def _mean_ms(seconds: list[float]) -> float:
+    return 1e3 * sum(seconds) / len(seconds) if seconds else 0.0
+
+
 def _record(engine: Any, out: list[Any], ar_tokens: list[list[int]] | None) -> dict[str, Any]:
     s = engine.stats.summary()
     steps = [x for x in engine.stats.steps if x.kind != "prefill"]
@@ -174,7 +178,10 @@ def _record(engine: Any, out: list[Any], ar_tokens: list[list[int]] | None) -> d
         "mean_nodes": (sum(x.nodes for x in spec) / len(spec)) if spec else 1.0,
         "budget_choices": dict(sorted(choices.items(), key=lambda kv: (kv[0] != "autoregressive",
                                                                         int(kv[0]) if kv[0].isdigit() else 0))),
-        "model_ms_per_step": 1e3 * sum(x.model_s for x in steps) / len(steps) if steps else 0.0,
+        "model_ms_per_step": _mean_ms([x.model_s for x in steps]),
+        "model_ms_per_spec_step": _mean_ms([x.model_s for x in spec]),
+        "model_ms_per_ar_step": _mean_ms([x.model_s for x in steps if x.kind == "autoregressive"]),
+        "slowest_step_ms": 1e3 * max((x.total_s for x in steps), default=0.0),
         "draft_ms_per_spec_step": 1e3 * s["draft_s_per_step"],
         "equal_to_ar": not differ, "requests_differing": differ,
     }
