@@ -217,11 +217,32 @@ def test_real_text_every_drafter_equals_autoregressive(checkpoint, tmp_path, cap
     assert main(["bench", "e2e", "--model", str(checkpoint), "--backend", "reference", "--workload", "tool_loop",
                  "--batches", "2", "--new-tokens", "6", "--max-prompt-tokens", "24", "--drafters", "ngram",
                  "--repeats", "1", "--max-nodes", "8", "--record-nodes", "8", "--cost-profile", str(out),
-                 "--out", str(again)]) == 0
+                 "--explain-differences", "2", "--out", str(again)]) == 0
     second = json.loads(again.read_text())
+    assert second["logit_error"] == 0.0  # the reference backend against the reference: the same float64 sums
     assert second["cost_profile"] == summary["cost_profile"]
     assert [r["label"] for r in second["results"]] == ["autoregressive", "chain ngram", "tree ngram"]
     assert all(r["equal_to_ar"] for r in second["results"])
+
+
+def test_difference_explainer_reports_the_reference_gap_at_the_first_difference(checkpoint):
+    from lumotree.optimized.engine.e2e_real import DifferenceExplainer
+    from lumotree.reference.model import load_pretrained
+
+    ref = load_pretrained(checkpoint)
+    prompt = [5, 17, 42, 7, 99, 3]
+    ar, cache = [], ref.new_cache()
+    logits = ref.forward(prompt, cache)
+    for _ in range(4):
+        ar.append(int(np.argmax(logits[-1])))
+        logits = ref.forward([ar[-1]], cache)
+    other = (ar[2] + 1) % ref.config.vocab_size
+    explainer = DifferenceExplainer(str(checkpoint), limit=1)
+    got = explainer.explain([prompt, prompt, prompt], [ar, ar[:2] + [other, 0], ar[:1] + [0]], [ar, ar, ar], [1, 2])
+    before = np.sort(ref.forward(prompt + ar[:2], ref.new_cache())[-1])  # the logits that chose ar[2]
+    assert got == [{"request": 1, "position": 2, "autoregressive_token": ar[2], "token": other,
+                    "top2_gap_float64": float(before[-1] - before[-2])}]  # the limit: request 2 not explained
+    assert got[0]["top2_gap_float64"] > 0
 
 
 @pytest.mark.gpu

@@ -55,6 +55,16 @@ from lumotree.errors import UsageError
 __all__ = ["add_arguments", "run", "main", "copy_bandwidth"]
 
 
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 0")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -132,6 +142,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     real.add_argument("--ignore-eos", action="store_true", help="--model: decode --new-tokens past end of text")
     real.add_argument("--record-nodes", type=_positive_int, default=32,
                       help="--model: fixed tree size of the runs that record the acceptance profiles")
+    real.add_argument("--explain-differences", type=_nonnegative_int, default=0, metavar="N",
+                      help="--model: for up to N requests of each run whose output differs from autoregressive "
+                           "decoding, the float64 reference's top-2 logit gap at the first difference (small models: "
+                           "the reference runs on the CPU)")
     real.add_argument("--profile-dir", default=None,
                       help="--model: write each acceptance profile here as WORKLOAD-DRAFTER.json")
     real.add_argument("--cost-profile", default=None,

@@ -160,6 +160,46 @@ def _run(engine_factory: Any, prompts: list[list[int]], params: Any, repeats: in
     return best
 
 
+class DifferenceExplainer:
+    """Why greedy outputs differ from autoregressive decoding: the float64 reference
+    (:func:`lumotree.reference.model.load_pretrained`, loaded on first use) gives the top-2 logit gap at the first
+    differing position, next to the runtime's own logit error on a prompt (:meth:`logit_error`). A gap within that
+    error is a near-tie that rounding may flip; a larger one is a wrong token."""
+
+    def __init__(self, model_dir: str, limit: int):
+        self.model_dir, self.limit, self._ref = model_dir, int(limit), None
+
+    def reference(self) -> Any:
+        if self._ref is None:
+            from lumotree.reference.model import load_pretrained
+
+            self._ref = load_pretrained(self.model_dir)
+        return self._ref
+
+    def logit_error(self, target: Any, prompt: list[int]) -> float:
+        """Largest |runtime - float64| of the logits after ``prompt`` (slot 0, released after)."""
+        import numpy as np
+
+        ref = self.reference()
+        got = target.prefill(0, prompt).double().cpu().numpy().reshape(-1)  # [V]
+        target.release(0)
+        return float(np.abs(got - ref.forward(prompt, ref.new_cache())[-1]).max())
+
+    def explain(self, prompts: list[list[int]], tokens: list[list[int]], ar_tokens: list[list[int]],
+                differ: list[int]) -> list[dict[str, Any]]:
+        import numpy as np
+
+        out = []
+        for i in differ[: self.limit]:
+            j = next(k for k, (a, b) in enumerate(zip(tokens[i], ar_tokens[i])) if a != b)
+            ref = self.reference()
+            logits = ref.forward(prompts[i] + ar_tokens[i][:j], ref.new_cache())[-1]  # [V] before position j
+            top2 = np.sort(logits)[-2:]
+            out.append({"request": i, "position": j, "autoregressive_token": ar_tokens[i][j],
+                        "token": tokens[i][j], "top2_gap_float64": float(top2[1] - top2[0])})
+        return out
+
+
 def _mean_ms(seconds: list[float]) -> float:
     return 1e3 * sum(seconds) / len(seconds) if seconds else 0.0
 
@@ -276,6 +316,11 @@ def run_real(args: argparse.Namespace) -> int:
         seconds = Engine(target, next(iter(factories.values()))(), mode="tree", max_nodes=args.max_nodes,
                          node_buckets=node_buckets).warm_up()
         log(f"every step shape warmed up ({seconds:.1f} s)")
+    explainer = DifferenceExplainer(args.model, args.explain_differences) if args.explain_differences else None
+    logit_error = None
+    if explainer is not None:  # the runtime's logit error on the first prompt: the scale of a near-tie
+        logit_error = explainer.logit_error(target, next(iter(encoded.values()))[0])
+        log(f"logit error against the float64 reference: {logit_error:.3g}")
     params = SamplingParams(max_new_tokens=args.new_tokens, stop_token_ids=stop)
     results: list[dict[str, Any]] = []
     profiles: dict[str, dict[str, Any]] = {}
@@ -313,6 +358,9 @@ def run_real(args: argparse.Namespace) -> int:
                     rec = {"workload": wname, "B": B, "label": f"{mode} {dname}", "mode": mode, "drafter": dname,
                            **_record(engine, out, ar_tokens)}
                     rec["speedup_vs_ar"] = rec["tokens_per_s"] / ar["tokens_per_s"] if ar["tokens_per_s"] else math.nan
+                    if explainer is not None and rec["requests_differing"]:
+                        rec["first_differences"] = explainer.explain(prompts, [r.tokens for r in out], ar_tokens,
+                                                                     rec["requests_differing"])
                     results.append(rec)
                     log(f"{wname} B={B:3d} {mode:5s} {dname:10s} {rec['tokens_per_s']:9.1f} tok/s "
                         f"x{rec['speedup_vs_ar']:.2f} accepted {rec['mean_accepted']:.2f} "
@@ -346,6 +394,7 @@ def run_real(args: argparse.Namespace) -> int:
         "device_name": torch.cuda.get_device_name(dev) if cuda else "cpu",
         "workloads": {w: str(p) for w, p in workloads}, "batches": batches, "new_tokens": args.new_tokens,
         "max_nodes": args.max_nodes, "record_nodes": args.record_nodes, "stop_token_ids": list(stop),
+        "logit_error": logit_error,
         "drafters": list(factories), "cost_profile": measured_cost, "results": results,
         "acceptance_profiles": profiles, "notes": notes, "elapsed_s": time.perf_counter() - t_start,
     }
