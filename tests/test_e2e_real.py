@@ -203,6 +203,7 @@ def test_real_text_every_drafter_equals_autoregressive(checkpoint, tmp_path, cap
         for label in ("autoregressive", *(f"{m} {d}" for d in drafters
                                           for m in ("chain", "tree")))}
     assert all(r["equal_to_ar"] for r in runs)
+    assert {key.split(",")[0] for key in summary["draft_seconds"]} == set(drafters)  # every drafter's time kept
     for r in runs:
         assert sum(r["budget_choices"].values()) == r["steps"] and r["tokens_per_s"] > 0
     for w in ("edit", "completion"):

@@ -396,6 +396,7 @@ def run_real(args: argparse.Namespace) -> int:
         "max_nodes": args.max_nodes, "record_nodes": args.record_nodes, "stop_token_ids": list(stop),
         "logit_error": logit_error,
         "drafters": list(factories), "cost_profile": measured_cost, "results": results,
+        "draft_seconds": cost.to_dict().get("draft_s", {}),  # each drafter's draft time as the runs measured it
         "acceptance_profiles": profiles, "notes": notes, "elapsed_s": time.perf_counter() - t_start,
     }
     with open(args.out, "w") as f:
