@@ -31,6 +31,7 @@ import time
 import torch
 import triton.testing
 
+from lumotree.optimized.engine.e2e import copy_bandwidth
 from lumotree.optimized.model import OptimizedModel, random_tensors
 from lumotree.optimized.model.weights import AttentionLayerWeights, GDNLayerWeights, ModelWeights
 from lumotree.optimized.ops import gemv as G
@@ -40,14 +41,6 @@ TARGET = 0.65
 REL_TOL = 2e-2
 SUM_TILES = [(8, 512, 1), (16, 512, 1), (16, 256, 1), (32, 256, 1), (8, 1024, 1), (16, 1024, 1), (8, 512, 2),
              (16, 512, 2), (8, 1024, 4), (16, 256, 4)]  # (block_n, block_k, split_k), 4 warps, broadcast + sum
-
-
-def copy_bandwidth() -> float:
-    """Bytes read + written per second by a 1 GiB device copy (median of 10)."""
-    x = torch.empty(512 * 1024**2, dtype=torch.bfloat16, device="cuda")
-    y = torch.empty_like(x)
-    ms = triton.testing.do_bench(lambda: y.copy_(x), warmup=5, rep=50, return_mode="median")
-    return 2 * x.numel() * 2 / (ms * 1e-3)
 
 
 def quantised(weights: ModelWeights) -> ModelWeights:
@@ -150,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     config = HybridConfig.from_dict({"model_type": "qwen3_5_text"})
     if args.layers is not None:
         config = config.replace(num_hidden_layers=args.layers, layer_types=config.layer_types[: args.layers])
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth(torch.device("cuda"))
     common = dict(num_slots=1, max_seq_len=args.prompt + 64, max_nodes=16, device="cuda", dtype=torch.bfloat16)
     model = OptimizedModel(config, random_tensors(config, 0, "cuda", torch.bfloat16), **common)
     bf16_bytes = step_bytes(model.weights, config, args.prompt)

@@ -98,20 +98,6 @@ def block_shape(config) -> tuple:
             config.shared_expert_intermediate_size, config.norm_topk_prob)
 
 
-def copy_bandwidth(device: torch.device) -> float:
-    """Bytes read + written per second of a 2 GiB device-to-device copy."""
-    import triton.testing
-
-    def copy_ms() -> float:
-        src = torch.empty(2**31, dtype=torch.uint8, device=device)
-        dst = torch.empty_like(src)
-        return triton.testing.do_bench(lambda: dst.copy_(src), warmup=20, rep=100, return_mode="median")
-
-    ms = copy_ms()
-    torch.cuda.empty_cache()
-    return 2 * 2**31 / (ms * 1e-3)
-
-
 def graph_time_us(call, calls: int) -> float:
     """Median time of one ``call(i)`` in a CUDA graph of ``calls`` back-to-back calls (i = 0 .. calls - 1)."""
     import triton.testing
@@ -502,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     names = ["tiny"] if args.check_only else args.models
     if args.check_only:
         args.tokens, args.calls, args.steps, args.context = [1, 3, 17], 2, 1, 8
+    from lumotree.optimized.engine.e2e import copy_bandwidth
+
     copy_bw = None if args.check_only else copy_bandwidth(device)
     if copy_bw is not None:
         print(f"{torch.cuda.get_device_name(device)}: copy {copy_bw / 1e12:.2f} TB/s (read + written), torch "

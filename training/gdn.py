@@ -9,10 +9,13 @@ For each value head (key heads shared by ``HV / H`` consecutive value heads, as 
 with ``S_0 = 0``, ``S_t: [K, V]`` kept in float32. fla (``fla.ops.gated_delta_rule.chunk_gated_delta_rule``) computes
 the same function chunk-wise with its own backward; it is imported only when a CUDA tensor asks for it.
 :func:`chunked_gated_delta_rule` is the same chunk-wise (WY) form in plain torch (autograd through a unit-triangular
-solve per chunk): the ``"chunk"`` backend, and what ``"auto"`` falls back to on CUDA when fla is not importable.
+solve per chunk): the ``"chunk"`` backend, and what ``"auto"`` falls back to on CUDA when fla cannot train
+(:func:`fla_unusable`).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -99,10 +102,11 @@ def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     return o.transpose(1, 2).to(dtype)  # [B, T, HV, V]
 
 
+@functools.cache
 def fla_unusable() -> str | None:
     """Why fla's chunk kernel cannot train here (``None`` when it can): not importable (the carried ``fla_core``
     wheel), or fla's own refusal of its gated backward on Hopper with Triton >= 3.4 and < 3.7.1, whose results
-    fla reports as incorrect."""
+    fla reports as incorrect. Checked once a process."""
     try:
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: F401
     except Exception:

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import subprocess
-import tempfile
 
 import torch
 import triton
 
+from ..cubin import cubin_resources, tools_present
 from ..tree_meta import PATH_BLOCK, WORD_BITS
 from .apply import _gdn_tree_apply_kernel, _gdn_tree_verify_kernel
 from .commit import _gdn_tree_commit_kernel
@@ -36,15 +34,6 @@ __all__ = ["default_kernel_resources", "tools_present"]
 H, HV, K, V = 16, 32, 128, 128
 H200_SMS = 132  # the default configs as chosen on an H200
 INT_POINTERS = ("slots_ptr", "words_ptr", "depth_ptr", "num_nodes_ptr", "accepted_ptr", "ready_ptr")
-
-
-def _tool(name: str) -> str:
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
-
-
-def tools_present() -> bool:
-    """Whether Triton ships the NVIDIA ``ptxas`` and ``cuobjdump`` this report needs."""
-    return os.path.exists(_tool("ptxas")) and os.path.exists(_tool("cuobjdump"))
 
 
 def _compile(kernel, constexprs: dict, num_warps: int, num_stages: int, maxnreg: int, descs: dict):
@@ -85,13 +74,7 @@ def overcovered_products(ttgir: str) -> int:
 
 
 def _resources(compiled) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
-        f.flush()
-        text = subprocess.run([_tool("cuobjdump"), "-res-usage", f.name], capture_output=True, text=True).stdout
-    usage = dict(re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", text))
-    return dict(regs=int(usage.get("REG", -1)), stack=int(usage.get("STACK", -1)),
-                smem=int(compiled.metadata.shared), overcovered=overcovered_products(compiled.asm["ttgir"]))
+    return dict(cubin_resources(compiled), overcovered=overcovered_products(compiled.asm["ttgir"]))
 
 
 def _descriptor_types(names: tuple, NP: int, bk: int, bv: int, scratch: str) -> dict:

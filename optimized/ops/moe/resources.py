@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import subprocess
-import tempfile
 
 import torch
 import triton
 
+from ..cubin import cubin_resources, tools_present
 from ..gemv import Fp8Weight
 from .routed import Launch, _launches, moe_config
 
@@ -37,15 +34,6 @@ H200_SMS = 132
 TOKENS = (1, 16, 64, 1024)
 POINTER_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.int32: "*i32",
                  torch.float8_e4m3fn: "*fp8e4nv"}
-
-
-def _tool(name: str) -> str:
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
-
-
-def tools_present() -> bool:
-    """Whether Triton ships the NVIDIA ``ptxas`` and ``cuobjdump`` this check needs."""
-    return os.path.exists(_tool("ptxas")) and os.path.exists(_tool("cuobjdump"))
 
 
 def _specialise(launch: Launch) -> tuple[dict, dict, dict, dict]:
@@ -77,15 +65,6 @@ def _compile(kernel, signature: dict, constexprs: dict, attrs: dict, options: di
 
     src = ASTSource(fn=kernel, signature=signature, attrs=attrs, constexprs=constexprs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 128), options=options)
-
-
-def _resources(compiled) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
-        f.flush()
-        text = subprocess.run([_tool("cuobjdump"), "-res-usage", f.name], capture_output=True, text=True).stdout
-    usage = dict(re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", text))
-    return dict(regs=int(usage.get("REG", -1)), stack=int(usage.get("STACK", -1)), smem=int(compiled.metadata.shared))
 
 
 def _default_launches(models: tuple[str, ...], fp8: bool = False) -> list[tuple[str, Launch]]:
@@ -126,7 +105,7 @@ def default_kernel_resources(models: tuple[str, ...] = tuple(MODELS), fp8: bool 
             seen[key]["launches"] += 1
             continue
         try:
-            row = dict(label=label, launches=1, **_resources(_compile(launch.kernel, *spec)))
+            row = dict(label=label, launches=1, **cubin_resources(_compile(launch.kernel, *spec)))
         except Exception as exc:  # noqa: BLE001 - reported in the row
             row = dict(label=label, launches=1, error=f"{type(exc).__name__}: {exc}"[:300])
         seen[key] = row
