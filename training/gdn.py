@@ -129,8 +129,8 @@ def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch
                      backend: str = "auto") -> torch.Tensor:
     """The rule with the backend's kernel: ``"fla"`` (chunk kernel, CUDA), ``"torch"``
     (:func:`recurrent_gated_delta_rule`), ``"chunk"`` (:func:`chunked_gated_delta_rule`) or ``"auto"`` (fla for
-    CUDA tensors, the chunked torch form there when fla cannot train (:func:`fla_unusable`), the recurrence on the CPU). Shapes as in
-    :func:`recurrent_gated_delta_rule`."""
+    CUDA tensors, the chunked torch form there when fla cannot train (:func:`fla_unusable`), the recurrence on the
+    CPU). Shapes as in :func:`recurrent_gated_delta_rule`."""
     if backend not in ("auto", "fla", "torch", "chunk"):
         raise ValueError(f"backend = {backend!r} is not one of 'auto', 'fla', 'torch', 'chunk'")
     if backend == "torch" or (backend == "auto" and not q.is_cuda):
