@@ -162,7 +162,7 @@ def test_global_cache_evicts_the_least_recently_used_output_and_refuses_oversize
 
 
 def test_suffix_drafter_proposes_calibrated_trees_from_its_own_tokens_and_from_finished_outputs():
-    d = SuffixDrafter(max_depth=8)
+    d = SuffixDrafter(max_depth=8, max_spec_factor=1.0, max_spec_offset=0.0)
     d.admit(0, [1, 2, 3, 9, 1, 2, 4, 9, 1, 2, 3])
     [draft] = d.propose([DraftRequest(0, [1, 2, 3, 9, 1, 2, 4, 9, 1, 2, 3, 9], SamplingParams())], 16, False)
     # pattern "... 9": "1 2 3 9" seen once before, so the longest match continues "1 2 4 9" with frequency 1
@@ -176,6 +176,10 @@ def test_suffix_drafter_proposes_calibrated_trees_from_its_own_tokens_and_from_f
     d.advance([DraftRequest(1, [], SamplingParams())], [[9]])
     [longer] = d.propose([DraftRequest(1, [5, 5, 9, 7], SamplingParams())], 16, True)
     assert short.tokens == [9, 7] and longer.tokens == [7, 7, 8] and d.picks["global"] == 2
+    far = SuffixDrafter(max_depth=8, cache=d.cache)  # the defaults: a match of length L drafts 3 L + 1 tokens
+    far.admit(1, [5, 5])
+    [draft] = far.propose([DraftRequest(1, [5, 5, 9], SamplingParams())], 16, True)
+    assert draft.tokens == [9, 7, 7, 8, 6]
 
 
 def test_suffix_drafter_is_lossless_through_the_engine_and_reuses_finished_outputs():

@@ -222,6 +222,10 @@ def _record(engine: Any, out: list[Any], ar_tokens: list[list[int]] | None) -> d
         "model_ms_per_spec_step": _mean_ms([x.model_s for x in spec]),
         "model_ms_per_ar_step": _mean_ms([x.model_s for x in steps if x.kind == "autoregressive"]),
         "slowest_step_ms": 1e3 * max((x.total_s for x in steps), default=0.0),
+        "host_ms_per_step": _mean_ms([x.total_s - x.model_s - x.draft_s for x in steps]),  # budget, drafter's advance,
+        # bookkeeping: the step but its draft and model call
+        "declined_drafts": sum(1 for x in steps if x.kind == "autoregressive" and x.draft_s > 0),
+        "declined_draft_ms": 1e3 * sum(x.draft_s for x in steps if x.kind == "autoregressive"),
         "draft_ms_per_spec_step": 1e3 * s["draft_s_per_step"],
         "equal_to_ar": not differ, "requests_differing": differ,
     }
@@ -324,6 +328,24 @@ def run_real(args: argparse.Namespace) -> int:
     params = SamplingParams(max_new_tokens=args.new_tokens, stop_token_ids=stop)
     results: list[dict[str, Any]] = []
     profiles: dict[str, dict[str, Any]] = {}
+
+    def save() -> dict[str, Any]:
+        """The results so far, written to ``--out`` (after every run: a run cut short keeps the ones before)."""
+        summary = {
+            "model": os.path.abspath(args.model), "backend": args.backend, "dtype": str(dtype), "device": str(dev),
+            "device_name": torch.cuda.get_device_name(dev) if cuda else "cpu",
+            "workloads": {w: str(p) for w, p in workloads}, "batches": batches, "new_tokens": args.new_tokens,
+            "max_nodes": args.max_nodes, "record_nodes": args.record_nodes, "stop_token_ids": list(stop),
+            "logit_error": logit_error,
+            "drafters": list(factories), "cost_profile": measured_cost, "results": results,
+            "draft_seconds": cost.to_dict().get("draft_s", {}),  # each drafter's draft time as the runs measured it
+            "acceptance_profiles": profiles, "notes": notes, "elapsed_s": time.perf_counter() - t_start,
+        }
+        with open(args.out + ".part", "w") as f:  # replaced whole: a reader never sees half a file
+            json.dump(summary, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
+        os.replace(args.out + ".part", args.out)
+        return summary
+
     for wname, prompts_all in encoded.items():
         for B in batches:
             if time.perf_counter() - t_start > args.time_limit:
@@ -343,6 +365,7 @@ def run_real(args: argparse.Namespace) -> int:
                   **_record(engine, out, None), "speedup_vs_ar": 1.0}
             ar_tokens = [r.tokens for r in out]
             results.append(ar)
+            save()
             log(f"{wname} B={B:3d} autoregressive {ar['tokens_per_s']:9.1f} tok/s")
             for dname, factory in factories.items():
                 for mode in ("chain", "tree"):
@@ -362,6 +385,7 @@ def run_real(args: argparse.Namespace) -> int:
                         rec["first_differences"] = explainer.explain(prompts, [r.tokens for r in out], ar_tokens,
                                                                      rec["requests_differing"])
                     results.append(rec)
+                    save()
                     log(f"{wname} B={B:3d} {mode:5s} {dname:10s} {rec['tokens_per_s']:9.1f} tok/s "
                         f"x{rec['speedup_vs_ar']:.2f} accepted {rec['mean_accepted']:.2f} "
                         f"{'equal' if rec['equal_to_ar'] else 'DIFFERS'} {rec['budget_choices']}")
@@ -388,19 +412,9 @@ def run_real(args: argparse.Namespace) -> int:
                 os.makedirs(args.profile_dir, exist_ok=True)
                 with open(os.path.join(args.profile_dir, f"{wname}-{dname}.json"), "w") as f:
                     json.dump(entry, f, indent=1)
+            save()
             log(f"{wname} {dname}: acceptance profile, depth-1 ranks {entry['acceptance'][0][:4]}")
-    summary = {
-        "model": os.path.abspath(args.model), "backend": args.backend, "dtype": str(dtype), "device": str(dev),
-        "device_name": torch.cuda.get_device_name(dev) if cuda else "cpu",
-        "workloads": {w: str(p) for w, p in workloads}, "batches": batches, "new_tokens": args.new_tokens,
-        "max_nodes": args.max_nodes, "record_nodes": args.record_nodes, "stop_token_ids": list(stop),
-        "logit_error": logit_error,
-        "drafters": list(factories), "cost_profile": measured_cost, "results": results,
-        "draft_seconds": cost.to_dict().get("draft_s", {}),  # each drafter's draft time as the runs measured it
-        "acceptance_profiles": profiles, "notes": notes, "elapsed_s": time.perf_counter() - t_start,
-    }
-    with open(args.out, "w") as f:
-        json.dump(summary, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
+    summary = save()
     table = markdown_table(summary)
     print(table)
     if args.markdown:

@@ -389,9 +389,13 @@ class Engine:
         B = len(batch)
         drafts, decision, draft_s, requests = plan_step(self, batch)  # rank 0's, tensor parallel
         tm = time.perf_counter()
+        advanced = False
         if drafts is None:
-            committed, emitted_lists, accepted, predicted, nodes = self._autoregressive_step(batch)
-            kind, reason = "autoregressive", (decision.reason if decision else "no draft")
+            def advance(committed: list[list[int]]) -> None:  # while the device decodes (its tokens are known)
+                self._advance_drafter(batch, requests, committed)
+
+            committed, emitted_lists, accepted, predicted, nodes = self._autoregressive_step(batch, advance)
+            kind, reason, advanced = "autoregressive", (decision.reason if decision else "no draft"), True
         else:
             assert decision is not None
             committed, emitted_lists, accepted, predicted, nodes = self._speculative_step(batch, drafts, decision.nodes)
@@ -401,8 +405,8 @@ class Engine:
         if self.prefix_cache is not None:
             for request, tokens in zip(batch, committed):
                 request.cached.extend(tokens)
-        if self.drafter is not None:
-            self.drafter.advance(requests or [self._draft_request(r) for r in batch], committed)
+        if not advanced:
+            self._advance_drafter(batch, requests, committed)
         emitted_total = 0
         for request, emitted, acc in zip(batch, emitted_lists, accepted):
             request.counter += 1
@@ -426,12 +430,20 @@ class Engine:
         return DraftRequest(r.slot, r.context, r.params, r.seed, r.counter, r.request_id,
                             r.params.max_new_tokens - len(r.output))
 
-    def _autoregressive_step(self, batch: list[Request]):
+    def _advance_drafter(self, batch: list[Request], requests: list[DraftRequest] | None,
+                         committed: list[list[int]]) -> None:
+        if self.drafter is not None:
+            self.drafter.advance(requests or [self._draft_request(r) for r in batch], committed)
+
+    def _autoregressive_step(self, batch: list[Request], during: Callable[[list[list[int]]], None]):
+        """One decode of every request's pending token; ``during(committed)`` runs on the host after the launch,
+        before the logits are read: the drafter's bookkeeping overlaps the device's step."""
         slots = torch.tensor([r.slot for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
         pending = torch.tensor([r.output[-1] for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
-        logits = self.model.decode(slots, pending)  # [B, V]
-        nxt = self._sample_rows(batch, logits)
         committed = [[r.output[-1]] for r in batch]
+        logits = self.model.decode(slots, pending)  # [B, V]
+        during(committed)
+        nxt = self._sample_rows(batch, logits)
         return committed, [[t] for t in nxt], [0] * len(batch), 0.0, 1
 
     def _speculative_step(self, batch: list[Request], drafts: list[Draft], nodes: int):

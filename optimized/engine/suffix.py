@@ -114,26 +114,42 @@ class SuffixTree:
 
     def extend(self, seq_id: int, tokens: Iterable[int]) -> None:
         """Append ``tokens`` to sequence ``seq_id`` (a new id starts a sequence); ``O(max_depth)`` per token."""
-        seq = self.sequences.setdefault(seq_id, [])
-        if seq and seq_id not in self._active:
+        seq = self.sequences.get(seq_id)
+        if seq is None:
+            seq = self.sequences[seq_id] = []
+        elif seq_id not in self._active:
             raise ValueError(f"seq_id = {seq_id!r} is sealed: it cannot grow")
-        active = self._active.setdefault(seq_id, [self.root])
-        keep = self.max_depth - 1
-        before = len(seq)
-        for tok in tokens:
+        active = self._active.get(seq_id) or [self.root]
+        keep = self.max_depth  # the root and the suffixes of length 1 .. max_depth - 1 stay active
+        before, created = len(seq), 0
+        root = self.root
+        for tok in tokens:  # _Node.get / _Node.add inlined: this loop is the drafter's per-token cost
             tok = int(tok)
             seq.append(tok)
-            grown: list[_Node] = [self.root]
+            grown = [root]
             for node in active:
-                child = node.get(tok)
+                children = node.children
+                if children is not None:
+                    child = children.get(tok)
+                elif node.key == tok:
+                    child = node.child
+                else:
+                    child = None
                 if child is None:
-                    child = node.add(tok)
-                    self.num_nodes += 1
+                    child = _Node()
+                    created += 1
+                    if children is not None:
+                        children[tok] = child
+                    elif node.child is None:
+                        node.key, node.child = tok, child
+                    else:
+                        node.children = {node.key: node.child, tok: child}
+                        node.key = node.child = None
                 child.count += 1
                 child.last = seq_id
-                if len(grown) <= keep:
-                    grown.append(child)
-            active = grown
+                grown.append(child)
+            active = grown if len(grown) <= keep else grown[:keep]
+        self.num_nodes += created
         self.num_tokens += len(seq) - before
         self._active[seq_id] = active
 
@@ -334,7 +350,8 @@ class SuffixDrafter:
 
     ``max_depth``: depth of the trees (the longest pattern matched plus its continuation); ``max_spec_tokens``: most
     draft tokens (None: the engine's budget); ``max_spec_factor`` / ``max_spec_offset``: a match of length L drafts at
-    most ``floor(factor * L + offset)`` tokens; ``min_token_prob``: least path confidence drafted;
+    most ``floor(factor * L + offset)`` tokens (the defaults, 3 and 1, draft further than the length-for-length rule
+    of the public engines: the budget cuts each draft to the tree size that pays); ``min_token_prob``: least path confidence drafted;
     ``max_cached_requests`` / ``cache_capacity``: the global cache's bounds (0 requests: no global cache); ``cache``:
     a :class:`SuffixCache` to share (e.g. across engines), instead of a new one."""
 
@@ -348,8 +365,8 @@ class SuffixDrafter:
         self,
         max_depth: int = 24,
         max_spec_tokens: int | None = None,
-        max_spec_factor: float = 1.0,
-        max_spec_offset: float = 0.0,
+        max_spec_factor: float = 3.0,
+        max_spec_offset: float = 1.0,
         min_token_prob: float = 0.1,
         max_cached_requests: int = 10_000,
         cache_capacity: int = 2_000_000,
