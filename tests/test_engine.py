@@ -525,6 +525,23 @@ def test_budget_amortizes_expensive_drafts():
         ExpectedThroughputBudget(profile, probe_cost_fraction=0.0)
 
 
+def test_budget_keeps_drafting_when_verified_drafts_save_more_than_declined_ones_cost():
+    """A cheap drafter whose matches come and go (one verified draft that saved time, then a useless one) drafts
+    again at the next step; a draft that costs more than the verified ones saved backs off as before."""
+    profile = flat_profile(verify=lambda b, n: 1.0 + n / 64.0)
+    good, useless = [np.full(15, 0.9)], [np.zeros(15)]
+    for draft_seconds, skipped in ((0.05, 0), (50.0, 1000)):
+        budget = ExpectedThroughputBudget(profile, probe_cost_fraction=0.05)
+        decision = budget.choose(1, good, draft_seconds)
+        assert not decision.autoregressive
+        budget.observe(decision, predicted_accepted=13.5, accepted=12.0, draft_seconds=draft_seconds)
+        # 13 tokens for a 1.2 s step (and its draft) against 13 decode steps of 1 s
+        assert (budget.gain_ema > 0) == (skipped == 0)
+        assert budget.choose(1, useless, draft_seconds).autoregressive
+        assert budget.skip_remaining == skipped
+        assert budget.want_draft(1) == (skipped == 0)
+
+
 def test_budget_time_calibration_from_measured_steps():
     """Measured step times scale the profile: verify steps that take 3x their profiled time make a tree that paid
     on paper lose to decoding; decode steps that are slow make speculation pay again."""

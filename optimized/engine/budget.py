@@ -366,6 +366,10 @@ class ExpectedThroughputBudget(BudgetPolicy):
         self.skip_remaining = 0
         self.backoff = 1
         self._probe_due = False
+        self.paying_ema = 0.0  # share of the drafts that were verified (moving average over drafted steps)
+        self.gain_ema = 0.0  # seconds a verified step saved against decoding its tokens one by one (moving average)
+        self._token_seconds = 0.0  # decoding's seconds per token at the last decision
+        self._batch = 0  # its batch
 
     @property
     def kappa(self) -> float:
@@ -418,6 +422,8 @@ class ExpectedThroughputBudget(BudgetPolicy):
         """Speculate with the best bucket when it beats decoding (the draft is paid for by now); otherwise decode.
 
         Whether to *draft* in the next steps is a separate question, answered with the draft's cost included: when
+        the drafts that were verified saved more time (moving averages of their share p and of their saving G against
+        decoding) than the declined ones cost, ``p G > (1 - p) T_draft``, the next step drafts again; otherwise, when
         ``tokens / (T_draft + T_verify)`` loses to decoding (or decoding wins outright), drafting backs off for 1, 2,
         4, .. steps. When only the calibration stands in the way (the drafter's own confidences would pay), a step
         that decodes runs as a *probe* at the best bucket of the uncalibrated confidences instead, so the calibration
@@ -428,14 +434,23 @@ class ExpectedThroughputBudget(BudgetPolicy):
         spec_wins = not spec.autoregressive and spec.predicted_tokens / spec.predicted_seconds > ar_rate
         pays_with_draft = spec_wins and (
             spec.predicted_tokens / (spec.predicted_seconds + max(draft_seconds, 0.0)) > ar_rate)
+        a = self.calibration_decay
+        self.paying_ema = a * self.paying_ema + (1 - a) * float(spec_wins)
+        self._token_seconds = ar.predicted_seconds / ar.predicted_tokens  # for observe: decoding's cost of a token
+        self._batch = batch
         if pays_with_draft:
             self.backoff = 1
             return spec
-        # decode without drafting for the backoff period, and at least long enough that a wasted draft of this cost
-        # stays below `probe_cost_fraction` of the decoding time in between
-        amortize = math.ceil(max(draft_seconds, 0.0) / (self.probe_cost_fraction * ar.predicted_seconds))
-        self.skip_remaining = max(self.backoff, min(amortize, 64 * self.max_backoff))
-        self.backoff = min(self.max_backoff, 2 * self.backoff)
+        if self.paying_ema * self.gain_ema > (1 - self.paying_ema) * max(draft_seconds, 0.0):
+            # the verified drafts saved more than the declined ones cost (a cheap drafter whose matches come and go):
+            # draft again next step
+            self.skip_remaining = 0
+        else:
+            # decode without drafting for the backoff period, and at least long enough that a wasted draft of this
+            # cost stays below `probe_cost_fraction` of the decoding time in between
+            amortize = math.ceil(max(draft_seconds, 0.0) / (self.probe_cost_fraction * ar.predicted_seconds))
+            self.skip_remaining = max(self.backoff, min(amortize, 64 * self.max_backoff))
+            self.backoff = min(self.max_backoff, 2 * self.backoff)
         if spec_wins:
             spec.reason += f"; drafting ({1e3 * draft_seconds:.2f} ms) does not pay: next {self.skip_remaining} " \
                            "steps decode"
@@ -450,6 +465,8 @@ class ExpectedThroughputBudget(BudgetPolicy):
         if decision.autoregressive:
             return
         a = self.calibration_decay
+        saved = (self._batch + accepted) * self._token_seconds - decision.predicted_seconds - draft_seconds
+        self.gain_ema = a * self.gain_ema + (1 - a) * saved  # decoding these tokens one step each, less this step
         self.accepted_ema = a * self.accepted_ema + (1 - a) * float(accepted)
         self.predicted_ema = a * self.predicted_ema + (1 - a) * float(predicted_accepted)
 

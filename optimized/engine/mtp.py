@@ -134,6 +134,9 @@ class MTPDrafter:
         sampled = self.sampled and chain and any(not r.params.greedy for r in requests)
         limit = self.target.max_seq_len
         rounds = [max(0, min(self.depth, max_nodes - 1, limit - len(r.context))) for r in requests]  # room left
+        if chain and not sampled and callable(getattr(self.head, "chain", None)) and len(set(rounds)) == 1 \
+                and 0 < rounds[0] < self.head.max_nodes:
+            return self._greedy_chains(requests, rounds[0], max_nodes)
         tokens = [[int(r.context[-1])] for r in requests]
         parents: list[list[int]] = [[-1] for _ in requests]
         logp: list[list[float]] = [[0.0] for _ in requests]  # cumulative log-probability under the head
@@ -179,6 +182,23 @@ class MTPDrafter:
                 frontier[b] = fresh[:k]
         return [self._draft(t, p, lp, drawn_from[b] if sampled else None, max_nodes)
                 for b, (t, p, lp) in enumerate(zip(tokens, parents, logp))]
+
+    def _greedy_chains(self, requests: Sequence[DraftRequest], rounds: int, max_nodes: int) -> list[Draft]:
+        """Every request's greedy chain of ``rounds`` tokens in one head call (:meth:`MTPHead.chain`: the rounds
+        run on the device, one read at the end): the chains the round-by-round growth of :meth:`propose` draws."""
+        slots = torch.tensor([r.slot for r in requests], dtype=torch.int32)
+        pending = torch.tensor([int(r.context[-1]) for r in requests], dtype=torch.int64)
+        root = torch.stack([self._root[r.slot] for r in requests]).to(self.head.device)  # [B, D]
+        picked, logp = self.head.chain(slots, pending, root, rounds)  # [B, rounds] each
+        picked, logp = picked.cpu().tolist(), logp.cpu().tolist()
+        drafts = []
+        for r, toks, steps in zip(requests, picked, logp):
+            cumulative = [0.0]
+            for lp in steps:
+                cumulative.append(cumulative[-1] + float(lp))
+            drafts.append(self._draft([int(r.context[-1])] + [int(t) for t in toks], list(range(-1, rounds)),
+                                      cumulative, None, max_nodes))
+        return drafts
 
     @staticmethod
     def _draft(tokens: list[int], parents: list[int], logp: list[float], drawn_from: list[torch.Tensor] | None,

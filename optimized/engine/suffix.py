@@ -44,45 +44,7 @@ def _check_int(name: str, value: object, minimum: int) -> int:
     return int(value)
 
 
-class _Node:
-    """A trie node: occurrences of its substring, the latest sequence that passed through it, and its children: one
-    child inline (``key``, ``child``; most nodes have at most one), a dict from the second on (``children``)."""
-
-    __slots__ = ("count", "last", "key", "child", "children")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.last = -1
-        self.key: int | None = None
-        self.child: _Node | None = None
-        self.children: dict[int, _Node] | None = None
-
-    def get(self, tok: int) -> _Node | None:
-        if self.children is not None:
-            return self.children.get(tok)
-        return self.child if self.key == tok else None
-
-    def items(self) -> Iterable[tuple[int, _Node]]:
-        if self.children is not None:
-            return self.children.items()
-        return () if self.child is None else ((self.key, self.child),)
-
-    def add(self, tok: int) -> _Node:
-        node = _Node()
-        if self.children is not None:
-            self.children[tok] = node
-        elif self.child is None:
-            self.key, self.child = tok, node
-        else:
-            self.children = {self.key: self.child, tok: node}
-            self.key = self.child = None
-        return node
-
-    def drop(self, tok: int) -> None:
-        if self.children is not None:
-            del self.children[tok]
-        else:
-            self.key = self.child = None
+_TOKEN_BITS = 32  # a child's key: parent id << 32 | token (exact for token ids below 2^32)
 
 
 @dataclass
@@ -102,51 +64,68 @@ class SuffixCandidate:
 class SuffixTree:
     """Depth-bounded suffix tree (a trie of all substrings of length ``<= max_depth``) with occurrence counts, over
     any number of sequences addressed by id (module docstring). ``num_nodes`` counts the non-root nodes,
-    ``num_tokens`` the stored tokens."""
+    ``num_tokens`` the stored tokens.
+
+    Nodes are integers (the root is 0) into flat lists (occurrences, latest sequence, token, linked children) and one
+    dict from ``parent << 32 | token`` to the child: growing by a token is about ``max_depth`` dict look-ups and
+    allocates no object per node (nothing for the garbage collector to walk). Freed ids are reused."""
 
     def __init__(self, max_depth: int = 24):
         self.max_depth = _check_int("max_depth", max_depth, 1)
-        self.root = _Node()
         self.num_nodes = 0
         self.num_tokens = 0
         self.sequences: dict[int, list[int]] = {}
-        self._active: dict[int, list[_Node]] = {}  # open sequences: the nodes of their suffixes of length 0..D-1
+        self._active: dict[int, list[int]] = {}  # open sequences: the nodes of their suffixes of length 0..D-1
+        self._child: dict[int, int] = {}  # parent << 32 | token -> child
+        # per node (flat lists: no object per node): occurrences of its substring, the latest sequence that passed
+        # through it, the token on the edge into it, and its children as a linked list, newest first
+        self._count: list[int] = [0]
+        self._last: list[int] = [-1]
+        self._token: list[int] = [-1]
+        self._first: list[int] = [-1]  # newest child (-1: none)
+        self._next: list[int] = [-1]  # next older sibling (-1: none)
+        self._free: list[int] = []  # ids of freed nodes
 
     def extend(self, seq_id: int, tokens: Iterable[int]) -> None:
-        """Append ``tokens`` to sequence ``seq_id`` (a new id starts a sequence); ``O(max_depth)`` per token."""
+        """Append ``tokens`` (ids in ``[0, 2^32)``) to sequence ``seq_id`` (a new id starts a sequence);
+        ``O(max_depth)`` per token."""
         seq = self.sequences.get(seq_id)
         if seq is None:
             seq = self.sequences[seq_id] = []
         elif seq_id not in self._active:
             raise ValueError(f"seq_id = {seq_id!r} is sealed: it cannot grow")
-        active = self._active.get(seq_id) or [self.root]
+        active = self._active.get(seq_id) or [0]
         keep = self.max_depth  # the root and the suffixes of length 1 .. max_depth - 1 stay active
+        child_of, count, last, token, first, nxt, free = \
+            self._child, self._count, self._last, self._token, self._first, self._next, self._free
         before, created = len(seq), 0
-        root = self.root
-        for tok in tokens:  # _Node.get / _Node.add inlined: this loop is the drafter's per-token cost
+        for tok in tokens:  # the drafter's per-token cost: keep this loop lean
             tok = int(tok)
+            if not 0 <= tok < (1 << _TOKEN_BITS):
+                raise ValueError(f"token {tok} is outside [0, 2^{_TOKEN_BITS})")
             seq.append(tok)
-            grown = [root]
+            grown = [0]
             for node in active:
-                children = node.children
-                if children is not None:
-                    child = children.get(tok)
-                elif node.key == tok:
-                    child = node.child
-                else:
-                    child = None
+                key = node << _TOKEN_BITS | tok
+                child = child_of.get(key)
                 if child is None:
-                    child = _Node()
-                    created += 1
-                    if children is not None:
-                        children[tok] = child
-                    elif node.child is None:
-                        node.key, node.child = tok, child
+                    if free:
+                        child = free.pop()
+                        count[child], last[child], token[child], first[child] = 1, seq_id, tok, -1
+                        nxt[child] = first[node]
                     else:
-                        node.children = {node.key: node.child, tok: child}
-                        node.key = node.child = None
-                child.count += 1
-                child.last = seq_id
+                        child = len(count)
+                        count.append(1)
+                        last.append(seq_id)
+                        token.append(tok)
+                        first.append(-1)
+                        nxt.append(first[node])
+                    first[node] = child
+                    child_of[key] = child
+                    created += 1
+                else:
+                    count[child] += 1
+                    last[child] = seq_id
                 grown.append(child)
             active = grown if len(grown) <= keep else grown[:keep]
         self.num_nodes += created
@@ -164,13 +143,23 @@ class SuffixTree:
         seq = self.sequences.pop(seq_id)
         self._active.pop(seq_id, None)
         self.num_tokens -= len(seq)
+        child_of, count, first, nxt = self._child, self._count, self._first, self._next
         for start in range(len(seq)):
-            parent = self.root
+            parent = 0
             for tok in seq[start : start + self.max_depth]:
-                node = parent.get(tok)
-                node.count -= 1
-                if node.count == 0:
-                    parent.drop(tok)
+                key = parent << _TOKEN_BITS | tok
+                node = child_of[key]
+                count[node] -= 1
+                if count[node] == 0:  # its descendants on this path reach 0 in this walk too
+                    del child_of[key]
+                    if first[parent] == node:  # unlink it from its siblings
+                        first[parent] = nxt[node]
+                    else:
+                        sibling = first[parent]
+                        while nxt[sibling] != node:
+                            sibling = nxt[sibling]
+                        nxt[sibling] = nxt[node]
+                    self._free.append(node)
                     self.num_nodes -= 1
                 parent = node
 
@@ -179,21 +168,34 @@ class SuffixTree:
         """Entries held: trie nodes plus stored tokens."""
         return self.num_nodes + self.num_tokens
 
-    def find(self, pattern: Sequence[int]) -> _Node | None:
+    def find(self, pattern: Sequence[int]) -> int | None:
         """The node of ``pattern`` (None: it does not occur, or it is longer than ``max_depth``)."""
         if len(pattern) > self.max_depth:
             return None
-        node: _Node | None = self.root
+        node: int | None = 0
         for tok in pattern:
-            node = node.get(int(tok))
+            tok = int(tok)
+            if not 0 <= tok < (1 << _TOKEN_BITS):
+                return None
+            node = self._child.get(node << _TOKEN_BITS | tok)
             if node is None:
                 return None
         return node
 
+    def _items(self, node: int) -> list[tuple[int, int]]:
+        """``(token, child)`` of ``node``'s children, oldest first."""
+        token, nxt, out = self._token, self._next, []
+        child = self._first[node]
+        while child >= 0:
+            out.append((token[child], child))
+            child = nxt[child]
+        out.reverse()
+        return out
+
     def count(self, pattern: Sequence[int]) -> int:
         """Occurrences of ``pattern`` (length 1..max_depth) in the sequences."""
         node = self.find(pattern)
-        return 0 if node is None or not pattern else node.count
+        return 0 if node is None or not pattern else self._count[node]
 
     def continuations(self, pattern: Sequence[int]) -> dict[tuple[int, ...], int]:
         """Every continuation ``w`` (length >= 1) of ``pattern`` in the tree with ``count(pattern + w)``."""
@@ -202,8 +204,8 @@ class SuffixTree:
         stack = [((), start)] if start is not None else []
         while stack:
             prefix, node = stack.pop()
-            for tok, child in node.items():
-                out[prefix + (tok,)] = child.count
+            for tok, child in self._items(node):
+                out[prefix + (tok,)] = self._count[child]
                 stack.append((prefix + (tok,), child))
         return out
 
@@ -247,13 +249,14 @@ class SuffixTree:
                 best = candidate
         return best
 
-    @staticmethod
-    def _grow_tree(match: _Node, budget: int, min_prob: float) -> SuffixCandidate:
+    def _grow_tree(self, match: int, budget: int, min_prob: float) -> SuffixCandidate:
         out = SuffixCandidate()
-        heap: list[tuple[float, int, int, int, _Node]] = []  # (-confidence, tie, parent index, token, node)
+        count, last = self._count, self._last
+        total = count[match]
+        heap: list[tuple[float, int, int, int, int]] = []  # (-confidence, tie, parent index, token, node)
         tie = 0
-        for tok, child in match.items():
-            heapq.heappush(heap, (-child.count / match.count, tie, -1, tok, child))
+        for tok, child in self._items(match):
+            heapq.heappush(heap, (-count[child] / total, tie, -1, tok, child))
             tie += 1
         while heap and len(out.tokens) < budget:
             neg, _, parent, tok, node = heapq.heappop(heap)
@@ -263,29 +266,30 @@ class SuffixTree:
             out.tokens.append(tok)
             out.parents.append(parent)
             out.probs.append(-neg)
-            out.sources.add(node.last)
-            for ctok, child in node.items():
-                heapq.heappush(heap, (-child.count / match.count, tie, index, ctok, child))
+            out.sources.add(last[node])
+            for ctok, child in self._items(node):
+                heapq.heappush(heap, (-count[child] / total, tie, index, ctok, child))
                 tie += 1
         out.score = float(sum(out.probs))
         return out
 
-    @staticmethod
-    def _grow_path(match: _Node, budget: int, min_prob: float) -> SuffixCandidate:
+    def _grow_path(self, match: int, budget: int, min_prob: float) -> SuffixCandidate:
         out = SuffixCandidate()
+        count = self._count
+        total = count[match]
         node = match
         while len(out.tokens) < budget:
-            kids = node.items()
+            kids = self._items(node)
             if not kids:
                 break
-            tok, child = max(kids, key=lambda kv: kv[1].count)  # first of equal counts
-            prob = child.count / match.count
+            tok, child = max(kids, key=lambda kv: count[kv[1]])  # first of equal counts
+            prob = count[child] / total
             if prob < min_prob:
                 break
             out.parents.append(len(out.tokens) - 1)
             out.tokens.append(tok)
             out.probs.append(prob)
-            out.sources.add(child.last)
+            out.sources.add(self._last[child])
             node = child
         out.score = float(sum(out.probs))
         return out
@@ -295,7 +299,7 @@ class SuffixCache:
     """The global suffix tree over finished outputs, with bounded memory and LRU eviction of whole outputs.
 
     ``max_requests``: most outputs held (0: none, the cache is off); ``capacity``: most entries (trie nodes plus
-    stored tokens, :attr:`SuffixTree.memory`; about 75 bytes each on CPython) held after every insertion. An output
+    stored tokens, :attr:`SuffixTree.memory`; about 130 bytes each on CPython) held after every insertion. An output
     that alone needs more than ``capacity`` is not kept."""
 
     def __init__(self, max_depth: int = 24, max_requests: int = 10_000, capacity: int = 2_000_000):

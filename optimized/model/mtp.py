@@ -203,6 +203,54 @@ class MTPHead(Layers):
         logits = self.head(picked.reshape(B * R, -1))  # [B R, V] fp32
         return g, logits.view(B, R, -1)
 
+    def _chain_body(self, tokens, slots, hidden, *, rounds: int):
+        """``rounds`` greedy rounds of a chain on the device (no host read between them): round d runs the head on
+        the chain so far, padded to a power of two as :meth:`tree` pads it (node 0 reads ``hidden``, node u >= 1 the
+        previous round's output of node u - 1), and appends the argmax of the last node's log-softmax.
+        ``tokens: [B]`` the pending tokens; returns ``(picked [B, rounds] int64, log-probabilities [B, rounds])``."""
+        B, dev = tokens.shape[0], tokens.device
+        ids = tokens[:, None]  # [B, n] the chain so far
+        outputs = None  # [B, W_prev, Dm] the previous round's outputs
+        picked, logps = [], []
+        for d in range(rounds):
+            n = d + 1
+            W = min(self.max_nodes, 1 << (n - 1).bit_length())
+            chain = torch.zeros((B, W), dtype=torch.int64, device=dev)  # [B, W] padding: token 0
+            chain[:, :n] = ids
+            parents = (torch.arange(W, dtype=torch.int32, device=dev) - 1)[None].expand(B, W).contiguous()  # [B, W]
+            node_hidden = hidden[:, None, :].expand(B, W, hidden.shape[-1]).contiguous()  # [B, W, Dm]
+            if outputs is not None:  # node u >= 1 reads its parent's output (padding: the last one there is)
+                index = (torch.arange(1, W, device=dev) - 1).clamp(max=outputs.shape[1] - 1)  # [W - 1]
+                node_hidden[:, 1:] = outputs[:, index]
+            num_nodes = torch.full((B,), n, dtype=torch.int32, device=dev)
+            rows = torch.full((B, 1), n - 1, dtype=torch.int64, device=dev)
+            outputs, logits = self._tree_body(chain, slots, parents, num_nodes, node_hidden, rows)
+            top = torch.log_softmax(logits.double(), -1).topk(1, dim=-1)  # [B, 1, 1]
+            picked.append(top.indices[:, 0])
+            logps.append(top.values[:, 0])
+            ids = torch.cat([ids, top.indices[:, 0]], 1)
+        return torch.cat(picked, 1), torch.cat(logps, 1)
+
+    def chain(self, slots: torch.Tensor, tokens: torch.Tensor, hidden: torch.Tensor, rounds: int
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy chains of ``rounds`` tokens from the pending ``tokens [B]`` whose node 0 reads ``hidden [B, Dm]``,
+        all rounds in one call (one CUDA graph per shape): ``(tokens [B, rounds] int64, log-probabilities
+        [B, rounds] float64)`` under the head, the same as ``rounds`` calls of :meth:`tree` growing a chain by its
+        argmax. The pools are untouched past ``lens``."""
+        B = int(tokens.shape[0])
+        host = self._check_batch(slots, B)
+        if not 1 <= rounds < self.max_nodes:
+            raise ValueError(f"rounds = {rounds} must be in [1, {self.max_nodes})")
+        if tuple(hidden.shape) != (B, self.hidden_size):
+            raise ValueError(f"hidden has shape {tuple(hidden.shape)}, expected {(B, self.hidden_size)}")
+        pad = self._padding_slots(host)  # padding rows: chains of their own, past their slots' lengths
+        inputs = {"tokens": self._pad(tokens.to(torch.int64), len(pad)),
+                  "slots": torch.tensor(host + pad, dtype=torch.int32),
+                  "hidden": self._pad(hidden.to(self.dtype), len(pad))}
+        picked, logp = self._run(("chain", B + len(pad), rounds), inputs,
+                                 lambda **kw: self._chain_body(rounds=rounds, **kw))
+        return picked[:B], logp[:B]
+
     def _check_batch(self, slots: torch.Tensor, B: int) -> list[int]:
         host = [int(s) for s in slots.tolist()]
         if len(host) != B or len(set(host)) != B or not all(0 <= s < self.num_slots for s in host):
