@@ -308,32 +308,34 @@ def test_drafts_equal_the_head_recomputed_from_scratch(random_model, chain):
             assert draft.parents == list(range(-1, draft.num_nodes - 1))
 
 
-def test_greedy_chains_in_one_device_call_equal_the_round_by_round_chains(random_model, monkeypatch):
-    """The optimized head's chains (every round on the device, :meth:`MTPHead.chain`, a batch of 3 padded to 4)
-    are the chains the round-by-round growth draws: same tokens, same confidences."""
+@pytest.mark.parametrize("chain", [True, False])
+def test_drafts_grown_in_one_device_call_equal_the_round_by_round_drafts(random_model, monkeypatch, chain):
+    """The optimized head's greedy chains and top-k trees grown with every round on the device
+    (:meth:`MTPHead.grow`, a batch of 3 padded to 4) are the drafts the round-by-round growth draws: same tokens,
+    parents and confidences."""
     from lumotree.optimized.engine.drafters import DraftRequest
     from lumotree.optimized.model.mtp import MTPHead as OptimizedMTPHead
 
-    model = from_reference(random_model, num_slots=4, max_seq_len=24, max_nodes=8, graphs=False, dtype=torch.float32)
+    model = from_reference(random_model, num_slots=4, max_seq_len=40, max_nodes=16, graphs=False, dtype=torch.float32)
     target = OptimizedTarget(model)
     prompts = {0: [5, 9, 2, 5, 9], 2: [7, 1, 7], 3: [3, 4, 4, 8, 1, 6]}
     drafts = {}
-    for device_chains in (True, False):
+    for on_device in (True, False):
         drafter = MTPDrafter(target, depth=3, top_k=2)
         for slot, prompt in prompts.items():
             model.prefill(slot, prompt[:-1])
             drafter.admit(slot, prompt[:-1])
         requests = [DraftRequest(slot, prompt, SamplingParams()) for slot, prompt in prompts.items()]
         with monkeypatch.context() as patch:
-            if not device_chains:
-                patch.setattr(OptimizedMTPHead, "chain", None)
-            drafts[device_chains] = drafter.propose(requests, 8, True)
+            if not on_device:
+                patch.setattr(OptimizedMTPHead, "grow", None)
+            drafts[on_device] = drafter.propose(requests, 16, chain)
         for slot in prompts:
             drafter.release(slot)
             model.release(slot)
     for fast, slow in zip(drafts[True], drafts[False]):
-        assert fast.num_nodes == slow.num_nodes == 4 and fast.tokens == slow.tokens
-        assert fast.parents == slow.parents == [-1, 0, 1, 2]
+        assert fast.num_nodes == slow.num_nodes == (4 if chain else 11)  # 1 + 2 + 2 x 2 + 2 x 2
+        assert fast.tokens == slow.tokens and fast.parents == slow.parents
         assert np.allclose(fast.confidence, slow.confidence, rtol=1e-12, atol=0)
 
 

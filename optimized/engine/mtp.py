@@ -20,6 +20,9 @@ the whole tree so far (every node attends to the head's cache and its ancestors)
 - trees: the ``top_k`` frontier nodes of highest cumulative probability each get their ``top_k`` most probable
   children (EAGLE-2's growth); after ``depth`` rounds the engine keeps the ``max_nodes`` most confident nodes.
 
+On the optimized head a greedy draft whose requests all have room for every round grows in one device call
+(:meth:`~lumotree.optimized.model.mtp.MTPHead.grow`), with the same result.
+
 A node's confidence is its path probability under the head's softmax (the product of the head's probabilities of the
 tokens from the root to it): in (0, 1], never increasing down a path, what the budget sums.
 """
@@ -134,9 +137,10 @@ class MTPDrafter:
         sampled = self.sampled and chain and any(not r.params.greedy for r in requests)
         limit = self.target.max_seq_len
         rounds = [max(0, min(self.depth, max_nodes - 1, limit - len(r.context))) for r in requests]  # room left
-        if chain and not sampled and callable(getattr(self.head, "chain", None)) and len(set(rounds)) == 1 \
-                and 0 < rounds[0] < self.head.max_nodes:
-            return self._greedy_chains(requests, rounds[0], max_nodes)
+        if not sampled and callable(getattr(self.head, "grow", None)) and len(set(rounds)) == 1 and rounds[0] > 0:
+            sizes = self.head.grown_sizes(rounds[0], k)  # the rounds below stop before a tree past the head's limit
+            return self._grown(requests, next(d for d in range(rounds[0], 0, -1) if sizes[d - 1] <= self.head.max_nodes),
+                               k, max_nodes)
         tokens = [[int(r.context[-1])] for r in requests]
         parents: list[list[int]] = [[-1] for _ in requests]
         logp: list[list[float]] = [[0.0] for _ in requests]  # cumulative log-probability under the head
@@ -183,22 +187,15 @@ class MTPDrafter:
         return [self._draft(t, p, lp, drawn_from[b] if sampled else None, max_nodes)
                 for b, (t, p, lp) in enumerate(zip(tokens, parents, logp))]
 
-    def _greedy_chains(self, requests: Sequence[DraftRequest], rounds: int, max_nodes: int) -> list[Draft]:
-        """Every request's greedy chain of ``rounds`` tokens in one head call (:meth:`MTPHead.chain`: the rounds
-        run on the device, one read at the end): the chains the round-by-round growth of :meth:`propose` draws."""
+    def _grown(self, requests: Sequence[DraftRequest], rounds: int, k: int, max_nodes: int) -> list[Draft]:
+        """Every request's greedy draft (chain: ``k`` = 1) of ``rounds`` rounds in one head call
+        (:meth:`MTPHead.grow`: the rounds run on the device, one read at the end): the drafts the round-by-round
+        growth below draws."""
         slots = torch.tensor([r.slot for r in requests], dtype=torch.int32)
         pending = torch.tensor([int(r.context[-1]) for r in requests], dtype=torch.int64)
         root = torch.stack([self._root[r.slot] for r in requests]).to(self.head.device)  # [B, D]
-        picked, logp = self.head.chain(slots, pending, root, rounds)  # [B, rounds] each
-        picked, logp = picked.cpu().tolist(), logp.cpu().tolist()
-        drafts = []
-        for r, toks, steps in zip(requests, picked, logp):
-            cumulative = [0.0]
-            for lp in steps:
-                cumulative.append(cumulative[-1] + float(lp))
-            drafts.append(self._draft([int(r.context[-1])] + [int(t) for t in toks], list(range(-1, rounds)),
-                                      cumulative, None, max_nodes))
-        return drafts
+        tokens, parents, logp = (t.cpu().tolist() for t in self.head.grow(slots, pending, root, rounds, k))
+        return [self._draft(t, p, lp, None, max_nodes) for t, p, lp in zip(tokens, parents, logp)]
 
     @staticmethod
     def _draft(tokens: list[int], parents: list[int], logp: list[float], drawn_from: list[torch.Tensor] | None,

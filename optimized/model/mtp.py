@@ -203,53 +203,76 @@ class MTPHead(Layers):
         logits = self.head(picked.reshape(B * R, -1))  # [B R, V] fp32
         return g, logits.view(B, R, -1)
 
-    def _chain_body(self, tokens, slots, hidden, *, rounds: int):
-        """``rounds`` greedy rounds of a chain on the device (no host read between them): round d runs the head on
-        the chain so far, padded to a power of two as :meth:`tree` pads it (node 0 reads ``hidden``, node u >= 1 the
-        previous round's output of node u - 1), and appends the argmax of the last node's log-softmax.
-        ``tokens: [B]`` the pending tokens; returns ``(picked [B, rounds] int64, log-probabilities [B, rounds])``."""
-        B, dev = tokens.shape[0], tokens.device
-        ids = tokens[:, None]  # [B, n] the chain so far
-        outputs = None  # [B, W_prev, Dm] the previous round's outputs
-        picked, logps = [], []
+    @staticmethod
+    def grown_sizes(rounds: int, top_k: int) -> list[int]:
+        """Nodes before each round of :meth:`grow` and after the last: round 0 expands the root, every later round
+        the ``top_k`` newest nodes of highest path probability, each into ``top_k`` children."""
+        sizes = [1]
         for d in range(rounds):
-            n = d + 1
-            W = min(self.max_nodes, 1 << (n - 1).bit_length())
-            chain = torch.zeros((B, W), dtype=torch.int64, device=dev)  # [B, W] padding: token 0
-            chain[:, :n] = ids
-            parents = (torch.arange(W, dtype=torch.int32, device=dev) - 1)[None].expand(B, W).contiguous()  # [B, W]
-            node_hidden = hidden[:, None, :].expand(B, W, hidden.shape[-1]).contiguous()  # [B, W, Dm]
-            if outputs is not None:  # node u >= 1 reads its parent's output (padding: the last one there is)
-                index = (torch.arange(1, W, device=dev) - 1).clamp(max=outputs.shape[1] - 1)  # [W - 1]
-                node_hidden[:, 1:] = outputs[:, index]
-            num_nodes = torch.full((B,), n, dtype=torch.int32, device=dev)
-            rows = torch.full((B, 1), n - 1, dtype=torch.int64, device=dev)
-            outputs, logits = self._tree_body(chain, slots, parents, num_nodes, node_hidden, rows)
-            top = torch.log_softmax(logits.double(), -1).topk(1, dim=-1)  # [B, 1, 1]
-            picked.append(top.indices[:, 0])
-            logps.append(top.values[:, 0])
-            ids = torch.cat([ids, top.indices[:, 0]], 1)
-        return torch.cat(picked, 1), torch.cat(logps, 1)
+            sizes.append(sizes[-1] + (1 if d == 0 else top_k) * top_k)
+        return sizes
 
-    def chain(self, slots: torch.Tensor, tokens: torch.Tensor, hidden: torch.Tensor, rounds: int
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Greedy chains of ``rounds`` tokens from the pending ``tokens [B]`` whose node 0 reads ``hidden [B, Dm]``,
-        all rounds in one call (one CUDA graph per shape): ``(tokens [B, rounds] int64, log-probabilities
-        [B, rounds] float64)`` under the head, the same as ``rounds`` calls of :meth:`tree` growing a chain by its
-        argmax. The pools are untouched past ``lens``."""
+    def _grow_body(self, tokens, slots, hidden, *, rounds: int, top_k: int):
+        """EAGLE-2's growth (chains: ``top_k`` = 1) on the device, no host read between rounds. Round d runs the head
+        on the tree so far, padded to a power of two as :meth:`tree` pads it (padding nodes: a chain of token 0; node
+        0 reads ``hidden``, node u >= 1 the previous round's output of its parent), and gives each frontier node its
+        ``top_k`` most probable children (log-softmax in float64); the new frontier is the ``top_k`` new nodes of
+        highest path log-probability (ties: the older node). ``tokens: [B]`` the pending tokens; returns the trees
+        ``(tokens [B, n] int64, parents [B, n] int64, path log-probabilities [B, n] float64)``."""
+        B, dev = tokens.shape[0], tokens.device
+        sizes = self.grown_sizes(rounds, top_k)
+        n_all = sizes[-1]
+        ids = torch.zeros((B, n_all), dtype=torch.int64, device=dev)  # [B, n]
+        ids[:, 0] = tokens
+        par = (torch.arange(n_all, dtype=torch.int64, device=dev) - 1)[None].repeat(B, 1)  # [B, n] real nodes set below
+        logp = torch.zeros((B, n_all), dtype=torch.float64, device=dev)  # [B, n]
+        frontier = torch.zeros((B, 1), dtype=torch.int64, device=dev)  # [B, F]
+        outputs = None  # [B, W_prev, Dm]
+        for d in range(rounds):
+            n, F = sizes[d], frontier.shape[1]
+            W = min(self.max_nodes, 1 << (n - 1).bit_length())
+            chain = torch.arange(W, dtype=torch.int64, device=dev) - 1  # [W] padding nodes: a chain
+            node_tokens = torch.zeros((B, W), dtype=torch.int64, device=dev)  # [B, W]
+            node_tokens[:, :n] = ids[:, :n]
+            parents = chain[None].repeat(B, 1)  # [B, W]
+            parents[:, :n] = par[:, :n]
+            node_hidden = hidden[:, None, :].expand(B, W, hidden.shape[-1]).contiguous()  # [B, W, Dm]
+            if outputs is not None:  # node u >= 1 reads its parent's output
+                index = parents[:, 1:].clamp(0, outputs.shape[1] - 1)  # [B, W - 1]
+                node_hidden[:, 1:] = outputs.gather(1, index[:, :, None].expand(-1, -1, outputs.shape[-1]))
+            num_nodes = torch.full((B,), n, dtype=torch.int32, device=dev)
+            outputs, logits = self._tree_body(node_tokens, slots, parents.to(torch.int32), num_nodes, node_hidden,
+                                              frontier)  # [B, W, Dm], [B, F, V]
+            top = torch.log_softmax(logits.double(), -1).topk(top_k, dim=-1)  # [B, F, k]
+            fresh = slice(n, n + F * top_k)  # children in (frontier node, rank) order
+            ids[:, fresh] = top.indices.reshape(B, -1)
+            par[:, fresh] = frontier[:, :, None].expand(B, F, top_k).reshape(B, -1)
+            logp[:, fresh] = (logp.gather(1, frontier)[:, :, None] + top.values).reshape(B, -1)
+            order = torch.sort(-logp[:, fresh], dim=1, stable=True).indices  # [B, F k] best first, older on ties
+            frontier = order[:, :top_k] + n
+        return ids, par, logp
+
+    def grow(self, slots: torch.Tensor, tokens: torch.Tensor, hidden: torch.Tensor, rounds: int, top_k: int
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Greedy draft trees (chains: ``top_k`` = 1) of ``rounds`` rounds from the pending ``tokens [B]`` whose
+        node 0 reads ``hidden [B, Dm]``, every round in one call (one CUDA graph per batch bucket, rounds and
+        ``top_k``; :meth:`_grow_body`): ``(tokens, parents, path log-probabilities)``, each ``[B, n]`` with
+        ``n = grown_sizes(rounds, top_k)[-1]`` — the trees that ``rounds`` calls of :meth:`tree` grow. The pools are
+        untouched past ``lens``."""
         B = int(tokens.shape[0])
         host = self._check_batch(slots, B)
-        if not 1 <= rounds < self.max_nodes:
-            raise ValueError(f"rounds = {rounds} must be in [1, {self.max_nodes})")
+        if rounds < 1 or top_k < 1 or self.grown_sizes(rounds - 1, top_k)[-1] > self.max_nodes:
+            raise ValueError(f"rounds = {rounds}, top_k = {top_k}: the head runs trees of at most {self.max_nodes} "
+                             "nodes")
         if tuple(hidden.shape) != (B, self.hidden_size):
             raise ValueError(f"hidden has shape {tuple(hidden.shape)}, expected {(B, self.hidden_size)}")
-        pad = self._padding_slots(host)  # padding rows: chains of their own, past their slots' lengths
+        pad = self._padding_slots(host)  # padding rows: trees of their own, past their slots' lengths
         inputs = {"tokens": self._pad(tokens.to(torch.int64), len(pad)),
                   "slots": torch.tensor(host + pad, dtype=torch.int32),
                   "hidden": self._pad(hidden.to(self.dtype), len(pad))}
-        picked, logp = self._run(("chain", B + len(pad), rounds), inputs,
-                                 lambda **kw: self._chain_body(rounds=rounds, **kw))
-        return picked[:B], logp[:B]
+        out = self._run(("grow", B + len(pad), rounds, top_k), inputs,
+                        lambda **kw: self._grow_body(rounds=rounds, top_k=top_k, **kw))
+        return tuple(t[:B] for t in out)
 
     def _check_batch(self, slots: torch.Tensor, B: int) -> list[int]:
         host = [int(s) for s in slots.tolist()]
