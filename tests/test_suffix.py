@@ -169,8 +169,9 @@ def test_suffix_drafter_proposes_calibrated_trees_from_its_own_tokens_and_from_f
     assert draft.tokens[0] == 9 and draft.tokens[1:4] == [1, 2, 4] and np.allclose(draft.confidence[:4], 1.0)
     d.advance([DraftRequest(0, [], SamplingParams())], [[9, 7, 7, 8, 6]])
     d.release(0)
-    assert d.cache.tree.sequences[0] == [9, 7, 7, 8, 6]  # the committed output, prompt excluded
+    assert not d.cache.tree.sequences  # inserted at the next admission
     d.admit(1, [5, 5])
+    assert d.cache.tree.sequences[0] == [9, 7, 7, 8, 6]  # the committed output, prompt excluded
     # only the finished output knows "9" and "9 7"; a match of length L drafts at most L tokens (factor 1)
     [short] = d.propose([DraftRequest(1, [5, 5, 9], SamplingParams())], 16, True)
     d.advance([DraftRequest(1, [], SamplingParams())], [[9]])

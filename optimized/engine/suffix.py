@@ -349,7 +349,7 @@ class SuffixCache:
 
 class SuffixDrafter:
     """Suffix decoding (module docstring): per request, a suffix tree over its prompt and committed output; a global
-    :class:`SuffixCache` over finished outputs; each step the better-scoring candidate of the two, as a tree (chains:
+    :class:`SuffixCache` over finished outputs (inserted when the next request is admitted); each step the better-scoring candidate of the two, as a tree (chains:
     the most frequent path) whose confidences are empirical frequencies.
 
     ``max_depth``: depth of the trees (the longest pattern matched plus its continuation); ``max_spec_tokens``: most
@@ -393,9 +393,11 @@ class SuffixDrafter:
         self.cache = cache if cache is not None else SuffixCache(self.max_depth, max_cached_requests, cache_capacity)
         self._local: dict[int, SuffixTree] = {}
         self._prompt_len: dict[int, int] = {}
+        self._finished: list[list[int]] = []  # released outputs not yet in the global cache (flush_finished)
         self.picks = {"local": 0, "global": 0, "none": 0}  # which tree each proposal came from
 
     def admit(self, slot: int, prompt: Sequence[int]) -> None:
+        self.flush_finished()
         tree = SuffixTree(self.max_depth)
         tree.extend(0, prompt)
         self._local[slot] = tree
@@ -406,10 +408,17 @@ class SuffixDrafter:
             self._local[r.slot].extend(0, new)
 
     def release(self, slot: int) -> None:
-        """The request's committed output goes into the global cache; its own tree is dropped."""
+        """The request's own tree is dropped; its committed output joins the global cache at the next admission
+        (:meth:`flush_finished`): a step that ends requests does not pay for their insertion (about a millisecond
+        for 150 tokens), the prefill of the next request does."""
         tree = self._local.pop(slot, None)
         if tree is not None:
-            self.cache.insert(tree.sequences[0][self._prompt_len.pop(slot):])
+            self._finished.append(tree.sequences[0][self._prompt_len.pop(slot):])
+
+    def flush_finished(self) -> None:
+        """Insert the outputs of the requests released since the last call into the global cache."""
+        while self._finished:
+            self.cache.insert(self._finished.pop(0))
 
     def candidate(self, slot: int, context: Sequence[int], max_tokens: int, chain: bool) -> SuffixCandidate:
         """The better-scoring candidate of the request's tree and the global cache for ``context`` (prompt + output,
