@@ -32,6 +32,8 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
+from ..ops.greedy import greedy_accept_ref
+
 __all__ = [
     "SamplingParams",
     "VARIANTS",
@@ -480,18 +482,9 @@ def greedy_accept(tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tens
     """Greedy acceptance of B trees from their structure (``tokens, parents, valid, depth: [B, N]``, inclusive
     ``ancestor: [B, N, N]``) and the target's argmax at every node ``[B, N]``: node i matches iff its token is the
     argmax at its parent (the root always matches); it is accepted iff every inclusive ancestor matches; the deepest
-    accepted node wins. Device tensors only, no host reads (CUDA-graph safe)."""
-    B, N = tokens.shape
-    parent_pred = target_argmax.gather(1, parents.clamp(min=0).long())  # [B, N] argmax at each node's parent
-    node = torch.arange(N, device=tokens.device)
-    match = (tokens == parent_pred) | (node[None, :] == 0)  # [B, N]
-    match &= valid
-    accepted = ~(ancestor & ~match[:, None, :]).any(-1) & valid  # [B, N] AND of match over the inclusive ancestors
-    score = torch.where(accepted, depth, torch.full_like(depth, -1))  # [B, N]
-    best = score.argmax(1)  # [B] (one accepted node per depth: siblings carry distinct tokens)
-    next_token = target_argmax.gather(1, best[:, None]).squeeze(1)  # [B]
-    on_path = ancestor.gather(1, best[:, None, None].expand(B, 1, N)).squeeze(1)  # [B, N]
-    return VerifyOutcome(best, depth.gather(1, best[:, None]).squeeze(1), next_token, on_path)
+    accepted node wins (:func:`~lumotree.optimized.ops.greedy.greedy_accept_ref`). Device tensors only, no host reads
+    (CUDA-graph safe)."""
+    return VerifyOutcome(*greedy_accept_ref(tokens, parents, valid, ancestor, depth, target_argmax))
 
 
 def residual_after_rejection(residual: torch.Tensor, proposal: torch.Tensor) -> torch.Tensor:

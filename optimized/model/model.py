@@ -34,14 +34,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..engine.sampling import greedy_accept
-from ..ops.checks import MAX_NODES, check_tree_rows, node_mask
+from ..ops.checks import MAX_NODES, check_tree_rows
 from ..ops.conv_tree import tree_conv_commit
+from ..ops.greedy import tree_greedy_accept
 from ..ops.gdn_tree import FUSED_MIN_BATCH, TreeFactors, gdn_tree_commit
 from ..ops.gdn_tree.fused import fused_verify_supported
 from ..ops.pdl import pdl_supported
 from ..ops.tree_attention import kv_commit
-from ..ops.tree_meta import WORD_BITS, TreeMeta
+from ..ops.tree_meta import TreeMeta
 from .caches import Caches
 from .graphs import GraphCache
 from .kernels import step_prologue
@@ -395,10 +395,10 @@ class OptimizedModel(Layers, HiddenStates):
         self._keep_decode_hidden(slots, x)
         return self.head(x)
 
-    def _commit(self, rec: StepRecord, accepted: torch.Tensor) -> torch.Tensor:
+    def _commit(self, rec: StepRecord, accepted: torch.Tensor, advance: torch.Tensor | None = None) -> torch.Tensor:
         """Advance every cache of ``rec``'s slots along root..accepted (device tensors only: graph safe), one launch
         per kind of cache for all layers (or, deferred, one record per GDN layer); returns each slot's length advance
-        ``[B]`` (depth of the accepted node + 1) on the device."""
+        ``[B]`` (depth of the accepted node + 1, computed here unless given) on the device."""
         c = self.caches
         common = dict(parents=rec.parents, state_indices=rec.slots, num_nodes=rec.num_nodes, meta=rec.meta,
                       validate=False)
@@ -412,7 +412,8 @@ class OptimizedModel(Layers, HiddenStates):
                              num_nodes=rec.num_nodes, validate=False)
         if rec.N > 1 and c.k_pools:  # a one-node tree is already in place
             kv_commit(c.k_stack, c.v_stack, rec.slots, rec.lens, rec.meta, accepted, validate=False)
-        advance = rec.meta.depth.gather(1, accepted.long()[:, None])[:, 0] + 1  # [B]
+        if advance is None:
+            advance = rec.meta.depth.gather(1, accepted.long()[:, None])[:, 0] + 1  # [B]
         self.lens.index_copy_(0, rec.slots.long(), rec.lens + advance)
         if rec.hidden is not None:
             self._keep_path_hidden(rec, accepted)
@@ -503,7 +504,7 @@ class OptimizedModel(Layers, HiddenStates):
                          num_nodes: torch.Tensor | None = None, *, validate: bool = True) -> torch.Tensor:
         """:meth:`verify`, greedy acceptance and :meth:`commit` of the accepted nodes in one call (one CUDA graph per
         shape; nothing is read back). Each request accepts its deepest node whose every inclusive ancestor carries
-        the target's argmax at its parent (:func:`~lumotree.optimized.engine.sampling.greedy_accept` on the step's
+        the target's argmax at its parent (:func:`~lumotree.optimized.ops.greedy.tree_greedy_accept` on the step's
         own tree metadata), and its caches advance along root..that node. Returns the packed outcome (``[B, 3 + N]``
         int64 on the device: accepted node, its depth, the argmax there = the next pending token, the on-path mask)."""
         if validate:
@@ -534,12 +535,10 @@ class OptimizedModel(Layers, HiddenStates):
         num_nodes = step_in[:, 2 * N].to(torch.int32).contiguous()  # [B]
         slots = step_in[:, 2 * N + 1].to(torch.int32).contiguous()  # [B]
         rec = self._tree_step(tokens, slots, parents, num_nodes, argmax=True, fused=fused, max_depth=max_depth)
-        node = torch.arange(rec.N, device=tokens.device)  # [N]
-        valid = node_mask(num_nodes, rec.N)  # [B, N]
-        ancestor = (rec.meta.words[:, :, node // WORD_BITS] >> (node % WORD_BITS)) & 1  # [B, N, N] bit j of row i
-        outcome = greedy_accept(tokens, parents, valid, ancestor.bool(), rec.meta.depth, rec.logits)
-        advance = self._commit(rec, outcome.accepted_node.to(torch.int32))  # [B]
-        return outcome.packed(), advance
+        outcome = tree_greedy_accept(tokens, rec.logits, parents=parents, num_nodes=num_nodes, meta=rec.meta,
+                                     validate=False)  # one launch
+        advance = self._commit(rec, outcome.accepted, outcome.advance)  # [B]
+        return outcome.packed, advance
 
     def commit(self, slots: torch.Tensor, accepted: torch.Tensor, *, validate: bool = True) -> None:
         """Advance the caches of the last :meth:`verify` along root..``accepted[b]`` for every request. Nothing is

@@ -7,6 +7,7 @@
 - :mod:`~lumotree.optimized.ops.gemv`: the small-batch weight-streaming GEMV with fused neighbours.
 - :mod:`~lumotree.optimized.ops.moe`: the routed mixture-of-experts block (grouped top-k GEMMs).
 - :mod:`~lumotree.optimized.ops.tree_meta`: the per-step tree metadata every op reads.
+- :mod:`~lumotree.optimized.ops.greedy`: greedy acceptance of a batch of trees in one launch.
 - :mod:`~lumotree.optimized.ops.checks`, :mod:`~lumotree.optimized.ops.pdl`: argument checks and programmatic
   dependent launch, shared by the ops.
 """
