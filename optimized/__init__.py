@@ -23,6 +23,7 @@ _PUBLIC = {
     **dict.fromkeys(("small_batch_linear", "residual_linear"), "lumotree.optimized.ops.gemv"),
     **dict.fromkeys(("moe_routed", "moe_routed_ref"), "lumotree.optimized.ops.moe"),
     **dict.fromkeys(("tree_metadata", "TreeMeta"), "lumotree.optimized.ops.tree_meta"),
+    **dict.fromkeys(("tree_greedy_accept", "greedy_accept_ref", "GreedyAcceptance"), "lumotree.optimized.ops.greedy"),
     **dict.fromkeys(("OptimizedModel", "load_pretrained", "load_checkpoint", "from_reference", "build_random"),
                     "lumotree.optimized.model"),
     **dict.fromkeys(("Engine", "OptimizedTarget", "ReferenceTarget", "SamplingParams", "make_drafter"),
