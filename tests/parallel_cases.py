@@ -15,7 +15,8 @@ if "cuda" not in sys.argv[3:]:
 import torch  # noqa: E402
 
 from lumotree.optimized.engine import Engine, OptimizedTarget, SamplingParams  # noqa: E402
-from lumotree.optimized.engine.drafters import DraftModelDrafter, layer_skip_checkpoint, make_drafter  # noqa: E402
+from lumotree.optimized.engine.drafters import DraftModelDrafter, make_drafter  # noqa: E402
+from lumotree.optimized.engine.selfspec import layer_skip_checkpoint  # noqa: E402
 from lumotree.optimized.model import OptimizedModel, random_tensors  # noqa: E402
 from lumotree.optimized.model.weights import successor_permutation  # noqa: E402
 from lumotree.optimized.parallel import Parallel, init_parallel, vocab_range  # noqa: E402

@@ -372,6 +372,26 @@ def test_greedy_mtp_speculation_equals_autoregressive_on_the_optimized_model(ech
         assert results[0].accepted == 2 * results[0].steps == 4, mode
 
 
+def test_warm_up_runs_the_heads_shapes_and_leaves_every_slot_free(echo):
+    """``Engine.warm_up`` with the MTP drafter also runs the head's extend and growth shapes (the optimized head under
+    the interpreter), leaves the head's and the model's slots empty, and decoding afterwards is unchanged."""
+    prompt = [[5, 9, 2, 5]]
+    params = SamplingParams(max_new_tokens=7)
+    want = [r.tokens for r in generate(ReferenceTarget(echo, 1, 32, 4), "autoregressive", prompt, params)]
+    model = from_reference(echo, num_slots=1, max_seq_len=32, max_nodes=4, graphs=False, dtype=torch.float32)
+    target = OptimizedTarget(model)
+    drafter = MTPDrafter(target, depth=2, top_k=2)
+    calls = []
+    for name in ("extend", "grow"):
+        original = getattr(drafter.head, name)
+        setattr(drafter.head, name, lambda *a, _f=original, _n=name, **k: calls.append(_n) or _f(*a, **k))
+    engine = Engine(target, drafter, mode="tree", budget="fixed", max_nodes=4, seed=1)
+    engine.warm_up()
+    assert calls.count("extend") == 2 * 3 and calls.count("grow") == 2 * 2  # widths 1, 2, 4; chains and trees
+    assert drafter.head.lens.tolist() == [0] and engine.free_slots == [0]
+    assert [r.tokens for r in engine.generate(prompt, params)] == want
+
+
 def test_greedy_mtp_trees_on_a_qwen3_5_checkpoint_equal_autoregressive(tmp_path):
     """A random Qwen3.5 checkpoint with ``mtp.*`` tensors on disk (a random head: drafts accepted and rejected), read
     by the optimized loader (fp32, interpreter): tree speculation emits the reference's greedy tokens."""

@@ -87,6 +87,9 @@ def test_gdn_only_and_suffix_drafters_are_lossless_on_the_optimized_model_fp32()
     draft = target(layer_skip_draft(ref, self_speculation_layers(config, "gdn-only")))
     for drafter in (make_drafter("gdn-only", draft_model=draft, top_k=2, max_depth=2), make_drafter("suffix")):
         engine = Engine(target(ref), drafter, mode="tree", budget="fixed", max_nodes=4)
+        if drafter.name == "gdn-only":  # the draft model's own shapes too, its slot free after
+            engine.warm_up()
+            assert draft.busy == set() and engine.free_slots == [0]
         assert [r.tokens for r in engine.generate(prompts, params)] == [r.tokens for r in ar], drafter.name
     # teacher-forced log-probabilities through the optimized model (two chunks of its 4-node trees) = the reference's
     seq = [5, 9, 2, 5, 9, 2, 7]

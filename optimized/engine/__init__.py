@@ -3,7 +3,8 @@ budget, the drafters (the MTP drafter: :mod:`~lumotree.optimized.engine.mtp`), l
 the hybrid prefix cache, and the end-to-end benchmark (:mod:`~lumotree.optimized.engine.e2e`)."""
 
 from .budget import CostProfile, make_budget
-from .drafters import DRAFTERS, Draft, DraftRequest, EngineDrafter, layer_skip_checkpoint, make_drafter
+from .drafters import DRAFTERS, Draft, DraftRequest, EngineDrafter, make_drafter
+from .selfspec import layer_skip_checkpoint
 from .engine import DEFAULT_NODE_BUCKETS, MODES, Engine
 from .mtp import MTPDrafter
 from .prefix_cache import PrefixCache, PrefixCacheStats, PrefixHit

@@ -37,7 +37,8 @@ from lumotree.reference.verify import DraftProposal, VerifyResult
 
 from ..model import OptimizedModel, from_reference
 from ..ops.checks import MAX_NODES, interpreting
-from .drafters import DraftModelDrafter, EngineDrafter, PromptLookupDrafter, layer_skip_checkpoint
+from .drafters import DraftModelDrafter, EngineDrafter, PromptLookupDrafter
+from .selfspec import layer_skip_checkpoint
 from .engine import Engine, OptimizedTarget
 from .sampling import SamplingParams, TreeBatch, VerifyOutcome
 

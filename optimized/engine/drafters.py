@@ -53,7 +53,6 @@ __all__ = [
     "SyntheticDrafter",
     "best_first_template",
     "make_drafter",
-    "layer_skip_checkpoint",
     "DRAFTERS",
 ]
 
@@ -304,6 +303,22 @@ class DraftModelDrafter:
         """Trees are padded to a power of two (at most the model's limit): few (batch, nodes) shapes, few graphs."""
         return min(self.model.max_nodes, 1 << max(0, nodes - 1).bit_length())
 
+    def warm_up(self, batch_sizes: Sequence[int]) -> None:
+        """Compile and capture the draft model's tree steps (verify at every padded width, and the commit of the
+        chains it ingests) for every batch size in ``batch_sizes``, on slots ``0 .. B - 1`` (free; released after)."""
+        widths = sorted({self._width(n) for n in range(1, self.model.max_nodes + 1)})
+        for B in batch_sizes:
+            slots = torch.arange(B, dtype=torch.int64, device=self.model.device)
+            for width in widths:
+                trees = TreeBatch.pack([[0] * width] * B, [[-1] + list(range(width - 1))] * B, width=width)
+                for _ in range(2):  # the first call compiles, the second captures
+                    for s in range(B):
+                        self.model.prefill(s, [0, 0])
+                    self.model.verify(slots, trees)
+                    self.model.commit(slots, trees, trees.num_nodes - 1)
+            for s in range(B):
+                self.model.release(s)
+
     def _ingest(self, requests: Sequence[DraftRequest]) -> None:
         """Run the committed-but-unseen tokens of every request through the draft model (chains, batched)."""
         dev = self.model.device
@@ -525,25 +540,6 @@ class SyntheticDrafter:
 
 
 DRAFTERS = ("ngram", "suffix", "draft-model", "layer-skip", "gdn-only", "mtp", "eagle", "router", "synthetic")
-
-
-def layer_skip_checkpoint(config: Any, tensors: Mapping[str, Any], layers: Sequence[int]) -> tuple[Any, dict[str, Any]]:
-    """The draft model of :func:`lumotree.reference.drafters.layer_skip_draft` at the checkpoint level: the config
-    and HF-named tensors of a model made of the target layers ``layers`` (renumbered 0..), with the target's
-    embedding, final norm and ``lm_head``. Tensors are passed through, not copied (a model built from tensors that
-    already have its device and dtype shares their storage with the target)."""
-    from lumotree.reference.drafters import layer_skip_config
-
-    draft_config, chosen = layer_skip_config(config, layers)
-    out: dict[str, Any] = {}
-    for name, t in tensors.items():
-        if name.startswith("model.layers."):
-            index, rest = name[len("model.layers."):].split(".", 1)
-            if int(index) in chosen:
-                out[f"model.layers.{chosen.index(int(index))}.{rest}"] = t
-        elif not name.startswith("mtp."):
-            out[name] = t
-    return draft_config, out
 
 
 def make_drafter(

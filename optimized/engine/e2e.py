@@ -241,7 +241,8 @@ def run(args: argparse.Namespace) -> int:
 
     from .budget import CostProfile
     from ..model import RANDOM_CONFIGS, OptimizedModel, random_tensors
-    from .drafters import DraftModelDrafter, SyntheticDrafter, layer_skip_checkpoint
+    from .drafters import DraftModelDrafter, SyntheticDrafter
+    from .selfspec import layer_skip_checkpoint
     from .engine import Engine, OptimizedTarget
     from .sampling import SamplingParams
 

@@ -103,6 +103,31 @@ class MTPDrafter:
             for s in todo:
                 self._tokens[s], self._hidden[s] = [], []
 
+    def warm_up(self, batch_sizes: Sequence[int]) -> None:
+        """Compile and capture the head's step shapes before the first request: ``extend`` at every chunk width and
+        the greedy growth of chains and trees (:meth:`~lumotree.optimized.model.mtp.MTPHead.grow`), for every batch
+        size in ``batch_sizes`` (on slots ``0 .. B - 1``, which must be free; reset after). A head without these
+        steps (the reference's) has nothing to warm."""
+        if not callable(getattr(self.head, "grow", None)):
+            return
+        D, dev = self.head.hidden_size, self.head.device
+        widths = [1 << i for i in range(max(1, self.head.max_nodes).bit_length()) if 1 << i <= self.head.max_nodes]
+        for B in batch_sizes:
+            slots = list(range(B))
+            for width in widths:  # the first call compiles, the second captures
+                for _ in range(2):
+                    self.head.extend(slots, [[0] * width] * B, [torch.zeros((width, D), device=dev)] * B)
+                    for s in slots:
+                        self.head.reset(s)
+            for k in sorted({1, self.top_k}):
+                sizes = self.head.grown_sizes(self.depth, k)
+                rounds = next((d for d in range(self.depth, 0, -1) if sizes[d - 1] <= self.head.max_nodes), 0)
+                for _ in range(2 if rounds else 0):
+                    self.head.grow(torch.tensor(slots, dtype=torch.int32), torch.zeros(B, dtype=torch.int64),
+                                   torch.zeros((B, D), device=dev), rounds, k)
+        for s in range(max(batch_sizes, default=0)):
+            self.head.reset(s)
+
     # ------------------------------------------------------------------------------------------------ drafts
     def _width(self, nodes: int) -> int:
         """Trees are padded to a power of two (at most the head's limit): few shapes, few graphs."""

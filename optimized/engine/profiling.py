@@ -122,8 +122,9 @@ def profile_key(engine: Any) -> dict:
 def warm_up(engine: Any, sampling: bool = False, progress: Callable[[str], None] | None = None) -> float:
     """Run every step shape this engine can take once on free slots, so that kernels compile and CUDA graphs are
     captured before the first request: a prefill, the decode step at every batch bucket and (speculative modes)
-    the greedy tree step at every (batch, node) bucket, with ``sampling`` the verify + commit too. Returns the
-    seconds it took. Needs every slot free."""
+    the greedy tree step at every (batch, node) bucket, with ``sampling`` the verify + commit too, then the drafter's
+    own shapes when it has a ``warm_up(batch_sizes)`` (the MTP / EAGLE head, a draft model). Returns the seconds it
+    took. Needs every slot free."""
     if len(engine.free_slots) < engine.model.num_slots:
         raise RuntimeError("warm_up needs every slot free (call it before submitting requests)")
     start = time.perf_counter()
@@ -147,5 +148,10 @@ def warm_up(engine: Any, sampling: bool = False, progress: Callable[[str], None]
                 engine.model.commit(slots, trees, torch.zeros(batch, dtype=torch.int64))
     for s in range(max(engine.batch_buckets)):
         engine.model.release(s)
+    drafter_warm_up = getattr(engine.drafter, "warm_up", None)
+    if engine.mode != "autoregressive" and callable(drafter_warm_up):  # the drafter's own shapes (a head, a model)
+        if progress is not None:
+            progress(f"the {getattr(engine.drafter, 'name', 'drafter')} drafter's shapes")
+        drafter_warm_up(engine.batch_buckets)
     _sync(torch.device(engine.model.device))
     return time.perf_counter() - start

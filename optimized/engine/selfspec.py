@@ -32,7 +32,8 @@ import torch
 from .drafters import Draft, DraftModelDrafter, DraftRequest, EngineDrafter
 from .sampling import SamplingParams, TreeBatch
 
-__all__ = ["SELF_SPECULATION", "self_speculation_layers", "attention_ablated_tensors", "SelfSpeculationDrafter",
+__all__ = ["SELF_SPECULATION", "self_speculation_layers", "attention_ablated_tensors", "layer_skip_checkpoint",
+           "SelfSpeculationDrafter",
            "DraftCounter",
            "sequence_log_probs", "perplexity", "perplexity_ratio", "acceptance_study"]
 
@@ -76,10 +77,29 @@ def attention_ablated_tensors(config: Any, tensors: Mapping[str, Any]) -> dict[s
     return out
 
 
+def layer_skip_checkpoint(config: Any, tensors: Mapping[str, Any], layers: Sequence[int]) -> tuple[Any, dict[str, Any]]:
+    """The draft model of :func:`lumotree.reference.drafters.layer_skip_draft` at the checkpoint level: the config
+    and HF-named tensors of a model made of the target layers ``layers`` (renumbered 0..), with the target's
+    embedding, final norm and ``lm_head``. Tensors are passed through, not copied (a model built from tensors that
+    already have its device and dtype shares their storage with the target)."""
+    from lumotree.reference.drafters import layer_skip_config
+
+    draft_config, chosen = layer_skip_config(config, layers)
+    out: dict[str, Any] = {}
+    for name, t in tensors.items():
+        if name.startswith("model.layers."):
+            index, rest = name[len("model.layers."):].split(".", 1)
+            if int(index) in chosen:
+                out[f"model.layers.{chosen.index(int(index))}.{rest}"] = t
+        elif not name.startswith("mtp."):
+            out[name] = t
+    return draft_config, out
+
+
 class SelfSpeculationDrafter(DraftModelDrafter):
     """A :class:`DraftModelDrafter` over a subgraph of the target (module docstring): ``model`` is the draft built
     from ``layers`` (e.g. :func:`lumotree.reference.drafters.layer_skip_draft` or
-    :func:`~lumotree.optimized.engine.drafters.layer_skip_checkpoint` with :func:`self_speculation_layers`)."""
+    :func:`layer_skip_checkpoint` with :func:`self_speculation_layers`)."""
 
     def __init__(self, model: Any, kind: str, layers: Sequence[int] | None = None, top_k: int = 4,
                  max_depth: int = 6):
