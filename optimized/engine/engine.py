@@ -312,7 +312,7 @@ class Engine:
             hit = next((i for i, tok in enumerate(new) if tok in stops), None)
             if hit is not None:  # the stop token is emitted, nothing after it
                 new, reason = new[: hit + 1], "stop"
-        request.output.extend(new)
+        request.extend_output(new)
         if not reason:
             if len(request.output) >= request.params.max_new_tokens:
                 reason = "max_new_tokens"

@@ -28,9 +28,18 @@ class Request:
     cached: list[int] = field(default_factory=list)  # the tokens the model's cache holds (kept with a prefix cache)
     prefix_hit: int = 0  # prompt tokens restored from the prefix cache
 
+    def __post_init__(self) -> None:
+        self._context = self.prompt + self.output  # kept in step with the output (extend_output): no copy a step
+
     @property
     def context(self) -> list[int]:
-        return self.prompt + self.output
+        """``prompt + output`` (one list, grown in place as the output grows: read it, do not keep it)."""
+        return self._context
+
+    def extend_output(self, tokens: list[int]) -> None:
+        """Append emitted tokens to the output (and the context)."""
+        self.output.extend(tokens)
+        self._context.extend(tokens)
 
     @property
     def cache_length(self) -> int:
