@@ -12,12 +12,8 @@ import pytest
 import torch
 
 from lumotree.optimized import model as om
-from lumotree.optimized.engine.drafters import (
-    DraftModelDrafter,
-    PromptLookupDrafter,
-    SyntheticDrafter,
-    layer_skip_checkpoint,
-)
+from lumotree.optimized.engine.drafters import DraftModelDrafter, PromptLookupDrafter, SyntheticDrafter
+from lumotree.optimized.engine.selfspec import layer_skip_checkpoint
 from lumotree.optimized.engine import Engine, OptimizedTarget
 from lumotree.optimized.engine.sampling import SamplingParams
 from lumotree.reference import model as rm
