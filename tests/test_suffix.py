@@ -114,6 +114,29 @@ def test_candidate_trees_are_the_most_frequent_continuations(sequences, depth, p
     assert chain.score <= c.score + 1e-12
 
 
+@settings(max_examples=60)
+@given(st.lists(token_strings, min_size=1, max_size=3), st.integers(2, 6), st.integers(0, 3), st.booleans())
+def test_match_nodes_of_an_open_sequence_are_the_walked_suffix_nodes(sequences, depth, token, tree_mode):
+    """For the last (open) sequence and a next token, ``match_nodes`` gives the node of every occurring suffix of
+    ``sequence + [token]`` (shortest first) as ``find`` walks it, and speculating from them is speculating from the
+    pattern."""
+    tree = build(sequences, depth)
+    context = sequences[-1] + [token]
+    nodes = tree.match_nodes(len(sequences) - 1, token)
+    walked = []
+    for length in range(1, min(len(context), depth - 1) + 1):
+        node = tree.find(context[-length:])
+        if node is None:
+            break
+        walked.append(node)
+    assert nodes == walked
+    pattern = context[-(depth - 1):]
+    fast = tree.speculate(pattern, 8, 2.0, 1.0, 0.1, tree=tree_mode, nodes=nodes)
+    slow = tree.speculate(pattern, 8, 2.0, 1.0, 0.1, tree=tree_mode)
+    assert (fast.tokens, fast.parents, fast.probs, fast.match_len) == (slow.tokens, slow.parents, slow.probs,
+                                                                       slow.match_len)
+
+
 def test_global_cache_stays_under_its_memory_limit_over_ten_thousand_requests():
     """10^4 requests through the drafter (admit, advance, propose, release): after every release the global tree
     holds at most `capacity` entries and `max_cached_requests` outputs, and its node count is exact (a fresh tree of

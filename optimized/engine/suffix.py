@@ -182,6 +182,21 @@ class SuffixTree:
                 return None
         return node
 
+    def match_nodes(self, seq_id: int, token: int) -> list[int]:
+        """The nodes of ``(the last L - 1 tokens of open sequence seq_id) + token`` for L = 1, 2, .. as long as they
+        occur (at most ``max_depth - 1``): what :meth:`find` gives for the suffixes of ``sequence + [token]``, read off
+        the sequence's growth state with one look-up each instead of a walk from the root."""
+        active = self._active.get(seq_id) or [0]
+        child_of, token, out = self._child, int(token), []
+        if not 0 <= token < (1 << _TOKEN_BITS):
+            return out
+        for node in active[: self.max_depth - 1]:
+            child = child_of.get(node << _TOKEN_BITS | token)
+            if child is None:
+                break
+            out.append(child)
+        return out
+
     def _items(self, node: int) -> list[tuple[int, int]]:
         """``(token, child)`` of ``node``'s children, oldest first."""
         token, nxt, out = self._token, self._next, []
@@ -217,20 +232,24 @@ class SuffixTree:
         max_spec_offset: float = 0.0,
         min_token_prob: float = 0.1,
         tree: bool = True,
+        nodes: Sequence[int] | None = None,
     ) -> SuffixCandidate:
         """The best-scoring candidate over all match lengths of ``pattern``'s suffixes (module docstring; of equal
         scores, the one of the larger score bound, then the longer match); ``tree``: a tree grown best-first, else the
-        single path of the most frequent child at each step."""
+        single path of the most frequent child at each step. ``nodes``: the nodes of the pattern's suffixes of length
+        1, 2, .. that occur (:meth:`match_nodes`), when the caller has them."""
         best = SuffixCandidate()
-        # the longest suffix of the pattern that occurs (a match of max_depth tokens has no continuation), by bisection:
-        # a suffix that does not occur has no longer suffix that does
-        low, high = 0, min(len(pattern), self.max_depth - 1)
-        while low < high:
-            mid = (low + high + 1) // 2
-            if self.find(pattern[len(pattern) - mid :]) is not None:
-                low = mid
-            else:
-                high = mid - 1
+        if nodes is not None:
+            low = min(len(nodes), len(pattern), self.max_depth - 1)
+        else:  # the longest suffix of the pattern that occurs (a match of max_depth tokens has no continuation), by
+            # bisection: a suffix that does not occur has no longer suffix that does
+            low, high = 0, min(len(pattern), self.max_depth - 1)
+            while low < high:
+                mid = (low + high + 1) // 2
+                if self.find(pattern[len(pattern) - mid :]) is not None:
+                    low = mid
+                else:
+                    high = mid - 1
         grow = self._grow_tree if tree else self._grow_path
         # a candidate of match length L scores at most its size bound and at most one per level below the match (the
         # confidences of one level sum to <= 1), of which there are max_depth - L: try the lengths by that bound,
@@ -243,7 +262,8 @@ class SuffixTree:
         for bound, length, budget in bounds:
             if bound <= best.score:
                 break
-            candidate = grow(self.find(pattern[len(pattern) - length :]), budget, min_token_prob)
+            match = nodes[length - 1] if nodes is not None else self.find(pattern[len(pattern) - length :])
+            candidate = grow(match, budget, min_token_prob)
             if candidate.tokens and candidate.score > best.score:
                 candidate.match_len = length
                 best = candidate
@@ -251,38 +271,48 @@ class SuffixTree:
 
     def _grow_tree(self, match: int, budget: int, min_prob: float) -> SuffixCandidate:
         out = SuffixCandidate()
-        count, last = self._count, self._last
+        count, last, token, first, nxt = self._count, self._last, self._token, self._first, self._next
         total = count[match]
         heap: list[tuple[float, int, int, int, int]] = []  # (-confidence, tie, parent index, token, node)
         tie = 0
         for tok, child in self._items(match):
             heapq.heappush(heap, (-count[child] / total, tie, -1, tok, child))
             tie += 1
-        while heap and len(out.tokens) < budget:
+        tokens, parents, probs = out.tokens, out.parents, out.probs
+        while heap and len(tokens) < budget:
             neg, _, parent, tok, node = heapq.heappop(heap)
             if -neg < min_prob:
                 break
-            index = len(out.tokens)
-            out.tokens.append(tok)
-            out.parents.append(parent)
-            out.probs.append(-neg)
+            index = len(tokens)
+            tokens.append(tok)
+            parents.append(parent)
+            probs.append(-neg)
             out.sources.add(last[node])
-            for ctok, child in self._items(node):
-                heapq.heappush(heap, (-count[child] / total, tie, index, ctok, child))
+            child = first[node]
+            if child >= 0 and nxt[child] < 0:  # one child (most nodes): no list of children
+                heapq.heappush(heap, (-count[child] / total, tie, index, token[child], child))
                 tie += 1
-        out.score = float(sum(out.probs))
+            elif child >= 0:
+                for ctok, child in self._items(node):
+                    heapq.heappush(heap, (-count[child] / total, tie, index, ctok, child))
+                    tie += 1
+        out.score = float(sum(probs))
         return out
 
     def _grow_path(self, match: int, budget: int, min_prob: float) -> SuffixCandidate:
         out = SuffixCandidate()
         count = self._count
         total = count[match]
+        first, nxt, token = self._first, self._next, self._token
         node = match
         while len(out.tokens) < budget:
-            kids = self._items(node)
-            if not kids:
+            child = first[node]
+            if child < 0:
                 break
-            tok, child = max(kids, key=lambda kv: count[kv[1]])  # first of equal counts
+            if nxt[child] < 0:  # one child (most nodes)
+                tok = token[child]
+            else:
+                tok, child = max(self._items(node), key=lambda kv: count[kv[1]])  # first of equal counts
             prob = count[child] / total
             if prob < min_prob:
                 break
@@ -425,7 +455,11 @@ class SuffixDrafter:
         the pending token last); ties go to the request's own tree."""
         pattern = context[-(self.max_depth - 1):]
         args = (max_tokens, self.max_spec_factor, self.max_spec_offset, self.min_token_prob, not chain)
-        local = self._local[slot].speculate(pattern, *args)
+        tree = self._local[slot]
+        nodes = None
+        if len(tree.sequences[0]) == len(context) - 1:  # the tree holds the context but its pending token: its
+            nodes = tree.match_nodes(0, context[-1])  # growth state has the pattern's suffixes
+        local = tree.speculate(pattern, *args, nodes=nodes)
         shared = self.cache.speculate(pattern, *args)
         best, source = (shared, "global") if shared.score > local.score else (local, "local")
         self.picks[source if best.tokens else "none"] += 1
