@@ -335,3 +335,17 @@ def test_generate_shows_a_loading_bar_and_notes_the_skipped_vision_tower(tmp_pat
     err = capsys.readouterr().err
     assert code == 0, err
     assert "vision tower (model.visual.*) is skipped" in err and "\rloading weights [" in err
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_finite_check_finds_every_bad_value_and_survives_an_overflowing_sum(dtype):
+    """The loader's value check: NaN, +inf and -inf anywhere (also +inf and -inf together) are found; finite values
+    whose sum overflows the dtype are finite."""
+    from lumotree.optimized.model.weights import finite
+
+    big = torch.full((4096,), torch.finfo(dtype).max / 2, dtype=dtype)  # the sum overflows
+    assert finite(big) and finite(torch.zeros(3, dtype=dtype))
+    for bad in ([float("nan")], [float("inf")], [float("-inf")], [float("inf"), float("-inf")]):
+        t = big.clone()
+        t[7 : 7 + len(bad)] = torch.tensor(bad, dtype=dtype)
+        assert not finite(t), bad
