@@ -97,10 +97,13 @@ def train_router(model_dir: str, eagle: str | None = None, out: str | None = Non
         for item in build_workload(name, train_files, per_workload, seed):
             prompts.append(item.prompt_ids(tokenizer)[-max_prompt_tokens:])
     target = _target(model_dir, device, num_slots, max_prompt_tokens + max_new_tokens + 80)
-    records, summary = record_drafts(target, model_drafter(target, model_dir, eagle), prompts, max_new_tokens)
+    model = model_drafter(target, model_dir, eagle)
+    records, summary = record_drafts(target, model, prompts, max_new_tokens)
     models, mae = fit_payoff_models(records)
     path = Path(out) if out else Path(model_dir) / "router.json"
     per_source = {s: sum(1 for r in records if r[0] == s) for s in mae}
     save_router(models, path, {"records": len(records), "mae": mae, "per_source": per_source,
-                               "workloads": list(WORKLOADS), "per_workload": per_workload, "features": list(FEATURES)})
+                               "workloads": list(WORKLOADS), "per_workload": per_workload, "features": list(FEATURES),
+                               "model_drafter": model.name, "max_new_tokens": max_new_tokens,
+                               "backend": "reference" if device == "cpu" else "optimized"})
     return {"out": str(path), "records": len(records), "mae": mae, "per_source": per_source, "summary": summary}
