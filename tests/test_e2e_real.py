@@ -206,6 +206,9 @@ def test_real_text_every_drafter_equals_autoregressive(checkpoint, tmp_path, cap
     assert {key.split(",")[0] for key in summary["draft_seconds"]} == set(drafters)  # every drafter's time kept
     for r in runs:
         assert sum(r["budget_choices"].values()) == r["steps"] and r["tokens_per_s"] > 0
+        assert r["host_ms_per_step"] >= 0 and r["declined_draft_ms"] >= 0  # the step but its draft and model call
+        assert r["declined_drafts"] <= r["budget_choices"].get("autoregressive", 0)
+    assert not (tmp_path / "e2e_real.json.part").exists()  # written whole after every run, then replaced
     for w in ("edit", "completion"):
         for d in drafters:
             entry = summary["acceptance_profiles"][w][d]
