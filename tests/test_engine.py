@@ -575,8 +575,9 @@ def test_budget_backs_off_when_drafting_costs_more_than_it_gains():
     expensive = budget.choose(1, confident, draft_seconds=20.0)  # 10 tokens / (1.25 + 20) s < 1 token / s
     assert not expensive.autoregressive  # the draft is paid for: verifying it still beats decoding now
     assert "does not pay" in expensive.reason
-    # then decode without drafting until the wasted draft is 5 % of the time: 20 / (0.05 * 1) = 400 steps
-    assert [budget.want_draft(1) for _ in range(401)] == [False] * 400 + [True]
+    # then decode without drafting until the wasted draft is 2 % of the time (the default probe_cost_fraction):
+    # 20 / (0.02 * 1) = 1000 steps
+    assert [budget.want_draft(1) for _ in range(1001)] == [False] * 1000 + [True]
 
 
 def test_engine_falls_back_to_autoregressive_when_drafts_are_useless():

@@ -25,10 +25,14 @@ on the H200 is up to ~7 %, and a marginal call is a loss as often as a gain). Th
 draft are kept per (drafter, batch bucket) in the profile: once known, a draft whose best case (every request
 accepting as deep as the deepest draft seen) cannot beat decoding is not drafted at all; only a probe of its cost
 runs, at most ``probe_cost_fraction`` of the time. When speculation including the draft's measured cost,
-``sum_b E_b / (T_draft + T_verify)``, loses to ``rate_AR``, drafting backs off (1, 2, 4, .. up to ``max_backoff``
+``sum_b E_b / (T_draft + T_verify)``, loses to ``rate_AR``, the next step drafts again if the verified drafts
+saved more than the declined ones cost (``p G > (1 - p) T_draft``: moving averages of the share ``p`` of drafted
+steps that were verified and of the seconds ``G`` a verified step saved against decoding its tokens one by one);
+otherwise drafting backs off (1, 2, 4, .. up to ``max_backoff``
 autoregressive steps without drafting before it drafts again, and at least ``T_draft / (probe_cost_fraction
 T_decode)`` steps), so a useless or too expensive drafter costs one drafted step per backoff period, at most
-~``probe_cost_fraction`` of the time in drafts. When only the calibration makes speculation lose (the uncalibrated
+~``probe_cost_fraction`` of the time in drafts (0.02 by default: a drafter that never pays keeps the engine within
+2 % of autoregressive decoding). When only the calibration makes speculation lose (the uncalibrated
 confidences would pay), that drafted step runs as a *probe* so the calibration can recover once the drafts improve.
 
 **Baseline rule** (:class:`RatioRuleBudget`): the largest N with ``T_verify(B, N) <= (1 + eps) * T_decode(B)``,
@@ -348,7 +352,7 @@ class ExpectedThroughputBudget(BudgetPolicy):
         calibration_decay: float = 0.8,
         max_backoff: int = 64,
         margin: float = 0.1,
-        probe_cost_fraction: float = 0.05,
+        probe_cost_fraction: float = 0.02,
         drafter: str = "",
     ):
         super().__init__(profile, max_nodes)
