@@ -164,8 +164,8 @@ class MTPDrafter:
         rounds = [max(0, min(self.depth, max_nodes - 1, limit - len(r.context))) for r in requests]  # room left
         if not sampled and callable(getattr(self.head, "grow", None)) and len(set(rounds)) == 1 and rounds[0] > 0:
             sizes = self.head.grown_sizes(rounds[0], k)  # the rounds below stop before a tree past the head's limit
-            return self._grown(requests, next(d for d in range(rounds[0], 0, -1) if sizes[d - 1] <= self.head.max_nodes),
-                               k, max_nodes)
+            fitting = next(d for d in range(rounds[0], 0, -1) if sizes[d - 1] <= self.head.max_nodes)
+            return self._grown(requests, fitting, k, max_nodes)
         tokens = [[int(r.context[-1])] for r in requests]
         parents: list[list[int]] = [[-1] for _ in requests]
         logp: list[list[float]] = [[0.0] for _ in requests]  # cumulative log-probability under the head

@@ -379,15 +379,16 @@ class SuffixCache:
 
 class SuffixDrafter:
     """Suffix decoding (module docstring): per request, a suffix tree over its prompt and committed output; a global
-    :class:`SuffixCache` over finished outputs (inserted when the next request is admitted); each step the better-scoring candidate of the two, as a tree (chains:
-    the most frequent path) whose confidences are empirical frequencies.
+    :class:`SuffixCache` over finished outputs (inserted when the next request is admitted); each step the
+    better-scoring candidate of the two, as a tree (chains: the most frequent path) whose confidences are empirical
+    frequencies.
 
     ``max_depth``: depth of the trees (the longest pattern matched plus its continuation); ``max_spec_tokens``: most
     draft tokens (None: the engine's budget); ``max_spec_factor`` / ``max_spec_offset``: a match of length L drafts at
     most ``floor(factor * L + offset)`` tokens (the defaults, 3 and 1, draft further than the length-for-length rule
-    of the public engines: the budget cuts each draft to the tree size that pays); ``min_token_prob``: least path confidence drafted;
-    ``max_cached_requests`` / ``cache_capacity``: the global cache's bounds (0 requests: no global cache); ``cache``:
-    a :class:`SuffixCache` to share (e.g. across engines), instead of a new one."""
+    of the public engines: the budget cuts each draft to the tree size that pays); ``min_token_prob``: least path
+    confidence drafted; ``max_cached_requests`` / ``cache_capacity``: the global cache's bounds (0 requests: no
+    global cache); ``cache``: a :class:`SuffixCache` to share (e.g. across engines), instead of a new one."""
 
     name = "suffix"
     description = ("suffix decoding: frequency-scored trees from suffix trees over the request's tokens and earlier "
