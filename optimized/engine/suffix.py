@@ -425,6 +425,7 @@ class SuffixDrafter:
         self._local: dict[int, SuffixTree] = {}
         self._prompt_len: dict[int, int] = {}
         self._finished: list[list[int]] = []  # released outputs not yet in the global cache (flush_finished)
+        self._waiting: dict[int, list[int]] = {}  # slot -> committed tokens not yet in its tree (advance)
         self.picks = {"local": 0, "global": 0, "none": 0}  # which tree each proposal came from
 
     def admit(self, slot: int, prompt: Sequence[int]) -> None:
@@ -435,13 +436,26 @@ class SuffixDrafter:
         self._prompt_len[slot] = len(prompt)
 
     def advance(self, requests: Sequence[DraftRequest], committed: Sequence[Sequence[int]]) -> None:
+        """The tokens of the step before go into the requests' trees; this step's wait for the next call or the next
+        :meth:`propose`, whichever comes first. A decoded step calls this while the device decodes, so the tokens of
+        a verified step before it are taken in then, off the critical path; a proposal always sees every committed
+        token."""
+        self._take_in()
         for r, new in zip(requests, committed):
-            self._local[r.slot].extend(0, new)
+            self._waiting.setdefault(r.slot, []).extend(int(t) for t in new)
+
+    def _take_in(self, slots: Iterable[int] | None = None) -> None:
+        """Extend the trees of ``slots`` (None: every slot) by their waiting tokens."""
+        for slot in list(self._waiting) if slots is None else slots:
+            tokens = self._waiting.pop(slot, None)
+            if tokens:
+                self._local[slot].extend(0, tokens)
 
     def release(self, slot: int) -> None:
         """The request's own tree is dropped; its committed output joins the global cache at the next admission
         (:meth:`flush_finished`): a step that ends requests does not pay for their insertion (about a millisecond
         for 150 tokens), the prefill of the next request does."""
+        self._take_in([slot])
         tree = self._local.pop(slot, None)
         if tree is not None:
             self._finished.append(tree.sequences[0][self._prompt_len.pop(slot):])
@@ -456,6 +470,7 @@ class SuffixDrafter:
         the pending token last); ties go to the request's own tree."""
         pattern = context[-(self.max_depth - 1):]
         args = (max_tokens, self.max_spec_factor, self.max_spec_offset, self.min_token_prob, not chain)
+        self._take_in([slot])
         tree = self._local[slot]
         nodes = None
         if len(tree.sequences[0]) == len(context) - 1:  # the tree holds the context but its pending token: its
