@@ -317,15 +317,9 @@ def run_real(args: argparse.Namespace) -> int:
     log("cost profile ready")
     if cuda and factories:  # every step shape compiled and captured before the timed runs (a profile cut short by
         # --profile-time-limit extrapolates shapes it never ran, and a capture inside a timed run costs a step ~0.1 s)
-        seconds = Engine(target, next(iter(factories.values()))(), mode="tree", max_nodes=args.max_nodes,
-                         node_buckets=node_buckets).warm_up()
-        buckets = Engine(target, None, mode="autoregressive").batch_buckets
-        for factory in list(factories.values())[1:]:  # the other drafters' own shapes (heads, draft models)
-            drafter = factory()
-            t0 = time.perf_counter()
-            if callable(getattr(drafter, "warm_up", None)):
-                drafter.warm_up(buckets)
-            seconds += time.perf_counter() - t0
+        seconds = sum(Engine(target, factory(), mode="tree", max_nodes=args.max_nodes,
+                             node_buckets=node_buckets).warm_up()
+                      for factory in factories.values())  # each drafter's own shapes too (heads, draft models)
         log(f"every step shape warmed up ({seconds:.1f} s)")
     explainer = DifferenceExplainer(args.model, args.explain_differences) if args.explain_differences else None
     logit_error = None

@@ -389,13 +389,9 @@ class Engine:
         B = len(batch)
         drafts, decision, draft_s, requests = plan_step(self, batch)  # rank 0's, tensor parallel
         tm = time.perf_counter()
-        advanced = False
-        if drafts is None:
-            def advance(committed: list[list[int]]) -> None:  # while the device decodes (its tokens are known)
-                self._advance_drafter(batch, requests, committed)
-
-            committed, emitted_lists, accepted, predicted, nodes = self._autoregressive_step(batch, advance)
-            kind, reason, advanced = "autoregressive", (decision.reason if decision else "no draft"), True
+        if drafts is None:  # the drafter's bookkeeping runs inside, while the device decodes
+            committed, emitted_lists, accepted, predicted, nodes = self._autoregressive_step(batch, requests)
+            kind, reason = "autoregressive", (decision.reason if decision else "no draft")
         else:
             assert decision is not None
             committed, emitted_lists, accepted, predicted, nodes = self._speculative_step(batch, drafts, decision.nodes)
@@ -405,7 +401,7 @@ class Engine:
         if self.prefix_cache is not None:
             for request, tokens in zip(batch, committed):
                 request.cached.extend(tokens)
-        if not advanced:
+        if drafts is not None:
             self._advance_drafter(batch, requests, committed)
         emitted_total = 0
         for request, emitted, acc in zip(batch, emitted_lists, accepted):
@@ -435,14 +431,14 @@ class Engine:
         if self.drafter is not None:
             self.drafter.advance(requests or [self._draft_request(r) for r in batch], committed)
 
-    def _autoregressive_step(self, batch: list[Request], during: Callable[[list[list[int]]], None]):
-        """One decode of every request's pending token; ``during(committed)`` runs on the host after the launch,
-        before the logits are read: the drafter's bookkeeping overlaps the device's step."""
+    def _autoregressive_step(self, batch: list[Request], requests: list[DraftRequest] | None):
+        """One decode of every request's pending token; the drafter's bookkeeping of those tokens runs on the host
+        after the launch, before the logits are read, so it overlaps the device's step."""
         slots = torch.tensor([r.slot for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
         pending = torch.tensor([r.output[-1] for r in batch], dtype=torch.int64)  # on the host (targets copy it in)
         committed = [[r.output[-1]] for r in batch]
         logits = self.model.decode(slots, pending)  # [B, V]
-        during(committed)
+        self._advance_drafter(batch, requests, committed)
         nxt = self._sample_rows(batch, logits)
         return committed, [[t] for t in nxt], [0] * len(batch), 0.0, 1
 

@@ -111,7 +111,7 @@ class MTPDrafter:
         if not callable(getattr(self.head, "grow", None)):
             return
         D, dev = self.head.hidden_size, self.head.device
-        widths = [1 << i for i in range(max(1, self.head.max_nodes).bit_length()) if 1 << i <= self.head.max_nodes]
+        widths = sorted({self._width(n) for n in range(1, self.head.max_nodes + 1)})  # extend's chunk widths
         for B in batch_sizes:
             slots = list(range(B))
             for width in widths:  # the first call compiles, the second captures
@@ -120,8 +120,7 @@ class MTPDrafter:
                     for s in slots:
                         self.head.reset(s)
             for k in sorted({1, self.top_k}):
-                sizes = self.head.grown_sizes(self.depth, k)
-                rounds = next((d for d in range(self.depth, 0, -1) if sizes[d - 1] <= self.head.max_nodes), 0)
+                rounds = self.head.fitting_rounds(self.depth, k)
                 for _ in range(2 if rounds else 0):
                     self.head.grow(torch.tensor(slots, dtype=torch.int32), torch.zeros(B, dtype=torch.int64),
                                    torch.zeros((B, D), device=dev), rounds, k)
@@ -163,9 +162,8 @@ class MTPDrafter:
         limit = self.target.max_seq_len
         rounds = [max(0, min(self.depth, max_nodes - 1, limit - len(r.context))) for r in requests]  # room left
         if not sampled and callable(getattr(self.head, "grow", None)) and len(set(rounds)) == 1 and rounds[0] > 0:
-            sizes = self.head.grown_sizes(rounds[0], k)  # the rounds below stop before a tree past the head's limit
-            fitting = next(d for d in range(rounds[0], 0, -1) if sizes[d - 1] <= self.head.max_nodes)
-            return self._grown(requests, fitting, k, max_nodes)
+            # as many rounds as the round-by-round growth below runs before a tree past the head's limit
+            return self._grown(requests, self.head.fitting_rounds(rounds[0], k), k, max_nodes)
         tokens = [[int(r.context[-1])] for r in requests]
         parents: list[list[int]] = [[-1] for _ in requests]
         logp: list[list[float]] = [[0.0] for _ in requests]  # cumulative log-probability under the head

@@ -212,6 +212,12 @@ class MTPHead(Layers):
             sizes.append(sizes[-1] + (1 if d == 0 else top_k) * top_k)
         return sizes
 
+    def fitting_rounds(self, rounds: int, top_k: int) -> int:
+        """The most rounds, at most ``rounds``, that :meth:`grow` can run: the tree before the last round must fit in
+        ``max_nodes`` (0: not even one round)."""
+        sizes = self.grown_sizes(rounds, top_k)
+        return next((d for d in range(rounds, 0, -1) if sizes[d - 1] <= self.max_nodes), 0)
+
     def _grow_body(self, tokens, slots, hidden, *, rounds: int, top_k: int):
         """EAGLE-2's growth (chains: ``top_k`` = 1) on the device, no host read between rounds. Round d runs the head
         on the tree so far, padded to a power of two as :meth:`tree` pads it (padding nodes: a chain of token 0; node
@@ -261,7 +267,7 @@ class MTPHead(Layers):
         untouched past ``lens``."""
         B = int(tokens.shape[0])
         host = self._check_batch(slots, B)
-        if rounds < 1 or top_k < 1 or self.grown_sizes(rounds - 1, top_k)[-1] > self.max_nodes:
+        if rounds < 1 or top_k < 1 or self.fitting_rounds(rounds, top_k) < rounds:
             raise ValueError(f"rounds = {rounds}, top_k = {top_k}: the head runs trees of at most {self.max_nodes} "
                              "nodes")
         if tuple(hidden.shape) != (B, self.hidden_size):
